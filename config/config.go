@@ -1,0 +1,123 @@
+// Package config loads goray node and cluster configuration from HCL v2 files.
+//
+// A file describes one node (and, for the autoscaler, the node types of a
+// cluster). Every problem is reported as an hcl.Diagnostic with the file, line
+// and column, and a "did you mean" suggestion where one fits. Command-line
+// flags override values from the file (see Node.Override).
+package config
+
+import (
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Node is the configuration of one node. The zero value is not useful; start
+// from Default or Load.
+type Node struct {
+	// ClusterName labels the cluster in status output.
+	ClusterName string
+	// NodeName is a human name for this node (default: the hostname).
+	NodeName string
+
+	// Head is set when this node runs the GCS.
+	Head bool
+	// Address is the GCS address host:port. On the head it is where the GCS
+	// listens; on other nodes it is the head to join.
+	Address string
+	// Port overrides the port of Address on the head (0 keeps Address's).
+	Port int
+	// RayletPort is the raylet's TCP port for other nodes (0 picks one).
+	RayletPort int
+
+	// TempDir is the root for session directories, sockets and logs.
+	TempDir string
+	// LogLevel is an hclog level name: trace, debug, info, warn, error.
+	LogLevel string
+
+	Resources   Resources
+	ObjectStore ObjectStore
+	WorkerPool  WorkerPool
+	HealthCheck HealthCheck
+
+	// Labels are attached to the node and shown in status.
+	Labels map[string]string
+
+	// PluginDir is where plugin binaries are found.
+	PluginDir string
+	// Plugins are the plugin blocks in file order.
+	Plugins []Plugin
+	// NodeTypes are the autoscaler's node types (cluster files).
+	NodeTypes []NodeType
+
+	// Filename is the file the config came from ("" for defaults).
+	Filename string
+}
+
+// Resources is the node's resource capacity. Nil pointers mean "detect".
+type Resources struct {
+	// CPU defaults to the number of logical CPUs.
+	CPU *float64
+	// GPU defaults to the number of GPUs NVML reports (0 without NVML).
+	GPU *float64
+	// Memory in bytes defaults to the machine's memory minus the object store.
+	Memory *int64
+	// Custom resources by name.
+	Custom map[string]float64
+}
+
+// ObjectStore configures the node's shared-memory object store.
+type ObjectStore struct {
+	// Memory is the capacity in bytes; 0 means 30% of the machine's memory.
+	Memory int64
+	// SpillThreshold is the fraction of Memory above which objects spill
+	// (used once spilling exists). Default 0.8.
+	SpillThreshold float64
+	// InlineLimit is the largest object, in bytes, that travels inline with
+	// RPCs instead of entering the store. Default 100 KiB.
+	InlineLimit int64
+}
+
+// WorkerPool configures the raylet's worker processes.
+type WorkerPool struct {
+	// Prestart is how many workers to start when a job registers
+	// (default: min(2, CPUs)).
+	Prestart *int
+	// MaxIdle is how many idle workers per job to keep (default: CPUs).
+	MaxIdle *int
+	// IdleTimeout is how long a surplus idle worker lives (default 60s).
+	IdleTimeout time.Duration
+	// StartTimeout is how long a worker may take to register (default 30s).
+	StartTimeout time.Duration
+}
+
+// HealthCheck configures node liveness.
+type HealthCheck struct {
+	// Period between heartbeats (default 1s).
+	Period time.Duration
+	// FailureThreshold is how many missed periods mark a node dead
+	// (default 5).
+	FailureThreshold int
+}
+
+// Plugin is one `plugin "<kind>" "<name>" { ... }` block.
+type Plugin struct {
+	Kind string
+	Name string
+	// SHA256 optionally pins the binary's checksum (hex).
+	SHA256 string
+	// Config is the undecoded `config { ... }` block (nil when absent); the
+	// plugin host decodes it against the schema the plugin reports.
+	Config hcl.Body
+	// DeclRange is the block's header, for diagnostics.
+	DeclRange hcl.Range
+}
+
+// NodeType is one `node_type "<name>" { ... }` block.
+type NodeType struct {
+	Name       string
+	Resources  map[string]float64
+	MinWorkers int
+	MaxWorkers int
+	DeclRange  hcl.Range
+}
