@@ -4,6 +4,11 @@
 // cluster). Every problem is reported as an hcl.Diagnostic with the file, line
 // and column, and a "did you mean" suggestion where one fits. Command-line
 // flags override values from the file (see Node.Override).
+//
+// The usual sequence is Load (syntax, names, types and formats), Override
+// (flags), then Validate (ranges and cross-field rules); LoadWithFlags does
+// all three. FormatDiagnostics renders the result with source snippets, and
+// NewDiagnosticsError turns it into an error.
 package config
 
 import (
@@ -52,6 +57,13 @@ type Node struct {
 
 	// Filename is the file the config came from ("" for defaults).
 	Filename string
+
+	// ranges maps a value's path (see the key* helpers in load.go) to the
+	// source range it was decoded from, so Validate can point at it. Entries
+	// are dropped when a flag overrides the value.
+	ranges map[string]hcl.Range
+	// files holds the parsed source, for FormatDiagnostics.
+	files map[string]*hcl.File
 }
 
 // Resources is the node's resource capacity. Nil pointers mean "detect".

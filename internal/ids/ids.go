@@ -140,3 +140,6 @@ func (o ObjectID) String() string { return hex.EncodeToString(o[:]) }
 
 // IsNil reports whether o is the zero ObjectID.
 func (o ObjectID) IsNil() bool { return o == NilObject }
+
+// Owns reports whether id was made by g.
+func (g *Generator) Owns(id ID) bool { return [8]byte(id[:8]) == g.prefix }

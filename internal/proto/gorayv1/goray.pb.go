@@ -1588,9 +1588,11 @@ type RayletCommand struct {
 	Kind   RayletCommand_Kind     `protobuf:"varint,1,opt,name=kind,proto3,enum=goray.v1.RayletCommand_Kind" json:"kind,omitempty"`
 	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Sent with REGISTERED.
-	Node          *NodeInfo  `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
-	Store         *StoreInfo `protobuf:"bytes,4,opt,name=store,proto3" json:"store,omitempty"`
-	JobId         []byte     `protobuf:"bytes,5,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Node  *NodeInfo  `protobuf:"bytes,3,opt,name=node,proto3" json:"node,omitempty"`
+	Store *StoreInfo `protobuf:"bytes,4,opt,name=store,proto3" json:"store,omitempty"`
+	JobId []byte     `protobuf:"bytes,5,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// GCS address (host:port) for cluster metadata lookups.
+	GcsAddress    string `protobuf:"bytes,6,opt,name=gcs_address,json=gcsAddress,proto3" json:"gcs_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1658,6 +1660,13 @@ func (x *RayletCommand) GetJobId() []byte {
 		return x.JobId
 	}
 	return nil
+}
+
+func (x *RayletCommand) GetGcsAddress() string {
+	if x != nil {
+		return x.GcsAddress
+	}
+	return ""
 }
 
 // StoreInfo tells a client how to map the node's shared-memory arena. The
@@ -4931,13 +4940,15 @@ const file_goray_proto_rawDesc = "" +
 	"\rDriverMessage\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.goray.v1.JobInfoR\x03job\x12+\n" +
 	"\aaddress\x18\x02 \x01(\v2\x11.goray.v1.AddressR\aaddress\x12\x10\n" +
-	"\x03pid\x18\x03 \x01(\x05R\x03pid\"\xe5\x01\n" +
+	"\x03pid\x18\x03 \x01(\x05R\x03pid\"\x86\x02\n" +
 	"\rRayletCommand\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.goray.v1.RayletCommand.KindR\x04kind\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12&\n" +
 	"\x04node\x18\x03 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x12)\n" +
 	"\x05store\x18\x04 \x01(\v2\x13.goray.v1.StoreInfoR\x05store\x12\x15\n" +
-	"\x06job_id\x18\x05 \x01(\fR\x05jobId\" \n" +
+	"\x06job_id\x18\x05 \x01(\fR\x05jobId\x12\x1f\n" +
+	"\vgcs_address\x18\x06 \x01(\tR\n" +
+	"gcsAddress\" \n" +
 	"\x04Kind\x12\x0e\n" +
 	"\n" +
 	"REGISTERED\x10\x00\x12\b\n" +

@@ -1,0 +1,56 @@
+# goray build and test entry points. `make test` is what CI runs.
+#
+# Pinned tools are installed into ./.tools (git-ignored) on first use and
+# reused afterwards.
+
+SHELL := /bin/bash
+GO ?= go
+TOOLS := $(CURDIR)/.tools
+export PATH := $(TOOLS):$(PATH)
+
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
+
+TEST_TIMEOUT ?= 25m
+TEST_FLAGS ?=
+
+.PHONY: all build test vet fmt-check unit acceptance generate tools clean bench
+
+all: build
+
+build:
+	$(GO) build ./...
+
+## test: everything CI checks: formatting, vet, generated code, unit and acceptance tests.
+test: fmt-check vet
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+unit:
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$($(GO) list ./... | grep -v /acceptance)
+
+acceptance:
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v $(TEST_FLAGS) ./acceptance/...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## generate: regenerate protobuf code and typed wrappers (needs protoc: apt-get install protobuf-compiler).
+generate: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
+	$(GO) generate ./...
+
+tools: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
+
+$(TOOLS)/protoc-gen-go:
+	@mkdir -p $(TOOLS)
+	cd /tmp && GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+
+$(TOOLS)/protoc-gen-go-grpc:
+	@mkdir -p $(TOOLS)
+	cd /tmp && GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+
+clean:
+	rm -rf bin

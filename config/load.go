@@ -1,0 +1,386 @@
+package config
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// DefaultHeadAddress is where the GCS listens when the node is the head and
+// neither the head block nor a flag names an address.
+const DefaultHeadAddress = "127.0.0.1:6380"
+
+// pluginKinds are the kinds a `plugin "<kind>" "<name>"` block may declare.
+var pluginKinds = []string{"transport", "storage", "provider"}
+
+// Default returns the built-in defaults, as if an empty file were loaded.
+func Default() *Node {
+	return &Node{
+		TempDir:  "/tmp/goray",
+		LogLevel: "info",
+		ObjectStore: ObjectStore{
+			SpillThreshold: 0.8,
+			InlineLimit:    100 * 1024,
+		},
+		WorkerPool: WorkerPool{
+			IdleTimeout:  60 * time.Second,
+			StartTimeout: 30 * time.Second,
+		},
+		HealthCheck: HealthCheck{
+			Period:           time.Second,
+			FailureThreshold: 5,
+		},
+	}
+}
+
+// Load reads and parses the file at path: defaults first, the file's values
+// on top. A path ending in ".json" is read as HCL's JSON syntax.
+//
+// Load checks syntax, the names of arguments and blocks, value types and value
+// formats (sizes, durations). It does not check value ranges or cross-field
+// rules, because flags may still change the result: call Override and then
+// Validate (or use LoadWithFlags, which does all three).
+//
+// The returned Node is never nil, so that Files can be used to render the
+// diagnostics; when the diagnostics contain errors it holds only what could
+// be decoded and must not be used.
+func Load(path string) (*Node, hcl.Diagnostics) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		n := Default()
+		n.Filename = path
+		return n, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Failed to read config file",
+			Detail:   fmt.Sprintf("Cannot read the node config file %q: %s.", path, err),
+		}}
+	}
+	return Parse(src, path)
+}
+
+// Parse parses src as if read from filename; see Load.
+func Parse(src []byte, filename string) (*Node, hcl.Diagnostics) {
+	n := Default()
+	n.Filename = filename
+	n.ranges = map[string]hcl.Range{}
+
+	p := hclparse.NewParser()
+	var f *hcl.File
+	var diags hcl.Diagnostics
+	if strings.HasSuffix(strings.ToLower(filename), ".json") {
+		f, diags = p.ParseJSON(src, filename)
+	} else {
+		f, diags = p.ParseHCL(src, filename)
+	}
+	n.files = p.Files()
+	if diags.HasErrors() || f == nil || f.Body == nil {
+		// Decoding a body with syntax errors only adds confusing follow-on
+		// diagnostics.
+		sortDiagnostics(diags)
+		return n, diags
+	}
+
+	d := &decoder{n: n}
+	d.root(f.Body)
+	diags = append(diags, d.diags...)
+	sortDiagnostics(diags)
+	return n, diags
+}
+
+// LoadWithFlags is the usual way to configure a node: it loads path (or
+// starts from Default when path is ""), applies the flags with Override and
+// runs Validate. Decoding errors stop it before Override.
+func LoadWithFlags(path string, f Flags) (*Node, hcl.Diagnostics) {
+	n := Default()
+	var diags hcl.Diagnostics
+	if path != "" {
+		n, diags = Load(path)
+		if diags.HasErrors() {
+			return n, diags
+		}
+	}
+	n.Override(f)
+	return n, append(diags, n.Validate()...)
+}
+
+// Files returns the parsed source files by name, for FormatDiagnostics. It is
+// nil for a Node that did not come from Load or Parse.
+func (n *Node) Files() map[string]*hcl.File { return n.files }
+
+var rootSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "cluster_name"},
+		{Name: "node_name"},
+		{Name: "address"},
+		{Name: "port"},
+		{Name: "raylet_port"},
+		{Name: "temp_dir"},
+		{Name: "log_level"},
+		{Name: "labels"},
+		{Name: "plugin_dir"},
+	},
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "head"},
+		{Type: "resources"},
+		{Type: "object_store"},
+		{Type: "worker_pool"},
+		{Type: "health_check"},
+		{Type: "plugin", LabelNames: []string{"kind", "name"}},
+		{Type: "node_type", LabelNames: []string{"name"}},
+	},
+}
+
+var headSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "address"}},
+}
+
+var resourcesSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "CPU"},
+		{Name: "GPU"},
+		{Name: "memory"},
+		{Name: "custom"},
+	},
+}
+
+var objectStoreSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "memory"},
+		{Name: "spill_threshold"},
+		{Name: "inline_limit"},
+	},
+}
+
+var workerPoolSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "prestart"},
+		{Name: "max_idle"},
+		{Name: "idle_timeout"},
+		{Name: "start_timeout"},
+	},
+}
+
+var healthCheckSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "period"},
+		{Name: "failure_threshold"},
+	},
+}
+
+var pluginSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "sha256"}},
+	Blocks:     []hcl.BlockHeaderSchema{{Type: "config"}},
+}
+
+var nodeTypeSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "resources"},
+		{Name: "min_workers"},
+		{Name: "max_workers"},
+	},
+}
+
+// Keys of Node.ranges. Top-level and singleton-block values use their dotted
+// path ("object_store.memory"); map entries append ".<key>"; plugin and
+// node_type values are prefixed by declKey so that reordering the slices
+// does not break the lookup.
+const (
+	keyClusterName    = "cluster_name"
+	keyNodeName       = "node_name"
+	keyAddress        = "address"
+	keyPort           = "port"
+	keyRayletPort     = "raylet_port"
+	keyTempDir        = "temp_dir"
+	keyLogLevel       = "log_level"
+	keyLabels         = "labels"
+	keyPluginDir      = "plugin_dir"
+	keyCPU            = "resources.CPU"
+	keyGPU            = "resources.GPU"
+	keyMemory         = "resources.memory"
+	keyCustom         = "resources.custom"
+	keyStoreMemory    = "object_store.memory"
+	keySpillThreshold = "object_store.spill_threshold"
+	keyInlineLimit    = "object_store.inline_limit"
+	keyPrestart       = "worker_pool.prestart"
+	keyMaxIdle        = "worker_pool.max_idle"
+	keyIdleTimeout    = "worker_pool.idle_timeout"
+	keyStartTimeout   = "worker_pool.start_timeout"
+	keyPeriod         = "health_check.period"
+	keyFailThreshold  = "health_check.failure_threshold"
+)
+
+// declKey identifies a labelled block (plugin, node_type) by where it was
+// declared.
+func declKey(kind string, r hcl.Range) string {
+	return fmt.Sprintf("%s@%s:%d", kind, r.Filename, r.Start.Byte)
+}
+
+// entryKey is the key of one entry of a map-valued attribute.
+func entryKey(mapKey, entry string) string { return mapKey + "." + entry }
+
+// decoder accumulates a Node and the diagnostics found while filling it.
+type decoder struct {
+	n     *Node
+	diags hcl.Diagnostics
+}
+
+func (d *decoder) add(diags hcl.Diagnostics) { d.diags = append(d.diags, diags...) }
+
+func (d *decoder) root(body hcl.Body) {
+	n := d.n
+	c := d.content(body, rootSchema)
+
+	d.str(c.Attributes["cluster_name"], keyClusterName, &n.ClusterName)
+	d.str(c.Attributes["node_name"], keyNodeName, &n.NodeName)
+	d.intVal(c.Attributes["port"], keyPort, &n.Port)
+	d.intVal(c.Attributes["raylet_port"], keyRayletPort, &n.RayletPort)
+	d.str(c.Attributes["temp_dir"], keyTempDir, &n.TempDir)
+	d.str(c.Attributes["log_level"], keyLogLevel, &n.LogLevel)
+	d.str(c.Attributes["plugin_dir"], keyPluginDir, &n.PluginDir)
+	if a := c.Attributes["labels"]; a != nil {
+		if m, ok := d.stringMap(a, keyLabels); ok {
+			n.Labels = m
+		}
+	}
+
+	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check")
+
+	topAddr := c.Attributes["address"]
+	if hb := single["head"]; hb != nil {
+		n.Head = true
+		n.Address = DefaultHeadAddress
+		hc := d.content(hb.Body, headSchema)
+		d.str(hc.Attributes["address"], keyAddress, &n.Address)
+		if topAddr != nil {
+			d.diags = append(d.diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Join address on the head node",
+				Detail: fmt.Sprintf("The top-level address names the head to join, but this file declares the node as the head (head block at %s). "+
+					"Set where the GCS listens with head { address = \"host:port\" }, or remove the head block.", hb.DefRange),
+				Subject: topAddr.NameRange.Ptr(),
+				Context: topAddr.Range.Ptr(),
+			})
+		}
+	} else {
+		d.str(topAddr, keyAddress, &n.Address)
+	}
+
+	if b := single["resources"]; b != nil {
+		rc := d.content(b.Body, resourcesSchema)
+		var f float64
+		if d.float(rc.Attributes["CPU"], keyCPU, &f) {
+			n.Resources.CPU = &f
+		}
+		var g float64
+		if d.float(rc.Attributes["GPU"], keyGPU, &g) {
+			n.Resources.GPU = &g
+		}
+		var m int64
+		if d.size(rc.Attributes["memory"], keyMemory, &m) {
+			n.Resources.Memory = &m
+		}
+		if a := rc.Attributes["custom"]; a != nil {
+			if cm, ok := d.numberMap(a, keyCustom); ok {
+				n.Resources.Custom = cm
+			}
+		}
+	}
+
+	if b := single["object_store"]; b != nil {
+		oc := d.content(b.Body, objectStoreSchema)
+		d.size(oc.Attributes["memory"], keyStoreMemory, &n.ObjectStore.Memory)
+		d.float(oc.Attributes["spill_threshold"], keySpillThreshold, &n.ObjectStore.SpillThreshold)
+		d.size(oc.Attributes["inline_limit"], keyInlineLimit, &n.ObjectStore.InlineLimit)
+	}
+
+	if b := single["worker_pool"]; b != nil {
+		wc := d.content(b.Body, workerPoolSchema)
+		var pre, idle int
+		if d.intVal(wc.Attributes["prestart"], keyPrestart, &pre) {
+			n.WorkerPool.Prestart = &pre
+		}
+		if d.intVal(wc.Attributes["max_idle"], keyMaxIdle, &idle) {
+			n.WorkerPool.MaxIdle = &idle
+		}
+		d.duration(wc.Attributes["idle_timeout"], keyIdleTimeout, &n.WorkerPool.IdleTimeout)
+		d.duration(wc.Attributes["start_timeout"], keyStartTimeout, &n.WorkerPool.StartTimeout)
+	}
+
+	if b := single["health_check"]; b != nil {
+		hc := d.content(b.Body, healthCheckSchema)
+		d.duration(hc.Attributes["period"], keyPeriod, &n.HealthCheck.Period)
+		d.intVal(hc.Attributes["failure_threshold"], keyFailThreshold, &n.HealthCheck.FailureThreshold)
+	}
+
+	for _, b := range c.Blocks {
+		switch b.Type {
+		case "plugin":
+			d.plugin(b)
+		case "node_type":
+			d.nodeType(b)
+		}
+	}
+}
+
+// singletons returns the first block of each of the given types and reports
+// any repeats.
+func (d *decoder) singletons(blocks hcl.Blocks, types ...string) map[string]*hcl.Block {
+	out := make(map[string]*hcl.Block, len(types))
+	for _, b := range blocks {
+		if !slices.Contains(types, b.Type) {
+			continue
+		}
+		if first, dup := out[b.Type]; dup {
+			d.diags = append(d.diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  fmt.Sprintf("Duplicate %s block", b.Type),
+				Detail:   fmt.Sprintf("Only one %s block is allowed; the first one is at %s.", b.Type, first.DefRange),
+				Subject:  b.DefRange.Ptr(),
+			})
+			continue
+		}
+		out[b.Type] = b
+	}
+	return out
+}
+
+func (d *decoder) plugin(b *hcl.Block) {
+	if len(b.Labels) != 2 { // hcl has reported it
+		return
+	}
+	p := Plugin{Kind: b.Labels[0], Name: b.Labels[1], DeclRange: b.DefRange}
+	pk := declKey("plugin", b.DefRange)
+	d.n.ranges[pk+".kind"] = b.LabelRanges[0]
+	d.n.ranges[pk+".name"] = b.LabelRanges[1]
+
+	c := d.content(b.Body, pluginSchema)
+	d.str(c.Attributes["sha256"], pk+".sha256", &p.SHA256)
+	if cfg := d.singletons(c.Blocks, "config")["config"]; cfg != nil {
+		p.Config = cfg.Body
+	}
+	d.n.Plugins = append(d.n.Plugins, p)
+}
+
+func (d *decoder) nodeType(b *hcl.Block) {
+	if len(b.Labels) != 1 {
+		return
+	}
+	t := NodeType{Name: b.Labels[0], DeclRange: b.DefRange}
+	tk := declKey("node_type", b.DefRange)
+	d.n.ranges[tk+".name"] = b.LabelRanges[0]
+
+	c := d.content(b.Body, nodeTypeSchema)
+	if a := c.Attributes["resources"]; a != nil {
+		if m, ok := d.numberMap(a, tk+".resources"); ok {
+			t.Resources = m
+		}
+	}
+	d.intVal(c.Attributes["min_workers"], tk+".min_workers", &t.MinWorkers)
+	d.intVal(c.Attributes["max_workers"], tk+".max_workers", &t.MaxWorkers)
+	d.n.NodeTypes = append(d.n.NodeTypes, t)
+}

@@ -1,0 +1,283 @@
+package config
+
+import (
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/goray-dev/goray/internal/resources"
+	"github.com/hashicorp/hcl/v2"
+)
+
+// logLevels are the level names hclog understands.
+var logLevels = []string{"trace", "debug", "info", "warn", "error", "off"}
+
+// reservedResources may not be used as custom resource names; they have
+// their own settings.
+var reservedResources = []string{resources.CPU, resources.GPU, resources.Memory, resources.ObjectStoreMemory}
+
+// Validate checks value ranges and cross-field rules: a non-head node needs
+// an address to join, addresses are host:port, ports are 0..65535, the log
+// level is known, object_store.spill_threshold is in (0, 1],
+// inline_limit does not exceed the object store memory when that is set,
+// amounts and counts are not negative, durations are positive, plugin kinds
+// are known and each kind+name appears once, sha256 pins are hex digests,
+// node types are unique and have min_workers <= max_workers.
+//
+// Each diagnostic points at the offending value when it came from a file
+// (and was not overridden by a flag since); otherwise it has no Subject and
+// its Detail names the setting. Call Validate after Override.
+func (n *Node) Validate() hcl.Diagnostics {
+	v := &validator{n: n}
+	v.node()
+	sortDiagnostics(v.diags)
+	return v.diags
+}
+
+type validator struct {
+	n     *Node
+	diags hcl.Diagnostics
+}
+
+// errorf records an error at the range stored under key, if any.
+func (v *validator) errorf(key, summary, format string, args ...any) {
+	d := &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(format, args...),
+	}
+	if r, ok := v.n.ranges[key]; ok && key != "" {
+		d.Subject = r.Ptr()
+	}
+	v.diags = append(v.diags, d)
+}
+
+// errorAt records an error at r unless r is the zero range.
+func (v *validator) errorAt(r hcl.Range, summary, format string, args ...any) {
+	d := &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  summary,
+		Detail:   fmt.Sprintf(format, args...),
+	}
+	if r != (hcl.Range{}) {
+		d.Subject = r.Ptr()
+	}
+	v.diags = append(v.diags, d)
+}
+
+func (v *validator) node() {
+	n := v.n
+	v.address()
+	v.port(keyPort, "port", n.Port)
+	v.port(keyRayletPort, "raylet_port", n.RayletPort)
+
+	if !slices.Contains(logLevels, strings.ToLower(n.LogLevel)) {
+		v.errorf(keyLogLevel, "Unknown log level",
+			"log_level %q is not a log level; use one of %s.%s",
+			n.LogLevel, strings.Join(logLevels, ", "), didYouMean(n.LogLevel, logLevels))
+	}
+	if n.TempDir == "" {
+		v.errorf(keyTempDir, "Missing temp_dir", "temp_dir must name a directory for session files, sockets and logs.")
+	}
+
+	v.resources()
+	v.objectStore()
+
+	wp := n.WorkerPool
+	if wp.Prestart != nil && *wp.Prestart < 0 {
+		v.errorf(keyPrestart, "Invalid value", "worker_pool.prestart must not be negative, got %d.", *wp.Prestart)
+	}
+	if wp.MaxIdle != nil && *wp.MaxIdle < 0 {
+		v.errorf(keyMaxIdle, "Invalid value", "worker_pool.max_idle must not be negative, got %d.", *wp.MaxIdle)
+	}
+	if wp.IdleTimeout <= 0 {
+		v.errorf(keyIdleTimeout, "Invalid duration", "worker_pool.idle_timeout must be positive, got %s.", wp.IdleTimeout)
+	}
+	if wp.StartTimeout <= 0 {
+		v.errorf(keyStartTimeout, "Invalid duration", "worker_pool.start_timeout must be positive, got %s.", wp.StartTimeout)
+	}
+
+	hc := n.HealthCheck
+	if hc.Period <= 0 {
+		v.errorf(keyPeriod, "Invalid duration", "health_check.period must be positive, got %s.", hc.Period)
+	}
+	if hc.FailureThreshold < 1 {
+		v.errorf(keyFailThreshold, "Invalid value", "health_check.failure_threshold must be at least 1, got %d.", hc.FailureThreshold)
+	}
+
+	v.plugins()
+	v.nodeTypes()
+}
+
+func (v *validator) address() {
+	n := v.n
+	if n.Address == "" {
+		if !n.Head {
+			v.errorf("", "Missing GCS address",
+				"A node that is not the head must name the head to join: set address = \"host:port\" in the config file or pass the address flag, or declare this node the head with a head block.")
+		}
+		return
+	}
+	host, port, err := net.SplitHostPort(n.Address)
+	if err != nil {
+		v.errorf(keyAddress, "Invalid address", "The GCS address %q must have the form host:port: %s.", n.Address, err)
+		return
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		v.errorf(keyAddress, "Invalid address", "The port %q of GCS address %q is not a number from 0 to 65535.", port, n.Address)
+		return
+	}
+	if !n.Head && (host == "" || p == 0) {
+		v.errorf(keyAddress, "Invalid address", "The GCS address %q to join must name the head's host and a non-zero port.", n.Address)
+	}
+}
+
+func (v *validator) port(key, name string, p int) {
+	if p < 0 || p > 65535 {
+		v.errorf(key, "Invalid port", "%s must be from 0 to 65535, got %d.", name, p)
+	}
+}
+
+// amount checks a resource amount with the rules of internal/resources.
+func (v *validator) amount(key, name string, f float64) {
+	if _, err := resources.FromFloat(name, f); err != nil {
+		v.errorf(key, "Invalid resource amount", "%s.", err)
+	}
+}
+
+func (v *validator) resources() {
+	r := v.n.Resources
+	if r.CPU != nil {
+		v.amount(keyCPU, resources.CPU, *r.CPU)
+	}
+	if r.GPU != nil {
+		v.amount(keyGPU, resources.GPU, *r.GPU)
+	}
+	if r.Memory != nil && *r.Memory < 0 {
+		v.errorf(keyMemory, "Invalid resource amount", "resources.memory must not be negative, got %d.", *r.Memory)
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Custom)) {
+		key := entryKey(keyCustom, name)
+		if name == "" {
+			v.errorf(key, "Invalid resource name", "Custom resource names must not be empty.")
+			continue
+		}
+		if slices.Contains(reservedResources, name) {
+			v.errorf(key, "Reserved resource name",
+				"Custom resource %q is reserved; set it with its own setting (resources { %s = ... } or the matching flag) instead.", name, name)
+			continue
+		}
+		v.amount(key, name, r.Custom[name])
+	}
+}
+
+func (v *validator) objectStore() {
+	st := v.n.ObjectStore
+	if st.Memory < 0 {
+		v.errorf(keyStoreMemory, "Invalid size", "object_store.memory must not be negative, got %d.", st.Memory)
+	}
+	if !(st.SpillThreshold > 0 && st.SpillThreshold <= 1) {
+		v.errorf(keySpillThreshold, "Invalid spill threshold",
+			"object_store.spill_threshold is a fraction of the store's memory and must be greater than 0 and at most 1, got %g.", st.SpillThreshold)
+	}
+	if st.InlineLimit < 0 {
+		v.errorf(keyInlineLimit, "Invalid size", "object_store.inline_limit must not be negative, got %d.", st.InlineLimit)
+	} else if st.Memory > 0 && st.InlineLimit > st.Memory {
+		v.errorf(keyInlineLimit, "Inline limit exceeds object store",
+			"object_store.inline_limit (%d bytes) must not exceed object_store.memory (%d bytes).", st.InlineLimit, st.Memory)
+	}
+}
+
+func (v *validator) plugins() {
+	seen := map[string]Plugin{}
+	for _, p := range v.n.Plugins {
+		pk := ""
+		if p.DeclRange != (hcl.Range{}) {
+			pk = declKey("plugin", p.DeclRange)
+		}
+		key := func(suffix string) string {
+			if pk == "" {
+				return ""
+			}
+			return pk + suffix
+		}
+		if !slices.Contains(pluginKinds, p.Kind) {
+			v.errorf(key(".kind"), "Unknown plugin kind",
+				"Plugin %q has kind %q; the kinds are %s.%s",
+				p.Name, p.Kind, strings.Join(pluginKinds, ", "), didYouMean(p.Kind, pluginKinds))
+		}
+		if p.Name == "" {
+			v.errorf(key(".name"), "Missing plugin name", "The %s plugin needs a non-empty name.", p.Kind)
+		}
+		if p.SHA256 != "" {
+			if b, err := hex.DecodeString(p.SHA256); err != nil || len(b) != 32 {
+				v.errorf(key(".sha256"), "Invalid sha256",
+					"The sha256 of plugin %s %q must be 64 hexadecimal digits, got %q.", p.Kind, p.Name, p.SHA256)
+			}
+		}
+		id := p.Kind + "\x00" + p.Name
+		if first, dup := seen[id]; dup {
+			where := ""
+			if first.DeclRange != (hcl.Range{}) {
+				where = fmt.Sprintf("; the first is at %s", first.DeclRange)
+			}
+			v.errorAt(p.DeclRange, "Duplicate plugin", "Plugin %s %q is declared more than once%s.", p.Kind, p.Name, where)
+			continue
+		}
+		seen[id] = p
+	}
+}
+
+func (v *validator) nodeTypes() {
+	seen := map[string]NodeType{}
+	for _, t := range v.n.NodeTypes {
+		tk := ""
+		if t.DeclRange != (hcl.Range{}) {
+			tk = declKey("node_type", t.DeclRange)
+		}
+		key := func(suffix string) string {
+			if tk == "" {
+				return ""
+			}
+			return tk + suffix
+		}
+		if t.Name == "" {
+			v.errorf(key(".name"), "Missing node type name", "Node types need a non-empty name.")
+		}
+		if first, dup := seen[t.Name]; dup {
+			where := ""
+			if first.DeclRange != (hcl.Range{}) {
+				where = fmt.Sprintf("; the first is at %s", first.DeclRange)
+			}
+			v.errorAt(t.DeclRange, "Duplicate node type", "Node type %q is declared more than once%s.", t.Name, where)
+		} else {
+			seen[t.Name] = t
+		}
+		for _, name := range slices.Sorted(maps.Keys(t.Resources)) {
+			k := key(".resources")
+			if k != "" {
+				k = entryKey(k, name)
+			}
+			if name == "" {
+				v.errorf(k, "Invalid resource name", "Node type %q has a resource with an empty name.", t.Name)
+				continue
+			}
+			v.amount(k, name, t.Resources[name])
+		}
+		if t.MinWorkers < 0 {
+			v.errorf(key(".min_workers"), "Invalid value", "min_workers of node type %q must not be negative, got %d.", t.Name, t.MinWorkers)
+		}
+		if t.MaxWorkers < 0 {
+			v.errorf(key(".max_workers"), "Invalid value", "max_workers of node type %q must not be negative, got %d.", t.Name, t.MaxWorkers)
+		}
+		if t.MinWorkers >= 0 && t.MaxWorkers >= 0 && t.MinWorkers > t.MaxWorkers {
+			v.errorf(key(".min_workers"), "Invalid worker range",
+				"min_workers (%d) of node type %q must not exceed max_workers (%d).", t.MinWorkers, t.Name, t.MaxWorkers)
+		}
+	}
+}

@@ -1,0 +1,292 @@
+package gcs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/proto/gorayv1"
+	"google.golang.org/grpc/status"
+)
+
+type actorEntry struct {
+	id   ids.ID
+	info *gorayv1.ActorInfo
+	// changed is closed (and replaced) whenever the actor's state changes,
+	// waking GetActor(wait_alive) callers.
+	changed chan struct{}
+}
+
+func (a *actorEntry) node() ids.ID   { return ids.MustFromBytes(a.info.GetAddress().GetNodeId()) }
+func (a *actorEntry) worker() ids.ID { return ids.MustFromBytes(a.info.GetAddress().GetWorkerId()) }
+
+// notifyLocked wakes every waiter on the actor; s.mu must be held.
+func (a *actorEntry) notifyLocked() {
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// validateAddress checks the id fields of an optional address.
+func validateAddress(field string, addr *gorayv1.Address) error {
+	if addr == nil {
+		return nil
+	}
+	if _, err := parseOptionalID(field+".node_id", addr.GetNodeId()); err != nil {
+		return err
+	}
+	_, err := parseOptionalID(field+".worker_id", addr.GetWorkerId())
+	return err
+}
+
+// RegisterActor inserts the actor in state PENDING with the server's start
+// time. It fails with NameTakenError when a non-DEAD actor has the same
+// non-empty name, AlreadyExistsError when the id is registered, and
+// JobFinishedError when the actor's job has finished.
+func (s *Server) RegisterActor(_ context.Context, req *gorayv1.RegisterActorRequest) (*gorayv1.RegisterActorReply, error) {
+	in := req.GetActor()
+	if in == nil {
+		return nil, &InvalidArgumentError{Field: "actor", Problem: "required"}
+	}
+	id, err := parseID("actor.actor_id", in.GetActorId())
+	if err != nil {
+		return nil, err
+	}
+	jobID, err := parseID("actor.job_id", in.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if err := validateAddress("actor.address", in.GetAddress()); err != nil {
+		return nil, err
+	}
+	if err := validateAddress("actor.owner", in.GetOwner()); err != nil {
+		return nil, err
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.actors[id]; ok {
+		return nil, &AlreadyExistsError{Kind: "actor", ID: id}
+	}
+	if j, ok := s.jobs[jobID]; ok && j.GetState() == StateFinished {
+		return nil, &JobFinishedError{ID: jobID, Op: fmt.Sprintf("register actor %s", id)}
+	}
+	name := in.GetName()
+	if name != "" {
+		if holder, ok := s.byName[name]; ok && s.actors[holder].info.GetState() != gorayv1.ActorState_ACTOR_STATE_DEAD {
+			return nil, &NameTakenError{Name: name, Holder: holder}
+		}
+	}
+	info := cloneMsg(in)
+	info.State = gorayv1.ActorState_ACTOR_STATE_PENDING
+	info.StartTimeMs = s.nowMs()
+	info.EndTimeMs = 0
+	info.DeathReason = ""
+	a := &actorEntry{id: id, info: info, changed: make(chan struct{})}
+	s.actors[id] = a
+	s.actorSeq = append(s.actorSeq, id)
+	if name != "" {
+		s.byName[name] = id
+	}
+	s.log.Debug("actor registered", "actor", id.Short(), "name", name, "class", info.GetClassName(), "job", jobID.Short())
+	s.publishLocked(Event{Kind: EventActorRegistered, Actor: info})
+	return &gorayv1.RegisterActorReply{}, nil
+}
+
+// UpdateActor merges the non-zero fields state, address, pid, death_reason
+// and end_time_ms into the actor. State PENDING (the zero value) means "no
+// change". Updates to a DEAD actor are ignored: an actor never comes back.
+// An actor that becomes ALIVE on a node already declared dead dies at once.
+func (s *Server) UpdateActor(_ context.Context, req *gorayv1.UpdateActorRequest) (*gorayv1.UpdateActorReply, error) {
+	in := req.GetActor()
+	if in == nil {
+		return nil, &InvalidArgumentError{Field: "actor", Problem: "required"}
+	}
+	id, err := parseID("actor.actor_id", in.GetActorId())
+	if err != nil {
+		return nil, err
+	}
+	if err := validateAddress("actor.address", in.GetAddress()); err != nil {
+		return nil, err
+	}
+	switch st := in.GetState(); st {
+	case gorayv1.ActorState_ACTOR_STATE_PENDING, gorayv1.ActorState_ACTOR_STATE_ALIVE, gorayv1.ActorState_ACTOR_STATE_DEAD:
+	default:
+		return nil, &InvalidArgumentError{Field: "actor.state", Problem: fmt.Sprintf("unknown state %d", st)}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.actors[id]
+	if !ok {
+		return nil, &NotFoundError{Kind: "actor", ID: id}
+	}
+	if a.info.GetState() == gorayv1.ActorState_ACTOR_STATE_DEAD {
+		s.log.Debug("ignoring update of dead actor", "actor", id.Short(), "state", in.GetState())
+		return &gorayv1.UpdateActorReply{}, nil
+	}
+	if in.GetAddress() != nil {
+		a.info.Address = cloneMsg(in.GetAddress())
+	}
+	if in.GetPid() != 0 {
+		a.info.Pid = in.GetPid()
+	}
+	if in.GetEndTimeMs() != 0 {
+		a.info.EndTimeMs = in.GetEndTimeMs()
+	}
+	switch in.GetState() {
+	case gorayv1.ActorState_ACTOR_STATE_DEAD:
+		reason := in.GetDeathReason()
+		if reason == "" {
+			reason = "actor died"
+		}
+		s.markActorDeadLocked(a, reason)
+	case gorayv1.ActorState_ACTOR_STATE_ALIVE:
+		if n, ok := s.nodes[a.node()]; ok && n.info.GetState() == StateDead {
+			s.markActorDeadLocked(a, fmt.Sprintf("node %s died: %s", a.node().Short(), n.info.GetDeathReason()))
+			break
+		}
+		if a.info.GetState() != gorayv1.ActorState_ACTOR_STATE_ALIVE {
+			a.info.State = gorayv1.ActorState_ACTOR_STATE_ALIVE
+			s.log.Debug("actor alive", "actor", id.Short(), "name", a.info.GetName(), "pid", a.info.GetPid())
+			a.notifyLocked()
+			s.publishLocked(Event{Kind: EventActorStateChanged, Actor: a.info})
+		}
+	default:
+		if in.GetDeathReason() != "" {
+			a.info.DeathReason = in.GetDeathReason()
+		}
+	}
+	return &gorayv1.UpdateActorReply{}, nil
+}
+
+// markActorDeadLocked makes a DEAD with reason, frees its name and wakes its
+// waiters; s.mu must be held. It does nothing if a is already dead.
+func (s *Server) markActorDeadLocked(a *actorEntry, reason string) {
+	if a.info.GetState() == gorayv1.ActorState_ACTOR_STATE_DEAD {
+		return
+	}
+	a.info.State = gorayv1.ActorState_ACTOR_STATE_DEAD
+	a.info.DeathReason = reason
+	if a.info.GetEndTimeMs() == 0 {
+		a.info.EndTimeMs = s.nowMs()
+	}
+	s.log.Info("actor dead", "actor", a.id.Short(), "name", a.info.GetName(), "reason", reason)
+	a.notifyLocked()
+	s.publishLocked(Event{Kind: EventActorStateChanged, Actor: a.info})
+}
+
+// lookupActorLocked finds an actor by id, or by name when id is Nil; s.mu
+// must be held.
+func (s *Server) lookupActorLocked(id ids.ID, name string) (*actorEntry, error) {
+	if id.IsNil() {
+		aid, ok := s.byName[name]
+		if !ok {
+			return nil, &NotFoundError{Kind: "actor", Name: name}
+		}
+		return s.actors[aid], nil
+	}
+	a, ok := s.actors[id]
+	if !ok {
+		return nil, &NotFoundError{Kind: "actor", ID: id}
+	}
+	return a, nil
+}
+
+// waitError is returned when a GetActor wait ends with its context. It
+// unwraps to the context's error and carries the matching gRPC status.
+type waitError struct {
+	actor ids.ID
+	err   error
+}
+
+func (e *waitError) Error() string {
+	return fmt.Sprintf("waiting for actor %s to be alive: %v", e.actor, e.err)
+}
+
+func (e *waitError) Unwrap() error { return e.err }
+
+func (e *waitError) GRPCStatus() *status.Status {
+	return status.New(status.FromContextError(e.err).Code(), e.Error())
+}
+
+// GetActor returns an actor by actor_id, or by name: the live actor of that
+// name, else the most recent dead one. With wait_alive it blocks until the
+// actor is ALIVE or DEAD, or ctx ends.
+func (s *Server) GetActor(ctx context.Context, req *gorayv1.GetActorRequest) (*gorayv1.GetActorReply, error) {
+	var id ids.ID
+	name := req.GetName()
+	if len(req.GetActorId()) > 0 {
+		var err error
+		if id, err = parseID("actor_id", req.GetActorId()); err != nil {
+			return nil, err
+		}
+	} else if name == "" {
+		return nil, &InvalidArgumentError{Field: "actor_id", Problem: "actor_id or name is required"}
+	}
+	for {
+		s.mu.Lock()
+		a, err := s.lookupActorLocked(id, name)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		st := a.info.GetState()
+		if !req.GetWaitAlive() || st != gorayv1.ActorState_ACTOR_STATE_PENDING {
+			info := cloneMsg(a.info)
+			s.mu.Unlock()
+			return &gorayv1.GetActorReply{Actor: info}, nil
+		}
+		// Keep waiting on this actor even if the name is later reused.
+		id = a.id
+		ch := a.changed
+		s.mu.Unlock()
+		s.waiters.Add(1)
+		select {
+		case <-ch:
+			s.waiters.Add(-1)
+		case <-ctx.Done():
+			s.waiters.Add(-1)
+			return nil, &waitError{actor: id, err: ctx.Err()}
+		}
+	}
+}
+
+// ListActors returns every actor, alive and dead, in registration order.
+func (s *Server) ListActors(context.Context, *gorayv1.ListActorsRequest) (*gorayv1.ListActorsReply, error) {
+	return &gorayv1.ListActorsReply{Actors: s.Actors()}, nil
+}
+
+// ReportWorkerFailure marks DEAD every actor hosted by worker_id or, when
+// worker_id is empty, every actor on node_id. The node itself is not marked
+// dead.
+func (s *Server) ReportWorkerFailure(_ context.Context, req *gorayv1.ReportWorkerFailureRequest) (*gorayv1.ReportWorkerFailureReply, error) {
+	worker, err := parseOptionalID("worker_id", req.GetWorkerId())
+	if err != nil {
+		return nil, err
+	}
+	node, err := parseOptionalID("node_id", req.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	if worker.IsNil() && node.IsNil() {
+		return nil, &InvalidArgumentError{Field: "worker_id", Problem: "worker_id or node_id is required"}
+	}
+	reason := req.GetReason()
+	match := func(a *actorEntry) bool { return a.worker() == worker }
+	if worker.IsNil() {
+		match = func(a *actorEntry) bool { return a.node() == node }
+		if reason == "" {
+			reason = fmt.Sprintf("node %s failed", node.Short())
+		}
+	} else if reason == "" {
+		reason = fmt.Sprintf("worker %s failed", worker.Short())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, aid := range s.actorSeq {
+		if a := s.actors[aid]; match(a) {
+			s.markActorDeadLocked(a, reason)
+		}
+	}
+	return &gorayv1.ReportWorkerFailureReply{}, nil
+}

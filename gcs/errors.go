@@ -1,0 +1,145 @@
+package gcs
+
+import (
+	"fmt"
+
+	"github.com/goray-dev/goray/internal/ids"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Every error returned by the server is one of the types below. Each
+// implements GRPCStatus, so gRPC clients see the matching status code and the
+// same message, and in-process callers can use errors.As.
+
+// InvalidArgumentError reports a malformed request field (codes.InvalidArgument).
+type InvalidArgumentError struct {
+	// Field is the request field, for example "node.node_id".
+	Field string
+	// Problem says what is wrong with it.
+	Problem string
+}
+
+func (e *InvalidArgumentError) Error() string {
+	return fmt.Sprintf("invalid %s: %s", e.Field, e.Problem)
+}
+
+// GRPCStatus maps the error to codes.InvalidArgument.
+func (e *InvalidArgumentError) GRPCStatus() *status.Status {
+	return status.New(codes.InvalidArgument, e.Error())
+}
+
+// NotFoundError reports that an object is not in the GCS tables
+// (codes.NotFound).
+type NotFoundError struct {
+	// Kind is "node", "job" or "actor".
+	Kind string
+	// ID is the id looked up, or ids.Nil for a lookup by Name.
+	ID ids.ID
+	// Name is the name looked up (actors only), or "".
+	Name string
+}
+
+func (e *NotFoundError) Error() string {
+	if e.ID.IsNil() {
+		return fmt.Sprintf("no %s named %q", e.Kind, e.Name)
+	}
+	return fmt.Sprintf("no %s with id %s", e.Kind, e.ID)
+}
+
+// GRPCStatus maps the error to codes.NotFound.
+func (e *NotFoundError) GRPCStatus() *status.Status {
+	return status.New(codes.NotFound, e.Error())
+}
+
+// NameTakenError reports that a live actor already holds a name
+// (codes.AlreadyExists).
+type NameTakenError struct {
+	// Name is the requested actor name.
+	Name string
+	// Holder is the live actor that holds it.
+	Holder ids.ID
+}
+
+func (e *NameTakenError) Error() string {
+	return fmt.Sprintf("actor name %q is already taken by actor %s", e.Name, e.Holder)
+}
+
+// GRPCStatus maps the error to codes.AlreadyExists.
+func (e *NameTakenError) GRPCStatus() *status.Status {
+	return status.New(codes.AlreadyExists, e.Error())
+}
+
+// AlreadyExistsError reports a second registration of the same id
+// (codes.AlreadyExists).
+type AlreadyExistsError struct {
+	// Kind is "actor".
+	Kind string
+	// ID is the duplicated id.
+	ID ids.ID
+}
+
+func (e *AlreadyExistsError) Error() string {
+	return fmt.Sprintf("%s %s is already registered", e.Kind, e.ID)
+}
+
+// GRPCStatus maps the error to codes.AlreadyExists.
+func (e *AlreadyExistsError) GRPCStatus() *status.Status {
+	return status.New(codes.AlreadyExists, e.Error())
+}
+
+// NodeDeadError reports an attempt to register a node id that the GCS has
+// already declared dead (codes.FailedPrecondition). The node must rejoin with
+// a new id.
+type NodeDeadError struct {
+	// ID is the dead node.
+	ID ids.ID
+	// Reason is its recorded death reason.
+	Reason string
+}
+
+func (e *NodeDeadError) Error() string {
+	return fmt.Sprintf("node %s is dead (%s); rejoin with a new node id", e.ID, e.Reason)
+}
+
+// GRPCStatus maps the error to codes.FailedPrecondition.
+func (e *NodeDeadError) GRPCStatus() *status.Status {
+	return status.New(codes.FailedPrecondition, e.Error())
+}
+
+// JobFinishedError reports an operation that needs a running job on a job
+// that has finished (codes.FailedPrecondition).
+type JobFinishedError struct {
+	// ID is the finished job.
+	ID ids.ID
+	// Op names the rejected operation, for example "register actor".
+	Op string
+}
+
+func (e *JobFinishedError) Error() string {
+	return fmt.Sprintf("%s: job %s has finished", e.Op, e.ID)
+}
+
+// GRPCStatus maps the error to codes.FailedPrecondition.
+func (e *JobFinishedError) GRPCStatus() *status.Status {
+	return status.New(codes.FailedPrecondition, e.Error())
+}
+
+// parseID validates a required 16-byte id field.
+func parseID(field string, b []byte) (ids.ID, error) {
+	if len(b) == 0 {
+		return ids.Nil, &InvalidArgumentError{Field: field, Problem: "required"}
+	}
+	return parseOptionalID(field, b)
+}
+
+// parseOptionalID validates an id field that may be empty (yielding ids.Nil).
+func parseOptionalID(field string, b []byte) (ids.ID, error) {
+	if len(b) == 0 {
+		return ids.Nil, nil
+	}
+	if len(b) != ids.Size {
+		return ids.Nil, &InvalidArgumentError{Field: field, Problem: fmt.Sprintf("want %d bytes, got %d", ids.Size, len(b))}
+	}
+	return ids.MustFromBytes(b), nil
+}

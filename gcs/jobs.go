@@ -1,0 +1,76 @@
+package gcs
+
+import (
+	"context"
+
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/proto/gorayv1"
+)
+
+// AddJob records a job as RUNNING with the server's start time. Adding a
+// running job again is a no-op; adding a finished one fails with
+// JobFinishedError.
+func (s *Server) AddJob(_ context.Context, req *gorayv1.AddJobRequest) (*gorayv1.AddJobReply, error) {
+	if req.GetJob() == nil {
+		return nil, &InvalidArgumentError{Field: "job", Problem: "required"}
+	}
+	id, err := parseID("job.job_id", req.GetJob().GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := parseOptionalID("job.driver_node_id", req.GetJob().GetDriverNodeId()); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if j, ok := s.jobs[id]; ok {
+		if j.GetState() == StateFinished {
+			return nil, &JobFinishedError{ID: id, Op: "add job"}
+		}
+		return &gorayv1.AddJobReply{}, nil
+	}
+	job := cloneMsg(req.GetJob())
+	job.State = StateRunning
+	job.StartTimeMs = s.nowMs()
+	job.EndTimeMs = 0
+	s.jobs[id] = job
+	s.jobOrder = append(s.jobOrder, id)
+	s.log.Info("job added", "job", id.Short(), "binary", job.GetBinaryPath(), "pid", job.GetDriverPid())
+	s.publishLocked(Event{Kind: EventJobAdded, Job: job})
+	return &gorayv1.AddJobReply{}, nil
+}
+
+// MarkJobFinished marks the job FINISHED with the server's end time and kills
+// every actor of the job with reason "job finished". Finishing a finished job
+// is a no-op.
+func (s *Server) MarkJobFinished(_ context.Context, req *gorayv1.MarkJobFinishedRequest) (*gorayv1.MarkJobFinishedReply, error) {
+	id, err := parseID("job_id", req.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	job, ok := s.jobs[id]
+	if !ok {
+		return nil, &NotFoundError{Kind: "job", ID: id}
+	}
+	if job.GetState() == StateFinished {
+		return &gorayv1.MarkJobFinishedReply{}, nil
+	}
+	job.State = StateFinished
+	job.EndTimeMs = s.nowMs()
+	s.log.Info("job finished", "job", id.Short())
+	s.publishLocked(Event{Kind: EventJobFinished, Job: job})
+	for _, aid := range s.actorSeq {
+		a := s.actors[aid]
+		if ids.MustFromBytes(a.info.GetJobId()) == id {
+			s.markActorDeadLocked(a, "job finished")
+		}
+	}
+	return &gorayv1.MarkJobFinishedReply{}, nil
+}
+
+// GetAllJobs returns every job in the order they were added.
+func (s *Server) GetAllJobs(context.Context, *gorayv1.GetAllJobsRequest) (*gorayv1.GetAllJobsReply, error) {
+	return &gorayv1.GetAllJobsReply{Jobs: s.Jobs()}, nil
+}

@@ -1,0 +1,174 @@
+package gcs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/proto/gorayv1"
+)
+
+type nodeEntry struct {
+	info          *gorayv1.NodeInfo
+	available     *gorayv1.Resources
+	storeUsed     int64
+	storeCapacity int64
+	pending       []*gorayv1.PendingDemand
+	lastHeartbeat time.Time
+}
+
+// viewLocked returns a copy of the node's view; s.mu must be held.
+func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
+	v := &gorayv1.NodeView{
+		Info:            cloneMsg(n.info),
+		StoreUsed:       n.storeUsed,
+		StoreCapacity:   n.storeCapacity,
+		LastHeartbeatMs: n.lastHeartbeat.UnixMilli(),
+	}
+	if n.available != nil {
+		v.Available = cloneMsg(n.available)
+	}
+	for _, p := range n.pending {
+		v.Pending = append(v.Pending, cloneMsg(p))
+	}
+	return v
+}
+
+// RegisterNode adds the node in state ALIVE with the server's start time; its
+// available resources start equal to its total. Registering an ALIVE node
+// again only refreshes its heartbeat time; registering a DEAD node's id fails
+// with NodeDeadError.
+func (s *Server) RegisterNode(_ context.Context, req *gorayv1.RegisterNodeRequest) (*gorayv1.RegisterNodeReply, error) {
+	if req.GetNode() == nil {
+		return nil, &InvalidArgumentError{Field: "node", Problem: "required"}
+	}
+	id, err := parseID("node.node_id", req.GetNode().GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	reply := &gorayv1.RegisterNodeReply{HeartbeatPeriodMs: s.period.Milliseconds()}
+	now := s.now()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n, ok := s.nodes[id]; ok {
+		if n.info.GetState() == StateDead {
+			return nil, &NodeDeadError{ID: id, Reason: n.info.GetDeathReason()}
+		}
+		n.lastHeartbeat = now
+		return reply, nil
+	}
+	info := cloneMsg(req.GetNode())
+	info.State = StateAlive
+	info.StartTimeMs = now.UnixMilli()
+	info.EndTimeMs = 0
+	info.DeathReason = ""
+	n := &nodeEntry{info: info, lastHeartbeat: now}
+	if info.GetTotal() != nil {
+		n.available = cloneMsg(info.GetTotal())
+	}
+	s.nodes[id] = n
+	s.nodeOrder = append(s.nodeOrder, id)
+	s.log.Info("node registered", "node", id.Short(), "name", info.GetNodeName(), "head", info.GetIsHead())
+	s.publishLocked(Event{Kind: EventNodeAdded, Node: info})
+	return reply, nil
+}
+
+// UnregisterNode marks the node DEAD with the given reason (default
+// "unregistered"), killing its actors. Unregistering a dead node is a no-op.
+func (s *Server) UnregisterNode(_ context.Context, req *gorayv1.UnregisterNodeRequest) (*gorayv1.UnregisterNodeReply, error) {
+	id, err := parseID("node_id", req.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	reason := req.GetReason()
+	if reason == "" {
+		reason = "unregistered"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[id]
+	if !ok {
+		return nil, &NotFoundError{Kind: "node", ID: id}
+	}
+	s.markNodeDeadLocked(id, n, reason)
+	return &gorayv1.UnregisterNodeReply{}, nil
+}
+
+// ReportHeartbeat records the node's load and liveness. A node already
+// declared dead gets Dead=true and must shut down; an unknown node gets
+// NotFoundError.
+func (s *Server) ReportHeartbeat(_ context.Context, req *gorayv1.HeartbeatRequest) (*gorayv1.HeartbeatReply, error) {
+	id, err := parseID("node_id", req.GetNodeId())
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.nodes[id]
+	if !ok {
+		return nil, &NotFoundError{Kind: "node", ID: id}
+	}
+	if n.info.GetState() == StateDead {
+		return &gorayv1.HeartbeatReply{Dead: true}, nil
+	}
+	n.lastHeartbeat = now
+	n.available = nil
+	if req.GetAvailable() != nil {
+		n.available = cloneMsg(req.GetAvailable())
+	}
+	n.storeUsed = req.GetStoreUsed()
+	n.storeCapacity = req.GetStoreCapacity()
+	n.pending = n.pending[:0]
+	for _, p := range req.GetPending() {
+		n.pending = append(n.pending, cloneMsg(p))
+	}
+	return &gorayv1.HeartbeatReply{}, nil
+}
+
+// GetAllNodes returns every node, alive and dead, with its latest view.
+func (s *Server) GetAllNodes(context.Context, *gorayv1.GetAllNodesRequest) (*gorayv1.GetAllNodesReply, error) {
+	return &gorayv1.GetAllNodesReply{Nodes: s.Nodes()}, nil
+}
+
+// checkHealth declares dead every alive node whose last heartbeat is more
+// than FailureThreshold periods old.
+func (s *Server) checkHealth() {
+	now := s.now()
+	limit := time.Duration(s.threshold) * s.period
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range s.nodeOrder {
+		n := s.nodes[id]
+		if n.info.GetState() == StateDead {
+			continue
+		}
+		if since := now.Sub(n.lastHeartbeat); since > limit {
+			reason := fmt.Sprintf("missed %d health checks (last seen %.1fs ago)", s.threshold, since.Seconds())
+			s.markNodeDeadLocked(id, n, reason)
+		}
+	}
+}
+
+// markNodeDeadLocked marks n DEAD and kills every actor on it; s.mu must be
+// held. It does nothing if n is already dead.
+func (s *Server) markNodeDeadLocked(id ids.ID, n *nodeEntry, reason string) {
+	if n.info.GetState() == StateDead {
+		return
+	}
+	n.info.State = StateDead
+	n.info.EndTimeMs = s.nowMs()
+	n.info.DeathReason = reason
+	s.log.Warn("node dead", "node", id.Short(), "name", n.info.GetNodeName(), "reason", reason)
+	s.publishLocked(Event{Kind: EventNodeDead, Node: n.info})
+
+	actorReason := fmt.Sprintf("node %s died: %s", id.Short(), reason)
+	for _, aid := range s.actorSeq {
+		a := s.actors[aid]
+		if a.node() == id {
+			s.markActorDeadLocked(a, actorReason)
+		}
+	}
+}

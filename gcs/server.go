@@ -1,0 +1,169 @@
+// Package gcs implements the global control service: the head node's
+// in-memory tables of nodes, jobs and actors plus a namespaced key-value
+// store, served over gRPC as gorayv1.GcsServer.
+//
+// The GCS is never on the per-task path. Nodes register and send periodic
+// heartbeats; Run declares a node dead after Options.FailureThreshold missed
+// heartbeat periods, and every actor on a dead node dies with it. Nothing is
+// persisted: a restarted GCS starts empty.
+package gcs
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// Defaults for Options.
+const (
+	DefaultHeartbeatPeriod  = time.Second
+	DefaultFailureThreshold = 5
+)
+
+// Node and job states as stored in NodeInfo.state and JobInfo.state.
+const (
+	StateAlive    = "ALIVE"
+	StateDead     = "DEAD"
+	StateRunning  = "RUNNING"
+	StateFinished = "FINISHED"
+)
+
+// Options configures a Server. The zero value uses the defaults.
+type Options struct {
+	// HeartbeatPeriod is how often nodes must report; it is returned to
+	// nodes in RegisterNodeReply. Default 1s.
+	HeartbeatPeriod time.Duration
+	// FailureThreshold is how many periods without a heartbeat make a node
+	// DEAD. Default 5.
+	FailureThreshold int
+	// Logger receives the server's logs; nil discards them.
+	Logger hclog.Logger
+	// Now returns the current time; nil means time.Now. For tests.
+	Now func() time.Time
+}
+
+// Server is the GCS. Create it with New, expose it with Register and run the
+// health checks with Run. All methods are safe for concurrent use.
+type Server struct {
+	gorayv1.UnimplementedGcsServer
+
+	period    time.Duration
+	threshold int
+	log       hclog.Logger
+	now       func() time.Time
+
+	mu        sync.Mutex
+	nodes     map[ids.ID]*nodeEntry
+	nodeOrder []ids.ID
+	jobs      map[ids.ID]*gorayv1.JobInfo
+	jobOrder  []ids.ID
+	actors    map[ids.ID]*actorEntry
+	actorSeq  []ids.ID
+	// byName maps an actor name to the most recently registered actor of that
+	// name. Registration is refused while that actor is not DEAD, so it is
+	// the live holder of the name if there is one, else the latest dead one.
+	byName map[string]ids.ID
+	subs   map[*subscriber]struct{}
+
+	kvMu sync.Mutex
+	kv   map[string]map[string][]byte
+
+	// waiters counts GetActor calls blocked in wait_alive (for tests).
+	waiters atomic.Int64
+}
+
+var _ gorayv1.GcsServer = (*Server)(nil)
+
+// New returns a server with empty tables.
+func New(opts Options) *Server {
+	if opts.HeartbeatPeriod <= 0 {
+		opts.HeartbeatPeriod = DefaultHeartbeatPeriod
+	}
+	if opts.FailureThreshold <= 0 {
+		opts.FailureThreshold = DefaultFailureThreshold
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Server{
+		period:    opts.HeartbeatPeriod,
+		threshold: opts.FailureThreshold,
+		log:       opts.Logger,
+		now:       opts.Now,
+		nodes:     map[ids.ID]*nodeEntry{},
+		jobs:      map[ids.ID]*gorayv1.JobInfo{},
+		actors:    map[ids.ID]*actorEntry{},
+		byName:    map[string]ids.ID{},
+		subs:      map[*subscriber]struct{}{},
+		kv:        map[string]map[string][]byte{},
+	}
+}
+
+// Register registers the Gcs service on g.
+func (s *Server) Register(g *grpc.Server) {
+	gorayv1.RegisterGcsServer(g, s)
+}
+
+// Run checks node health once per heartbeat period until ctx is done.
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(s.period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.checkHealth()
+		}
+	}
+}
+
+// Nodes returns a snapshot of every node (alive and dead) in registration
+// order.
+func (s *Server) Nodes() []*gorayv1.NodeView {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*gorayv1.NodeView, 0, len(s.nodeOrder))
+	for _, id := range s.nodeOrder {
+		out = append(out, s.nodes[id].viewLocked())
+	}
+	return out
+}
+
+// Jobs returns a snapshot of every job in the order they were added.
+func (s *Server) Jobs() []*gorayv1.JobInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*gorayv1.JobInfo, 0, len(s.jobOrder))
+	for _, id := range s.jobOrder {
+		out = append(out, cloneMsg(s.jobs[id]))
+	}
+	return out
+}
+
+// Actors returns a snapshot of every actor in registration order.
+func (s *Server) Actors() []*gorayv1.ActorInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*gorayv1.ActorInfo, 0, len(s.actorSeq))
+	for _, id := range s.actorSeq {
+		out = append(out, cloneMsg(s.actors[id].info))
+	}
+	return out
+}
+
+func cloneMsg[T proto.Message](m T) T {
+	return proto.Clone(m).(T)
+}
+
+func (s *Server) nowMs() int64 { return s.now().UnixMilli() }

@@ -1,0 +1,235 @@
+// Package codec turns Go values into the bytes goray stores and sends.
+//
+// Every encoded value is a format byte (the object's metadata) plus data:
+//   - FormatRaw: the value is a []byte, stored as is. Large byte payloads are
+//     therefore read straight out of shared memory without decoding.
+//   - FormatMsgpack: any other value, in MessagePack (vmihailenco/msgpack).
+//   - FormatError: an encoded *RemoteError; Get returns it as an error.
+//
+// Object references inside values are encoded by the reference type itself
+// (see EncodeRef/DecodeRef); the encoder records each one it writes so the
+// runtime can keep the referenced objects alive while the outer value exists.
+package codec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	"github.com/goray-dev/goray/internal/ids"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Format says how an object's data is encoded.
+type Format byte
+
+// Formats. The values are part of the wire format; never renumber.
+const (
+	FormatMsgpack Format = 'M'
+	FormatRaw     Format = 'R'
+	FormatError   Format = 'E'
+)
+
+// Meta returns the one-byte metadata of a format.
+func (f Format) Meta() []byte { return metas[f] }
+
+var metas = map[Format][]byte{
+	FormatMsgpack: {byte(FormatMsgpack)},
+	FormatRaw:     {byte(FormatRaw)},
+	FormatError:   {byte(FormatError)},
+}
+
+// FormatOf reads the format from metadata; empty metadata means msgpack.
+func FormatOf(meta []byte) Format {
+	if len(meta) == 0 {
+		return FormatMsgpack
+	}
+	return Format(meta[0])
+}
+
+// RefInfo is an object reference found inside an encoded value.
+type RefInfo struct {
+	ID    ids.ObjectID
+	Owner *pb.Address
+}
+
+// writer is the io.Writer behind every pooled encoder; EncodeRef finds it via
+// Encoder.Writer to record references.
+type writer struct {
+	bytes.Buffer
+	refs []RefInfo
+}
+
+type encState struct {
+	w   writer
+	enc *msgpack.Encoder
+}
+
+var encPool = sync.Pool{New: func() any {
+	s := &encState{}
+	s.enc = msgpack.NewEncoder(&s.w)
+	s.enc.UseCompactInts(true)
+	return s
+}}
+
+var bytesType = reflect.TypeOf([]byte(nil))
+
+// Encode encodes v. A []byte is returned as is (FormatRaw, no copy); other
+// values are encoded with msgpack. refs lists the object references found
+// inside v.
+func Encode(v any) (f Format, data []byte, refs []RefInfo, err error) {
+	if b, ok := v.([]byte); ok {
+		return FormatRaw, b, nil, nil
+	}
+	s := encPool.Get().(*encState)
+	s.w.Reset()
+	s.w.refs = nil
+	if err := s.enc.Encode(v); err != nil {
+		encPool.Put(s)
+		return 0, nil, nil, &EncodeError{Type: fmt.Sprintf("%T", v), Err: err}
+	}
+	data = bytes.Clone(s.w.Bytes())
+	refs = s.w.refs
+	s.w.refs = nil
+	if s.w.Cap() <= 1<<20 {
+		encPool.Put(s)
+	}
+	return FormatMsgpack, data, refs, nil
+}
+
+// DecodeInto decodes data of format f into ptr, which must be a non-nil
+// pointer. A FormatRaw payload decodes into *[]byte without a copy when
+// noCopy is set, otherwise it is copied.
+func DecodeInto(f Format, data []byte, ptr any, noCopy bool) error {
+	switch f {
+	case FormatRaw:
+		if bp, ok := ptr.(*[]byte); ok {
+			if noCopy {
+				*bp = data
+			} else {
+				*bp = bytes.Clone(data)
+				if *bp == nil {
+					*bp = []byte{}
+				}
+			}
+			return nil
+		}
+		if ap, ok := ptr.(*any); ok {
+			*ap = bytes.Clone(data)
+			return nil
+		}
+		return &TypeError{Want: typeName(ptr), Got: "[]byte"}
+	case FormatMsgpack:
+		dec := msgpack.GetDecoder()
+		dec.Reset(bytes.NewReader(data))
+		err := dec.Decode(ptr)
+		msgpack.PutDecoder(dec)
+		if err != nil {
+			return &TypeError{Want: typeName(ptr), Err: err}
+		}
+		return nil
+	case FormatError:
+		return errors.New("codec: value is an encoded error")
+	default:
+		return fmt.Errorf("codec: unknown format %q", byte(f))
+	}
+}
+
+func typeName(ptr any) string {
+	t := reflect.TypeOf(ptr)
+	if t != nil && t.Kind() == reflect.Pointer {
+		return t.Elem().String()
+	}
+	return fmt.Sprintf("%T", ptr)
+}
+
+// EncodeError reports a value that cannot be encoded.
+type EncodeError struct {
+	Type string
+	Err  error
+}
+
+func (e *EncodeError) Error() string {
+	return fmt.Sprintf("cannot encode value of type %s: %v", e.Type, e.Err)
+}
+
+func (e *EncodeError) Unwrap() error { return e.Err }
+
+// TypeError reports data that does not decode into the wanted type.
+type TypeError struct {
+	Want string
+	Got  string
+	Err  error
+}
+
+func (e *TypeError) Error() string {
+	switch {
+	case e.Got != "":
+		return fmt.Sprintf("cannot decode %s into %s", e.Got, e.Want)
+	default:
+		return fmt.Sprintf("cannot decode into %s: %v", e.Want, e.Err)
+	}
+}
+
+func (e *TypeError) Unwrap() error { return e.Err }
+
+// EncodeRef writes a reference to enc and records it when enc belongs to
+// Encode. Reference types call it from their EncodeMsgpack method.
+func EncodeRef(enc *msgpack.Encoder, r RefInfo) error {
+	if w, ok := enc.Writer().(*writer); ok {
+		w.refs = append(w.refs, r)
+	}
+	o := r.Owner
+	if o == nil {
+		o = &pb.Address{}
+	}
+	if err := enc.EncodeArrayLen(5); err != nil {
+		return err
+	}
+	for _, b := range [][]byte{r.ID[:], o.NodeId, o.WorkerId} {
+		if err := enc.EncodeBytes(b); err != nil {
+			return err
+		}
+	}
+	if err := enc.EncodeString(o.UnixPath); err != nil {
+		return err
+	}
+	return enc.EncodeString(o.TcpAddr)
+}
+
+// DecodeRef reads a reference written by EncodeRef.
+func DecodeRef(dec *msgpack.Decoder) (RefInfo, error) {
+	var r RefInfo
+	n, err := dec.DecodeArrayLen()
+	if err != nil {
+		return r, err
+	}
+	if n != 5 {
+		return r, fmt.Errorf("codec: object reference has %d fields, want 5", n)
+	}
+	id, err := dec.DecodeBytes()
+	if err != nil {
+		return r, err
+	}
+	if r.ID, err = ids.ObjectIDFromBytes(id); err != nil {
+		return r, err
+	}
+	o := &pb.Address{}
+	if o.NodeId, err = dec.DecodeBytes(); err != nil {
+		return r, err
+	}
+	if o.WorkerId, err = dec.DecodeBytes(); err != nil {
+		return r, err
+	}
+	if o.UnixPath, err = dec.DecodeString(); err != nil {
+		return r, err
+	}
+	if o.TcpAddr, err = dec.DecodeString(); err != nil {
+		return r, err
+	}
+	r.Owner = o
+	return r, nil
+}

@@ -1,0 +1,389 @@
+// Package core is the core worker: the part of goray that runs inside every
+// driver and worker process. It owns objects (reference counts, values,
+// locations), submits tasks to leased workers and actors, and, in workers,
+// executes tasks. sdk/ray is its typed front end.
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/objstore"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Mode says whether the process is a driver or a worker.
+type Mode int
+
+// Modes.
+const (
+	ModeDriver Mode = iota
+	ModeWorker
+)
+
+// MaxMessageSize is the gRPC message limit on both sides of every goray
+// connection. Values above the inline limit travel through shared memory,
+// so messages stay small; the limit is raised deliberately so that a task
+// with many inline arguments or an object holding many references fits.
+const MaxMessageSize = 256 << 20
+
+// Config configures Start.
+type Config struct {
+	Mode         Mode
+	RayletSocket string
+	SessionDir   string
+	// WorkerID is set by the raylet for workers; drivers get a new one.
+	WorkerID ids.ID
+	// Job describes a driver's job (binary, env, working dir).
+	Job    *pb.JobInfo
+	Logger hclog.Logger
+	// OnRayletLost is called when the raylet connection breaks (workers
+	// exit; drivers fail pending work).
+	OnRayletLost func(error)
+}
+
+// CoreWorker is the per-process runtime.
+type CoreWorker struct {
+	cfg    Config
+	log    hclog.Logger
+	mode   Mode
+	id     ids.ID
+	jobID  ids.ID
+	nodeID ids.ID
+	addr   *pb.Address
+	idgen  *ids.Generator
+
+	node        *pb.NodeInfo
+	inlineLimit int64
+	gcsAddr     string
+
+	lis      net.Listener
+	server   *grpc.Server
+	rayletCC *grpc.ClientConn
+	raylet   pb.RayletClient
+	gcsCC    *grpc.ClientConn
+	gcs      pb.GcsClient
+	store    *objstore.Mapping
+
+	objects   *objectTable
+	submitter *submitter
+	actors    *actorManager
+	exec      *executor
+
+	connsMu sync.Mutex
+	conns   map[string]*grpc.ClientConn
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed chan struct{}
+	once   sync.Once
+	wg     sync.WaitGroup
+}
+
+// DialOptions are the gRPC options for every goray client connection.
+func DialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+		grpc.WithWriteBufferSize(256 << 10),
+		grpc.WithReadBufferSize(256 << 10),
+	}
+}
+
+// ServerOptions are the gRPC options for every goray server.
+func ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(MaxMessageSize),
+		grpc.MaxSendMsgSize(MaxMessageSize),
+		grpc.WriteBufferSize(256 << 10),
+		grpc.ReadBufferSize(256 << 10),
+	}
+}
+
+// Dial connects to a goray gRPC endpoint: a unix socket path (absolute) or
+// host:port.
+func Dial(target string) (*grpc.ClientConn, error) {
+	if filepath.IsAbs(target) {
+		target = "unix://" + target
+	}
+	return grpc.NewClient(target, DialOptions()...)
+}
+
+// Start connects to the node's raylet, registers the process and serves the
+// CoreWorker service. It returns once the process is registered.
+func Start(ctx context.Context, cfg Config) (*CoreWorker, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	cw := &CoreWorker{
+		cfg:    cfg,
+		log:    log,
+		mode:   cfg.Mode,
+		id:     cfg.WorkerID,
+		idgen:  ids.NewGenerator(),
+		conns:  map[string]*grpc.ClientConn{},
+		closed: make(chan struct{}),
+	}
+	if cw.id.IsNil() {
+		cw.id = ids.New()
+	}
+	cw.ctx, cw.cancel = context.WithCancel(context.Background())
+	cw.objects = newObjectTable(cw)
+	cw.submitter = newSubmitter(cw)
+	cw.actors = newActorManager(cw)
+	cw.exec = newExecutor(cw)
+
+	if err := cw.start(ctx); err != nil {
+		cw.Close()
+		return nil, err
+	}
+	return cw, nil
+}
+
+func (cw *CoreWorker) start(ctx context.Context) error {
+	sockDir := filepath.Join(cw.cfg.SessionDir, "sockets")
+	if err := os.MkdirAll(sockDir, 0o700); err != nil {
+		return fmt.Errorf("goray: creating socket dir: %w", err)
+	}
+	kind := "driver"
+	if cw.mode == ModeWorker {
+		kind = "worker"
+	}
+	path := filepath.Join(sockDir, fmt.Sprintf("%s-%s.sock", kind, cw.id.Short()+cw.id.String()[8:16]))
+	_ = os.Remove(path)
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("goray: listening on %s: %w", path, err)
+	}
+	cw.lis = lis
+	cw.server = grpc.NewServer(ServerOptions()...)
+	pb.RegisterCoreWorkerServer(cw.server, &coreWorkerService{cw: cw})
+	cw.wg.Add(1)
+	go func() {
+		defer cw.wg.Done()
+		_ = cw.server.Serve(lis)
+	}()
+	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path}
+
+	cc, err := Dial(cw.cfg.RayletSocket)
+	if err != nil {
+		return fmt.Errorf("goray: connecting to raylet at %s: %w", cw.cfg.RayletSocket, err)
+	}
+	cw.rayletCC = cc
+	cw.raylet = pb.NewRayletClient(cc)
+
+	reg, err := cw.openSession(ctx)
+	if err != nil {
+		return err
+	}
+	cw.node = reg.Node
+	cw.nodeID = ids.MustFromBytes(reg.Node.GetNodeId())
+	cw.addr.NodeId = cw.nodeID.Bytes()
+	cw.jobID = ids.MustFromBytes(reg.JobId)
+	cw.inlineLimit = reg.Store.GetInlineLimit()
+	if cw.inlineLimit <= 0 {
+		cw.inlineLimit = 100 << 10
+	}
+	cw.gcsAddr = reg.GcsAddress
+	if cw.gcsAddr != "" {
+		gcc, err := Dial(cw.gcsAddr)
+		if err != nil {
+			return fmt.Errorf("goray: connecting to GCS at %s: %w", cw.gcsAddr, err)
+		}
+		cw.gcsCC = gcc
+		cw.gcs = pb.NewGcsClient(gcc)
+	}
+	if fs := reg.Store.GetFdSocket(); fs != "" {
+		m, err := objstore.Map(ctx, fs)
+		if err != nil {
+			return fmt.Errorf("goray: mapping the object store: %w", err)
+		}
+		cw.store = m
+	}
+	cw.wg.Add(1)
+	go func() { defer cw.wg.Done(); cw.objects.flushLoop() }()
+	return nil
+}
+
+// openSession registers with the raylet over a session stream and watches
+// it for the rest of the process's life.
+func (cw *CoreWorker) openSession(ctx context.Context) (*pb.RayletCommand, error) {
+	type sessionStream interface {
+		Recv() (*pb.RayletCommand, error)
+	}
+	var st sessionStream
+	if cw.mode == ModeWorker {
+		s, err := cw.raylet.WorkerSession(cw.ctx)
+		if err != nil {
+			return nil, fmt.Errorf("goray: opening worker session: %w", err)
+		}
+		if err := s.Send(&pb.WorkerMessage{WorkerId: cw.id.Bytes(), Address: cw.addr, Pid: int32(os.Getpid())}); err != nil {
+			return nil, fmt.Errorf("goray: registering worker: %w", err)
+		}
+		st = s
+	} else {
+		job := cw.cfg.Job
+		if job == nil {
+			job = &pb.JobInfo{}
+		}
+		job.DriverPid = int32(os.Getpid())
+		s, err := cw.raylet.DriverSession(cw.ctx)
+		if err != nil {
+			return nil, fmt.Errorf("goray: opening driver session: %w", err)
+		}
+		if err := s.Send(&pb.DriverMessage{Job: job, Address: cw.addr, Pid: int32(os.Getpid())}); err != nil {
+			return nil, fmt.Errorf("goray: registering driver: %w", err)
+		}
+		st = s
+	}
+	type result struct {
+		cmd *pb.RayletCommand
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		cmd, err := st.Recv()
+		first <- result{cmd, err}
+	}()
+	var reg *pb.RayletCommand
+	select {
+	case r := <-first:
+		if r.err != nil {
+			return nil, fmt.Errorf("goray: raylet refused registration: %w", r.err)
+		}
+		reg = r.cmd
+	case <-ctx.Done():
+		return nil, fmt.Errorf("goray: waiting for the raylet to register this process: %w", ctx.Err())
+	}
+	cw.wg.Add(1)
+	go func() {
+		defer cw.wg.Done()
+		for {
+			cmd, err := st.Recv()
+			if err != nil {
+				if cw.ctx.Err() == nil && cw.cfg.OnRayletLost != nil {
+					cw.cfg.OnRayletLost(err)
+				}
+				return
+			}
+			if cmd.Kind == pb.RayletCommand_EXIT && cw.cfg.OnRayletLost != nil {
+				cw.cfg.OnRayletLost(fmt.Errorf("raylet asked this process to exit: %s", cmd.Reason))
+				return
+			}
+		}
+	}()
+	return reg, nil
+}
+
+// ID returns the process's worker id.
+func (cw *CoreWorker) ID() ids.ID { return cw.id }
+
+// JobID returns the job id.
+func (cw *CoreWorker) JobID() ids.ID { return cw.jobID }
+
+// NodeID returns the id of the node the process runs on.
+func (cw *CoreWorker) NodeID() ids.ID { return cw.nodeID }
+
+// Address returns where this process serves.
+func (cw *CoreWorker) Address() *pb.Address { return cw.addr }
+
+// Mode returns the process mode.
+func (cw *CoreWorker) Mode() Mode { return cw.mode }
+
+// GCS returns the GCS client (nil when the raylet did not give an address).
+func (cw *CoreWorker) GCS() pb.GcsClient { return cw.gcs }
+
+// Raylet returns the local raylet client.
+func (cw *CoreWorker) Raylet() pb.RayletClient { return cw.raylet }
+
+// conn returns a cached client connection to another core worker.
+func (cw *CoreWorker) conn(addr *pb.Address) (*grpc.ClientConn, error) {
+	target := addr.GetUnixPath()
+	if target == "" || (len(addr.NodeId) > 0 && !cw.nodeID.IsNil() && string(addr.NodeId) != string(cw.nodeID[:]) && addr.TcpAddr != "") {
+		target = addr.GetTcpAddr()
+	}
+	if target == "" {
+		return nil, errors.New("goray: address has neither a unix path nor a TCP address")
+	}
+	cw.connsMu.Lock()
+	defer cw.connsMu.Unlock()
+	if c, ok := cw.conns[target]; ok {
+		return c, nil
+	}
+	c, err := Dial(target)
+	if err != nil {
+		return nil, err
+	}
+	cw.conns[target] = c
+	return c, nil
+}
+
+// peer returns a CoreWorker client for addr.
+func (cw *CoreWorker) peer(addr *pb.Address) (pb.CoreWorkerClient, error) {
+	c, err := cw.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewCoreWorkerClient(c), nil
+}
+
+func (cw *CoreWorker) isSelf(addr *pb.Address) bool {
+	return addr != nil && string(addr.WorkerId) == string(cw.id[:])
+}
+
+// Close stops the core worker: pending work fails with ErrShutdown, the
+// server stops and connections close. It is idempotent.
+func (cw *CoreWorker) Close() {
+	cw.once.Do(func() {
+		close(cw.closed)
+		cw.cancel()
+		if cw.submitter != nil {
+			cw.submitter.close()
+		}
+		if cw.actors != nil {
+			cw.actors.close()
+		}
+		if cw.server != nil {
+			stopped := make(chan struct{})
+			go func() { cw.server.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(2 * time.Second):
+				cw.server.Stop()
+			}
+		}
+		cw.connsMu.Lock()
+		for _, c := range cw.conns {
+			_ = c.Close()
+		}
+		cw.conns = map[string]*grpc.ClientConn{}
+		cw.connsMu.Unlock()
+		if cw.gcsCC != nil {
+			_ = cw.gcsCC.Close()
+		}
+		if cw.rayletCC != nil {
+			_ = cw.rayletCC.Close()
+		}
+		cw.wg.Wait()
+		if cw.store != nil {
+			_ = cw.store.Close()
+		}
+		if cw.addr != nil && cw.addr.UnixPath != "" {
+			_ = os.Remove(cw.addr.UnixPath)
+		}
+	})
+}
+
+// Closed is closed when Close starts.
+func (cw *CoreWorker) Closed() <-chan struct{} { return cw.closed }

@@ -1,0 +1,173 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/goray-dev/goray/internal/ids"
+)
+
+// Sentinel errors. Every typed error below matches one of these with
+// errors.Is, so callers can test the category without errors.As.
+var (
+	ErrTaskFailed       = errors.New("task failed")
+	ErrPanic            = errors.New("task panicked")
+	ErrWorkerCrashed    = errors.New("worker crashed")
+	ErrActorDied        = errors.New("actor died")
+	ErrObjectFreed      = errors.New("object freed")
+	ErrObjectUnknown    = errors.New("object unknown")
+	ErrOwnerDied        = errors.New("owner died")
+	ErrGetTimeout       = errors.New("get timed out")
+	ErrFunctionNotFound = errors.New("function not registered")
+	ErrArgType          = errors.New("argument type mismatch")
+	ErrStoreFull        = errors.New("object store full")
+	ErrNotInitialized   = errors.New("goray is not initialized")
+	ErrShutdown         = errors.New("goray is shut down")
+	ErrActorNotFound    = errors.New("actor not found")
+)
+
+// RemoteError is an error raised by user code in a task or actor method. It
+// keeps the remote message, the Go type of the original error and the remote
+// stack. It also travels as an object value (format "error"), so every Get of
+// the task's result returns it.
+type RemoteError struct {
+	// Function is the registered name of the function or method.
+	Function string `msgpack:"f"`
+	// TaskID is the hex id of the failed task.
+	TaskID string `msgpack:"t"`
+	// Type is the Go type of the original error ("*errors.errorString") or
+	// of the panic value.
+	Type string `msgpack:"y"`
+	// Message is the original error's message.
+	Message string `msgpack:"m"`
+	// Stack is the remote goroutine's stack for panics, empty otherwise.
+	Stack string `msgpack:"s"`
+	// Panic is set when the user code panicked.
+	Panic bool `msgpack:"p"`
+	// Kind says which system error this is when the failure was not in user
+	// code (see Kind* constants); empty for user errors.
+	Kind string `msgpack:"k"`
+	// Node and Pid say where the task ran.
+	Node string `msgpack:"n"`
+	Pid  int    `msgpack:"i"`
+}
+
+// System error kinds carried in RemoteError.Kind.
+const (
+	KindFunctionNotFound = "function_not_found"
+	KindArgType          = "arg_type"
+	KindWorkerCrashed    = "worker_crashed"
+	KindActorDied        = "actor_died"
+	KindOwnerDied        = "owner_died"
+	KindStoreFull        = "store_full"
+	KindObjectFreed      = "object_freed"
+)
+
+func (e *RemoteError) Error() string {
+	what := "task " + e.Function
+	if e.Panic {
+		s := fmt.Sprintf("%s panicked: %s", what, e.Message)
+		if e.Stack != "" {
+			s += "\n\nremote stack (pid " + fmt.Sprint(e.Pid) + "):\n" + e.Stack
+		}
+		return s
+	}
+	return fmt.Sprintf("%s failed: %s", what, e.Message)
+}
+
+// Is lets errors.Is match the category.
+func (e *RemoteError) Is(target error) bool {
+	switch target {
+	case ErrTaskFailed:
+		return true
+	case ErrPanic:
+		return e.Panic
+	case ErrFunctionNotFound:
+		return e.Kind == KindFunctionNotFound
+	case ErrArgType:
+		return e.Kind == KindArgType
+	case ErrWorkerCrashed:
+		return e.Kind == KindWorkerCrashed
+	case ErrActorDied:
+		return e.Kind == KindActorDied
+	case ErrOwnerDied:
+		return e.Kind == KindOwnerDied
+	case ErrStoreFull:
+		return e.Kind == KindStoreFull
+	case ErrObjectFreed:
+		return e.Kind == KindObjectFreed
+	}
+	return false
+}
+
+// WorkerCrashedError says the worker running a task died (its process exited
+// or its connection broke) more times than the task may be retried.
+type WorkerCrashedError struct {
+	Function string
+	TaskID   ids.ID
+	Attempts int
+	Reason   string
+}
+
+func (e *WorkerCrashedError) Error() string {
+	return fmt.Sprintf("task %s (%s): worker crashed on all %d attempts; last: %s", e.Function, e.TaskID.Short(), e.Attempts, e.Reason)
+}
+
+// Is matches ErrWorkerCrashed.
+func (e *WorkerCrashedError) Is(target error) bool { return target == ErrWorkerCrashed }
+
+// ActorDiedError says an actor is dead: its process exited, it was killed,
+// its constructor failed, or its job ended.
+type ActorDiedError struct {
+	ActorID ids.ID
+	Name    string
+	Reason  string
+}
+
+func (e *ActorDiedError) Error() string {
+	n := e.ActorID.Short()
+	if e.Name != "" {
+		n = fmt.Sprintf("%q (%s)", e.Name, n)
+	}
+	return fmt.Sprintf("actor %s died: %s", n, e.Reason)
+}
+
+// Is matches ErrActorDied.
+func (e *ActorDiedError) Is(target error) bool { return target == ErrActorDied }
+
+// ObjectError says an object cannot be read: it was freed (its last reference
+// released), its owner does not know it, or its owner died.
+type ObjectError struct {
+	ObjectID ids.ObjectID
+	// Kind is ErrObjectFreed, ErrObjectUnknown or ErrOwnerDied.
+	Kind   error
+	Detail string
+}
+
+func (e *ObjectError) Error() string {
+	s := fmt.Sprintf("object %s: %v", e.ObjectID, e.Kind)
+	if e.Detail != "" {
+		s += ": " + e.Detail
+	}
+	return s
+}
+
+// Is matches the error's kind.
+func (e *ObjectError) Is(target error) bool { return target == e.Kind }
+
+// GetTimeoutError says a Get or Wait ran out of time before the object was
+// ready. It unwraps to the context error.
+type GetTimeoutError struct {
+	ObjectID ids.ObjectID
+	Err      error
+}
+
+func (e *GetTimeoutError) Error() string {
+	return fmt.Sprintf("get of object %s timed out: %v", e.ObjectID, e.Err)
+}
+
+// Is matches ErrGetTimeout.
+func (e *GetTimeoutError) Is(target error) bool { return target == ErrGetTimeout }
+
+// Unwrap returns the context error.
+func (e *GetTimeoutError) Unwrap() error { return e.Err }

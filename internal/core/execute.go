@@ -1,0 +1,386 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+
+	"github.com/goray-dev/goray/internal/codec"
+	"github.com/goray-dev/goray/internal/ids"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// executor runs tasks pushed to this process (workers only).
+type executor struct {
+	cw *CoreWorker
+
+	mu       sync.Mutex
+	actor    any
+	actorRef ActorRef
+	maxConc  int
+	serial   sync.Mutex    // serialises calls of a non-concurrent actor
+	sem      chan struct{} // bounds calls of a concurrent actor
+}
+
+func newExecutor(cw *CoreWorker) *executor { return &executor{cw: cw} }
+
+type taskCtxKey struct{}
+
+// TaskInfo describes the task a context belongs to.
+type TaskInfo struct {
+	TaskID   ids.ID
+	Function string
+	ActorID  ids.ID
+	Attempt  int
+}
+
+// CurrentTask returns the task running with ctx, if any.
+func CurrentTask(ctx context.Context) (TaskInfo, bool) {
+	t, ok := ctx.Value(taskCtxKey{}).(TaskInfo)
+	return t, ok
+}
+
+type coreWorkerService struct {
+	pb.UnimplementedCoreWorkerServer
+	cw *CoreWorker
+}
+
+func (s *coreWorkerService) PushTasks(stream pb.CoreWorker_PushTasksServer) error {
+	e := s.cw.exec
+	var sendMu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	send := func(rep *pb.TaskReply) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		if err := stream.Send(rep); err != nil {
+			s.cw.log.Debug("sending task reply failed", "error", err)
+		}
+	}
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		spec := req.Spec
+		ctx := stream.Context()
+		switch spec.Kind {
+		case pb.TaskKind_TASK_KIND_NORMAL:
+			send(e.run(ctx, spec, nil))
+		case pb.TaskKind_TASK_KIND_ACTOR_CREATION:
+			send(e.createActor(ctx, spec))
+		case pb.TaskKind_TASK_KIND_ACTOR_METHOD:
+			e.mu.Lock()
+			self, conc, sem := e.actor, e.maxConc, e.sem
+			e.mu.Unlock()
+			if self == nil {
+				send(e.systemError(spec, KindActorDied, "this worker hosts no actor"))
+				continue
+			}
+			if conc <= 1 {
+				e.serial.Lock()
+				rep := e.run(ctx, spec, self)
+				e.serial.Unlock()
+				send(rep)
+				continue
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				send(e.run(ctx, spec, self))
+			}()
+		}
+	}
+}
+
+func (e *executor) systemError(spec *pb.TaskSpec, kind, msg string) *pb.TaskReply {
+	id, _ := ids.ObjectIDFromBytes(spec.ReturnId)
+	re := &RemoteError{Function: spec.Function, TaskID: ids.MustFromBytes(spec.TaskId).String(), Kind: kind, Message: msg, Pid: os.Getpid(), Node: e.cw.nodeID.Short()}
+	return &pb.TaskReply{TaskId: spec.TaskId, Ret: errorReturn(id, re), SystemError: true}
+}
+
+// loadArgs turns the spec's arguments into ArgValues; store arguments are
+// pinned until release is called.
+func (e *executor) loadArgs(ctx context.Context, spec *pb.TaskSpec) ([]ArgValue, func(), error) {
+	args := make([]ArgValue, len(spec.Args))
+	var pinned []*Value
+	release := func() {
+		for _, v := range pinned {
+			v.Release()
+		}
+	}
+	for i, a := range spec.Args {
+		if !a.ByRef {
+			args[i] = ArgValue{Format: codec.FormatOf(a.Metadata), Data: a.Data, Index: i}
+			continue
+		}
+		id, _ := ids.ObjectIDFromBytes(a.Ref.GetObjectId())
+		v, err := e.cw.materialize(ctx, &pb.ReturnObject{ObjectId: id[:], InStore: true, NodeId: a.NodeId})
+		if err != nil {
+			release()
+			return nil, nil, fmt.Errorf("argument %d: %w", i, err)
+		}
+		pinned = append(pinned, v)
+		args[i] = ArgValue{Format: v.Format, Data: v.Data, Index: i}
+	}
+	return args, release, nil
+}
+
+// run executes one task or method call and builds its reply.
+func (e *executor) run(ctx context.Context, spec *pb.TaskSpec, self any) *pb.TaskReply {
+	fn := Lookup(spec.Function)
+	if fn == nil || (self == nil && fn.Task == nil) || (self != nil && fn.Method == nil) {
+		exe, _ := os.Executable()
+		return e.systemError(spec, KindFunctionNotFound, fmt.Sprintf("%q is not registered in worker binary %s; register it at package level (var X = ray.TaskN(fn)) so that the driver and its workers agree", spec.Function, exe))
+	}
+	args, release, err := e.loadArgs(ctx, spec)
+	if err != nil {
+		return e.systemError(spec, KindObjectFreed, err.Error())
+	}
+	tctx := context.WithValue(e.cw.ctx, taskCtxKey{}, TaskInfo{
+		TaskID: ids.MustFromBytes(spec.TaskId), Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Attempt: int(spec.Attempt),
+	})
+	result, err := e.call(tctx, fn, self, args)
+	release()
+	// Borrowers registered while decoding arguments must reach their owners
+	// before the caller drops its hold on the arguments.
+	e.cw.objects.flushBorrows(ctx)
+	return e.reply(ctx, spec, result, err)
+}
+
+// call invokes user code, turning panics into errors.
+func (e *executor) call(ctx context.Context, fn *Function, self any, args []ArgValue) (result any, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &RemoteError{Function: fn.Name, Type: fmt.Sprintf("%T", r), Message: fmt.Sprint(r), Stack: string(debug.Stack()), Panic: true}
+		}
+	}()
+	if self != nil {
+		return fn.Method(ctx, self, args)
+	}
+	return fn.Task(ctx, args)
+}
+
+func (e *executor) reply(ctx context.Context, spec *pb.TaskSpec, result any, err error) *pb.TaskReply {
+	retID, _ := ids.ObjectIDFromBytes(spec.ReturnId)
+	taskHex := ids.MustFromBytes(spec.TaskId).String()
+	if err != nil {
+		var re *RemoteError
+		system := false
+		if errors.As(err, &re) {
+			system = re.Kind != ""
+			re.Function, re.TaskID = spec.Function, taskHex
+		} else {
+			re = &RemoteError{Function: spec.Function, TaskID: taskHex, Type: fmt.Sprintf("%T", err), Message: err.Error()}
+		}
+		re.Pid, re.Node = os.Getpid(), e.cw.nodeID.Short()
+		return &pb.TaskReply{TaskId: spec.TaskId, Ret: errorReturn(retID, re), AppError: !system, SystemError: system}
+	}
+	f, data, refs, err := codec.Encode(result)
+	if err != nil {
+		return e.reply(ctx, spec, nil, err)
+	}
+	e.lendToCaller(ctx, spec.Owner, refs)
+	ret, err := e.cw.storeValue(ctx, retID, f, data, true)
+	if err != nil {
+		return e.reply(ctx, spec, nil, err)
+	}
+	ret.Nested = refsToPB(refs)
+	return &pb.TaskReply{TaskId: spec.TaskId, Ret: ret}
+}
+
+// lendToCaller makes the caller a borrower of every reference inside a
+// return value before the reply leaves, so none is freed in between.
+func (e *executor) lendToCaller(ctx context.Context, caller *pb.Address, refs []codec.RefInfo) {
+	if len(refs) == 0 {
+		return
+	}
+	byOwner := map[ownerKey]*borrowBatch{}
+	var own []ids.ObjectID
+	for _, r := range refs {
+		switch {
+		case e.cw.isSelf(r.Owner):
+			own = append(own, r.ID)
+		case string(r.Owner.GetWorkerId()) == string(caller.GetWorkerId()):
+		default:
+			k := keyOf(r.Owner)
+			if byOwner[k] == nil {
+				byOwner[k] = &borrowBatch{owner: r.Owner}
+			}
+			byOwner[k].ids = append(byOwner[k].ids, r.ID)
+		}
+	}
+	if len(own) > 0 {
+		req := &pb.UpdateBorrowersRequest{Borrower: caller}
+		for _, id := range own {
+			req.Add = append(req.Add, id.Bytes())
+		}
+		e.cw.objects.updateBorrowers(req)
+	}
+	for _, b := range byOwner {
+		e.cw.objects.sendBorrowers(ctx, b.owner, caller, b.ids, nil)
+	}
+}
+
+func (e *executor) createActor(ctx context.Context, spec *pb.TaskSpec) *pb.TaskReply {
+	fn := Lookup(spec.Function)
+	if fn == nil || fn.Task == nil {
+		rep := e.systemError(spec, KindFunctionNotFound, fmt.Sprintf("actor constructor %q is not registered in this worker binary", spec.Function))
+		rep.ActorCreationFailed = true
+		return rep
+	}
+	args, release, err := e.loadArgs(ctx, spec)
+	if err != nil {
+		rep := e.systemError(spec, KindObjectFreed, err.Error())
+		rep.ActorCreationFailed = true
+		return rep
+	}
+	tctx := context.WithValue(e.cw.ctx, taskCtxKey{}, TaskInfo{TaskID: ids.MustFromBytes(spec.TaskId), Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId)})
+	inst, err := e.call(tctx, fn, nil, args)
+	release()
+	e.cw.objects.flushBorrows(ctx)
+	if err == nil && inst == nil {
+		err = errors.New("constructor returned a nil actor")
+	}
+	if err != nil {
+		rep := e.reply(ctx, spec, nil, err)
+		rep.ActorCreationFailed = true
+		return rep
+	}
+	conc := int(spec.MaxConcurrency)
+	if conc < 1 {
+		conc = 1
+	}
+	e.mu.Lock()
+	e.actor = inst
+	e.actorRef = ActorRef{ID: ids.MustFromBytes(spec.ActorId), Name: spec.Name, Class: fn.Class}
+	e.maxConc = conc
+	e.sem = make(chan struct{}, conc)
+	e.mu.Unlock()
+	e.cw.log.Info("actor started", "actor", e.actorRef.ID.Short(), "class", fn.Class, "name", spec.Name)
+	retID, _ := ids.ObjectIDFromBytes(spec.ReturnId)
+	return &pb.TaskReply{TaskId: spec.TaskId, Ret: &pb.ReturnObject{ObjectId: retID.Bytes(), Metadata: codec.FormatMsgpack.Meta(), Data: []byte{0xc0}}}
+}
+
+func (s *coreWorkerService) GetObjectStatus(ctx context.Context, req *pb.GetObjectStatusRequest) (*pb.GetObjectStatusReply, error) {
+	id, err := ids.ObjectIDFromBytes(req.ObjectId)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "object_id: %v", err)
+	}
+	t := s.cw.objects
+	t.mu.Lock()
+	o := t.objs[id]
+	t.mu.Unlock()
+	if o == nil || !o.owned {
+		if s.cw.idgen.Owns(id.TaskID()) {
+			return &pb.GetObjectStatusReply{Status: pb.GetObjectStatusReply_FREED}, nil
+		}
+		return &pb.GetObjectStatusReply{Status: pb.GetObjectStatusReply_UNKNOWN}, nil
+	}
+	ret, err := t.wait(ctx, id)
+	if err != nil {
+		var oe *ObjectError
+		if errors.As(err, &oe) {
+			return &pb.GetObjectStatusReply{Status: pb.GetObjectStatusReply_FREED}, nil
+		}
+		if ctx.Err() != nil {
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		// A system error on the owner side travels as an error object.
+		return &pb.GetObjectStatusReply{Status: pb.GetObjectStatusReply_READY, Object: errorReturn(id, systemRemoteError(err))}, nil
+	}
+	return &pb.GetObjectStatusReply{Status: pb.GetObjectStatusReply_READY, Object: ret}, nil
+}
+
+// systemRemoteError converts a local system error for another process.
+func systemRemoteError(err error) *RemoteError {
+	re := &RemoteError{Message: err.Error(), Type: fmt.Sprintf("%T", err)}
+	switch {
+	case errors.Is(err, ErrWorkerCrashed):
+		re.Kind = KindWorkerCrashed
+	case errors.Is(err, ErrActorDied):
+		re.Kind = KindActorDied
+	case errors.Is(err, ErrOwnerDied):
+		re.Kind = KindOwnerDied
+	case errors.Is(err, ErrStoreFull):
+		re.Kind = KindStoreFull
+	default:
+		re.Kind = KindObjectFreed
+	}
+	return re
+}
+
+func (s *coreWorkerService) UpdateBorrowers(ctx context.Context, req *pb.UpdateBorrowersRequest) (*pb.UpdateBorrowersReply, error) {
+	unknown := s.cw.objects.updateBorrowers(req)
+	rep := &pb.UpdateBorrowersReply{}
+	for _, id := range unknown {
+		rep.Unknown = append(rep.Unknown, id.Bytes())
+	}
+	return rep, nil
+}
+
+func (s *coreWorkerService) Exit(ctx context.Context, req *pb.ExitRequest) (*pb.ExitReply, error) {
+	if s.cw.mode != ModeWorker {
+		return nil, status.Error(codes.FailedPrecondition, "a driver does not exit on request")
+	}
+	s.cw.log.Info("exiting on request", "reason", req.Reason)
+	if req.Force {
+		os.Exit(0)
+	}
+	go func() {
+		s.cw.Close()
+		os.Exit(0)
+	}()
+	return &pb.ExitReply{}, nil
+}
+
+func (s *coreWorkerService) ListOwned(ctx context.Context, req *pb.ListOwnedRequest) (*pb.ListOwnedReply, error) {
+	return s.cw.ListOwned(), nil
+}
+
+// ListOwned reports the tasks this process submitted and the objects it owns.
+func (cw *CoreWorker) ListOwned() *pb.ListOwnedReply {
+	rep := &pb.ListOwnedReply{Owner: cw.addr, Tasks: cw.submitter.listTasks()}
+	t := cw.objects
+	t.mu.Lock()
+	for id, o := range t.objs {
+		if !o.owned {
+			continue
+		}
+		st := "PENDING"
+		if o.done {
+			st = "READY"
+			if o.err != nil || (o.ret != nil && codec.FormatOf(o.ret.Metadata) == codec.FormatError) {
+				st = "FAILED"
+			}
+		}
+		os := &pb.ObjectState{ObjectId: id.Bytes(), Size: o.size, LocalRefs: int64(o.local), SubmittedRefs: int64(o.submitted), Borrowers: int64(len(o.borrowers)), State: st}
+		if o.ret != nil {
+			os.InStore, os.NodeId = o.ret.InStore, o.ret.NodeId
+		}
+		if o.task != nil {
+			os.CallSite = o.task.spec.Function
+		} else {
+			os.CallSite = "put"
+		}
+		rep.Objects = append(rep.Objects, os)
+	}
+	t.mu.Unlock()
+	return rep
+}
+
+// trimName shortens a registered function name for display.
+func trimName(n string) string {
+	if i := strings.LastIndex(n, "/"); i >= 0 {
+		return n[i+1:]
+	}
+	return n
+}

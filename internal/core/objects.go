@@ -1,0 +1,801 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goray-dev/goray/internal/codec"
+	"github.com/goray-dev/goray/internal/ids"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/vmihailenco/msgpack/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// object is one entry of the object table. An owned entry holds the value
+// (inline) or its store location and the full reference count; a borrowed
+// entry counts this process's references and caches the value once fetched.
+type object struct {
+	id    ids.ObjectID
+	owned bool
+	owner *pb.Address
+
+	local     int // live handles in this process
+	submitted int // in-flight tasks that take the object as an argument
+	contained int // values held by this process that contain the reference
+	borrowers map[string]*pb.Address
+
+	ready chan struct{} // closed when done
+	done  bool
+	ret   *pb.ReturnObject // inline value or store location
+	err   error            // system error (worker crashed, actor died, ...)
+
+	nested []codec.RefInfo // references inside the value, held via contained
+
+	// Borrowed entries.
+	registered bool // the owner knows this process borrows the object
+	pendingAdd bool // registration queued, not yet sent
+	fetching   bool
+	stopFetch  context.CancelFunc
+
+	task *taskRecord // creating task (owned, for list and retries)
+	size int64
+}
+
+type ownerKey string
+
+func keyOf(a *pb.Address) ownerKey { return ownerKey(a.GetWorkerId()) }
+
+type borrowBatch struct {
+	owner *pb.Address
+	ids   []ids.ObjectID
+}
+
+type objectTable struct {
+	cw   *CoreWorker
+	mu   sync.Mutex
+	objs map[ids.ObjectID]*object
+
+	// Borrower registrations not yet sent, by owner.
+	adds map[ownerKey]*borrowBatch
+	// Borrower removals and store frees, sent in the background.
+	removes map[ownerKey]*borrowBatch
+	frees   []ids.ObjectID
+	kick    chan struct{}
+}
+
+func newObjectTable(cw *CoreWorker) *objectTable {
+	return &objectTable{
+		cw:      cw,
+		objs:    map[ids.ObjectID]*object{},
+		adds:    map[ownerKey]*borrowBatch{},
+		removes: map[ownerKey]*borrowBatch{},
+		kick:    make(chan struct{}, 1),
+	}
+}
+
+// newOwned creates an owned, pending object.
+func (t *objectTable) newOwned(id ids.ObjectID, task *taskRecord) *object {
+	o := &object{id: id, owned: true, owner: t.cw.addr, ready: make(chan struct{}), task: task}
+	t.mu.Lock()
+	t.objs[id] = o
+	t.mu.Unlock()
+	return o
+}
+
+// entryLocked returns the entry for id, creating a borrowed one when the
+// owner is another process. Callers hold t.mu.
+func (t *objectTable) entryLocked(id ids.ObjectID, owner *pb.Address) *object {
+	o := t.objs[id]
+	if o == nil && owner != nil && !t.cw.isSelf(owner) {
+		o = &object{id: id, owner: owner, ready: make(chan struct{})}
+		t.objs[id] = o
+	}
+	return o
+}
+
+// queueAddLocked queues a borrower registration for a new borrowed entry.
+func (t *objectTable) queueAddLocked(o *object) {
+	if o.owned || o.registered || o.pendingAdd {
+		return
+	}
+	o.pendingAdd = true
+	k := keyOf(o.owner)
+	b := t.adds[k]
+	if b == nil {
+		b = &borrowBatch{owner: o.owner}
+		t.adds[k] = b
+	}
+	b.ids = append(b.ids, o.id)
+}
+
+// addLocal counts a new handle.
+func (t *objectTable) addLocal(id ids.ObjectID, owner *pb.Address) {
+	t.mu.Lock()
+	if o := t.entryLocked(id, owner); o != nil {
+		o.local++
+		t.queueAddLocked(o)
+	}
+	t.mu.Unlock()
+}
+
+func (t *objectTable) removeLocal(id ids.ObjectID) {
+	t.mu.Lock()
+	if o := t.objs[id]; o != nil && o.local > 0 {
+		o.local--
+		t.maybeReleaseLocked(o)
+	}
+	t.mu.Unlock()
+	t.signal()
+}
+
+func (t *objectTable) addSubmitted(refs []codec.RefInfo) {
+	t.mu.Lock()
+	for _, r := range refs {
+		if o := t.entryLocked(r.ID, r.Owner); o != nil {
+			o.submitted++
+			t.queueAddLocked(o)
+		}
+	}
+	t.mu.Unlock()
+}
+
+func (t *objectTable) removeSubmitted(refs []codec.RefInfo) {
+	t.mu.Lock()
+	for _, r := range refs {
+		if o := t.objs[r.ID]; o != nil && o.submitted > 0 {
+			o.submitted--
+			t.maybeReleaseLocked(o)
+		}
+	}
+	t.mu.Unlock()
+	t.signal()
+}
+
+// addContained records that a value held by this process contains refs.
+// registered says the owner already counts this process as a borrower (the
+// executing worker registered us before replying).
+func (t *objectTable) addContainedLocked(refs []codec.RefInfo, registered bool) {
+	for _, r := range refs {
+		o := t.entryLocked(r.ID, r.Owner)
+		if o == nil {
+			continue
+		}
+		o.contained++
+		if registered && !o.owned {
+			o.registered = true
+		}
+		t.queueAddLocked(o)
+	}
+}
+
+// maybeReleaseLocked frees or un-borrows o when nothing references it.
+func (t *objectTable) maybeReleaseLocked(o *object) {
+	total := o.local + o.submitted + o.contained
+	if o.owned {
+		total += len(o.borrowers)
+		if total > 0 || !o.done {
+			return
+		}
+		delete(t.objs, o.id)
+		if o.ret != nil && o.ret.InStore {
+			t.frees = append(t.frees, o.id)
+		}
+		nested := o.nested
+		o.nested = nil
+		for _, r := range nested {
+			if n := t.objs[r.ID]; n != nil && n.contained > 0 {
+				n.contained--
+				t.maybeReleaseLocked(n)
+			}
+		}
+		return
+	}
+	if total > 0 {
+		return
+	}
+	delete(t.objs, o.id)
+	if o.stopFetch != nil {
+		o.stopFetch()
+	}
+	k := keyOf(o.owner)
+	if o.pendingAdd {
+		if b := t.adds[k]; b != nil {
+			for i, id := range b.ids {
+				if id == o.id {
+					b.ids = append(b.ids[:i], b.ids[i+1:]...)
+					break
+				}
+			}
+		}
+		return
+	}
+	if o.registered {
+		b := t.removes[k]
+		if b == nil {
+			b = &borrowBatch{owner: o.owner}
+			t.removes[k] = b
+		}
+		b.ids = append(b.ids, o.id)
+	}
+}
+
+func (t *objectTable) signal() {
+	select {
+	case t.kick <- struct{}{}:
+	default:
+	}
+}
+
+// complete records the value of an owned object.
+func (t *objectTable) complete(id ids.ObjectID, ret *pb.ReturnObject, sysErr error, nestedRegistered bool) {
+	t.mu.Lock()
+	o := t.objs[id]
+	if o == nil || o.done {
+		t.mu.Unlock()
+		// Nobody holds the object any more: free a store copy at once.
+		if o == nil && ret != nil && ret.InStore {
+			t.mu.Lock()
+			t.frees = append(t.frees, id)
+			t.mu.Unlock()
+			t.signal()
+		}
+		return
+	}
+	o.ret = ret
+	o.err = sysErr
+	if ret != nil {
+		o.size = ret.Size
+		if len(ret.Nested) > 0 {
+			refs := refsFromPB(ret.Nested)
+			o.nested = refs
+			t.addContainedLocked(refs, nestedRegistered)
+		}
+	}
+	o.done = true
+	close(o.ready)
+	t.maybeReleaseLocked(o)
+	t.mu.Unlock()
+	t.signal()
+}
+
+// lookup returns the entry for id or nil.
+func (t *objectTable) lookup(id ids.ObjectID) *object {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.objs[id]
+}
+
+// readyChan returns a channel closed when the object's value or location is
+// known, starting a fetch from the owner for borrowed objects.
+func (t *objectTable) readyChan(id ids.ObjectID) (<-chan struct{}, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o := t.objs[id]
+	if o == nil {
+		return nil, t.missingErr(id)
+	}
+	if !o.owned && !o.done && !o.fetching {
+		o.fetching = true
+		ctx, cancel := context.WithCancel(t.cw.ctx)
+		o.stopFetch = cancel
+		go t.fetch(ctx, o)
+	}
+	return o.ready, nil
+}
+
+func (t *objectTable) missingErr(id ids.ObjectID) error {
+	if t.cw.idgen.Owns(id.TaskID()) {
+		return &ObjectError{ObjectID: id, Kind: ErrObjectFreed, Detail: "its last reference was released"}
+	}
+	return &ObjectError{ObjectID: id, Kind: ErrObjectUnknown}
+}
+
+// fetch asks the owner for a borrowed object's value or location.
+func (t *objectTable) fetch(ctx context.Context, o *object) {
+	var ret *pb.ReturnObject
+	var sysErr error
+	for {
+		cli, err := t.cw.peer(o.owner)
+		if err == nil {
+			var rep *pb.GetObjectStatusReply
+			rep, err = cli.GetObjectStatus(ctx, &pb.GetObjectStatusRequest{ObjectId: o.id[:]})
+			if err == nil {
+				switch rep.Status {
+				case pb.GetObjectStatusReply_READY:
+					ret = rep.Object
+				case pb.GetObjectStatusReply_FREED:
+					sysErr = &ObjectError{ObjectID: o.id, Kind: ErrObjectFreed, Detail: "its owner freed it"}
+				default:
+					sysErr = &ObjectError{ObjectID: o.id, Kind: ErrObjectUnknown, Detail: "its owner does not know it"}
+				}
+				break
+			}
+		}
+		if ctx.Err() != nil {
+			return // entry released or shutting down
+		}
+		if status.Code(err) == codes.Unavailable || errors.Is(err, context.DeadlineExceeded) {
+			sysErr = &ObjectError{ObjectID: o.id, Kind: ErrOwnerDied, Detail: fmt.Sprintf("owner %s unreachable: %v", ids.MustFromBytes(o.owner.WorkerId).Short(), status.Convert(err).Message())}
+		} else {
+			sysErr = &ObjectError{ObjectID: o.id, Kind: ErrOwnerDied, Detail: err.Error()}
+		}
+		break
+	}
+	t.mu.Lock()
+	if !o.done {
+		o.ret, o.err, o.done = ret, sysErr, true
+		close(o.ready)
+	}
+	t.mu.Unlock()
+}
+
+// result returns the value or error of a done object.
+func (t *objectTable) result(id ids.ObjectID) (*pb.ReturnObject, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o := t.objs[id]
+	if o == nil {
+		return nil, t.missingErr(id)
+	}
+	return o.ret, o.err
+}
+
+// wait blocks until id is ready and returns its record.
+func (t *objectTable) wait(ctx context.Context, id ids.ObjectID) (*pb.ReturnObject, error) {
+	ch, err := t.readyChan(id)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-ch:
+	default:
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, &GetTimeoutError{ObjectID: id, Err: ctx.Err()}
+			}
+			return nil, ctx.Err()
+		case <-t.cw.closed:
+			return nil, ErrShutdown
+		}
+	}
+	return t.result(id)
+}
+
+// flushBorrows sends queued borrower registrations and waits for them; it
+// runs before a task reply and before Get returns, so an owner never frees
+// an object a borrower has just received.
+func (t *objectTable) flushBorrows(ctx context.Context) {
+	t.mu.Lock()
+	if len(t.adds) == 0 {
+		t.mu.Unlock()
+		return
+	}
+	batches := t.adds
+	t.adds = map[ownerKey]*borrowBatch{}
+	for _, b := range batches {
+		for _, id := range b.ids {
+			if o := t.objs[id]; o != nil {
+				o.pendingAdd = false
+				o.registered = true
+			}
+		}
+	}
+	t.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, b := range batches {
+		if len(b.ids) == 0 {
+			continue
+		}
+		wg.Add(1)
+		go func(b *borrowBatch) {
+			defer wg.Done()
+			t.sendBorrowers(ctx, b.owner, t.cw.addr, b.ids, nil)
+		}(b)
+	}
+	wg.Wait()
+}
+
+func (t *objectTable) sendBorrowers(ctx context.Context, owner, borrower *pb.Address, add, remove []ids.ObjectID) {
+	cli, err := t.cw.peer(owner)
+	if err != nil {
+		return
+	}
+	req := &pb.UpdateBorrowersRequest{Borrower: borrower}
+	for _, id := range add {
+		req.Add = append(req.Add, id.Bytes())
+	}
+	for _, id := range remove {
+		req.Remove = append(req.Remove, id.Bytes())
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := cli.UpdateBorrowers(ctx, req); err != nil {
+		t.cw.log.Debug("updating borrowers failed", "owner", ids.MustFromBytes(owner.WorkerId).Short(), "error", err)
+	}
+}
+
+// updateBorrowers applies a borrower's report on the owner side.
+func (t *objectTable) updateBorrowers(req *pb.UpdateBorrowersRequest) []ids.ObjectID {
+	key := string(req.Borrower.GetWorkerId())
+	var unknown []ids.ObjectID
+	t.mu.Lock()
+	for _, b := range req.Add {
+		id, err := ids.ObjectIDFromBytes(b)
+		if err != nil {
+			continue
+		}
+		o := t.objs[id]
+		if o == nil || !o.owned {
+			unknown = append(unknown, id)
+			continue
+		}
+		if o.borrowers == nil {
+			o.borrowers = map[string]*pb.Address{}
+		}
+		o.borrowers[key] = req.Borrower
+	}
+	for _, b := range req.Remove {
+		id, err := ids.ObjectIDFromBytes(b)
+		if err != nil {
+			continue
+		}
+		if o := t.objs[id]; o != nil && o.owned {
+			delete(o.borrowers, key)
+			t.maybeReleaseLocked(o)
+		}
+	}
+	t.mu.Unlock()
+	t.signal()
+	return unknown
+}
+
+// borrowerDied drops every borrow of a process that is gone.
+func (t *objectTable) borrowerDied(worker []byte) {
+	t.mu.Lock()
+	for _, o := range t.objs {
+		if o.owned && o.borrowers != nil {
+			if _, ok := o.borrowers[string(worker)]; ok {
+				delete(o.borrowers, string(worker))
+				t.maybeReleaseLocked(o)
+			}
+		}
+	}
+	t.mu.Unlock()
+	t.signal()
+}
+
+// flushLoop sends borrower removals and store frees in the background.
+func (t *objectTable) flushLoop() {
+	for {
+		select {
+		case <-t.cw.ctx.Done():
+			return
+		case <-t.kick:
+		}
+		t.mu.Lock()
+		removes := t.removes
+		t.removes = map[ownerKey]*borrowBatch{}
+		frees := t.frees
+		t.frees = nil
+		t.mu.Unlock()
+		for _, b := range removes {
+			t.sendBorrowers(t.cw.ctx, b.owner, t.cw.addr, nil, b.ids)
+		}
+		if len(frees) > 0 {
+			req := &pb.FreeObjectsRequest{}
+			for _, id := range frees {
+				req.ObjectIds = append(req.ObjectIds, id.Bytes())
+			}
+			ctx, cancel := context.WithTimeout(t.cw.ctx, 30*time.Second)
+			if _, err := t.cw.raylet.FreeObjects(ctx, req); err != nil {
+				t.cw.log.Debug("freeing objects failed", "count", len(frees), "error", err)
+			}
+			cancel()
+		}
+	}
+}
+
+func refsFromPB(rs []*pb.ObjectRef) []codec.RefInfo {
+	out := make([]codec.RefInfo, 0, len(rs))
+	for _, r := range rs {
+		id, err := ids.ObjectIDFromBytes(r.ObjectId)
+		if err != nil {
+			continue
+		}
+		out = append(out, codec.RefInfo{ID: id, Owner: r.Owner})
+	}
+	return out
+}
+
+func refsToPB(rs []codec.RefInfo) []*pb.ObjectRef {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make([]*pb.ObjectRef, len(rs))
+	for i, r := range rs {
+		out[i] = &pb.ObjectRef{ObjectId: r.ID.Bytes(), Owner: r.Owner}
+	}
+	return out
+}
+
+// ---------------------------------------------------------------- handles
+
+// Handle is one reference to an object held by this process. The runtime
+// counts handles; a handle released explicitly or collected by the garbage
+// collector drops its count, and the object is freed cluster-wide once no
+// handle, task or borrower references it.
+type Handle struct {
+	ID    ids.ObjectID
+	Owner *pb.Address
+	st    *handleState
+}
+
+type handleState struct {
+	released atomic.Bool
+	t        *objectTable
+	id       ids.ObjectID
+}
+
+func (s *handleState) release() {
+	if s.released.CompareAndSwap(false, true) {
+		s.t.removeLocal(s.id)
+	}
+}
+
+// NewHandle creates a handle for an object owned by owner (nil: this
+// process) and counts it.
+func (cw *CoreWorker) NewHandle(id ids.ObjectID, owner *pb.Address) *Handle {
+	if owner == nil {
+		owner = cw.addr
+	}
+	cw.objects.addLocal(id, owner)
+	return cw.wrapHandle(id, owner)
+}
+
+// wrapHandle creates a handle for a count already taken.
+func (cw *CoreWorker) wrapHandle(id ids.ObjectID, owner *pb.Address) *Handle {
+	st := &handleState{t: cw.objects, id: id}
+	h := &Handle{ID: id, Owner: owner, st: st}
+	runtime.AddCleanup(h, func(s *handleState) { s.release() }, st)
+	return h
+}
+
+// Release drops the handle's reference now instead of at garbage collection.
+// Using the handle afterwards fails with ErrObjectFreed.
+func (h *Handle) Release() {
+	if h != nil && h.st != nil {
+		h.st.release()
+	}
+}
+
+// Released reports whether Release was called.
+func (h *Handle) Released() bool { return h == nil || h.st == nil || h.st.released.Load() }
+
+// Info returns the reference as a codec.RefInfo.
+func (h *Handle) Info() codec.RefInfo { return codec.RefInfo{ID: h.ID, Owner: h.Owner} }
+
+// ------------------------------------------------------------ put and get
+
+// Value is an object's encoded value. Data may point into shared memory;
+// call Release when done with it.
+type Value struct {
+	Format  codec.Format
+	Data    []byte
+	release func()
+}
+
+// Release unpins the value's shared memory (no-op for inline values).
+func (v *Value) Release() {
+	if v != nil && v.release != nil {
+		v.release()
+		v.release = nil
+	}
+}
+
+// Put stores v and returns an owned handle.
+func (cw *CoreWorker) Put(ctx context.Context, v any) (*Handle, error) {
+	f, data, refs, err := codec.Encode(v)
+	if err != nil {
+		return nil, err
+	}
+	id := ids.ObjectIDFor(cw.idgen.Next(), 0)
+	ret, err := cw.storeValue(ctx, id, f, data, true)
+	if err != nil {
+		return nil, err
+	}
+	ret.Nested = refsToPB(refs)
+	o := cw.objects.newOwned(id, nil)
+	o.local = 1
+	cw.objects.complete(id, ret, nil, false)
+	return cw.wrapHandle(id, cw.addr), nil
+}
+
+// storeValue keeps small values inline and writes large ones into the
+// node's shared-memory store. copyInline copies inline data the caller may
+// still mutate.
+func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, f codec.Format, data []byte, copyInline bool) (*pb.ReturnObject, error) {
+	size := int64(len(data))
+	if size <= cw.inlineLimit || cw.store == nil {
+		if copyInline && f == codec.FormatRaw {
+			data = bytes.Clone(data)
+		}
+		if data == nil {
+			data = []byte{}
+		}
+		return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: f.Meta(), Data: data, Size: size}, nil
+	}
+	rep, err := cw.raylet.CreateObject(ctx, &pb.CreateObjectRequest{ObjectId: id[:], DataSize: size, Metadata: f.Meta(), Owner: cw.addr})
+	if err != nil {
+		if status.Code(err) == codes.ResourceExhausted {
+			return nil, &RemoteError{Kind: KindStoreFull, Type: "StoreFullError", Message: status.Convert(err).Message(), Function: "put"}
+		}
+		return nil, fmt.Errorf("goray: creating object %s in the store: %w", id, err)
+	}
+	dst, err := cw.store.Slice(rep.Offset, size)
+	if err != nil {
+		return nil, err
+	}
+	copy(dst, data)
+	if _, err := cw.raylet.SealObject(ctx, &pb.SealObjectRequest{ObjectId: id[:], Release: true}); err != nil {
+		return nil, fmt.Errorf("goray: sealing object %s: %w", id, err)
+	}
+	return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: f.Meta(), InStore: true, NodeId: cw.nodeID.Bytes(), Size: size}, nil
+}
+
+// Get waits for the object and returns its value. Remote errors come back
+// as errors.
+func (cw *CoreWorker) Get(ctx context.Context, h *Handle) (*Value, error) {
+	if h.Released() {
+		return nil, &ObjectError{ObjectID: h.ID, Kind: ErrObjectFreed, Detail: "the reference was released"}
+	}
+	ret, err := cw.objects.wait(ctx, h.ID)
+	if err != nil {
+		return nil, err
+	}
+	runtime.KeepAlive(h)
+	v, err := cw.materialize(ctx, ret)
+	if err != nil {
+		return nil, err
+	}
+	if v.Format == codec.FormatError {
+		defer v.Release()
+		return nil, decodeRemoteError(v.Data)
+	}
+	return v, nil
+}
+
+// materialize turns a return record into readable bytes.
+func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject) (*Value, error) {
+	f := codec.FormatOf(ret.Metadata)
+	if !ret.InStore {
+		return &Value{Format: f, Data: ret.Data}, nil
+	}
+	id, _ := ids.ObjectIDFromBytes(ret.ObjectId)
+	if string(ret.NodeId) != string(cw.nodeID[:]) {
+		return nil, &ObjectError{ObjectID: id, Kind: ErrObjectUnknown, Detail: "the object is on node " + ids.MustFromBytes(ret.NodeId).Short() + " and cross-node transfer is not available yet"}
+	}
+	rep, err := cw.raylet.GetObjects(ctx, &pb.GetObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
+	if err != nil {
+		return nil, fmt.Errorf("goray: reading object %s from the store: %w", id, err)
+	}
+	if len(rep.Objects) != 1 || !rep.Objects[0].Found {
+		return nil, &ObjectError{ObjectID: id, Kind: ErrObjectFreed, Detail: "not in the node's object store"}
+	}
+	so := rep.Objects[0]
+	data, err := cw.store.Slice(so.Offset, so.DataSize)
+	if err != nil {
+		return nil, err
+	}
+	return &Value{Format: f, Data: data, release: func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = cw.raylet.ReleaseObjects(ctx, &pb.ReleaseObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
+	}}, nil
+}
+
+// Wait returns the indexes of the first n handles that are ready, waiting at
+// most until ctx ends (a ctx deadline is not an error for Wait).
+func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, error) {
+	if n > len(hs) {
+		n = len(hs)
+	}
+	type idx struct {
+		i  int
+		ch <-chan struct{}
+	}
+	pending := make([]idx, 0, len(hs))
+	var ready []int
+	for i, h := range hs {
+		if h.Released() {
+			return nil, &ObjectError{ObjectID: h.ID, Kind: ErrObjectFreed, Detail: "the reference was released"}
+		}
+		ch, err := cw.objects.readyChan(h.ID)
+		if err != nil {
+			return nil, err
+		}
+		pending = append(pending, idx{i, ch})
+	}
+	for {
+		rest := pending[:0]
+		for _, p := range pending {
+			select {
+			case <-p.ch:
+				ready = append(ready, p.i)
+			default:
+				rest = append(rest, p)
+			}
+		}
+		pending = rest
+		if len(ready) >= n || len(pending) == 0 {
+			break
+		}
+		// Block on the first pending channel or ctx; then rescan.
+		select {
+		case <-pending[0].ch:
+		case <-ctx.Done():
+			return sortInts(ready), nil
+		case <-cw.closed:
+			return nil, ErrShutdown
+		}
+	}
+	runtime.KeepAlive(hs)
+	return sortInts(ready), nil
+}
+
+func sortInts(a []int) []int {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+	return a
+}
+
+func encodeRemoteError(e *RemoteError) []byte {
+	b, err := msgpack.Marshal(e)
+	if err != nil {
+		b, _ = msgpack.Marshal(&RemoteError{Message: e.Message})
+	}
+	return b
+}
+
+func decodeRemoteError(b []byte) error {
+	var e RemoteError
+	if err := msgpack.Unmarshal(b, &e); err != nil {
+		return fmt.Errorf("goray: undecodable remote error: %w", err)
+	}
+	return &e
+}
+
+// errorReturn encodes err as an error object.
+func errorReturn(id ids.ObjectID, e *RemoteError) *pb.ReturnObject {
+	d := encodeRemoteError(e)
+	return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: codec.FormatError.Meta(), Data: d, Size: int64(len(d))}
+}
+
+// FlushBorrows registers this process as a borrower of every reference it
+// received since the last flush (sdk Get calls it after decoding).
+func (cw *CoreWorker) FlushBorrows(ctx context.Context) { cw.objects.flushBorrows(ctx) }
+
+// FailedHandle returns an owned handle whose object failed with err.
+func (cw *CoreWorker) FailedHandle(err error) *Handle {
+	id := ids.ObjectIDFor(cw.idgen.Next(), 0)
+	o := cw.objects.newOwned(id, nil)
+	o.local = 1
+	var re *RemoteError
+	if errors.As(err, &re) {
+		cw.objects.complete(id, errorReturn(id, re), nil, false)
+	} else {
+		cw.objects.complete(id, nil, err, false)
+	}
+	return cw.wrapHandle(id, cw.addr)
+}

@@ -1,0 +1,547 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/goray-dev/goray/internal/codec"
+	"github.com/goray-dev/goray/internal/ids"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+)
+
+// Tuning of the task path.
+const (
+	// maxLeaseRequests caps concurrent lease requests per scheduling key.
+	maxLeaseRequests = 8
+	// pipelineDepth is how many short tasks may be queued on one leased
+	// worker; long tasks (see slowTask) get one at a time so that other
+	// workers can share the load.
+	pipelineDepth = 16
+	slowTask      = 2 * time.Millisecond
+	// leaseLinger keeps an idle lease briefly so back-to-back submissions
+	// (a loop of Remote+Get) reuse the worker instead of leasing again.
+	leaseLinger = 50 * time.Millisecond
+	// DefaultMaxRetries is how often a task whose worker crashed is retried.
+	DefaultMaxRetries = 3
+)
+
+// ArgInput is one task argument: a value or a reference.
+type ArgInput struct {
+	Value  any
+	Handle *Handle
+}
+
+// TaskOptions are the per-call options of a task or actor.
+type TaskOptions struct {
+	Resources resources.Set
+	// MaxRetries < 0 means DefaultMaxRetries.
+	MaxRetries int
+	Name       string
+	// Actor options.
+	MaxConcurrency int
+}
+
+// taskRecord is the owner's record of a submitted task.
+type taskRecord struct {
+	spec    *pb.TaskSpec
+	retID   ids.ObjectID
+	deps    []codec.RefInfo // references held until the task finishes
+	pending []int           // argument indexes still to resolve
+	ctx     context.Context
+	state   string
+	worker  []byte
+	node    []byte
+	errMsg  string
+	sent    time.Time
+}
+
+// Task states shown by `goray list tasks`.
+const (
+	statePendingArgs  = "PENDING_ARGS"
+	statePendingLease = "PENDING_LEASE"
+	stateRunning      = "RUNNING"
+	stateFinished     = "FINISHED"
+	stateFailed       = "FAILED"
+)
+
+type schedKey struct {
+	key        string
+	res        *pb.Resources
+	queue      []*taskRecord
+	leases     map[*lease]struct{}
+	requesting int
+	cancels    []context.CancelFunc
+	avg        time.Duration // moving average of task round trips
+	measured   bool
+}
+
+type lease struct {
+	id       []byte
+	worker   *pb.Address
+	stream   pb.CoreWorker_PushTasksClient
+	cancel   context.CancelFunc
+	inflight map[ids.ID]*taskRecord
+	sendMu   sync.Mutex
+	key      *schedKey
+	idleGen  int
+	dead     bool
+}
+
+type submitter struct {
+	cw     *CoreWorker
+	mu     sync.Mutex
+	keys   map[string]*schedKey
+	tasks  map[ids.ID]*taskRecord
+	done   []ids.ID // finished task ids, oldest first, for bounded history
+	closed bool
+}
+
+const taskHistory = 10000
+
+func newSubmitter(cw *CoreWorker) *submitter {
+	return &submitter{cw: cw, keys: map[string]*schedKey{}, tasks: map[ids.ID]*taskRecord{}}
+}
+
+// SubmitTask submits a normal task and returns a handle to its result. It
+// never blocks on the cluster; failures surface when the result is read.
+func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []ArgInput, opts TaskOptions) *Handle {
+	taskID := cw.idgen.Next()
+	retID := ids.ObjectIDFor(taskID, 1)
+	res := opts.Resources
+	if res == nil {
+		res = resources.Set{resources.CPU: resources.Unit}
+	}
+	retries := opts.MaxRetries
+	if retries < 0 {
+		retries = DefaultMaxRetries
+	}
+	spec := &pb.TaskSpec{
+		TaskId: taskID.Bytes(), JobId: cw.jobID.Bytes(), Kind: pb.TaskKind_TASK_KIND_NORMAL,
+		Function: function, ReturnId: retID.Bytes(), Owner: cw.addr,
+		Resources: &pb.Resources{Amounts: res}, MaxRetries: int32(retries), Name: opts.Name,
+	}
+	rec := &taskRecord{spec: spec, retID: retID, ctx: ctx, state: statePendingArgs}
+	o := cw.objects.newOwned(retID, rec)
+	o.local = 1
+	h := cw.wrapHandle(retID, cw.addr)
+	s := cw.submitter
+	s.track(rec)
+	if err := cw.buildArgs(ctx, rec, args); err != nil {
+		s.fail(rec, err)
+		return h
+	}
+	if len(rec.pending) == 0 {
+		s.enqueue(rec)
+	} else {
+		go s.resolveThenEnqueue(rec)
+	}
+	return h
+}
+
+// buildArgs encodes values and notes the references a task depends on.
+func (cw *CoreWorker) buildArgs(ctx context.Context, rec *taskRecord, args []ArgInput) error {
+	rec.spec.Args = make([]*pb.TaskArg, len(args))
+	for i, a := range args {
+		if a.Handle != nil {
+			if a.Handle.Released() {
+				return &ObjectError{ObjectID: a.Handle.ID, Kind: ErrObjectFreed, Detail: fmt.Sprintf("argument %d was released before the call", i)}
+			}
+			ref := a.Handle.Info()
+			rec.deps = append(rec.deps, ref)
+			cw.objects.addSubmitted([]codec.RefInfo{ref})
+			rec.spec.Args[i] = &pb.TaskArg{ByRef: true, Ref: &pb.ObjectRef{ObjectId: ref.ID.Bytes(), Owner: ref.Owner}}
+			rec.pending = append(rec.pending, i)
+			continue
+		}
+		f, data, refs, err := codec.Encode(a.Value)
+		if err != nil {
+			return fmt.Errorf("argument %d: %w", i, err)
+		}
+		if len(refs) > 0 {
+			rec.deps = append(rec.deps, refs...)
+			cw.objects.addSubmitted(refs)
+		}
+		if int64(len(data)) > cw.inlineLimit && cw.store != nil {
+			// Large values go through the store once, never through the socket.
+			h, err := cw.Put(ctx, a.Value)
+			if err != nil {
+				return fmt.Errorf("argument %d: %w", i, err)
+			}
+			ref := h.Info()
+			rec.deps = append(rec.deps, ref)
+			cw.objects.addSubmitted([]codec.RefInfo{ref})
+			h.Release()
+			ret, _ := cw.objects.result(ref.ID)
+			rec.spec.Args[i] = &pb.TaskArg{ByRef: true, Ref: &pb.ObjectRef{ObjectId: ref.ID.Bytes(), Owner: cw.addr}, NodeId: ret.GetNodeId()}
+			continue
+		}
+		if f == codec.FormatRaw {
+			data = append([]byte(nil), data...)
+		}
+		rec.spec.Args[i] = &pb.TaskArg{Metadata: f.Meta(), Data: data, Nested: refsToPB(refs)}
+	}
+	return nil
+}
+
+// resolveThenEnqueue waits for reference arguments, inlines small ones and
+// queues the task.
+func (s *submitter) resolveThenEnqueue(rec *taskRecord) {
+	if err := s.cw.resolveArgs(rec); err != nil {
+		s.fail(rec, err)
+		return
+	}
+	s.enqueue(rec)
+}
+
+// resolveArgs waits for every pending reference argument of rec. Small
+// values are inlined into the spec; store objects stay by reference.
+func (cw *CoreWorker) resolveArgs(rec *taskRecord) error {
+	for _, i := range rec.pending {
+		a := rec.spec.Args[i]
+		id, _ := ids.ObjectIDFromBytes(a.Ref.ObjectId)
+		ret, err := cw.objects.wait(rec.ctx, id)
+		if err != nil {
+			return err
+		}
+		if ret == nil {
+			return &ObjectError{ObjectID: id, Kind: ErrObjectUnknown}
+		}
+		if codec.FormatOf(ret.Metadata) == codec.FormatError {
+			return decodeRemoteError(ret.Data)
+		}
+		if ret.InStore {
+			a.NodeId = ret.NodeId
+			continue
+		}
+		rec.spec.Args[i] = &pb.TaskArg{Metadata: ret.Metadata, Data: ret.Data, Nested: ret.Nested}
+	}
+	rec.pending = nil
+	return nil
+}
+
+func (s *submitter) track(rec *taskRecord) {
+	s.mu.Lock()
+	s.tasks[ids.MustFromBytes(rec.spec.TaskId)] = rec
+	s.mu.Unlock()
+}
+
+// finish records the end of a task and trims history.
+func (s *submitter) finishLocked(rec *taskRecord, state string) {
+	rec.state = state
+	s.done = append(s.done, ids.MustFromBytes(rec.spec.TaskId))
+	for len(s.done) > taskHistory {
+		delete(s.tasks, s.done[0])
+		s.done = s.done[1:]
+	}
+}
+
+// fail completes a task with an error.
+func (s *submitter) fail(rec *taskRecord, err error) {
+	var re *RemoteError
+	ret := (*pb.ReturnObject)(nil)
+	sysErr := err
+	if errors.As(err, &re) {
+		ret = errorReturn(rec.retID, re)
+		sysErr = nil
+	}
+	s.mu.Lock()
+	rec.errMsg = err.Error()
+	s.finishLocked(rec, stateFailed)
+	s.mu.Unlock()
+	s.cw.objects.complete(rec.retID, ret, sysErr, false)
+	s.cw.objects.removeSubmitted(rec.deps)
+}
+
+func (s *submitter) enqueue(rec *taskRecord) {
+	key := resources.Set(rec.spec.Resources.GetAmounts()).Key()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.fail(rec, ErrShutdown)
+		return
+	}
+	k := s.keys[key]
+	if k == nil {
+		k = &schedKey{key: key, res: rec.spec.Resources, leases: map[*lease]struct{}{}}
+		s.keys[key] = k
+	}
+	rec.state = statePendingLease
+	k.queue = append(k.queue, rec)
+	sends := s.dispatchLocked(k)
+	s.mu.Unlock()
+	s.send(sends)
+}
+
+type sendItem struct {
+	l   *lease
+	rec *taskRecord
+}
+
+// dispatchLocked assigns queued tasks to leases and asks for more leases.
+func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
+	var out []sendItem
+	depth := 1
+	if k.measured && k.avg < slowTask {
+		depth = pipelineDepth
+	}
+	for len(k.queue) > 0 {
+		var best *lease
+		for l := range k.leases {
+			if !l.dead && len(l.inflight) < depth && (best == nil || len(l.inflight) < len(best.inflight)) {
+				best = l
+			}
+		}
+		if best == nil {
+			break
+		}
+		rec := k.queue[0]
+		k.queue = k.queue[1:]
+		if rec.ctx.Err() != nil {
+			go s.fail(rec, rec.ctx.Err())
+			continue
+		}
+		best.inflight[ids.MustFromBytes(rec.spec.TaskId)] = rec
+		best.idleGen++
+		rec.state = stateRunning
+		rec.worker = best.worker.WorkerId
+		rec.node = best.worker.NodeId
+		rec.sent = time.Now()
+		out = append(out, sendItem{best, rec})
+	}
+	want := len(k.queue)
+	if want > maxLeaseRequests {
+		want = maxLeaseRequests
+	}
+	for k.requesting < want {
+		k.requesting++
+		ctx, cancel := context.WithCancel(s.cw.ctx)
+		k.cancels = append(k.cancels, cancel)
+		go s.requestLease(ctx, k)
+	}
+	if len(k.queue) == 0 && k.requesting > 0 {
+		for _, c := range k.cancels {
+			c()
+		}
+		k.cancels = nil
+	}
+	return out
+}
+
+func (s *submitter) send(items []sendItem) {
+	for _, it := range items {
+		it.l.sendMu.Lock()
+		err := it.l.stream.Send(&pb.TaskRequest{Spec: it.rec.spec})
+		it.l.sendMu.Unlock()
+		if err != nil {
+			// The receive loop sees the broken stream and retries the task.
+			s.cw.log.Debug("sending task failed", "task", ids.MustFromBytes(it.rec.spec.TaskId).Short(), "error", err)
+		}
+	}
+}
+
+func (s *submitter) requestLease(ctx context.Context, k *schedKey) {
+	rep, err := s.cw.raylet.RequestWorkerLease(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res})
+	s.mu.Lock()
+	k.requesting--
+	if err != nil {
+		var fails []*taskRecord
+		if ctx.Err() == nil && !s.closed && len(k.queue) > 0 && k.requesting == 0 && len(k.leases) == 0 {
+			fails = k.queue
+			k.queue = nil
+		}
+		s.mu.Unlock()
+		for _, rec := range fails {
+			s.fail(rec, fmt.Errorf("goray: leasing a worker for %s: %w", rec.spec.Function, err))
+		}
+		return
+	}
+	s.mu.Unlock()
+	l := &lease{id: rep.LeaseId, worker: rep.Worker, inflight: map[ids.ID]*taskRecord{}, key: k}
+	if err := s.openStream(l); err != nil {
+		s.returnLease(l, true)
+		s.mu.Lock()
+		sends := s.dispatchLocked(k)
+		s.mu.Unlock()
+		s.send(sends)
+		return
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		l.cancel()
+		return
+	}
+	k.leases[l] = struct{}{}
+	sends := s.dispatchLocked(k)
+	idle := len(l.inflight) == 0
+	gen := l.idleGen
+	s.mu.Unlock()
+	s.send(sends)
+	if idle {
+		s.lingerThenReturn(l, gen)
+	}
+	go s.recvLoop(l)
+}
+
+func (s *submitter) openStream(l *lease) error {
+	cli, err := s.cw.peer(l.worker)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(s.cw.ctx)
+	st, err := cli.PushTasks(ctx)
+	if err != nil {
+		cancel()
+		return err
+	}
+	l.stream, l.cancel = st, cancel
+	return nil
+}
+
+func (s *submitter) recvLoop(l *lease) {
+	for {
+		rep, err := l.stream.Recv()
+		if err != nil {
+			s.leaseFailed(l, err)
+			return
+		}
+		tid := ids.MustFromBytes(rep.TaskId)
+		s.mu.Lock()
+		rec := l.inflight[tid]
+		delete(l.inflight, tid)
+		k := l.key
+		if rec != nil {
+			rt := time.Since(rec.sent)
+			if !k.measured {
+				k.avg, k.measured = rt, true
+			} else {
+				k.avg = (k.avg*7 + rt) / 8
+			}
+			state := stateFinished
+			if rep.AppError || rep.SystemError {
+				state = stateFailed
+			}
+			s.finishLocked(rec, state)
+		}
+		sends := s.dispatchLocked(k)
+		idle := len(l.inflight) == 0
+		gen := l.idleGen
+		s.mu.Unlock()
+		if rec != nil {
+			s.cw.objects.complete(rec.retID, rep.Ret, nil, true)
+			s.cw.objects.removeSubmitted(rec.deps)
+		}
+		s.send(sends)
+		if idle {
+			s.lingerThenReturn(l, gen)
+		}
+	}
+}
+
+// lingerThenReturn returns an idle lease unless it is used again soon.
+func (s *submitter) lingerThenReturn(l *lease, gen int) {
+	time.AfterFunc(leaseLinger, func() {
+		s.mu.Lock()
+		if l.dead || l.idleGen != gen || len(l.inflight) > 0 {
+			s.mu.Unlock()
+			return
+		}
+		l.dead = true
+		delete(l.key.leases, l)
+		s.mu.Unlock()
+		_ = l.stream.CloseSend()
+		l.cancel()
+		s.returnLease(l, false)
+	})
+}
+
+func (s *submitter) returnLease(l *lease, disconnect bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.cw.raylet.ReturnWorkerLease(ctx, &pb.ReturnLeaseRequest{LeaseId: l.id, DisconnectWorker: disconnect}); err != nil {
+		s.cw.log.Debug("returning lease failed", "error", err)
+	}
+}
+
+// leaseFailed handles a broken stream: retry or fail the tasks on it.
+func (s *submitter) leaseFailed(l *lease, cause error) {
+	s.mu.Lock()
+	if l.dead && len(l.inflight) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	wasDead := l.dead
+	l.dead = true
+	delete(l.key.leases, l)
+	var retry []*taskRecord
+	var fails []*taskRecord
+	for _, rec := range l.inflight {
+		if int(rec.spec.Attempt) < int(rec.spec.MaxRetries) && !s.closed {
+			rec.spec.Attempt++
+			rec.state = statePendingLease
+			retry = append(retry, rec)
+		} else {
+			fails = append(fails, rec)
+		}
+	}
+	l.inflight = nil
+	k := l.key
+	k.queue = append(retry, k.queue...)
+	sends := s.dispatchLocked(k)
+	s.mu.Unlock()
+	l.cancel()
+	if !wasDead {
+		s.returnLease(l, true)
+	}
+	reason := fmt.Sprintf("connection to worker %s lost: %v", ids.MustFromBytes(l.worker.WorkerId).Short(), cause)
+	for _, rec := range fails {
+		s.fail(rec, &WorkerCrashedError{Function: rec.spec.Function, TaskID: ids.MustFromBytes(rec.spec.TaskId), Attempts: int(rec.spec.Attempt) + 1, Reason: reason})
+	}
+	if len(retry) > 0 {
+		s.cw.log.Warn("worker died; retrying its tasks", "worker", ids.MustFromBytes(l.worker.WorkerId).Short(), "tasks", len(retry))
+	}
+	s.send(sends)
+}
+
+func (s *submitter) close() {
+	s.mu.Lock()
+	s.closed = true
+	var fails []*taskRecord
+	for _, k := range s.keys {
+		fails = append(fails, k.queue...)
+		k.queue = nil
+		for l := range k.leases {
+			for _, rec := range l.inflight {
+				fails = append(fails, rec)
+			}
+			l.inflight = map[ids.ID]*taskRecord{}
+			l.dead = true
+			l.cancel()
+		}
+		for _, c := range k.cancels {
+			c()
+		}
+	}
+	s.mu.Unlock()
+	for _, rec := range fails {
+		s.fail(rec, ErrShutdown)
+	}
+}
+
+// listTasks returns the recorded tasks.
+func (s *submitter) listTasks() []*pb.TaskState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*pb.TaskState, 0, len(s.tasks))
+	for id, rec := range s.tasks {
+		out = append(out, &pb.TaskState{
+			TaskId: id.Bytes(), Name: rec.spec.Name, Function: rec.spec.Function, State: rec.state,
+			Attempt: rec.spec.Attempt, WorkerId: rec.worker, NodeId: rec.node, ActorId: rec.spec.ActorId, Error: rec.errMsg,
+		})
+	}
+	return out
+}

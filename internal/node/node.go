@@ -1,0 +1,437 @@
+// Package node runs one goray node in the current process: the shared-memory
+// object store, the raylet and, on the head, the GCS. `goray start` runs it
+// as a daemon; sdk/ray runs it embedded inside a driver when no cluster
+// address is given.
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/gcs"
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/internal/gpu"
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/objstore"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/raylet"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+)
+
+// Options configures Start.
+type Options struct {
+	// Config is the node's configuration, already validated.
+	Config *config.Node
+	// Embedded runs the node inside a driver: the session directory is a
+	// fresh temporary directory removed by Stop.
+	Embedded bool
+	// Logger overrides the node's log (default: logs/node.log in the
+	// session directory).
+	Logger hclog.Logger
+	// WorkerOutput, when set, also receives worker stdout/stderr lines.
+	WorkerOutput io.Writer
+}
+
+// Info is what a running node writes to SessionDir/node.json so that CLI
+// commands can find it.
+type Info struct {
+	NodeID       string `json:"node_id"`
+	NodeName     string `json:"node_name"`
+	Head         bool   `json:"head"`
+	GCSAddress   string `json:"gcs_address"`
+	RayletSocket string `json:"raylet_socket"`
+	SessionDir   string `json:"session_dir"`
+	Pid          int    `json:"pid"`
+	LogFile      string `json:"log_file"`
+}
+
+// Node is a running node.
+type Node struct {
+	opts    Options
+	cfg     *config.Node
+	log     hclog.Logger
+	logFile *os.File
+	id      ids.ID
+	info    Info
+
+	store      *objstore.Store
+	gcs        *gcs.Server
+	gcsGRPC    *grpc.Server
+	gcsCC      *grpc.ClientConn
+	raylet     *raylet.Raylet
+	rayletGRPC *grpc.Server
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	done   chan struct{}
+	once   sync.Once
+}
+
+// Start starts a node and returns once it serves.
+func Start(ctx context.Context, opts Options) (_ *Node, err error) {
+	cfg := opts.Config
+	if cfg == nil {
+		cfg = config.Default()
+		cfg.Head = true
+	}
+	n := &Node{opts: opts, cfg: cfg, id: ids.New(), done: make(chan struct{})}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			n.Stop(context.Background())
+		}
+	}()
+	if err := n.makeSessionDir(); err != nil {
+		return nil, err
+	}
+	if err := n.openLog(); err != nil {
+		return nil, err
+	}
+
+	total, storeCap, err := n.resources()
+	if err != nil {
+		return nil, err
+	}
+	inline := cfg.ObjectStore.InlineLimit
+	if inline <= 0 {
+		inline = 100 << 10
+	}
+	n.store, err = objstore.New(objstore.Config{Capacity: storeCap, SocketPath: filepath.Join(n.info.SessionDir, "sockets", "store.sock"), Logger: n.log.Named("store")})
+	if err != nil {
+		return nil, fmt.Errorf("starting the object store: %w", err)
+	}
+
+	gcsAddr := cfg.Address
+	if cfg.Head {
+		if gcsAddr, err = n.startGCS(); err != nil {
+			return nil, err
+		}
+	}
+	if gcsAddr == "" {
+		return nil, errors.New("no GCS address: start a head node or give --address")
+	}
+	n.info.GCSAddress = gcsAddr
+	if n.gcsCC, err = core.Dial(gcsAddr); err != nil {
+		return nil, fmt.Errorf("connecting to GCS %s: %w", gcsAddr, err)
+	}
+
+	n.info.RayletSocket = filepath.Join(n.info.SessionDir, "sockets", "raylet.sock")
+	name := cfg.NodeName
+	if name == "" {
+		name, _ = os.Hostname()
+	}
+	n.info.NodeName = name
+	n.raylet, err = raylet.New(raylet.Config{
+		NodeID: n.id, NodeName: name, SessionDir: n.info.SessionDir, SocketPath: n.info.RayletSocket,
+		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
+		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
+		HeartbeatPeriod: cfg.HealthCheck.Period, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
+		WorkerOutput: opts.WorkerOutput,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting the raylet: %w", err)
+	}
+	lis, err := net.Listen("unix", n.info.RayletSocket)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", n.info.RayletSocket, err)
+	}
+	n.rayletGRPC = grpc.NewServer(core.ServerOptions()...)
+	n.raylet.Register(n.rayletGRPC)
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); _ = n.rayletGRPC.Serve(lis) }()
+	go func() {
+		defer n.wg.Done()
+		if err := n.raylet.Run(n.ctx); err != nil && n.ctx.Err() == nil {
+			n.log.Error("raylet stopped", "error", err)
+		}
+		n.signalDone()
+	}()
+	go func() {
+		select {
+		case <-n.raylet.Done():
+			n.log.Info("shutdown requested")
+			n.signalDone()
+		case <-n.done:
+		}
+	}()
+	if err := n.writeInfo(); err != nil {
+		return nil, err
+	}
+	n.log.Info("node started", "node", n.id.Short(), "head", cfg.Head, "gcs", gcsAddr, "resources", total.String(), "session", n.info.SessionDir)
+	return n, nil
+}
+
+func (n *Node) signalDone() {
+	n.once.Do(func() { close(n.done) })
+}
+
+func (n *Node) makeSessionDir() error {
+	var dir string
+	var err error
+	if n.opts.Embedded {
+		// Short paths: unix socket paths are limited to 107 bytes.
+		dir, err = os.MkdirTemp("", "goray-")
+	} else {
+		root := n.cfg.TempDir
+		if root == "" {
+			root = "/tmp/goray"
+		}
+		if err = os.MkdirAll(root, 0o755); err != nil {
+			return fmt.Errorf("creating temp dir %s: %w", root, err)
+		}
+		dir = filepath.Join(root, fmt.Sprintf("session_%s_%d", time.Now().Format("2006-01-02_15-04-05"), os.Getpid()))
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		return fmt.Errorf("creating session dir: %w", err)
+	}
+	for _, sub := range []string{"sockets", "logs"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	n.info.SessionDir = dir
+	n.info.Pid = os.Getpid()
+	n.info.NodeID = n.id.String()
+	n.info.Head = n.cfg.Head
+	if !n.opts.Embedded {
+		latest := filepath.Join(filepath.Dir(dir), "session_latest")
+		_ = os.Remove(latest)
+		_ = os.Symlink(dir, latest)
+	}
+	return nil
+}
+
+func (n *Node) openLog() error {
+	if n.opts.Logger != nil {
+		n.log = n.opts.Logger
+		return nil
+	}
+	path := filepath.Join(n.info.SessionDir, "logs", "node.log")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("opening log %s: %w", path, err)
+	}
+	n.logFile = f
+	n.info.LogFile = path
+	n.log = hclog.New(&hclog.LoggerOptions{Name: "goray", Output: f, Level: hclog.LevelFromString(n.cfg.LogLevel)})
+	return nil
+}
+
+// resources computes the node's totals from config and detection.
+func (n *Node) resources() (resources.Set, int64, error) {
+	rc := n.cfg.Resources
+	memTotal := totalMemory()
+	storeCap := n.cfg.ObjectStore.Memory
+	if storeCap <= 0 {
+		storeCap = memTotal * 3 / 10
+		if storeCap <= 0 {
+			storeCap = 2 << 30
+		}
+	}
+	fl := map[string]float64{}
+	for k, v := range rc.Custom {
+		fl[k] = v
+	}
+	fl[resources.CPU] = float64(runtime.NumCPU())
+	if rc.CPU != nil {
+		fl[resources.CPU] = *rc.CPU
+	}
+	if rc.GPU != nil {
+		fl[resources.GPU] = *rc.GPU
+	} else {
+		fl[resources.GPU] = float64(gpu.Count(gpu.NewNVML(), n.log.Named("gpu")))
+	}
+	mem := memTotal - storeCap
+	if rc.Memory != nil {
+		mem = *rc.Memory
+	}
+	if mem > 0 {
+		fl[resources.Memory] = float64(mem)
+	}
+	fl[resources.ObjectStoreMemory] = float64(storeCap)
+	set, err := resources.FromFloats(fl)
+	return set, storeCap, err
+}
+
+func (n *Node) startGCS() (string, error) {
+	addr := n.cfg.Address
+	if addr == "" {
+		addr = config.DefaultHeadAddress
+	}
+	if n.cfg.Port != 0 {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = "127.0.0.1"
+		}
+		addr = net.JoinHostPort(host, strconv.Itoa(n.cfg.Port))
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return "", &PortInUseError{Address: addr, Err: err}
+		}
+		return "", fmt.Errorf("GCS cannot listen on %s: %w", addr, err)
+	}
+	addr = lis.Addr().String()
+	n.gcs = gcs.New(gcs.Options{HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold, Logger: n.log.Named("gcs")})
+	n.gcsGRPC = grpc.NewServer(core.ServerOptions()...)
+	n.gcs.Register(n.gcsGRPC)
+	n.wg.Add(2)
+	go func() { defer n.wg.Done(); _ = n.gcsGRPC.Serve(lis) }()
+	go func() { defer n.wg.Done(); n.gcs.Run(n.ctx) }()
+	return addr, nil
+}
+
+// PortInUseError says the GCS port is taken, usually by another head.
+type PortInUseError struct {
+	Address string
+	Err     error
+}
+
+func (e *PortInUseError) Error() string {
+	return fmt.Sprintf("cannot start the head: %s is already in use (another goray head or program listens there; stop it with `goray stop` or pick another --port)", e.Address)
+}
+
+// Unwrap returns the listen error.
+func (e *PortInUseError) Unwrap() error { return e.Err }
+
+func (n *Node) writeInfo() error {
+	b, _ := json.MarshalIndent(n.info, "", "  ")
+	path := filepath.Join(n.info.SessionDir, "node.json")
+	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// Info returns where the node serves.
+func (n *Node) Info() Info { return n.info }
+
+// ID returns the node id.
+func (n *Node) ID() ids.ID { return n.id }
+
+// Done is closed when the node was asked to stop (ShutdownNode) or failed.
+func (n *Node) Done() <-chan struct{} { return n.done }
+
+// Stop shuts the node down: workers are killed, servers stop, the store's
+// memory is released and sockets are removed. An embedded node also removes
+// its session directory. Idempotent.
+func (n *Node) Stop(ctx context.Context) error {
+	n.signalDone()
+	if n.raylet != nil {
+		if err := n.raylet.Shutdown(ctx); err != nil {
+			n.log.Warn("raylet shutdown", "error", err)
+		}
+	}
+	n.cancel()
+	for _, s := range []*grpc.Server{n.rayletGRPC, n.gcsGRPC} {
+		if s != nil {
+			stopGRPC(s)
+		}
+	}
+	n.wg.Wait()
+	if n.gcsCC != nil {
+		_ = n.gcsCC.Close()
+	}
+	if n.store != nil {
+		_ = n.store.Close()
+	}
+	if n.info.SessionDir != "" {
+		_ = os.RemoveAll(filepath.Join(n.info.SessionDir, "sockets"))
+		_ = os.Remove(filepath.Join(n.info.SessionDir, "node.json"))
+		if n.opts.Embedded {
+			_ = os.RemoveAll(n.info.SessionDir)
+		}
+	}
+	if n.logFile != nil {
+		_ = n.logFile.Close()
+		n.logFile = nil
+	}
+	return nil
+}
+
+func stopGRPC(s *grpc.Server) {
+	done := make(chan struct{})
+	go func() { s.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		s.Stop()
+	}
+}
+
+// totalMemory returns the machine's memory in bytes from /proc/meminfo.
+func totalMemory() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "MemTotal:" {
+			kb, _ := strconv.ParseInt(fields[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// ReadInfo reads the node.json of a session directory.
+func ReadInfo(sessionDir string) (Info, error) {
+	var info Info
+	b, err := os.ReadFile(filepath.Join(sessionDir, "node.json"))
+	if err != nil {
+		return info, err
+	}
+	return info, json.Unmarshal(b, &info)
+}
+
+// storeAdapter presents an objstore.Store as a raylet.ObjectStore.
+type storeAdapter struct{ *objstore.Store }
+
+func convertEntry(e objstore.Entry) raylet.StoreEntry {
+	return raylet.StoreEntry{ID: e.ID, Found: e.Found, Offset: e.Offset, DataSize: e.DataSize, Metadata: e.Metadata, Pins: e.Pins, Sealed: e.Sealed}
+}
+
+func (a storeAdapter) GetEntries(objs []ids.ObjectID, client ids.ID) []raylet.StoreEntry {
+	es := a.Store.Get(objs, client)
+	out := make([]raylet.StoreEntry, len(es))
+	for i, e := range es {
+		out[i] = convertEntry(e)
+	}
+	return out
+}
+
+func (a storeAdapter) ListEntries() []raylet.StoreEntry {
+	es := a.Store.List()
+	out := make([]raylet.StoreEntry, len(es))
+	for i, e := range es {
+		out[i] = convertEntry(e)
+	}
+	return out
+}
+
+func (a storeAdapter) Usage() raylet.StoreUsage {
+	u := a.Store.Usage()
+	return raylet.StoreUsage{Used: u.Used, Capacity: u.Capacity, Objects: u.Objects}
+}

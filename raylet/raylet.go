@@ -1,0 +1,422 @@
+// Package raylet implements the per-node raylet: the local scheduler that
+// leases worker processes to task owners, the worker pool that starts the
+// job's binary in worker mode, and the gRPC front of the node's shared-memory
+// object store.
+//
+// Owners lease a worker with RequestWorkerLease and then push tasks directly
+// to the worker's CoreWorker address; the raylet is not on the per-task path.
+package raylet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+
+	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/ids"
+	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+)
+
+// Default worker pool settings (see config.WorkerPool).
+const (
+	DefaultIdleTimeout     = 60 * time.Second
+	DefaultStartTimeout    = 30 * time.Second
+	DefaultHeartbeatPeriod = time.Second
+)
+
+// killGrace is how long a worker has to exit after SIGTERM before it gets
+// SIGKILL.
+const killGrace = 2 * time.Second
+
+// gcsTimeout bounds GCS calls made outside any caller's context.
+const gcsTimeout = 5 * time.Second
+
+// maxStartFailures is how many workers of a job may exit before registering,
+// in a row, before the job's waiting lease requests fail.
+const maxStartFailures = 3
+
+// Config configures a Raylet.
+type Config struct {
+	// NodeID identifies the node; a random id is used when nil.
+	NodeID ids.ID
+	// NodeName is a human name for the node.
+	NodeName string
+	// SessionDir holds sockets (SessionDir/sockets) and logs
+	// (SessionDir/logs, where worker-<id>.out and .err are written).
+	SessionDir string
+	// SocketPath is the raylet's unix socket. The caller creates the
+	// grpc.Server and the listener and calls Register; workers are told
+	// this path.
+	SocketPath string
+	// Resources is the node's total capacity.
+	Resources resources.Set
+	// Labels are reported with the node.
+	Labels map[string]string
+	// Store is the node's object store (required).
+	Store ObjectStore
+	// InlineLimit is sent to clients in StoreInfo.
+	InlineLimit int64
+	// GCS is the cluster control plane; nil skips node registration,
+	// heartbeats and job and actor bookkeeping (unit tests).
+	GCS gorayv1.GcsClient
+	// GCSAddress (host:port) is passed to drivers and workers in their
+	// REGISTERED reply, for cluster metadata lookups.
+	GCSAddress string
+	// IsHead marks the head node.
+	IsHead bool
+	// Pool configures the worker pool; zero values take defaults:
+	// Prestart min(2, CPUs), MaxIdle CPUs, IdleTimeout 60s, StartTimeout
+	// 30s.
+	Pool config.WorkerPool
+	// HeartbeatPeriod between heartbeats (default 1s; the GCS may override
+	// it when the node registers).
+	HeartbeatPeriod time.Duration
+	// Logger receives the raylet's logs; nil discards them.
+	Logger hclog.Logger
+	// LogLevel is passed to workers as GORAY_LOG_LEVEL.
+	LogLevel string
+	// WorkerOutput, when set, also receives every line workers print on
+	// stdout and stderr, prefixed with "(worker <short id> pid=N) ".
+	WorkerOutput io.Writer
+}
+
+// poolSettings are the resolved worker pool settings.
+type poolSettings struct {
+	prestart     int
+	maxIdle      int
+	idleTimeout  time.Duration
+	startTimeout time.Duration
+	maxStarting  int
+}
+
+// Raylet is the node's local scheduler, worker pool and object store front.
+// It implements gorayv1.RayletServer.
+type Raylet struct {
+	gorayv1.UnimplementedRayletServer
+
+	cfg       Config
+	log       hclog.Logger
+	pool      poolSettings
+	hbPeriod  time.Duration
+	startTime time.Time
+	hostname  string
+	logDir    string
+
+	spawnCh   chan spawnRequest
+	spawnStop chan struct{}
+	spawnDone chan struct{}
+
+	closing     chan struct{} // closed when Shutdown starts
+	closingOnce sync.Once
+	done        chan struct{} // closed when the node is asked to stop
+	doneOnce    sync.Once
+
+	wg sync.WaitGroup // worker goroutines and kill timers
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+
+	outMu sync.Mutex // serialises WorkerOutput writes
+
+	mu           sync.Mutex
+	shuttingDown bool
+	registered   bool // node registered with the GCS
+	available    resources.Set
+	jobs         map[ids.ID]*job
+	workers      map[ids.ID]*worker
+	leases       map[ids.ID]*lease
+	classes      map[string]*schedClass
+	order        []*schedClass
+	rr           int
+	starting     int
+	creates      map[ids.ObjectID]ids.ID // unsealed object -> creating client
+}
+
+// New validates cfg, creates the session's sockets and logs directories and
+// starts the process spawner. Call Shutdown to release it.
+func New(cfg Config) (*Raylet, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("raylet: Config.Store is required")
+	}
+	if cfg.SessionDir == "" {
+		return nil, errors.New("raylet: Config.SessionDir is required")
+	}
+	if cfg.SocketPath == "" {
+		return nil, errors.New("raylet: Config.SocketPath is required")
+	}
+	if cfg.NodeID.IsNil() {
+		cfg.NodeID = ids.New()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Resources == nil {
+		cfg.Resources = resources.Set{}
+	}
+	for name, v := range cfg.Resources {
+		if v < 0 {
+			return nil, fmt.Errorf("raylet: resource %q has negative total %s", name, resources.FormatAmount(name, v))
+		}
+	}
+	for _, d := range []string{"sockets", "logs"} {
+		if err := os.MkdirAll(filepath.Join(cfg.SessionDir, d), 0o755); err != nil {
+			return nil, fmt.Errorf("raylet: creating session directory: %w", err)
+		}
+	}
+	host, _ := os.Hostname()
+	r := &Raylet{
+		cfg:       cfg,
+		log:       cfg.Logger.Named("raylet"),
+		pool:      resolvePool(cfg.Pool, cfg.Resources),
+		hbPeriod:  cfg.HeartbeatPeriod,
+		startTime: time.Now(),
+		hostname:  host,
+		logDir:    filepath.Join(cfg.SessionDir, "logs"),
+		spawnCh:   make(chan spawnRequest),
+		spawnStop: make(chan struct{}),
+		spawnDone: make(chan struct{}),
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
+		available: cfg.Resources.Clone(),
+		jobs:      map[ids.ID]*job{},
+		workers:   map[ids.ID]*worker{},
+		leases:    map[ids.ID]*lease{},
+		classes:   map[string]*schedClass{},
+		creates:   map[ids.ObjectID]ids.ID{},
+	}
+	if r.hbPeriod <= 0 {
+		r.hbPeriod = DefaultHeartbeatPeriod
+	}
+	go r.spawnLoop()
+	return r, nil
+}
+
+func resolvePool(p config.WorkerPool, total resources.Set) poolSettings {
+	cpus := int(math.Floor(total.Get(resources.CPU)))
+	s := poolSettings{
+		prestart:     min(2, cpus),
+		maxIdle:      cpus,
+		idleTimeout:  p.IdleTimeout,
+		startTimeout: p.StartTimeout,
+		maxStarting:  max(2, cpus),
+	}
+	if p.Prestart != nil {
+		s.prestart = max(0, *p.Prestart)
+	}
+	if p.MaxIdle != nil {
+		s.maxIdle = max(0, *p.MaxIdle)
+	}
+	if s.idleTimeout <= 0 {
+		s.idleTimeout = DefaultIdleTimeout
+	}
+	if s.startTimeout <= 0 {
+		s.startTimeout = DefaultStartTimeout
+	}
+	return s
+}
+
+// NodeID returns the node's id.
+func (r *Raylet) NodeID() ids.ID { return r.cfg.NodeID }
+
+// Register registers the Raylet service on g.
+func (r *Raylet) Register(g *grpc.Server) { gorayv1.RegisterRayletServer(g, r) }
+
+// Done is closed when the node is asked to stop: by the ShutdownNode RPC or
+// when the GCS answers a heartbeat saying the node was declared dead. The
+// node host watches it and calls Shutdown.
+func (r *Raylet) Done() <-chan struct{} { return r.done }
+
+func (r *Raylet) closeDone() { r.doneOnce.Do(func() { close(r.done) }) }
+
+// Run registers the node with the GCS (when configured), then heartbeats
+// every period with the available resources, store usage and pending
+// demand, and kills surplus idle workers. It returns nil when ctx is done or
+// Shutdown starts, and an error when the node cannot be registered.
+func (r *Raylet) Run(ctx context.Context) error {
+	var hb <-chan time.Time
+	if r.cfg.GCS != nil {
+		reply, err := r.cfg.GCS.RegisterNode(ctx, &gorayv1.RegisterNodeRequest{Node: r.nodeInfo()})
+		if err != nil {
+			return fmt.Errorf("raylet: registering node %s with the GCS: %w", r.cfg.NodeID, err)
+		}
+		r.mu.Lock()
+		r.registered = true
+		r.mu.Unlock()
+		period := r.hbPeriod
+		if ms := reply.GetHeartbeatPeriodMs(); ms > 0 {
+			period = time.Duration(ms) * time.Millisecond
+		}
+		t := time.NewTicker(period)
+		defer t.Stop()
+		hb = t.C
+		r.log.Info("node registered", "node_id", r.cfg.NodeID, "heartbeat_period", period)
+	}
+	reapEvery := min(r.pool.idleTimeout/4, time.Second)
+	reapEvery = max(reapEvery, 10*time.Millisecond)
+	reap := time.NewTicker(reapEvery)
+	defer reap.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.closing:
+			return nil
+		case <-hb:
+			r.heartbeat(ctx)
+		case now := <-reap.C:
+			r.mu.Lock()
+			r.reapIdleLocked(now)
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *Raylet) heartbeat(ctx context.Context) {
+	r.mu.Lock()
+	req := &gorayv1.HeartbeatRequest{
+		NodeId:    r.cfg.NodeID.Bytes(),
+		Available: resourcesProto(r.available),
+		Pending:   r.pendingDemandLocked(),
+	}
+	r.mu.Unlock()
+	u := r.cfg.Store.Usage()
+	req.StoreUsed, req.StoreCapacity = u.Used, u.Capacity
+	ctx, cancel := context.WithTimeout(ctx, max(r.hbPeriod, gcsTimeout))
+	defer cancel()
+	reply, err := r.cfg.GCS.ReportHeartbeat(ctx, req)
+	if err != nil {
+		r.log.Warn("heartbeat failed", "error", err)
+		return
+	}
+	if reply.GetDead() {
+		r.log.Error("the GCS declared this node dead; stopping", "node_id", r.cfg.NodeID)
+		r.closeDone()
+	}
+}
+
+// Shutdown kills every worker (SIGTERM to its process group, SIGKILL after a
+// short grace or when ctx ends), waits for them to exit, ends driver
+// sessions, fails waiting lease requests and unregisters the node from the
+// GCS. It is idempotent: later calls return the first call's result.
+func (r *Raylet) Shutdown(ctx context.Context) error {
+	r.shutdownOnce.Do(func() { r.shutdownErr = r.shutdown(ctx) })
+	return r.shutdownErr
+}
+
+func (r *Raylet) shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	r.shuttingDown = true
+	for _, c := range r.order {
+		for _, p := range c.queue {
+			p.err = ErrShuttingDown
+			close(p.ready)
+		}
+	}
+	r.order, r.classes, r.rr = nil, map[string]*schedClass{}, 0
+	ws := make([]*worker, 0, len(r.workers))
+	hadActors := false
+	for _, w := range r.workers {
+		ws = append(ws, w)
+		hadActors = hadActors || !w.actorID.IsNil()
+		r.killWorkerLocked(w, "node shutting down", false)
+	}
+	registered := r.registered
+	r.mu.Unlock()
+	// Only now wake the sessions and Run: waiting requests must learn of
+	// the shutdown, not of their job ending as a consequence.
+	r.closingOnce.Do(func() { close(r.closing) })
+
+	// Grace: wait for SIGTERM to work, then SIGKILL whatever is left.
+	grace := time.NewTimer(killGrace)
+	defer grace.Stop()
+	for _, w := range ws {
+		select {
+		case <-w.exited:
+		case <-grace.C:
+		case <-ctx.Done():
+		}
+	}
+	for _, w := range ws {
+		r.sigkill(w)
+	}
+	r.wg.Wait()
+	close(r.spawnStop)
+	<-r.spawnDone
+
+	if r.cfg.GCS != nil && hadActors {
+		fctx, cancel := context.WithTimeout(ctx, gcsTimeout)
+		_, err := r.cfg.GCS.ReportWorkerFailure(fctx, &gorayv1.ReportWorkerFailureRequest{
+			NodeId: r.cfg.NodeID.Bytes(), Reason: "node shutting down",
+		})
+		cancel()
+		if err != nil {
+			r.log.Warn("reporting the node's actors dead to the GCS", "error", err)
+		}
+	}
+	if registered && r.cfg.GCS != nil {
+		uctx, cancel := context.WithTimeout(ctx, gcsTimeout)
+		defer cancel()
+		if _, err := r.cfg.GCS.UnregisterNode(uctx, &gorayv1.UnregisterNodeRequest{
+			NodeId: r.cfg.NodeID.Bytes(), Reason: "node shut down",
+		}); err != nil {
+			return fmt.Errorf("raylet: unregistering node %s: %w", r.cfg.NodeID, err)
+		}
+	}
+	r.log.Info("raylet stopped", "node_id", r.cfg.NodeID)
+	return nil
+}
+
+func (r *Raylet) nodeInfo() *gorayv1.NodeInfo {
+	return &gorayv1.NodeInfo{
+		NodeId:      r.cfg.NodeID.Bytes(),
+		NodeName:    r.cfg.NodeName,
+		RayletUnix:  r.cfg.SocketPath,
+		Total:       resourcesProto(r.cfg.Resources),
+		Labels:      r.cfg.Labels,
+		State:       "ALIVE",
+		StartTimeMs: r.startTime.UnixMilli(),
+		IsHead:      r.cfg.IsHead,
+		Pid:         int32(os.Getpid()),
+		SessionDir:  r.cfg.SessionDir,
+		Hostname:    r.hostname,
+	}
+}
+
+func (r *Raylet) storeInfo() *gorayv1.StoreInfo {
+	return &gorayv1.StoreInfo{
+		FdSocket:    r.cfg.Store.SocketPath(),
+		Capacity:    r.cfg.Store.Capacity(),
+		InlineLimit: r.cfg.InlineLimit,
+	}
+}
+
+func resourcesProto(s resources.Set) *gorayv1.Resources {
+	m := make(map[string]int64, len(s))
+	for k, v := range s {
+		m[k] = v
+	}
+	return &gorayv1.Resources{Amounts: m}
+}
+
+func resourcesFromProto(p *gorayv1.Resources) (resources.Set, error) {
+	s := resources.Set{}
+	for k, v := range p.GetAmounts() {
+		if v < 0 {
+			return nil, fmt.Errorf("resource %q: amount must be >= 0, got %s", k, resources.FormatAmount(k, v))
+		}
+		if v > 0 {
+			s[k] = v
+		}
+	}
+	return s, nil
+}

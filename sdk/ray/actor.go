@@ -1,0 +1,62 @@
+package ray
+
+import (
+	"context"
+
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// ActorHandle is a handle to an actor of type T. It can be copied, passed
+// to tasks and other actors, and stored inside values.
+type ActorHandle[T any] struct{ ref core.ActorRef }
+
+// ID returns the actor id in hex.
+func (h ActorHandle[T]) ID() string { return h.ref.ID.String() }
+
+// Name returns the actor's name ("" when unnamed).
+func (h ActorHandle[T]) Name() string { return h.ref.Name }
+
+// Ready waits until the actor's constructor has run. It returns an error
+// matching ErrActorDied when the actor could not be created or died.
+func (h ActorHandle[T]) Ready(ctx context.Context) error {
+	cw, err := current()
+	if err != nil {
+		return err
+	}
+	return cw.ActorReady(ctx, h.ref)
+}
+
+// Kill ends the actor's process at once. Calls in flight and later calls
+// fail with an error matching ErrActorDied.
+func (h ActorHandle[T]) Kill(ctx context.Context) error { return Kill(ctx, h) }
+
+// EncodeMsgpack implements msgpack.CustomEncoder.
+func (h ActorHandle[T]) EncodeMsgpack(enc *msgpack.Encoder) error { return enc.Encode(h.ref) }
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (h *ActorHandle[T]) DecodeMsgpack(dec *msgpack.Decoder) error { return dec.Decode(&h.ref) }
+
+// Kill ends an actor's process; see ActorHandle.Kill.
+func Kill[T any](ctx context.Context, h ActorHandle[T]) error {
+	cw, err := current()
+	if err != nil {
+		return err
+	}
+	return cw.KillActor(ctx, h.ref)
+}
+
+// GetActor returns a handle to the live actor with the given name. It fails
+// with an error matching ErrActorNotFound when there is none. T must be the
+// actor's type; a mismatch surfaces as an error on the first call.
+func GetActor[T any](ctx context.Context, name string) (ActorHandle[T], error) {
+	cw, err := current()
+	if err != nil {
+		return ActorHandle[T]{}, err
+	}
+	ref, err := cw.LookupActor(ctx, name)
+	if err != nil {
+		return ActorHandle[T]{}, err
+	}
+	return ActorHandle[T]{ref: ref}, nil
+}

@@ -1,0 +1,55 @@
+package ray
+
+import "github.com/goray-dev/goray/internal/core"
+
+// Error categories, for errors.Is. Each typed error below matches one.
+var (
+	// ErrTaskFailed matches every error raised by user code in a task.
+	ErrTaskFailed = core.ErrTaskFailed
+	// ErrPanic matches a task or method that panicked.
+	ErrPanic = core.ErrPanic
+	// ErrWorkerCrashed matches a task whose worker died on every attempt.
+	ErrWorkerCrashed = core.ErrWorkerCrashed
+	// ErrActorDied matches calls on a dead actor.
+	ErrActorDied = core.ErrActorDied
+	// ErrObjectFreed matches reads of an object whose references are gone.
+	ErrObjectFreed = core.ErrObjectFreed
+	// ErrObjectUnknown matches reads of an object its owner does not know.
+	ErrObjectUnknown = core.ErrObjectUnknown
+	// ErrOwnerDied matches reads of an object whose owner process died.
+	ErrOwnerDied = core.ErrOwnerDied
+	// ErrGetTimeout matches a Get whose context deadline passed.
+	ErrGetTimeout = core.ErrGetTimeout
+	// ErrFunctionNotFound matches a call the worker binary cannot run.
+	ErrFunctionNotFound = core.ErrFunctionNotFound
+	// ErrArgType matches arguments that do not decode into the parameter
+	// types.
+	ErrArgType = core.ErrArgType
+	// ErrStoreFull matches a put that does not fit in the object store.
+	ErrStoreFull = core.ErrStoreFull
+	// ErrNotInitialized is returned when Init has not been called.
+	ErrNotInitialized = core.ErrNotInitialized
+	// ErrShutdown is returned after Shutdown.
+	ErrShutdown = core.ErrShutdown
+	// ErrActorNotFound matches GetActor of an unknown name.
+	ErrActorNotFound = core.ErrActorNotFound
+)
+
+// TaskError is an error from a remote task or method: the original
+// message, the Go type of the error or panic value, the remote stack for
+// panics, and where it ran. It also describes system failures reported by
+// the worker (Kind says which).
+type TaskError = core.RemoteError
+
+// WorkerCrashedError says a task's worker died on every attempt.
+type WorkerCrashedError = core.WorkerCrashedError
+
+// ActorDiedError says an actor is dead and why.
+type ActorDiedError = core.ActorDiedError
+
+// ObjectError says an object cannot be read (freed, unknown, owner died).
+type ObjectError = core.ObjectError
+
+// GetTimeoutError says a Get ran out of time; it unwraps to the context
+// error.
+type GetTimeoutError = core.GetTimeoutError

@@ -1,0 +1,246 @@
+package ray
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/goray-dev/goray/internal/codec"
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Arg is a task or method argument of type T: a value wrapped with V, or a
+// Ref[T] whose value is resolved before the call runs.
+type Arg[T any] interface {
+	argInput() core.ArgInput
+	argType(T)
+}
+
+// V wraps a plain value as an argument.
+func V[T any](v T) Arg[T] { return value[T]{v} }
+
+type value[T any] struct{ v T }
+
+func (v value[T]) argInput() core.ArgInput { return core.ArgInput{Value: v.v} }
+func (value[T]) argType(T)                 {}
+
+// ObjectRef is any reference regardless of its value type; Wait takes it.
+type ObjectRef interface {
+	handle() *core.Handle
+	// ID returns the object id in hex.
+	ID() string
+}
+
+// Ref is a reference to an object of type T in the cluster: the future
+// result of a task or a value stored with Put. Copies of a Ref share one
+// reference; the object is freed once every Ref to it in every process is
+// gone (garbage collected or released) and no running task needs it.
+//
+// A Ref may be passed as an argument, returned from tasks, and stored
+// inside other values (struct fields, slices, maps).
+type Ref[T any] struct{ h *core.Handle }
+
+func (r Ref[T]) handle() *core.Handle { return r.h }
+func (r Ref[T]) argInput() core.ArgInput {
+	return core.ArgInput{Handle: r.h}
+}
+func (Ref[T]) argType(T) {}
+
+// ID returns the object id in hex ("" for the zero Ref).
+func (r Ref[T]) ID() string {
+	if r.h == nil {
+		return ""
+	}
+	return r.h.ID.String()
+}
+
+// IsZero reports whether r is the zero Ref.
+func (r Ref[T]) IsZero() bool { return r.h == nil }
+
+// String returns "Ref[T](id)".
+func (r Ref[T]) String() string {
+	var zero T
+	return fmt.Sprintf("Ref[%T](%s)", zero, r.ID())
+}
+
+// Get waits for the value and returns it; see the package function Get.
+func (r Ref[T]) Get(ctx context.Context) (T, error) { return Get(ctx, r) }
+
+// Release drops this process's reference now instead of at garbage
+// collection. Every copy of r becomes unusable.
+func (r Ref[T]) Release() { r.h.Release() }
+
+// EncodeMsgpack implements msgpack.CustomEncoder so Refs can travel inside
+// values.
+func (r Ref[T]) EncodeMsgpack(enc *msgpack.Encoder) error {
+	if r.h == nil {
+		return enc.EncodeNil()
+	}
+	return codec.EncodeRef(enc, r.h.Info())
+}
+
+// DecodeMsgpack implements msgpack.CustomDecoder.
+func (r *Ref[T]) DecodeMsgpack(dec *msgpack.Decoder) error {
+	code, err := dec.PeekCode()
+	if err != nil {
+		return err
+	}
+	if code == 0xc0 { // nil
+		r.h = nil
+		return dec.DecodeNil()
+	}
+	info, err := codec.DecodeRef(dec)
+	if err != nil {
+		return err
+	}
+	cw, err := current()
+	if err != nil {
+		return err
+	}
+	r.h = cw.NewHandle(info.ID, info.Owner)
+	return nil
+}
+
+// Put stores v in the cluster's object store and returns a reference. Small
+// values stay in this process's memory; large ones go to the node's shared
+// memory.
+func Put[T any](ctx context.Context, v T) (Ref[T], error) {
+	cw, err := current()
+	if err != nil {
+		return Ref[T]{}, err
+	}
+	h, err := cw.Put(ctx, v)
+	if err != nil {
+		return Ref[T]{}, err
+	}
+	return Ref[T]{h}, nil
+}
+
+// Get waits until the object is ready and returns its value. It honours
+// ctx: a deadline yields an error matching ErrGetTimeout (and
+// context.DeadlineExceeded). A task's error comes back as the error: a
+// *TaskError for failures in user code, or the typed system errors.
+func Get[T any](ctx context.Context, r Ref[T]) (T, error) {
+	var out T
+	cw, err := current()
+	if err != nil {
+		return out, err
+	}
+	if r.h == nil {
+		return out, fmt.Errorf("goray: Get of a zero Ref[%T]", out)
+	}
+	v, err := cw.Get(ctx, r.h)
+	if err != nil {
+		return out, err
+	}
+	err = codec.DecodeInto(v.Format, v.Data, &out, false)
+	v.Release()
+	if err != nil {
+		return out, fmt.Errorf("goray: object %s: %w", r.h.ID, err)
+	}
+	cw.FlushBorrows(ctx)
+	return out, nil
+}
+
+// GetAll gets every reference in order; it stops at the first error.
+func GetAll[T any](ctx context.Context, refs []Ref[T]) ([]T, error) {
+	out := make([]T, len(refs))
+	for i, r := range refs {
+		v, err := Get(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// Wait waits until num of refs are ready or timeout passes (timeout <= 0
+// waits without limit, bounded by ctx) and splits refs into ready and not
+// ready, keeping their order. An object whose task failed counts as ready.
+func Wait[R ObjectRef](ctx context.Context, refs []R, num int, timeout time.Duration) (ready, notReady []R, err error) {
+	cw, err := current()
+	if err != nil {
+		return nil, nil, err
+	}
+	if num < 0 || num > len(refs) {
+		return nil, nil, fmt.Errorf("goray: Wait: num is %d, want 0..%d (the number of refs)", num, len(refs))
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	hs := make([]*core.Handle, len(refs))
+	for i, r := range refs {
+		if hs[i] = r.handle(); hs[i] == nil {
+			return nil, nil, fmt.Errorf("goray: Wait: ref %d is a zero Ref", i)
+		}
+	}
+	idx, err := cw.Wait(ctx, hs, num)
+	if err != nil {
+		return nil, nil, err
+	}
+	isReady := make([]bool, len(refs))
+	for _, i := range idx {
+		isReady[i] = true
+	}
+	for i, r := range refs {
+		if isReady[i] {
+			ready = append(ready, r)
+		} else {
+			notReady = append(notReady, r)
+		}
+	}
+	return ready, notReady, nil
+}
+
+// Buffer is a zero-copy view of a []byte object. Bytes points into the
+// node's shared memory for large objects; it stays valid until Release.
+// Do not modify it.
+type Buffer struct {
+	v *core.Value
+}
+
+// GetBuffer waits for a []byte object and returns a zero-copy view of it.
+func GetBuffer(ctx context.Context, r Ref[[]byte]) (*Buffer, error) {
+	cw, err := current()
+	if err != nil {
+		return nil, err
+	}
+	if r.h == nil {
+		return nil, fmt.Errorf("goray: GetBuffer of a zero Ref")
+	}
+	v, err := cw.Get(ctx, r.h)
+	if err != nil {
+		return nil, err
+	}
+	if v.Format != codec.FormatRaw {
+		// Encoded some other way (e.g. nil slice through msgpack): decode.
+		var b []byte
+		err := codec.DecodeInto(v.Format, v.Data, &b, false)
+		v.Release()
+		if err != nil {
+			return nil, err
+		}
+		return &Buffer{v: &core.Value{Format: codec.FormatRaw, Data: b}}, nil
+	}
+	return &Buffer{v: v}, nil
+}
+
+// Bytes returns the object's bytes.
+func (b *Buffer) Bytes() []byte {
+	if b == nil || b.v == nil {
+		return nil
+	}
+	return b.v.Data
+}
+
+// Release unpins the shared memory behind Bytes. Idempotent.
+func (b *Buffer) Release() {
+	if b != nil && b.v != nil {
+		b.v.Release()
+		b.v = nil
+	}
+}

@@ -1,0 +1,365 @@
+package ray
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/node"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/raylet"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+)
+
+// EnvAddress names the environment variable Init reads for the cluster
+// address when no Address option is given.
+const EnvAddress = "GORAY_ADDRESS"
+
+var global atomic.Pointer[core.CoreWorker]
+
+func current() (*core.CoreWorker, error) {
+	cw := global.Load()
+	if cw == nil {
+		return nil, ErrNotInitialized
+	}
+	return cw, nil
+}
+
+// InitOption configures Init.
+type InitOption func(*initOptions)
+
+type initOptions struct {
+	address    string
+	configPath string
+	cfg        *config.Node
+	logger     hclog.Logger
+	logLevel   string
+	cpus       *float64
+	resources  map[string]float64
+	storeBytes int64
+	quiet      bool
+	output     io.Writer
+}
+
+// Address connects to the cluster whose head (GCS) listens at addr
+// ("host:port") instead of starting an embedded node. "auto" finds a node
+// started with `goray start` on this machine.
+func Address(addr string) InitOption { return func(o *initOptions) { o.address = addr } }
+
+// ConfigFile configures the embedded node from an HCL file.
+func ConfigFile(path string) InitOption { return func(o *initOptions) { o.configPath = path } }
+
+// WithConfig configures the embedded node.
+func WithConfig(cfg *config.Node) InitOption { return func(o *initOptions) { o.cfg = cfg } }
+
+// WithLogger sends the driver's and embedded node's logs to l.
+func WithLogger(l hclog.Logger) InitOption { return func(o *initOptions) { o.logger = l } }
+
+// LogLevel sets the log level (trace, debug, info, warn, error).
+func LogLevel(level string) InitOption { return func(o *initOptions) { o.logLevel = level } }
+
+// NumCPUs sets the embedded node's CPU count (default: the machine's).
+func NumCPUs(n float64) InitOption { return func(o *initOptions) { o.cpus = &n } }
+
+// Resources adds custom resources to the embedded node.
+func Resources(r map[string]float64) InitOption { return func(o *initOptions) { o.resources = r } }
+
+// ObjectStoreMemory sets the embedded node's object store capacity.
+func ObjectStoreMemory(bytes int64) InitOption { return func(o *initOptions) { o.storeBytes = bytes } }
+
+// WorkerOutput sets where worker stdout and stderr lines are copied in
+// embedded mode (default os.Stderr; nil to keep them in log files only).
+func WorkerOutput(w io.Writer) InitOption {
+	return func(o *initOptions) { o.output = w; o.quiet = w == nil }
+}
+
+// Runtime is an initialized goray driver.
+type Runtime struct {
+	cw       *core.CoreWorker
+	node     *node.Node
+	log      hclog.Logger
+	shutdown sync.Once
+}
+
+// IsWorker reports whether this process was started by a raylet as a
+// worker. Code before Init runs in workers too; use IsWorker to skip work
+// that only the driver should do.
+func IsWorker() bool { return os.Getenv(raylet.EnvWorker) == "1" }
+
+// Init starts goray in this process.
+//
+// In a driver: with an address (the Address option, else $GORAY_ADDRESS)
+// it connects to that cluster; with none it starts an embedded single-node
+// cluster in this process, so `go run` needs no setup. Call Shutdown when
+// done.
+//
+// In a worker process (the same binary started by a raylet), Init serves
+// task calls and never returns. Register tasks and actors at package level
+// so they exist before Init runs.
+func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
+	if IsWorker() {
+		runWorker()
+	}
+	if global.Load() != nil {
+		return nil, errors.New("goray: Init called twice; call Shutdown first")
+	}
+	var o initOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.address == "" {
+		o.address = os.Getenv(EnvAddress)
+	}
+	rt := &Runtime{log: o.logger}
+	if rt.log == nil {
+		level := o.logLevel
+		if level == "" {
+			level = "warn"
+		}
+		rt.log = hclog.New(&hclog.LoggerOptions{Name: "goray", Output: os.Stderr, Level: hclog.LevelFromString(level)})
+	}
+	rayletSock, sessionDir := "", ""
+	if o.address == "" {
+		cfg, err := embeddedConfig(&o)
+		if err != nil {
+			return nil, err
+		}
+		out := o.output
+		if out == nil && !o.quiet {
+			out = os.Stderr
+		}
+		nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true, WorkerOutput: out})
+		if err != nil {
+			return nil, fmt.Errorf("goray: starting the embedded node: %w", err)
+		}
+		rt.node = nd
+		rayletSock, sessionDir = nd.Info().RayletSocket, nd.Info().SessionDir
+	} else {
+		info, err := findLocalNode(ctx, o.address)
+		if err != nil {
+			return nil, err
+		}
+		rayletSock, sessionDir = info.RayletUnix, info.SessionDir
+	}
+	job, err := jobInfo()
+	if err != nil {
+		rt.stopNode()
+		return nil, err
+	}
+	cw, err := core.Start(ctx, core.Config{
+		Mode: core.ModeDriver, RayletSocket: rayletSock, SessionDir: sessionDir, Job: job, Logger: rt.log,
+		OnRayletLost: func(err error) { rt.log.Error("lost the connection to the raylet", "error", err) },
+	})
+	if err != nil {
+		rt.stopNode()
+		return nil, fmt.Errorf("goray: connecting the driver: %w", err)
+	}
+	rt.cw = cw
+	global.Store(cw)
+	return rt, nil
+}
+
+// MustInit is Init that panics on error.
+func MustInit(ctx context.Context, opts ...InitOption) *Runtime {
+	rt, err := Init(ctx, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return rt
+}
+
+func embeddedConfig(o *initOptions) (*config.Node, error) {
+	cfg := o.cfg
+	if cfg == nil && o.configPath != "" {
+		n, diags := config.LoadWithFlags(o.configPath, config.Flags{})
+		if err := config.NewDiagnosticsError(diags, n.Files()); err != nil {
+			return nil, err
+		}
+		cfg = n
+	}
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	cfg.Head = true
+	cfg.Port = 0
+	if cfg.Address == "" || cfg.Address == config.DefaultHeadAddress {
+		cfg.Address = "127.0.0.1:0"
+	}
+	if o.cpus != nil {
+		cfg.Resources.CPU = o.cpus
+	}
+	if len(o.resources) > 0 {
+		if cfg.Resources.Custom == nil {
+			cfg.Resources.Custom = map[string]float64{}
+		}
+		for k, v := range o.resources {
+			cfg.Resources.Custom[k] = v
+		}
+	}
+	if o.storeBytes > 0 {
+		cfg.ObjectStore.Memory = o.storeBytes
+	}
+	if o.logLevel != "" {
+		cfg.LogLevel = o.logLevel
+	}
+	return cfg, nil
+}
+
+// findLocalNode asks the GCS for the alive nodes and picks the one whose
+// raylet socket exists on this machine (the head first).
+func findLocalNode(ctx context.Context, addr string) (*pb.NodeInfo, error) {
+	cc, err := core.Dial(addr)
+	if err != nil {
+		return nil, fmt.Errorf("goray: cluster address %q: %w", addr, err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rep, err := pb.NewGcsClient(cc).GetAllNodes(ctx, &pb.GetAllNodesRequest{}, grpc.WaitForReady(true))
+	if err != nil {
+		return nil, fmt.Errorf("goray: cannot reach the cluster at %s (is `goray start --head` running?): %w", addr, err)
+	}
+	var best *pb.NodeInfo
+	for _, nv := range rep.Nodes {
+		n := nv.Info
+		if n.State != "ALIVE" {
+			continue
+		}
+		if _, err := os.Stat(n.RayletUnix); err != nil {
+			continue
+		}
+		if best == nil || (n.IsHead && !best.IsHead) {
+			best = n
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("goray: the cluster at %s has no alive node on this machine to attach the driver to", addr)
+	}
+	return best, nil
+}
+
+// jobInfo describes this driver's job so raylets can start its workers.
+func jobInfo() (*pb.JobInfo, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("goray: finding this program's executable: %w", err)
+	}
+	if r, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = r
+	}
+	sum, err := fileSHA256(exe)
+	if err != nil {
+		return nil, err
+	}
+	wd, _ := os.Getwd()
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GORAY_") {
+			env = append(env, kv)
+		}
+	}
+	return &pb.JobInfo{JobId: ids.New().Bytes(), BinaryPath: exe, BinarySha256: sum, WorkingDir: wd, Env: env, DriverPid: int32(os.Getpid())}, nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Shutdown stops what Init started: the driver disconnects (its job's
+// workers stop) and an embedded node shuts down, leaving no process,
+// socket or shared memory behind.
+func (rt *Runtime) Shutdown(ctx context.Context) error {
+	var err error
+	rt.shutdown.Do(func() {
+		global.CompareAndSwap(rt.cw, nil)
+		if rt.cw != nil {
+			rt.cw.Close()
+		}
+		err = rt.stopNode()
+	})
+	return err
+}
+
+func (rt *Runtime) stopNode() error {
+	if rt.node == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	return rt.node.Stop(ctx)
+}
+
+// NodeID returns the id of the node the driver is attached to.
+func (rt *Runtime) NodeID() string { return rt.cw.NodeID().String() }
+
+// JobID returns the driver's job id.
+func (rt *Runtime) JobID() string { return rt.cw.JobID().String() }
+
+// GCSAddress returns the cluster address (useful for an embedded node).
+func (rt *Runtime) GCSAddress() string {
+	if rt.node != nil {
+		return rt.node.Info().GCSAddress
+	}
+	return os.Getenv(EnvAddress)
+}
+
+// runWorker serves tasks until the raylet goes away; it never returns.
+func runWorker() {
+	level := os.Getenv(raylet.EnvLogLevel)
+	wid, err := ids.Parse(os.Getenv(raylet.EnvWorkerID))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goray worker: bad %s: %v\n", raylet.EnvWorkerID, err)
+		os.Exit(2)
+	}
+	// The runtime's own log goes to logs/worker-<id>.log; stdout and stderr
+	// carry only what user code prints (the raylet copies them).
+	var logOut io.Writer = os.Stderr
+	if f, err := os.OpenFile(filepath.Join(os.Getenv(raylet.EnvSessionDir), "logs", "worker-"+wid.String()+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		logOut = f
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "goray-worker", Output: logOut, Level: hclog.LevelFromString(level)})
+	lost := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	cw, err := core.Start(ctx, core.Config{
+		Mode: core.ModeWorker, RayletSocket: os.Getenv(raylet.EnvRayletSocket), SessionDir: os.Getenv(raylet.EnvSessionDir),
+		WorkerID: wid, Logger: log,
+		OnRayletLost: func(err error) {
+			select {
+			case lost <- err:
+			default:
+			}
+		},
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goray worker: %v\n", err)
+		os.Exit(1)
+	}
+	global.Store(cw)
+	log.Debug("worker serving", "worker", wid.Short(), "functions", len(core.Registered()))
+	err = <-lost
+	log.Info("worker exiting", "reason", err)
+	os.Exit(0)
+}

@@ -1,0 +1,213 @@
+package ray
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/internal/resources"
+)
+
+// Option sets a per-call option of a task or actor: resources, retries,
+// names, concurrency. Options given at registration are defaults that
+// Options(...) on the registered value extends.
+type Option func(*callOptions)
+
+type callOptions struct {
+	res        map[string]float64
+	maxRetries *int
+	name       string
+	maxConc    int
+}
+
+func newCallOptions(opts []Option) callOptions {
+	var c callOptions
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+func (c callOptions) with(opts []Option) callOptions {
+	n := c
+	n.res = make(map[string]float64, len(c.res))
+	for k, v := range c.res {
+		n.res[k] = v
+	}
+	for _, o := range opts {
+		o(&n)
+	}
+	return n
+}
+
+func (c *callOptions) setRes(name string, v float64) {
+	if c.res == nil {
+		c.res = map[string]float64{}
+	}
+	c.res[name] = v
+}
+
+// CPUs sets how many CPUs a call needs (fractions allowed). Tasks default to
+// 1, actors to 0.
+func CPUs(n float64) Option { return func(c *callOptions) { c.setRes(resources.CPU, n) } }
+
+// GPUs sets how many GPUs a call needs (fractions allowed).
+func GPUs(n float64) Option { return func(c *callOptions) { c.setRes(resources.GPU, n) } }
+
+// Memory sets how many bytes of memory a call reserves.
+func Memory(bytes int64) Option {
+	return func(c *callOptions) { c.setRes(resources.Memory, float64(bytes)) }
+}
+
+// Resource sets a custom resource requirement.
+func Resource(name string, amount float64) Option {
+	return func(c *callOptions) { c.setRes(name, amount) }
+}
+
+// MaxRetries sets how often a task is retried when its worker crashes
+// (default 3). Errors returned by the task itself are not retried.
+func MaxRetries(n int) Option { return func(c *callOptions) { c.maxRetries = &n } }
+
+// Name names a task (shown by `goray list tasks`) or an actor (found with
+// GetActor).
+func Name(name string) Option { return func(c *callOptions) { c.name = name } }
+
+// MaxConcurrency lets an actor run up to n calls at once (default 1: calls
+// run one at a time in submission order).
+func MaxConcurrency(n int) Option { return func(c *callOptions) { c.maxConc = n } }
+
+// taskBase is the untyped part of every registered task and actor class.
+type taskBase struct {
+	name  string
+	class string
+	opts  callOptions
+}
+
+// Name returns the registered name.
+func (b *taskBase) Name() string { return b.name }
+
+func (b *taskBase) with(opts []Option) taskBase {
+	return taskBase{name: b.name, class: b.class, opts: b.opts.with(opts)}
+}
+
+// coreOptions converts to core options; defaultCPU applies when the call
+// did not set CPU.
+func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
+	fl := map[string]float64{resources.CPU: defaultCPU}
+	for k, v := range b.opts.res {
+		fl[k] = v
+	}
+	set, err := resources.FromFloats(fl)
+	if err != nil {
+		return core.TaskOptions{}, fmt.Errorf("goray: %s: %w", b.name, err)
+	}
+	o := core.TaskOptions{Resources: set, MaxRetries: -1, Name: b.opts.name, MaxConcurrency: b.opts.maxConc}
+	if b.opts.maxRetries != nil {
+		o.MaxRetries = *b.opts.maxRetries
+	}
+	return o, nil
+}
+
+type invoker func(ctx context.Context, name string, args []core.ArgValue) (any, error)
+
+func mustName(fn any) string {
+	name, err := core.FuncName(fn)
+	if err != nil {
+		panic(err)
+	}
+	return name
+}
+
+func argCountCheck(name string, n int, args []core.ArgValue) error {
+	if len(args) != n {
+		return &core.RemoteError{Function: name, Kind: core.KindArgType, Type: "ArgTypeError",
+			Message: fmt.Sprintf("got %d arguments, want %d", len(args), n)}
+	}
+	return nil
+}
+
+func registerTask(fn any, n int, inv invoker) string {
+	name := mustName(fn)
+	core.Register(&core.Function{Name: name, NArgs: n, Task: func(ctx context.Context, args []core.ArgValue) (any, error) {
+		if err := argCountCheck(name, n, args); err != nil {
+			return nil, err
+		}
+		return inv(ctx, name, args)
+	}})
+	return name
+}
+
+func registerActor[T any](ctor any, n int, inv invoker) string {
+	name := mustName(ctor)
+	class := reflect.TypeFor[T]().String()
+	core.Register(&core.Function{Name: name, NArgs: n, Class: class, Task: func(ctx context.Context, args []core.ArgValue) (any, error) {
+		if err := argCountCheck(name, n, args); err != nil {
+			return nil, err
+		}
+		inst, err := inv(ctx, name, args)
+		if err != nil {
+			return nil, err
+		}
+		if p, ok := inst.(*T); ok && p == nil {
+			return nil, nil
+		}
+		return inst, nil
+	}})
+	return name
+}
+
+func registerMethod[T any](m any, n int, inv func(ctx context.Context, self *T, name string, args []core.ArgValue) (any, error)) string {
+	name := mustName(m)
+	class := reflect.TypeFor[T]().String()
+	core.Register(&core.Function{Name: name, NArgs: n, Class: class, Method: func(ctx context.Context, self any, args []core.ArgValue) (any, error) {
+		if err := argCountCheck(name, n, args); err != nil {
+			return nil, err
+		}
+		t, ok := self.(*T)
+		if !ok {
+			return nil, &core.RemoteError{Function: name, Kind: core.KindArgType, Type: "ArgTypeError",
+				Message: fmt.Sprintf("method of %s called on an actor of type %T", class, self)}
+		}
+		return inv(ctx, t, name, args)
+	}})
+	return name
+}
+
+// failedRef returns a reference whose Get fails with err.
+func failedRef[R any](cw *core.CoreWorker, err error) Ref[R] {
+	return Ref[R]{cw.FailedHandle(err)}
+}
+
+func submitTask[R any](ctx context.Context, b *taskBase, args ...core.ArgInput) Ref[R] {
+	cw, err := current()
+	if err != nil {
+		panic(err)
+	}
+	opts, err := b.coreOptions(1)
+	if err != nil {
+		return failedRef[R](cw, err)
+	}
+	return Ref[R]{cw.SubmitTask(ctx, b.name, args, opts)}
+}
+
+func callMethod[R any](ctx context.Context, actor core.ActorRef, method string, args ...core.ArgInput) Ref[R] {
+	cw, err := current()
+	if err != nil {
+		panic(err)
+	}
+	return Ref[R]{cw.SubmitActorTask(ctx, actor, method, args)}
+}
+
+func createActor[T any](ctx context.Context, b *taskBase, args ...core.ArgInput) ActorHandle[T] {
+	cw, err := current()
+	if err != nil {
+		panic(err)
+	}
+	class := reflect.TypeFor[T]().String()
+	opts, err := b.coreOptions(0)
+	if err != nil {
+		return ActorHandle[T]{ref: cw.DeadActor(class, err)}
+	}
+	return ActorHandle[T]{ref: cw.CreateActor(ctx, class, b.name, args, opts)}
+}
