@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/goray-dev/goray/internal/ids"
@@ -144,12 +145,26 @@ func Start(ctx context.Context, cfg Config) (*CoreWorker, error) {
 	cw.actors = newActorManager(cw)
 	cw.exec = newExecutor(cw)
 
+	if cfg.Mode == ModeWorker {
+		// Tasks may arrive as soon as the raylet knows the worker, before
+		// Start returns; references decoded by them need the process's core
+		// worker.
+		current.Store(cw)
+	}
 	if err := cw.start(ctx); err != nil {
+		current.CompareAndSwap(cw, nil)
 		cw.Close()
 		return nil, err
 	}
+	current.Store(cw)
 	return cw, nil
 }
+
+var current atomic.Pointer[CoreWorker]
+
+// Current returns the process's core worker, or nil before Start and after
+// Close.
+func Current() *CoreWorker { return current.Load() }
 
 func (cw *CoreWorker) start(ctx context.Context) error {
 	sockDir := filepath.Join(cw.cfg.SessionDir, "sockets")
@@ -346,6 +361,7 @@ func (cw *CoreWorker) isSelf(addr *pb.Address) bool {
 // server stops and connections close. It is idempotent.
 func (cw *CoreWorker) Close() {
 	cw.once.Do(func() {
+		current.CompareAndSwap(cw, nil)
 		close(cw.closed)
 		cw.cancel()
 		if cw.submitter != nil {

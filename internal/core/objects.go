@@ -691,6 +691,9 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject) (*V
 		return nil, &ObjectError{ObjectID: id, Kind: ErrObjectFreed, Detail: "not in the node's object store"}
 	}
 	so := rep.Objects[0]
+	if len(so.Metadata) > 0 {
+		f = codec.FormatOf(so.Metadata)
+	}
 	data, err := cw.store.Slice(so.Offset, so.DataSize)
 	if err != nil {
 		return nil, err
@@ -708,12 +711,7 @@ func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, err
 	if n > len(hs) {
 		n = len(hs)
 	}
-	type idx struct {
-		i  int
-		ch <-chan struct{}
-	}
-	pending := make([]idx, 0, len(hs))
-	var ready []int
+	chans := make([]<-chan struct{}, len(hs))
 	for i, h := range hs {
 		if h.Released() {
 			return nil, &ObjectError{ObjectID: h.ID, Kind: ErrObjectFreed, Detail: "the reference was released"}
@@ -722,42 +720,61 @@ func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, err
 		if err != nil {
 			return nil, err
 		}
-		pending = append(pending, idx{i, ch})
+		chans[i] = ch
 	}
-	for {
-		rest := pending[:0]
-		for _, p := range pending {
-			select {
-			case <-p.ch:
-				ready = append(ready, p.i)
-			default:
-				rest = append(rest, p)
+	defer runtime.KeepAlive(hs)
+	isReady := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	ready := make([]bool, len(hs))
+	count := 0
+	for i, ch := range chans {
+		if isReady(ch) {
+			ready[i] = true
+			count++
+		}
+	}
+	if count < n {
+		// Slow path: one goroutine per pending object reports readiness.
+		done := make(chan struct{})
+		defer close(done)
+		notify := make(chan int, len(hs))
+		for i, ch := range chans {
+			if !ready[i] {
+				go func(i int, ch <-chan struct{}) {
+					select {
+					case <-ch:
+						notify <- i
+					case <-done:
+					}
+				}(i, ch)
 			}
 		}
-		pending = rest
-		if len(ready) >= n || len(pending) == 0 {
-			break
-		}
-		// Block on the first pending channel or ctx; then rescan.
-		select {
-		case <-pending[0].ch:
-		case <-ctx.Done():
-			return sortInts(ready), nil
-		case <-cw.closed:
-			return nil, ErrShutdown
-		}
-	}
-	runtime.KeepAlive(hs)
-	return sortInts(ready), nil
-}
-
-func sortInts(a []int) []int {
-	for i := 1; i < len(a); i++ {
-		for j := i; j > 0 && a[j] < a[j-1]; j-- {
-			a[j], a[j-1] = a[j-1], a[j]
+	loop:
+		for count < n {
+			select {
+			case i := <-notify:
+				ready[i] = true
+				count++
+			case <-ctx.Done():
+				break loop
+			case <-cw.closed:
+				return nil, ErrShutdown
+			}
 		}
 	}
-	return a
+	out := make([]int, 0, count)
+	for i, r := range ready {
+		if r {
+			out = append(out, i)
+		}
+	}
+	return out, nil
 }
 
 func encodeRemoteError(e *RemoteError) []byte {

@@ -288,12 +288,19 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 	if k.measured && k.avg < slowTask {
 		depth = pipelineDepth
 	}
+	now := time.Now()
 	for len(k.queue) > 0 {
 		var best *lease
 		for l := range k.leases {
-			if !l.dead && len(l.inflight) < depth && (best == nil || len(l.inflight) < len(best.inflight)) {
-				best = l
+			if l.dead || len(l.inflight) >= depth || (best != nil && len(l.inflight) >= len(best.inflight)) {
+				continue
 			}
+			if len(l.inflight) > 0 && l.busySince(now) > slowTask {
+				// Something on this worker runs long: queueing more behind
+				// it would stall them; wait for another lease instead.
+				continue
+			}
+			best = l
 		}
 		if best == nil {
 			break
@@ -329,6 +336,17 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 		k.cancels = nil
 	}
 	return out
+}
+
+// busySince returns how long the oldest task in flight on l has been out.
+func (l *lease) busySince(now time.Time) time.Duration {
+	var oldest time.Duration
+	for _, rec := range l.inflight {
+		if d := now.Sub(rec.sent); d > oldest {
+			oldest = d
+		}
+	}
+	return oldest
 }
 
 func (s *submitter) send(items []sendItem) {

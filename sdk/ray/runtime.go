@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/goray-dev/goray/config"
@@ -28,10 +27,8 @@ import (
 // address when no Address option is given.
 const EnvAddress = "GORAY_ADDRESS"
 
-var global atomic.Pointer[core.CoreWorker]
-
 func current() (*core.CoreWorker, error) {
-	cw := global.Load()
+	cw := core.Current()
 	if cw == nil {
 		return nil, ErrNotInitialized
 	}
@@ -113,7 +110,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 	if IsWorker() {
 		runWorker()
 	}
-	if global.Load() != nil {
+	if core.Current() != nil {
 		return nil, errors.New("goray: Init called twice; call Shutdown first")
 	}
 	var o initOptions
@@ -168,7 +165,6 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		return nil, fmt.Errorf("goray: connecting the driver: %w", err)
 	}
 	rt.cw = cw
-	global.Store(cw)
 	return rt, nil
 }
 
@@ -293,7 +289,6 @@ func fileSHA256(path string) (string, error) {
 func (rt *Runtime) Shutdown(ctx context.Context) error {
 	var err error
 	rt.shutdown.Do(func() {
-		global.CompareAndSwap(rt.cw, nil)
 		if rt.cw != nil {
 			rt.cw.Close()
 		}
@@ -342,7 +337,7 @@ func runWorker() {
 	log := hclog.New(&hclog.LoggerOptions{Name: "goray-worker", Output: logOut, Level: hclog.LevelFromString(level)})
 	lost := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	cw, err := core.Start(ctx, core.Config{
+	_, err = core.Start(ctx, core.Config{
 		Mode: core.ModeWorker, RayletSocket: os.Getenv(raylet.EnvRayletSocket), SessionDir: os.Getenv(raylet.EnvSessionDir),
 		WorkerID: wid, Logger: log,
 		OnRayletLost: func(err error) {
@@ -357,7 +352,6 @@ func runWorker() {
 		fmt.Fprintf(os.Stderr, "goray worker: %v\n", err)
 		os.Exit(1)
 	}
-	global.Store(cw)
 	log.Debug("worker serving", "worker", wid.Short(), "functions", len(core.Registered()))
 	err = <-lost
 	log.Info("worker exiting", "reason", err)

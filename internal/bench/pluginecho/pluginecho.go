@@ -1,0 +1,198 @@
+// Package pluginecho is a minimal go-plugin gRPC plugin used by the
+// microbenchmark to measure a bare plugin round trip, and a tiny
+// hand-written gRPC echo service (no code generation) that the benchmark
+// also serves directly over a unix socket to measure a bare gRPC round
+// trip.
+//
+// The plugin needs no separate binary: a program that calls MaybeServe
+// first thing in main serves the plugin when it is started by Start (which
+// re-executes the given executable with the handshake cookie set), and
+// returns at once otherwise.
+package pluginecho
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Handshake is the go-plugin handshake of the echo plugin. Its magic cookie
+// is the environment variable GORAY_BENCH_PLUGIN; Start sets it in the
+// child's environment.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  1,
+	MagicCookieKey:   "GORAY_BENCH_PLUGIN",
+	MagicCookieValue: "goray-bench-echo-v1",
+}
+
+// PluginName is the name the echo plugin is dispensed under.
+const PluginName = "echo"
+
+const (
+	serviceName = "goray.bench.Echo"
+	echoMethod  = "/" + serviceName + "/Echo"
+)
+
+// ErrNotEcho is returned when the dispensed plugin is not an echo client.
+var ErrNotEcho = errors.New("pluginecho: the dispensed plugin is not an echo client")
+
+// Echoer is the echo service: it returns its input.
+type Echoer interface {
+	Echo(ctx context.Context, in *wrapperspb.BytesValue) (*wrapperspb.BytesValue, error)
+}
+
+type echoServer struct{}
+
+func (echoServer) Echo(_ context.Context, in *wrapperspb.BytesValue) (*wrapperspb.BytesValue, error) {
+	return in, nil
+}
+
+func echoHandler(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	in := new(wrapperspb.BytesValue)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(Echoer).Echo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: echoMethod}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return srv.(Echoer).Echo(ctx, req.(*wrapperspb.BytesValue))
+	})
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: serviceName,
+	HandlerType: (*Echoer)(nil),
+	Methods:     []grpc.MethodDesc{{MethodName: "Echo", Handler: echoHandler}},
+	Metadata:    "pluginecho",
+}
+
+// Register registers the echo service on s.
+func Register(s *grpc.Server) { s.RegisterService(&serviceDesc, echoServer{}) }
+
+// Client calls the echo service on a connection.
+type Client struct{ cc grpc.ClientConnInterface }
+
+// NewClient returns an echo client on cc.
+func NewClient(cc grpc.ClientConnInterface) *Client { return &Client{cc: cc} }
+
+// Echo sends b and returns what the service sent back.
+func (c *Client) Echo(ctx context.Context, b []byte) ([]byte, error) {
+	out := new(wrapperspb.BytesValue)
+	if err := c.cc.Invoke(ctx, echoMethod, wrapperspb.Bytes(b), out); err != nil {
+		return nil, err
+	}
+	return out.Value, nil
+}
+
+// echoPlugin is the go-plugin definition (gRPC only).
+type echoPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+}
+
+func (echoPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	Register(s)
+	return nil
+}
+
+func (echoPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
+	return NewClient(cc), nil
+}
+
+func pluginSet() plugin.PluginSet { return plugin.PluginSet{PluginName: echoPlugin{}} }
+
+// IsPlugin reports whether this process was started as the echo plugin.
+func IsPlugin() bool { return os.Getenv(Handshake.MagicCookieKey) == Handshake.MagicCookieValue }
+
+// MaybeServe serves the echo plugin and exits the process when this process
+// was started by Start; otherwise it returns at once. Call it first thing in
+// main (or TestMain).
+func MaybeServe() {
+	if !IsPlugin() {
+		return
+	}
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		Plugins:         pluginSet(),
+		GRPCServer:      plugin.DefaultGRPCServer,
+		Logger:          hclog.NewNullLogger(),
+	})
+	os.Exit(0)
+}
+
+// Plugin is a running echo plugin process.
+type Plugin struct {
+	*Client
+	pc *plugin.Client
+}
+
+// Start launches exe (a binary whose main calls MaybeServe) as the echo
+// plugin over go-plugin's gRPC protocol and connects to it. ctx bounds the
+// start-up. A nil logger means hclog.NewNullLogger().
+func Start(ctx context.Context, exe string, logger hclog.Logger) (*Plugin, error) {
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	timeout := 30 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	pc := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  Handshake,
+		Plugins:          pluginSet(),
+		Cmd:              exec.Command(exe),
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           logger,
+		StartTimeout:     timeout,
+	})
+	type result struct {
+		raw any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rpc, err := pc.Client()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		raw, err := rpc.Dispense(PluginName)
+		done <- result{raw: raw, err: err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		pc.Kill()
+		<-done
+		return nil, fmt.Errorf("pluginecho: starting %s: %w", exe, ctx.Err())
+	}
+	if r.err != nil {
+		pc.Kill()
+		return nil, fmt.Errorf("pluginecho: starting %s: %w", exe, r.err)
+	}
+	c, ok := r.raw.(*Client)
+	if !ok {
+		pc.Kill()
+		return nil, ErrNotEcho
+	}
+	return &Plugin{Client: c, pc: pc}, nil
+}
+
+// Close stops the plugin process.
+func (p *Plugin) Close() { p.pc.Kill() }
+
+// Exited reports whether the plugin process has exited.
+func (p *Plugin) Exited() bool { return p.pc.Exited() }

@@ -1,0 +1,107 @@
+package ray
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/goray-dev/goray/internal/core"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+)
+
+// CallByName submits a call of the task registered under name with untyped
+// arguments (values or Refs). It is the dynamic counterpart of TaskN: the
+// worker checks the arguments, so a wrong type fails with ErrArgType and an
+// unknown name with ErrFunctionNotFound when the result is read.
+func CallByName[R any](ctx context.Context, name string, args ...any) Ref[R] {
+	cw, err := current()
+	if err != nil {
+		panic(err)
+	}
+	in := make([]core.ArgInput, len(args))
+	for i, a := range args {
+		if r, ok := a.(ObjectRef); ok {
+			in[i] = core.ArgInput{Handle: r.handle()}
+		} else {
+			in[i] = core.ArgInput{Value: a}
+		}
+	}
+	b := taskBase{name: name}
+	opts, _ := b.coreOptions(1)
+	return Ref[R]{cw.SubmitTask(ctx, name, in, opts)}
+}
+
+// ClusterResources returns the total resources of all alive nodes.
+func ClusterResources(ctx context.Context) (map[string]float64, error) {
+	return sumNodes(ctx, func(nv *pb.NodeView) map[string]int64 { return nv.GetInfo().GetTotal().GetAmounts() })
+}
+
+// AvailableResources returns the resources not in use on alive nodes, as of
+// their last heartbeat.
+func AvailableResources(ctx context.Context) (map[string]float64, error) {
+	return sumNodes(ctx, func(nv *pb.NodeView) map[string]int64 { return nv.GetAvailable().GetAmounts() })
+}
+
+func sumNodes(ctx context.Context, pick func(*pb.NodeView) map[string]int64) (map[string]float64, error) {
+	cw, err := current()
+	if err != nil {
+		return nil, err
+	}
+	if cw.GCS() == nil {
+		return nil, ErrNotInitialized
+	}
+	rep, err := cw.GCS().GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("goray: listing nodes: %w", err)
+	}
+	total := resources.Set{}
+	for _, nv := range rep.Nodes {
+		if nv.GetInfo().GetState() == "ALIVE" {
+			total.Add(resources.Set(pick(nv)))
+		}
+	}
+	return total.Floats(), nil
+}
+
+// StoreUsage is the local node's shared-memory object store use.
+type StoreUsage struct {
+	Used, Capacity int64
+	Objects        int64
+}
+
+// ObjectStoreUsage reports the object store use of the node this process
+// runs on.
+func ObjectStoreUsage(ctx context.Context) (StoreUsage, error) {
+	cw, err := current()
+	if err != nil {
+		return StoreUsage{}, err
+	}
+	rep, err := cw.Raylet().GetNodeStats(ctx, &pb.GetNodeStatsRequest{})
+	if err != nil {
+		return StoreUsage{}, fmt.Errorf("goray: node stats: %w", err)
+	}
+	return StoreUsage{Used: rep.StoreUsed, Capacity: rep.StoreCapacity, Objects: rep.StoreObjects}, nil
+}
+
+// TaskContext describes the task a context belongs to (inside a task or
+// actor method).
+type TaskContext struct {
+	TaskID   string
+	Function string
+	ActorID  string
+	// Attempt is 0 for the first run and counts retries after crashes.
+	Attempt int
+}
+
+// CurrentTask returns the task running with ctx; ok is false outside tasks.
+func CurrentTask(ctx context.Context) (tc TaskContext, ok bool) {
+	t, ok := core.CurrentTask(ctx)
+	if !ok {
+		return tc, false
+	}
+	tc = TaskContext{TaskID: t.TaskID.String(), Function: t.Function, Attempt: t.Attempt}
+	if !t.ActorID.IsNil() {
+		tc.ActorID = t.ActorID.String()
+	}
+	return tc, true
+}

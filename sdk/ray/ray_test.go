@@ -1,0 +1,514 @@
+package ray_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goray-dev/goray/sdk/ray"
+)
+
+// Tasks and actors used by the tests, registered at package level so the
+// re-executed test binary (the workers) has them too.
+
+func add(ctx context.Context, a, b int) (int, error) { return a + b, nil }
+
+func fail(ctx context.Context, msg string) (int, error) { return 0, errors.New(msg) }
+
+func explode(ctx context.Context, msg string) (int, error) { panic(msg) }
+
+func sleepFor(ctx context.Context, d time.Duration) (int, error) {
+	time.Sleep(d)
+	return int(d / time.Millisecond), nil
+}
+
+func byteLen(ctx context.Context, b []byte) (int, error) { return len(b), nil }
+
+func makeBytes(ctx context.Context, n int) ([]byte, error) {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i % 251)
+	}
+	return b, nil
+}
+
+// crashUntil kills its own worker process on every attempt below ok.
+func crashUntil(ctx context.Context, ok int) (int, error) {
+	tc, _ := ray.CurrentTask(ctx)
+	if tc.Attempt < ok {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	return tc.Attempt, nil
+}
+
+type Box struct {
+	Label string
+	Inner ray.Ref[[]byte]
+}
+
+// sumInner reads a reference nested in its argument.
+func sumInner(ctx context.Context, b Box) (int, error) {
+	data, err := b.Inner.Get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	s := 0
+	for _, x := range data {
+		s += int(x)
+	}
+	return s, nil
+}
+
+// Counter is a stateful actor.
+type Counter struct {
+	n    int
+	held ray.Ref[[]byte]
+	gate chan struct{}
+}
+
+func NewCounter(ctx context.Context, start int) (*Counter, error) {
+	if start < 0 {
+		return nil, fmt.Errorf("start must be >= 0, got %d", start)
+	}
+	return &Counter{n: start, gate: make(chan struct{})}, nil
+}
+func (c *Counter) Inc(ctx context.Context, by int) (int, error) { c.n += by; return c.n, nil }
+func (c *Counter) Pid(ctx context.Context) (int, error)         { return os.Getpid(), nil }
+
+// Hold keeps a borrowed reference in actor state.
+func (c *Counter) Hold(ctx context.Context, b Box) (int, error) { c.held = b.Inner; return 0, nil }
+
+// Held reads the held reference.
+func (c *Counter) Held(ctx context.Context) (int, error) {
+	data, err := c.held.Get(ctx)
+	return len(data), err
+}
+
+// Meet returns only when two calls are inside it at once.
+func (c *Counter) Meet(ctx context.Context) (int, error) {
+	select {
+	case c.gate <- struct{}{}:
+	case <-c.gate:
+	case <-time.After(20 * time.Second):
+		return 0, errors.New("no second call arrived: calls did not run concurrently")
+	}
+	return 1, nil
+}
+
+// incVia calls an actor whose handle it received as an argument.
+func incVia(ctx context.Context, h ray.ActorHandle[Counter]) (int, error) {
+	return Inc.On(h).Remote(ctx, ray.V(100)).Get(ctx)
+}
+
+var (
+	Add        = ray.Task2(add)
+	Fail       = ray.Task1(fail)
+	Explode    = ray.Task1(explode)
+	SleepFor   = ray.Task1(sleepFor)
+	ByteLen    = ray.Task1(byteLen)
+	MakeBytes  = ray.Task1(makeBytes)
+	CrashUntil = ray.Task1(crashUntil)
+	SumInner   = ray.Task1(sumInner)
+	IncVia     = ray.Task1(incVia)
+	CounterA   = ray.Actor1(NewCounter)
+	Inc        = ray.Method1((*Counter).Inc)
+	Pid        = ray.Method0((*Counter).Pid)
+	Hold       = ray.Method1((*Counter).Hold)
+	Held       = ray.Method0((*Counter).Held)
+	Meet       = ray.Method0((*Counter).Meet)
+)
+
+var rt *ray.Runtime
+
+func TestMain(m *testing.M) {
+	ctx := context.Background()
+	if ray.IsWorker() {
+		ray.Init(ctx) // serves tasks; never returns
+	}
+	var err error
+	rt, err = ray.Init(ctx, ray.NumCPUs(2), ray.ObjectStoreMemory(256<<20), ray.WorkerOutput(nil))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = rt.Shutdown(ctx)
+	os.Exit(code)
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestTasksAndRefArgs(t *testing.T) {
+	ctx := testCtx(t)
+	a := Add.Remote(ctx, ray.V(1), ray.V(2))
+	b := Add.Remote(ctx, a, ray.V(10)) // reference argument, resolved first
+	c := Add.Remote(ctx, a, b)
+	got, err := c.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != 16 {
+		t.Fatalf("Add(a, Add(a, 10)) = %d, want 16", got)
+	}
+}
+
+func TestManyTasks(t *testing.T) {
+	ctx := testCtx(t)
+	var refs []ray.Ref[int]
+	for i := 0; i < 500; i++ {
+		refs = append(refs, Add.Remote(ctx, ray.V(i), ray.V(i)))
+	}
+	vals, err := ray.GetAll(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vals {
+		if v != 2*i {
+			t.Fatalf("task %d = %d, want %d", i, v, 2*i)
+		}
+	}
+}
+
+func TestPutGetValues(t *testing.T) {
+	ctx := testCtx(t)
+	type rec struct {
+		Name string
+		Vals []float64
+	}
+	in := rec{"x", []float64{1.5, 2.5}}
+	r, err := ray.Put(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := r.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Name != "x" || len(out.Vals) != 2 || out.Vals[1] != 2.5 {
+		t.Fatalf("got %+v", out)
+	}
+}
+
+func TestLargeBytesZeroCopyAndFree(t *testing.T) {
+	ctx := testCtx(t)
+	before, err := ray.ObjectStoreUsage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8 << 20
+	payload := bytes.Repeat([]byte{7}, n)
+	r, err := ray.Put(ctx, payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload[0] = 9 // Put copied: later changes do not leak into the object
+	buf, err := ray.GetBuffer(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(buf.Bytes()) != n || buf.Bytes()[0] != 7 || buf.Bytes()[n-1] != 7 {
+		t.Fatalf("buffer: len %d first %d", len(buf.Bytes()), buf.Bytes()[0])
+	}
+	buf.Release()
+	// A task reads the large argument from shared memory.
+	if got, err := ByteLen.Remote(ctx, r).Get(ctx); err != nil || got != n {
+		t.Fatalf("ByteLen = %d, %v; want %d", got, err, n)
+	}
+	mid, err := ray.ObjectStoreUsage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mid.Used < before.Used+n {
+		t.Fatalf("store use %d after a %d-byte put, before %d", mid.Used, n, before.Used)
+	}
+	r.Release()
+	if _, err := r.Get(ctx); !errors.Is(err, ray.ErrObjectFreed) {
+		t.Fatalf("Get after Release: want ErrObjectFreed, got %v", err)
+	}
+	waitFor(t, "store space freed", func() bool {
+		u, err := ray.ObjectStoreUsage(ctx)
+		return err == nil && u.Used < before.Used+n
+	})
+}
+
+func TestLargeTaskResult(t *testing.T) {
+	ctx := testCtx(t)
+	const n = 3 << 20
+	r := MakeBytes.Remote(ctx, ray.V(n))
+	b, err := r.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != n || b[n-1] != byte((n-1)%251) {
+		t.Fatalf("result len %d", len(b))
+	}
+	// The large result stays in shared memory and feeds another task.
+	if got, err := ByteLen.Remote(ctx, r).Get(ctx); err != nil || got != n {
+		t.Fatalf("ByteLen(result) = %d, %v", got, err)
+	}
+}
+
+func TestNestedRefsStayAlive(t *testing.T) {
+	ctx := testCtx(t)
+	inner, err := ray.Put(ctx, bytes.Repeat([]byte{1}, 200<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	outer, err := ray.Put(ctx, Box{Label: "b", Inner: inner})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner.Release() // only the outer object keeps it alive now
+	box, err := outer.Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := box.Inner.Get(ctx); err != nil || len(got) != 200<<10 {
+		t.Fatalf("nested ref: %d bytes, %v", len(got), err)
+	}
+	// A task receives the struct by value and reads the nested reference.
+	if got, err := SumInner.Remote(ctx, ray.V(box)).Get(ctx); err != nil || got != 200<<10 {
+		t.Fatalf("SumInner = %d, %v", got, err)
+	}
+}
+
+func TestBorrowerKeepsObjectAlive(t *testing.T) {
+	ctx := testCtx(t)
+	c := CounterA.Remote(ctx, ray.V(0))
+	inner, err := ray.Put(ctx, bytes.Repeat([]byte{3}, 150<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Hold.On(c).Remote(ctx, ray.V(Box{Inner: inner})).Get(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inner.Release()
+	runtime.GC()
+	if n, err := Held.On(c).Remote(ctx).Get(ctx); err != nil || n != 150<<10 {
+		t.Fatalf("actor's borrowed ref: %d, %v", n, err)
+	}
+}
+
+func TestWaitAndTimeout(t *testing.T) {
+	ctx := testCtx(t)
+	fast := SleepFor.Remote(ctx, ray.V(time.Millisecond))
+	slow := SleepFor.Remote(ctx, ray.V(30*time.Second))
+	ready, notReady, err := ray.Wait(ctx, []ray.Ref[int]{slow, fast}, 1, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ready) != 1 || ready[0].ID() != fast.ID() || len(notReady) != 1 {
+		t.Fatalf("ready %v notReady %v", ready, notReady)
+	}
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = slow.Get(short)
+	var te *ray.GetTimeoutError
+	if !errors.Is(err, ray.ErrGetTimeout) || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &te) {
+		t.Fatalf("Get past deadline: want GetTimeoutError, got %v", err)
+	}
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if _, err := slow.Get(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Get with cancelled ctx: want context.Canceled, got %v", err)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	ctx := testCtx(t)
+	_, err := Fail.Remote(ctx, ray.V("boom")).Get(ctx)
+	var te *ray.TaskError
+	if !errors.As(err, &te) || te.Message != "boom" || te.Panic || !errors.Is(err, ray.ErrTaskFailed) {
+		t.Fatalf("task error: got %#v", err)
+	}
+	_, err = Explode.Remote(ctx, ray.V("kaboom")).Get(ctx)
+	if !errors.As(err, &te) || !te.Panic || !errors.Is(err, ray.ErrPanic) || te.Message != "kaboom" {
+		t.Fatalf("panic: got %v", err)
+	}
+	if !strings.Contains(te.Stack, "explode") {
+		t.Fatalf("remote stack does not name the panicking function:\n%s", te.Stack)
+	}
+	// The worker survived the panic: the next task runs fine.
+	if v, err := Add.Remote(ctx, ray.V(2), ray.V(2)).Get(ctx); err != nil || v != 4 {
+		t.Fatalf("after panic: %d, %v", v, err)
+	}
+	// An error in an argument's task propagates to the dependent task.
+	_, err = Add.Remote(ctx, Fail.Remote(ctx, ray.V("upstream")), ray.V(1)).Get(ctx)
+	if !errors.As(err, &te) || te.Message != "upstream" {
+		t.Fatalf("propagated error: %v", err)
+	}
+}
+
+func unregistered(ctx context.Context, x int) (int, error) { return x, nil }
+
+func TestFunctionNotFoundAndArgType(t *testing.T) {
+	ctx := testCtx(t)
+	// Registered after Init, in the driver only: workers do not have it.
+	late := ray.Task1(unregistered)
+	_, err := late.Remote(ctx, ray.V(1)).Get(ctx)
+	if !errors.Is(err, ray.ErrFunctionNotFound) || !strings.Contains(err.Error(), "unregistered") {
+		t.Fatalf("missing function: got %v", err)
+	}
+	_, err = ray.CallByName[int](ctx, "no.such/function", 1).Get(ctx)
+	if !errors.Is(err, ray.ErrFunctionNotFound) {
+		t.Fatalf("unknown name: got %v", err)
+	}
+	_, err = ray.CallByName[int](ctx, Add.Name(), "one", 2).Get(ctx)
+	if !errors.Is(err, ray.ErrArgType) || !strings.Contains(err.Error(), "argument 0") {
+		t.Fatalf("wrong argument type: got %v", err)
+	}
+	_, err = ray.CallByName[int](ctx, Add.Name(), 1).Get(ctx)
+	if !errors.Is(err, ray.ErrArgType) {
+		t.Fatalf("wrong argument count: got %v", err)
+	}
+	if v, err := ray.CallByName[int](ctx, Add.Name(), 20, 22).Get(ctx); err != nil || v != 42 {
+		t.Fatalf("CallByName = %d, %v", v, err)
+	}
+}
+
+func TestWorkerCrashRetries(t *testing.T) {
+	ctx := testCtx(t)
+	got, err := CrashUntil.Options(ray.MaxRetries(2)).Remote(ctx, ray.V(1)).Get(ctx)
+	if err != nil || got != 1 {
+		t.Fatalf("crash once then succeed: %d, %v", got, err)
+	}
+	_, err = CrashUntil.Options(ray.MaxRetries(1)).Remote(ctx, ray.V(5)).Get(ctx)
+	var wc *ray.WorkerCrashedError
+	if !errors.As(err, &wc) || !errors.Is(err, ray.ErrWorkerCrashed) || wc.Attempts != 2 {
+		t.Fatalf("crash every time: got %v", err)
+	}
+}
+
+func TestActors(t *testing.T) {
+	ctx := testCtx(t)
+	c := CounterA.Options(ray.Name("counter-1")).Remote(ctx, ray.V(10))
+	var refs []ray.Ref[int]
+	for i := 0; i < 200; i++ {
+		refs = append(refs, Inc.On(c).Remote(ctx, ray.V(1)))
+	}
+	vals, err := ray.GetAll(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vals {
+		if v != 11+i {
+			t.Fatalf("call %d saw %d: calls ran out of order", i, v)
+		}
+	}
+	// Found by name, and callable from a task that receives the handle.
+	h, err := ray.GetActor[Counter](ctx, "counter-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := IncVia.Remote(ctx, ray.V(h)).Get(ctx); err != nil || v != 310 {
+		t.Fatalf("IncVia = %d, %v; want 310", v, err)
+	}
+	if _, err := ray.GetActor[Counter](ctx, "nobody"); !errors.Is(err, ray.ErrActorNotFound) {
+		t.Fatalf("unknown name: %v", err)
+	}
+	// A second live actor cannot take the name.
+	dup := CounterA.Options(ray.Name("counter-1")).Remote(ctx, ray.V(0))
+	if err := dup.Ready(ctx); !errors.Is(err, ray.ErrActorDied) || !strings.Contains(err.Error(), "already taken") {
+		t.Fatalf("duplicate name: %v", err)
+	}
+	// Kill: later calls fail with ActorDiedError.
+	if err := c.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx)
+	var ad *ray.ActorDiedError
+	if !errors.As(err, &ad) || !strings.Contains(ad.Reason, "killed") {
+		t.Fatalf("call after kill: %v", err)
+	}
+}
+
+func TestActorConstructorError(t *testing.T) {
+	ctx := testCtx(t)
+	c := CounterA.Remote(ctx, ray.V(-1))
+	_, err := Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx)
+	if !errors.Is(err, ray.ErrActorDied) || !strings.Contains(err.Error(), "start must be >= 0") {
+		t.Fatalf("constructor error: %v", err)
+	}
+}
+
+func TestActorProcessDies(t *testing.T) {
+	ctx := testCtx(t)
+	c := CounterA.Remote(ctx, ray.V(0))
+	pid, err := Pid.On(c).Remote(ctx).Get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx)
+	if !errors.Is(err, ray.ErrActorDied) {
+		t.Fatalf("call on a killed actor process: %v", err)
+	}
+}
+
+func TestActorConcurrency(t *testing.T) {
+	ctx := testCtx(t)
+	c := CounterA.Options(ray.MaxConcurrency(2)).Remote(ctx, ray.V(0))
+	a, b := Meet.On(c).Remote(ctx), Meet.On(c).Remote(ctx)
+	if _, err := ray.GetAll(ctx, []ray.Ref[int]{a, b}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestObjectsFreedByGC(t *testing.T) {
+	ctx := testCtx(t)
+	before, err := ray.ObjectStoreUsage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var made atomic.Int64
+	func() {
+		for i := 0; i < 4; i++ {
+			r, err := ray.Put(ctx, bytes.Repeat([]byte{1}, 1<<20))
+			if err != nil {
+				t.Fatal(err)
+			}
+			made.Add(1)
+			_ = r
+		}
+	}()
+	waitFor(t, "unreachable refs collected and freed", func() bool {
+		runtime.GC()
+		u, err := ray.ObjectStoreUsage(ctx)
+		return err == nil && u.Used <= before.Used
+	})
+}
+
+func TestClusterResources(t *testing.T) {
+	ctx := testCtx(t)
+	waitFor(t, "node resources reported", func() bool {
+		r, err := ray.ClusterResources(ctx)
+		return err == nil && r["CPU"] == 2
+	})
+}
+
+// waitFor polls cond until it holds or a deadline passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
