@@ -20,6 +20,7 @@ type InvalidArgumentError struct {
 	Problem string
 }
 
+// Error describes the problem and the object it concerns.
 func (e *InvalidArgumentError) Error() string {
 	return fmt.Sprintf("invalid %s: %s", e.Field, e.Problem)
 }
@@ -40,6 +41,7 @@ type NotFoundError struct {
 	Name string
 }
 
+// Error describes the problem and the object it concerns.
 func (e *NotFoundError) Error() string {
 	if e.ID.IsNil() {
 		return fmt.Sprintf("no %s named %q", e.Kind, e.Name)
@@ -61,6 +63,7 @@ type NameTakenError struct {
 	Holder ids.ID
 }
 
+// Error describes the problem and the object it concerns.
 func (e *NameTakenError) Error() string {
 	return fmt.Sprintf("actor name %q is already taken by actor %s", e.Name, e.Holder)
 }
@@ -79,6 +82,7 @@ type AlreadyExistsError struct {
 	ID ids.ID
 }
 
+// Error describes the problem and the object it concerns.
 func (e *AlreadyExistsError) Error() string {
 	return fmt.Sprintf("%s %s is already registered", e.Kind, e.ID)
 }
@@ -98,6 +102,7 @@ type NodeDeadError struct {
 	Reason string
 }
 
+// Error describes the problem and the object it concerns.
 func (e *NodeDeadError) Error() string {
 	return fmt.Sprintf("node %s is dead (%s); rejoin with a new node id", e.ID, e.Reason)
 }
@@ -116,6 +121,7 @@ type JobFinishedError struct {
 	Op string
 }
 
+// Error describes the problem and the object it concerns.
 func (e *JobFinishedError) Error() string {
 	return fmt.Sprintf("%s: job %s has finished", e.Op, e.ID)
 }

@@ -132,7 +132,7 @@ func (sub *subscriber) pump() {
 
 // stop ends the pump and waits for it; safe to call more than once.
 func (sub *subscriber) stop() {
-	return
+	sub.once.Do(func() { close(sub.done) })
 	<-sub.exited
 }
 

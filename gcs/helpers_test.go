@@ -88,8 +88,17 @@ func startServer(t *testing.T, opts Options) (*Server, gorayv1.GcsClient) {
 	}
 	t.Cleanup(func() {
 		conn.Close()
-		g.Stop()
-		<-served
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			g.Stop() // waits for running handlers
+			<-served
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(5 * time.Second):
+			t.Error("gRPC server did not stop: a handler is stuck")
+		}
 	})
 	return s, gorayv1.NewGcsClient(conn)
 }

@@ -193,7 +193,7 @@ func TestRunDetectsDeadNode(t *testing.T) {
 }
 
 func TestRunKeepsHeartbeatingNodeAlive(t *testing.T) {
-	s, c := startServer(t, Options{HeartbeatPeriod: 20 * time.Millisecond, FailureThreshold: 3})
+	s, c := startServer(t, Options{HeartbeatPeriod: 50 * time.Millisecond, FailureThreshold: 4})
 	ctx, cancel := context.WithCancel(ctxT(t))
 	ran := make(chan struct{})
 	go func() {

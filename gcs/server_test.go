@@ -227,8 +227,13 @@ func TestSubscribe(t *testing.T) {
 
 	unsubscribe()
 	unsubscribe() // idempotent
-	if _, ok := <-events; ok {
-		t.Fatal("channel open after unsubscribe")
+	select {
+	case _, ok := <-events:
+		if ok {
+			t.Fatal("event received after unsubscribe")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("channel not closed by unsubscribe")
 	}
 	// Later changes still reach the remaining subscriber.
 	_, err = s.RegisterNode(ctx, &gorayv1.RegisterNodeRequest{Node: nodeInfo(newID(), "m")})

@@ -174,6 +174,12 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.writeInfo(); err != nil {
 		return nil, err
 	}
+	if !opts.Embedded && cfg.Head {
+		// Only a head that came up becomes "the latest session".
+		latest := filepath.Join(filepath.Dir(n.info.SessionDir), "session_latest")
+		_ = os.Remove(latest)
+		_ = os.Symlink(n.info.SessionDir, latest)
+	}
 	n.log.Info("node started", "node", n.id.Short(), "head", cfg.Head, "gcs", gcsAddr, "resources", total.String(), "session", n.info.SessionDir)
 	return n, nil
 }
@@ -211,11 +217,6 @@ func (n *Node) makeSessionDir() error {
 	n.info.Pid = os.Getpid()
 	n.info.NodeID = n.id.String()
 	n.info.Head = n.cfg.Head
-	if !n.opts.Embedded {
-		latest := filepath.Join(filepath.Dir(dir), "session_latest")
-		_ = os.Remove(latest)
-		_ = os.Symlink(dir, latest)
-	}
 	return nil
 }
 

@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/internal/node"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// gcsTimeout bounds the GCS queries of status and list.
+const gcsTimeout = 10 * time.Second
+
+// fanoutTimeout bounds each raylet and core worker query of list.
+const fanoutTimeout = 5 * time.Second
+
+// session is one session_* directory under a temp dir.
+type session struct {
+	Dir string
+	// Info is the node.json of the session; nil when there is none.
+	Info *node.Info
+	// Running says the node process recorded in Info still runs.
+	Running bool
+}
+
+// sessions lists the session directories under root, oldest first (their
+// names start with the start time). A missing root has no sessions.
+func (p procFS) sessions(root string) ([]session, error) {
+	matches, err := filepath.Glob(filepath.Join(root, "session_*"))
+	if err != nil {
+		return nil, err
+	}
+	slices.Sort(matches)
+	var out []session
+	for _, dir := range matches {
+		fi, err := os.Lstat(dir)
+		if err != nil || !fi.IsDir() { // session_latest is a symlink
+			continue
+		}
+		s := session{Dir: dir}
+		st, err := os.Stat(filepath.Join(dir, "node.json"))
+		if err == nil {
+			if info, err := node.ReadInfo(dir); err == nil {
+				s.Info = &info
+				s.Running = p.startedBy(info.Pid, st.ModTime())
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// ErrNoCluster says no address was given and no head runs under the temp
+// dir.
+var ErrNoCluster = errors.New("no running goray cluster found")
+
+// findHead returns the running head node under root: the one
+// session_latest points at when it runs, else the newest running head.
+func (p procFS) findHead(root string) (*node.Info, error) {
+	ss, err := p.sessions(root)
+	if err != nil {
+		return nil, err
+	}
+	latest, _ := filepath.EvalSymlinks(filepath.Join(root, "session_latest"))
+	var newest *node.Info
+	for _, s := range ss {
+		if !s.Running || !s.Info.Head {
+			continue
+		}
+		if resolved, _ := filepath.EvalSymlinks(s.Dir); latest != "" && resolved == latest {
+			return s.Info, nil
+		}
+		newest = s.Info
+	}
+	if newest == nil {
+		return nil, fmt.Errorf("%w: no --address, $%s is not set and no head node runs under %s (start one with `goray start --head`)", ErrNoCluster, envAddress, root)
+	}
+	return newest, nil
+}
+
+// resolveAddress picks the GCS address: the flag, else $GORAY_ADDRESS,
+// else the running head under tempDir.
+func (a *app) resolveAddress(flag, tempDir string) (string, error) {
+	if flag != "" {
+		return flag, nil
+	}
+	if env := strings.TrimSpace(a.getenv(envAddress)); env != "" {
+		return env, nil
+	}
+	info, err := procFS{a.procRoot}.findHead(tempDir)
+	if err != nil {
+		return "", err
+	}
+	return info.GCSAddress, nil
+}
+
+// cluster is what status and list ask of a running cluster.
+type cluster interface {
+	Nodes(ctx context.Context) ([]*pb.NodeView, error)
+	Jobs(ctx context.Context) ([]*pb.JobInfo, error)
+	Actors(ctx context.Context) ([]*pb.ActorInfo, error)
+	// NodeStats asks the raylet at socket (a unix path).
+	NodeStats(ctx context.Context, socket string) (*pb.GetNodeStatsReply, error)
+	// ListOwned asks the core worker at socket (a unix path).
+	ListOwned(ctx context.Context, socket string) (*pb.ListOwnedReply, error)
+}
+
+// grpcCluster is a cluster reached over gRPC.
+type grpcCluster struct {
+	addr string
+	gcs  pb.GcsClient
+	conn interface{ Close() error }
+}
+
+func dialCluster(addr string) (*grpcCluster, error) {
+	cc, err := core.Dial(addr)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the GCS at %s: %w", addr, err)
+	}
+	return &grpcCluster{addr: addr, gcs: pb.NewGcsClient(cc), conn: cc}, nil
+}
+
+// Close closes the GCS connection.
+func (c *grpcCluster) Close() error { return c.conn.Close() }
+
+func (c *grpcCluster) gcsErr(what string, err error) error {
+	if status.Code(err) == codes.Unavailable {
+		return fmt.Errorf("cannot reach the GCS at %s (is a goray head running there?): %w", c.addr, err)
+	}
+	return fmt.Errorf("querying %s from the GCS at %s: %w", what, c.addr, err)
+}
+
+// Nodes returns every node the GCS knows, dead ones included.
+func (c *grpcCluster) Nodes(ctx context.Context) ([]*pb.NodeView, error) {
+	r, err := c.gcs.GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+	if err != nil {
+		return nil, c.gcsErr("nodes", err)
+	}
+	return r.GetNodes(), nil
+}
+
+// Jobs returns every job.
+func (c *grpcCluster) Jobs(ctx context.Context) ([]*pb.JobInfo, error) {
+	r, err := c.gcs.GetAllJobs(ctx, &pb.GetAllJobsRequest{})
+	if err != nil {
+		return nil, c.gcsErr("jobs", err)
+	}
+	return r.GetJobs(), nil
+}
+
+// Actors returns every actor.
+func (c *grpcCluster) Actors(ctx context.Context) ([]*pb.ActorInfo, error) {
+	r, err := c.gcs.ListActors(ctx, &pb.ListActorsRequest{})
+	if err != nil {
+		return nil, c.gcsErr("actors", err)
+	}
+	return r.GetActors(), nil
+}
+
+// NodeStats asks the raylet at socket for its stats.
+func (c *grpcCluster) NodeStats(ctx context.Context, socket string) (*pb.GetNodeStatsReply, error) {
+	if err := checkSocket(socket); err != nil {
+		return nil, err
+	}
+	cc, err := core.Dial(socket)
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	return pb.NewRayletClient(cc).GetNodeStats(ctx, &pb.GetNodeStatsRequest{})
+}
+
+// ListOwned asks the core worker at socket what it owns.
+func (c *grpcCluster) ListOwned(ctx context.Context, socket string) (*pb.ListOwnedReply, error) {
+	if err := checkSocket(socket); err != nil {
+		return nil, err
+	}
+	cc, err := core.Dial(socket)
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	return pb.NewCoreWorkerClient(cc).ListOwned(ctx, &pb.ListOwnedRequest{})
+}
+
+// checkSocket fails fast for a unix socket that is not on this machine.
+func checkSocket(path string) error {
+	if path == "" {
+		return errors.New("no unix socket address")
+	}
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("unix socket path %q is not absolute", path)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Errorf("socket %s is not on this machine: %w", path, err)
+	}
+	return nil
+}
+
+// shutdownNode asks the raylet at socket to stop its node.
+func shutdownNode(ctx context.Context, socket, reason string) error {
+	if err := checkSocket(socket); err != nil {
+		return err
+	}
+	cc, err := core.Dial(socket)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	_, err = pb.NewRayletClient(cc).ShutdownNode(ctx, &pb.ShutdownNodeRequest{Reason: reason})
+	return err
+}

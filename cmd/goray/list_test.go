@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+)
+
+// fakeCluster serves fixed replies; sockets missing from its maps are
+// unreachable.
+type fakeCluster struct {
+	views  []*pb.NodeView
+	jobs   []*pb.JobInfo
+	actors []*pb.ActorInfo
+	stats  map[string]*pb.GetNodeStatsReply
+	owned  map[string]*pb.ListOwnedReply
+
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (f *fakeCluster) count(s string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.calls == nil {
+		f.calls = map[string]int{}
+	}
+	f.calls[s]++
+}
+
+func (f *fakeCluster) Nodes(context.Context) ([]*pb.NodeView, error)   { return f.views, nil }
+func (f *fakeCluster) Jobs(context.Context) ([]*pb.JobInfo, error)     { return f.jobs, nil }
+func (f *fakeCluster) Actors(context.Context) ([]*pb.ActorInfo, error) { return f.actors, nil }
+
+func (f *fakeCluster) NodeStats(_ context.Context, socket string) (*pb.GetNodeStatsReply, error) {
+	f.count(socket)
+	if r, ok := f.stats[socket]; ok {
+		return r, nil
+	}
+	return nil, errors.New("connection refused")
+}
+
+func (f *fakeCluster) ListOwned(_ context.Context, socket string) (*pb.ListOwnedReply, error) {
+	f.count(socket)
+	if r, ok := f.owned[socket]; ok {
+		return r, nil
+	}
+	return nil, errors.New("connection refused")
+}
+
+func objID(b byte) []byte { return append(id(b, 16), 0, 0, 0, 1) }
+
+func newFakeCluster() *fakeCluster {
+	views := fakeViews()
+	// A third alive node whose raylet does not answer.
+	views = append(views, &pb.NodeView{Info: &pb.NodeInfo{NodeId: id(0xdd, 16), NodeName: "far", State: "ALIVE", RayletUnix: "/nowhere.sock"}})
+	driver := &pb.Address{NodeId: id(0xaa, 16), WorkerId: id(0xd1, 16), UnixPath: "/tmp/s1/sockets/driver.sock"}
+	worker := &pb.Address{NodeId: id(0xbb, 16), WorkerId: id(0xe1, 16), UnixPath: "/tmp/s2/sockets/worker.sock"}
+	lost := &pb.Address{NodeId: id(0xbb, 16), WorkerId: id(0xe2, 16), UnixPath: "/tmp/s2/sockets/lost.sock"}
+	return &fakeCluster{
+		views: views, jobs: fakeJobs(), actors: fakeActors(),
+		stats: map[string]*pb.GetNodeStatsReply{
+			"/tmp/s1/sockets/raylet.sock": {
+				Clients: []*pb.Address{driver},
+				StoreObjectsList: []*pb.StoreObject{
+					{ObjectId: objID(0x52), Found: true, DataSize: 4 << 20},
+					{ObjectId: objID(0x60), Found: true, DataSize: 100},
+				},
+			},
+			"/tmp/s2/sockets/raylet.sock": {
+				// The driver is listed twice (also connected here); it is asked once.
+				Clients:          []*pb.Address{worker, lost, driver},
+				StoreObjectsList: []*pb.StoreObject{{ObjectId: objID(0x52), Found: true, DataSize: 4 << 20}},
+			},
+		},
+		owned: map[string]*pb.ListOwnedReply{
+			driver.UnixPath: {
+				Owner: driver,
+				// Out of order: rows come sorted by id (submission order).
+				Tasks: []*pb.TaskState{
+					{TaskId: id(0x72, 16), Name: "slow one", Function: "main.slow", State: "RUNNING", Attempt: 1, NodeId: id(0xbb, 16), WorkerId: id(0xe1, 16)},
+					{TaskId: id(0x71, 16), Function: "main.add", State: "FINISHED", NodeId: id(0xbb, 16), WorkerId: id(0xe1, 16)},
+				},
+				Objects: []*pb.ObjectState{
+					{ObjectId: objID(0x51), Size: 8, State: "READY", LocalRefs: 1, CallSite: "main.go:10"},
+					{ObjectId: objID(0x52), Size: 4 << 20, InStore: true, NodeId: id(0xaa, 16), State: "READY", LocalRefs: 2, SubmittedRefs: 1, Borrowers: 1},
+					{ObjectId: objID(0x53), Size: 1 << 20, InStore: true, NodeId: id(0xbb, 16), State: "READY"},
+				},
+			},
+			worker.UnixPath: {
+				// No owner in the reply: the address asked is used.
+				Tasks: []*pb.TaskState{{TaskId: id(0x73, 16), Function: "main.nested", State: "FAILED", Error: "boom\nstack"}},
+			},
+		},
+	}
+}
+
+func TestGatherOwned(t *testing.T) {
+	c := newFakeCluster()
+	var warnings []string
+	d := gatherOwned(context.Background(), c, c.views, func(s string) { warnings = append(warnings, s) })
+
+	if len(d.Owned) != 2 {
+		t.Fatalf("owned replies %d, want 2", len(d.Owned))
+	}
+	if got := hexID(d.Owned[0].GetOwner().GetWorkerId()); got != strings.Repeat("d1", 16) {
+		t.Errorf("first owner %s, want the driver (sorted by node)", got)
+	}
+	if got := hexID(d.Owned[1].GetOwner().GetWorkerId()); got != strings.Repeat("e1", 16) {
+		t.Errorf("second owner %s, want the worker, filled in from the address asked", got)
+	}
+	if c.calls["/tmp/s1/sockets/driver.sock"] != 1 {
+		t.Errorf("driver asked %d times, want once", c.calls["/tmp/s1/sockets/driver.sock"])
+	}
+	if c.calls["/tmp/s1/sockets/raylet.sock"] != 1 || c.calls["/tmp/s2/sockets/raylet.sock"] != 1 || c.calls["/nowhere.sock"] != 1 {
+		t.Errorf("raylet calls %v, want each alive node's raylet once", c.calls)
+	}
+	if _, asked := c.calls[""]; asked {
+		t.Error("the dead node's raylet was asked")
+	}
+	slices.Sort(warnings)
+	if len(warnings) != 2 || !strings.Contains(warnings[0], "node dddddddd (far)") || !strings.Contains(warnings[1], "process e2e2e2e2") {
+		t.Errorf("warnings %q, want the unreachable raylet and process", warnings)
+	}
+	if len(d.Stores) != 2 {
+		t.Errorf("stores of %d nodes, want 2", len(d.Stores))
+	}
+}
+
+func TestTaskAndObjectRows(t *testing.T) {
+	c := newFakeCluster()
+	d := gatherOwned(context.Background(), c, c.views, func(string) {})
+
+	tasks := taskRows(d)
+	var ids []string
+	for _, r := range tasks {
+		ids = append(ids, shortHex(r.TaskID))
+	}
+	if want := []string{"71717171", "72727272", "73737373"}; !reflect.DeepEqual(ids, want) {
+		t.Errorf("tasks %v, want %v", ids, want)
+	}
+	if r := tasks[1]; r.Name != "slow one" || r.State != "RUNNING" || r.Attempt != 1 || r.OwnerWorkerID != strings.Repeat("d1", 16) {
+		t.Errorf("task row %+v", r)
+	}
+
+	objs := objectRows(d)
+	byID := map[string]objectRow{}
+	var order []string
+	for _, o := range objs {
+		byID[o.ObjectID[:2]] = o
+		order = append(order, o.ObjectID[:2])
+	}
+	if want := []string{"51", "52", "53", "60"}; !reflect.DeepEqual(order, want) {
+		t.Fatalf("objects %v, want owned ones first then store-only", order)
+	}
+	if o := byID["51"]; o.Where != whereInline || len(o.StoreNodes) != 0 || o.CallSite != "main.go:10" {
+		t.Errorf("inline object %+v", o)
+	}
+	if o := byID["52"]; o.Where != whereStore || !reflect.DeepEqual(o.StoreNodes, []string{strings.Repeat("aa", 16), strings.Repeat("bb", 16)}) ||
+		o.LocalRefs != 2 || o.SubmittedRefs != 1 || o.Borrowers != 1 {
+		t.Errorf("stored object %+v, want both stores listed with its refs", o)
+	}
+	if o := byID["53"]; o.Where != whereStore || !reflect.DeepEqual(o.StoreNodes, []string{strings.Repeat("bb", 16)}) {
+		t.Errorf("object in a store not listed %+v, want the owner's node", o)
+	}
+	if o := byID["60"]; o.Where != whereStore || o.OwnerWorkerID != "" || o.Size != 100 || o.State != "" {
+		t.Errorf("store-only object %+v", o)
+	}
+}
+
+func TestListCommands(t *testing.T) {
+	tests := []struct {
+		kind     string
+		jsonKey  string
+		jsonLen  int
+		contains []string
+	}{
+		{"nodes", "nodes", 4, []string{"NODE ID", strings.Repeat("aa", 16) + "  head", "missed 5 heartbeats", "CPU: 4, GPU: 1, memory: 8.0 GiB"}},
+		{"actors", "actors", 3, []string{"ACTOR ID", strings.Repeat("10", 16) + "  main.Counter  c1", "ALIVE", "killed", "PENDING"}},
+		{"jobs", "jobs", 2, []string{"JOB ID", "RUNNING", "/bin/app", "FINISHED"}},
+		{"tasks", "tasks", 3, []string{"TASK ID", "main.add", "slow one", "boom stack"}},
+		{"objects", "objects", 4, []string{"OBJECT ID", "inline in owner", "store on node aaaaaaaa,bbbbbbbb", "4.0 MiB", "2/1/1", "d1d1d1d1@aaaaaaaa"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.kind, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			a := &app{stdout: &stdout, stderr: &stderr}
+			if err := a.list(context.Background(), newFakeCluster(), tt.kind, false); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range tt.contains {
+				if !strings.Contains(stdout.String(), want) {
+					t.Errorf("table lacks %q:\n%s", want, stdout.String())
+				}
+			}
+			if lines := strings.Count(stdout.String(), "\n"); lines != tt.jsonLen+1 {
+				t.Errorf("table has %d lines, want header + %d:\n%s", lines, tt.jsonLen, stdout.String())
+			}
+			if tt.kind == "tasks" && !strings.Contains(stderr.String(), "warning: skipping node dddddddd") {
+				t.Errorf("stderr lacks the skipped node warning: %q", stderr.String())
+			}
+
+			stdout.Reset()
+			if err := a.list(context.Background(), newFakeCluster(), tt.kind, true); err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string][]map[string]any
+			if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
+				t.Fatalf("JSON: %v\n%s", err, stdout.String())
+			}
+			if len(doc) != 1 || len(doc[tt.jsonKey]) != tt.jsonLen {
+				t.Errorf("JSON %v, want {%q: [%d rows]}", doc, tt.jsonKey, tt.jsonLen)
+			}
+		})
+	}
+	var stdout bytes.Buffer
+	a := &app{stdout: &stdout, stderr: &stdout}
+	var ue *usageError
+	if err := a.list(context.Background(), newFakeCluster(), "widgets", false); !errors.As(err, &ue) {
+		t.Errorf("list widgets: %v, want a usage error", err)
+	}
+}
+
+func TestListJSONFields(t *testing.T) {
+	var stdout bytes.Buffer
+	a := &app{stdout: &stdout, stderr: &bytes.Buffer{}}
+	if err := a.list(context.Background(), newFakeCluster(), "objects", true); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Objects []map[string]any `json:"objects"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range doc.Objects[0] {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	want := []string{"borrowers", "call_site", "local_refs", "object_id", "owner_node_id", "owner_worker_id", "size", "state", "store_nodes", "submitted_refs", "where"}
+	if !reflect.DeepEqual(keys, want) {
+		t.Errorf("object fields %v, want %v", keys, want)
+	}
+}

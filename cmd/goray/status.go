@@ -1,0 +1,348 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/dustin/go-humanize"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+	"github.com/spf13/cobra"
+)
+
+// statusReport is the data of `goray status`; its JSON form is the output
+// of `goray status --json`.
+type statusReport struct {
+	GCSAddress string `json:"gcs_address"`
+	AliveNodes int    `json:"alive_nodes"`
+	DeadNodes  int    `json:"dead_nodes"`
+	// Nodes are sorted: alive first, the head first among them.
+	Nodes []nodeStatus `json:"nodes"`
+	// Cluster sums the alive nodes.
+	Cluster clusterResources `json:"cluster"`
+	// PendingDemand merges the alive nodes' demand by resource shape.
+	PendingDemand []demand   `json:"pending_demand"`
+	Jobs          jobCounts  `json:"jobs"`
+	Actors        actorCount `json:"actors"`
+}
+
+// nodeStatus is one node of status and `list nodes`.
+type nodeStatus struct {
+	NodeID              string            `json:"node_id"`
+	NodeName            string            `json:"node_name"`
+	Hostname            string            `json:"hostname,omitempty"`
+	State               string            `json:"state"`
+	IsHead              bool              `json:"is_head"`
+	DeathReason         string            `json:"death_reason,omitempty"`
+	Pid                 int32             `json:"pid"`
+	RayletSocket        string            `json:"raylet_socket,omitempty"`
+	RayletTCP           string            `json:"raylet_tcp,omitempty"`
+	SessionDir          string            `json:"session_dir,omitempty"`
+	Labels              map[string]string `json:"labels,omitempty"`
+	StartTimeMs         int64             `json:"start_time_ms"`
+	EndTimeMs           int64             `json:"end_time_ms,omitempty"`
+	LastHeartbeatMs     int64             `json:"last_heartbeat_ms,omitempty"`
+	ResourcesTotal      amounts           `json:"resources_total"`
+	ResourcesAvailable  amounts           `json:"resources_available"`
+	ObjectStoreUsed     int64             `json:"object_store_used"`
+	ObjectStoreCapacity int64             `json:"object_store_capacity"`
+	PendingDemand       []demand          `json:"pending_demand"`
+}
+
+// clusterResources sums resources over alive nodes.
+type clusterResources struct {
+	ResourcesTotal      amounts `json:"resources_total"`
+	ResourcesAvailable  amounts `json:"resources_available"`
+	ObjectStoreUsed     int64   `json:"object_store_used"`
+	ObjectStoreCapacity int64   `json:"object_store_capacity"`
+}
+
+// demand is resource requests of one shape waiting for a worker.
+type demand struct {
+	Resources  amounts `json:"resources"`
+	Count      int     `json:"count"`
+	Infeasible bool    `json:"infeasible"`
+}
+
+type jobCounts struct {
+	Total    int `json:"total"`
+	Running  int `json:"running"`
+	Finished int `json:"finished"`
+}
+
+type actorCount struct {
+	Total   int `json:"total"`
+	Pending int `json:"pending"`
+	Alive   int `json:"alive"`
+	Dead    int `json:"dead"`
+}
+
+// stateAlive is NodeInfo.state of a live node.
+const stateAlive = "ALIVE"
+
+func nodeStatusOf(v *pb.NodeView) nodeStatus {
+	in := v.GetInfo()
+	ns := nodeStatus{
+		NodeID: hexID(in.GetNodeId()), NodeName: in.GetNodeName(), Hostname: in.GetHostname(),
+		State: in.GetState(), IsHead: in.GetIsHead(), DeathReason: in.GetDeathReason(), Pid: in.GetPid(),
+		RayletSocket: in.GetRayletUnix(), RayletTCP: in.GetRayletTcp(), SessionDir: in.GetSessionDir(),
+		Labels: in.GetLabels(), StartTimeMs: in.GetStartTimeMs(), EndTimeMs: in.GetEndTimeMs(),
+		LastHeartbeatMs: v.GetLastHeartbeatMs(), ResourcesTotal: amountsOf(in.GetTotal()),
+		ResourcesAvailable: amounts{}, PendingDemand: []demand{},
+	}
+	if ns.State == stateAlive {
+		ns.ResourcesAvailable = amountsOf(v.GetAvailable())
+		ns.ObjectStoreUsed, ns.ObjectStoreCapacity = v.GetStoreUsed(), v.GetStoreCapacity()
+		if ns.ObjectStoreCapacity == 0 { // no heartbeat yet: the store's size is its resource
+			ns.ObjectStoreCapacity = ns.ResourcesTotal[resources.ObjectStoreMemory] / resources.Unit
+		}
+		ns.PendingDemand = mergeDemand(v.GetPending())
+	}
+	return ns
+}
+
+// sortNodes orders alive before dead, the head first, then by start time
+// and id.
+func sortNodes(ns []nodeStatus) {
+	slices.SortStableFunc(ns, func(a, b nodeStatus) int {
+		if c := cmp.Compare(b2i(a.State != stateAlive), b2i(b.State != stateAlive)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b2i(!a.IsHead), b2i(!b.IsHead)); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.StartTimeMs, b.StartTimeMs); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.NodeID, b.NodeID)
+	})
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// mergeDemand adds up demands of the same shape and feasibility, sorted by
+// shape.
+func mergeDemand(ps ...[]*pb.PendingDemand) []demand {
+	type key struct {
+		shape      string
+		infeasible bool
+	}
+	idx := map[key]int{}
+	out := []demand{}
+	for _, list := range ps {
+		for _, p := range list {
+			set := amountsOf(p.GetResources())
+			k := key{resources.Set(set).Key(), p.GetInfeasible()}
+			if i, ok := idx[k]; ok {
+				out[i].Count += int(p.GetCount())
+				continue
+			}
+			idx[k] = len(out)
+			out = append(out, demand{Resources: set, Count: int(p.GetCount()), Infeasible: p.GetInfeasible()})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b demand) int {
+		if c := cmp.Compare(b2i(a.Infeasible), b2i(b.Infeasible)); c != 0 {
+			return c
+		}
+		return cmp.Compare(resources.Set(a.Resources).Key(), resources.Set(b.Resources).Key())
+	})
+	return out
+}
+
+// buildStatus assembles the report from the GCS replies.
+func buildStatus(addr string, views []*pb.NodeView, jobs []*pb.JobInfo, actors []*pb.ActorInfo) statusReport {
+	r := statusReport{
+		GCSAddress: addr,
+		Nodes:      []nodeStatus{},
+		Cluster:    clusterResources{ResourcesTotal: amounts{}, ResourcesAvailable: amounts{}},
+	}
+	var pending [][]*pb.PendingDemand
+	for _, v := range views {
+		ns := nodeStatusOf(v)
+		r.Nodes = append(r.Nodes, ns)
+		if ns.State != stateAlive {
+			r.DeadNodes++
+			continue
+		}
+		r.AliveNodes++
+		resources.Set(r.Cluster.ResourcesTotal).Add(resources.Set(ns.ResourcesTotal))
+		resources.Set(r.Cluster.ResourcesAvailable).Add(resources.Set(ns.ResourcesAvailable))
+		r.Cluster.ObjectStoreUsed += ns.ObjectStoreUsed
+		r.Cluster.ObjectStoreCapacity += ns.ObjectStoreCapacity
+		pending = append(pending, v.GetPending())
+	}
+	sortNodes(r.Nodes)
+	r.PendingDemand = mergeDemand(pending...)
+	for _, j := range jobs {
+		r.Jobs.Total++
+		if j.GetState() == "FINISHED" {
+			r.Jobs.Finished++
+		} else {
+			r.Jobs.Running++
+		}
+	}
+	for _, a := range actors {
+		r.Actors.Total++
+		switch a.GetState() {
+		case pb.ActorState_ACTOR_STATE_ALIVE:
+			r.Actors.Alive++
+		case pb.ActorState_ACTOR_STATE_DEAD:
+			r.Actors.Dead++
+		default:
+			r.Actors.Pending++
+		}
+	}
+	return r
+}
+
+// cell formats available/total of one resource.
+func cell(name string, avail, total amounts) string {
+	return formatAmount(name, avail[name]) + "/" + formatAmount(name, total[name])
+}
+
+// writeStatus renders the report as text.
+func writeStatus(w io.Writer, r statusReport) error {
+	fmt.Fprintf(w, "goray cluster at %s: %s alive, %d dead\n\n", r.GCSAddress, plural(r.AliveNodes, "node", "nodes"), r.DeadNodes)
+
+	anyDead := r.DeadNodes > 0
+	header := []string{"NODE", "NAME", "STATE", "HEAD", "CPU", "GPU", "MEMORY", "OBJECT STORE", "CUSTOM"}
+	if anyDead {
+		header = append(header, "DEATH REASON")
+	}
+	t := newTable(w, header...)
+	for _, n := range r.Nodes {
+		head := ""
+		if n.IsHead {
+			head = "*"
+		}
+		row := []string{shortHex(n.NodeID), orDash(n.NodeName), n.State, head}
+		if n.State == stateAlive {
+			var custom []string
+			for _, k := range customNames(n.ResourcesTotal, n.ResourcesAvailable) {
+				custom = append(custom, k+" "+cell(k, n.ResourcesAvailable, n.ResourcesTotal))
+			}
+			row = append(row,
+				cell(resources.CPU, n.ResourcesAvailable, n.ResourcesTotal),
+				cell(resources.GPU, n.ResourcesAvailable, n.ResourcesTotal),
+				cell(resources.Memory, n.ResourcesAvailable, n.ResourcesTotal),
+				humanize.IBytes(uint64(max(n.ObjectStoreUsed, 0)))+" used of "+humanize.IBytes(uint64(max(n.ObjectStoreCapacity, 0))),
+				orDash(strings.Join(custom, ", ")))
+		} else {
+			row = append(row, "-", "-", "-", "-", "-")
+		}
+		if anyDead {
+			row = append(row, orDash(n.DeathReason))
+		}
+		t.row(row...)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "(resources are shown as available/total)")
+
+	c := r.Cluster
+	fmt.Fprintln(w, "\nCluster resources (available / total):")
+	t = newTable(w)
+	names := resourceNames(amounts{resources.CPU: 0, resources.GPU: 0, resources.Memory: 0, resources.ObjectStoreMemory: 0}, c.ResourcesTotal, c.ResourcesAvailable)
+	for _, k := range names {
+		t.row("  "+k, formatAmount(k, c.ResourcesAvailable[k])+" / "+formatAmount(k, c.ResourcesTotal[k]))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "Object store: %s used of %s\n", humanize.IBytes(uint64(max(c.ObjectStoreUsed, 0))), humanize.IBytes(uint64(max(c.ObjectStoreCapacity, 0))))
+
+	fmt.Fprintln(w, "\nPending demand:")
+	if len(r.PendingDemand) == 0 {
+		fmt.Fprintln(w, "  (none)")
+	}
+	for _, d := range r.PendingDemand {
+		line := fmt.Sprintf("  {%s} x %d", formatSet(d.Resources), d.Count)
+		if d.Infeasible {
+			line += " (infeasible: no node can ever provide it)"
+		}
+		fmt.Fprintln(w, line)
+	}
+
+	fmt.Fprintf(w, "\nJobs: %d (%d running, %d finished)\n", r.Jobs.Total, r.Jobs.Running, r.Jobs.Finished)
+	_, err := fmt.Fprintf(w, "Actors: %d (%d alive, %d pending, %d dead)\n", r.Actors.Total, r.Actors.Alive, r.Actors.Pending, r.Actors.Dead)
+	return err
+}
+
+// gatherStatus queries the GCS.
+func gatherStatus(ctx context.Context, c cluster, addr string) (statusReport, error) {
+	nodes, err := c.Nodes(ctx)
+	if err != nil {
+		return statusReport{}, err
+	}
+	jobs, err := c.Jobs(ctx)
+	if err != nil {
+		return statusReport{}, err
+	}
+	actors, err := c.Actors(ctx)
+	if err != nil {
+		return statusReport{}, err
+	}
+	return buildStatus(addr, nodes, jobs, actors), nil
+}
+
+// clusterFlags are the flags of commands that query a cluster.
+type clusterFlags struct {
+	address string
+	tempDir string
+	asJSON  bool
+}
+
+func (f *clusterFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.address, "address", "", "GCS address host:port (default: $"+envAddress+", else the head running under --temp-dir)")
+	cmd.Flags().StringVar(&f.tempDir, "temp-dir", defaultTempDir, "where to look for a running head when no address is given")
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print JSON")
+}
+
+// connect resolves the address and dials the GCS.
+func (a *app) connect(f *clusterFlags) (*grpcCluster, error) {
+	addr, err := a.resolveAddress(f.address, absPath(f.tempDir))
+	if err != nil {
+		return nil, err
+	}
+	a.log.Debug("connecting", "gcs", addr)
+	return dialCluster(addr)
+}
+
+func (a *app) statusCmd() *cobra.Command {
+	var f clusterFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the cluster's nodes, resources, demand, jobs and actors",
+		Args:  cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			c, err := a.connect(&f)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), gcsTimeout)
+			defer cancel()
+			r, err := gatherStatus(ctx, c, c.addr)
+			if err != nil {
+				return err
+			}
+			if f.asJSON {
+				return writeJSON(a.stdout, r)
+			}
+			return writeStatus(a.stdout, r)
+		}),
+	}
+	f.register(cmd)
+	return cmd
+}

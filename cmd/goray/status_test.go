@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+)
+
+func res(m map[string]float64) *pb.Resources {
+	s, err := resources.FromFloats(m)
+	if err != nil {
+		panic(err)
+	}
+	return &pb.Resources{Amounts: s}
+}
+
+func id(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
+
+const gib = 1 << 30
+
+// fakeViews is a cluster of a head, a second alive node and a dead node.
+func fakeViews() []*pb.NodeView {
+	return []*pb.NodeView{
+		{
+			Info: &pb.NodeInfo{NodeId: id(0xbb, 16), NodeName: "worker-1", State: "ALIVE", StartTimeMs: 2000, Pid: 20,
+				RayletUnix: "/tmp/s2/sockets/raylet.sock", Total: res(map[string]float64{"CPU": 2, "memory": 4 * gib, "object_store_memory": gib, "disk": 1})},
+			Available: res(map[string]float64{"CPU": 0.5, "memory": 4 * gib, "object_store_memory": gib, "disk": 1}),
+			StoreUsed: 512 << 20, StoreCapacity: gib,
+			Pending: []*pb.PendingDemand{
+				{Resources: res(map[string]float64{"CPU": 1}), Count: 2},
+				{Resources: res(map[string]float64{"GPU": 1}), Count: 1, Infeasible: true},
+			},
+		},
+		{
+			Info: &pb.NodeInfo{NodeId: id(0xcc, 16), NodeName: "gone", State: "DEAD", DeathReason: "missed 5 heartbeats", StartTimeMs: 500,
+				Total: res(map[string]float64{"CPU": 8})},
+			Available: res(map[string]float64{"CPU": 8}),
+		},
+		{
+			Info: &pb.NodeInfo{NodeId: id(0xaa, 16), NodeName: "head", State: "ALIVE", IsHead: true, StartTimeMs: 1000, Pid: 10,
+				RayletUnix: "/tmp/s1/sockets/raylet.sock", Total: res(map[string]float64{"CPU": 4, "GPU": 1, "memory": 8 * gib, "object_store_memory": 2 * gib})},
+			Available:     res(map[string]float64{"CPU": 3, "GPU": 1, "memory": 8 * gib, "object_store_memory": 2 * gib}),
+			StoreCapacity: 0, // no heartbeat yet
+			Pending:       []*pb.PendingDemand{{Resources: res(map[string]float64{"CPU": 1}), Count: 3}},
+		},
+	}
+}
+
+func fakeJobs() []*pb.JobInfo {
+	return []*pb.JobInfo{
+		{JobId: id(0x01, 16), State: "RUNNING", DriverPid: 100, BinaryPath: "/bin/app", StartTimeMs: 3000},
+		{JobId: id(0x02, 16), State: "FINISHED", DriverPid: 101, BinaryPath: "/bin/old", StartTimeMs: 1000, EndTimeMs: 2000},
+	}
+}
+
+func fakeActors() []*pb.ActorInfo {
+	return []*pb.ActorInfo{
+		{ActorId: id(0x10, 16), ClassName: "main.Counter", Name: "c1", State: pb.ActorState_ACTOR_STATE_ALIVE, JobId: id(0x01, 16),
+			Address: &pb.Address{NodeId: id(0xaa, 16), WorkerId: id(0x31, 16)}, Pid: 300, StartTimeMs: 5, Resources: res(map[string]float64{"CPU": 1})},
+		{ActorId: id(0x11, 16), ClassName: "main.Counter", State: pb.ActorState_ACTOR_STATE_DEAD, DeathReason: "killed", StartTimeMs: 4},
+		{ActorId: id(0x12, 16), ClassName: "main.Other", State: pb.ActorState_ACTOR_STATE_PENDING, StartTimeMs: 6},
+	}
+}
+
+func TestBuildStatus(t *testing.T) {
+	r := buildStatus("127.0.0.1:6380", fakeViews(), fakeJobs(), fakeActors())
+	if r.AliveNodes != 2 || r.DeadNodes != 1 {
+		t.Errorf("alive %d dead %d, want 2 and 1", r.AliveNodes, r.DeadNodes)
+	}
+	var order []string
+	for _, n := range r.Nodes {
+		order = append(order, n.NodeName)
+	}
+	if want := []string{"head", "worker-1", "gone"}; !reflect.DeepEqual(order, want) {
+		t.Errorf("node order %v, want %v (head first, dead last)", order, want)
+	}
+	wantTotal := amounts(must(resources.FromFloats(map[string]float64{"CPU": 6, "GPU": 1, "memory": 12 * gib, "object_store_memory": 3 * gib, "disk": 1})))
+	if !reflect.DeepEqual(r.Cluster.ResourcesTotal, wantTotal) {
+		t.Errorf("cluster total %v, want %v (dead nodes excluded)", r.Cluster.ResourcesTotal, wantTotal)
+	}
+	if got := resources.Set(r.Cluster.ResourcesAvailable).Get("CPU"); got != 3.5 {
+		t.Errorf("cluster available CPU %v, want 3.5", got)
+	}
+	if r.Nodes[0].ObjectStoreCapacity != 2*gib {
+		t.Errorf("head store capacity %d, want the object_store_memory resource before the first heartbeat", r.Nodes[0].ObjectStoreCapacity)
+	}
+	if r.Cluster.ObjectStoreUsed != 512<<20 || r.Cluster.ObjectStoreCapacity != 3*gib {
+		t.Errorf("cluster store %d/%d", r.Cluster.ObjectStoreUsed, r.Cluster.ObjectStoreCapacity)
+	}
+	if dead := r.Nodes[2]; len(dead.ResourcesAvailable) != 0 || dead.DeathReason != "missed 5 heartbeats" {
+		t.Errorf("dead node %+v: want no available resources and its death reason", dead)
+	}
+	wantDemand := []demand{
+		{Resources: amounts{"CPU": resources.Unit}, Count: 5},
+		{Resources: amounts{"GPU": resources.Unit}, Count: 1, Infeasible: true},
+	}
+	if !reflect.DeepEqual(r.PendingDemand, wantDemand) {
+		t.Errorf("pending %+v, want %+v", r.PendingDemand, wantDemand)
+	}
+	if r.Jobs != (jobCounts{Total: 2, Running: 1, Finished: 1}) {
+		t.Errorf("jobs %+v", r.Jobs)
+	}
+	if r.Actors != (actorCount{Total: 3, Alive: 1, Pending: 1, Dead: 1}) {
+		t.Errorf("actors %+v", r.Actors)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestStatusJSON(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeJSON(&b, buildStatus("127.0.0.1:6380", fakeViews(), fakeJobs(), fakeActors())); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		GCSAddress string `json:"gcs_address"`
+		AliveNodes int    `json:"alive_nodes"`
+		Nodes      []struct {
+			NodeID             string             `json:"node_id"`
+			State              string             `json:"state"`
+			IsHead             bool               `json:"is_head"`
+			DeathReason        string             `json:"death_reason"`
+			ResourcesTotal     map[string]float64 `json:"resources_total"`
+			ResourcesAvailable map[string]float64 `json:"resources_available"`
+			ObjectStoreUsed    int64              `json:"object_store_used"`
+		} `json:"nodes"`
+		Cluster struct {
+			ResourcesTotal map[string]float64 `json:"resources_total"`
+		} `json:"cluster"`
+		PendingDemand []struct {
+			Resources  map[string]float64 `json:"resources"`
+			Count      int                `json:"count"`
+			Infeasible bool               `json:"infeasible"`
+		} `json:"pending_demand"`
+		Jobs   map[string]int `json:"jobs"`
+		Actors map[string]int `json:"actors"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.GCSAddress != "127.0.0.1:6380" || doc.AliveNodes != 2 || len(doc.Nodes) != 3 {
+		t.Fatalf("doc %+v", doc)
+	}
+	head := doc.Nodes[0]
+	if head.NodeID != strings.Repeat("aa", 16) || !head.IsHead || head.State != "ALIVE" {
+		t.Errorf("first node %+v, want the head with its full id", head)
+	}
+	if head.ResourcesTotal["CPU"] != 4 || head.ResourcesTotal["memory"] != 8*gib || head.ResourcesAvailable["CPU"] != 3 {
+		t.Errorf("head resources %v / %v: want float amounts, bytes for memory", head.ResourcesAvailable, head.ResourcesTotal)
+	}
+	if doc.Nodes[2].DeathReason != "missed 5 heartbeats" || doc.Nodes[2].ResourcesAvailable == nil {
+		t.Errorf("dead node %+v: want its reason and an empty (not null) available map", doc.Nodes[2])
+	}
+	if doc.Cluster.ResourcesTotal["CPU"] != 6 {
+		t.Errorf("cluster CPU %v", doc.Cluster.ResourcesTotal["CPU"])
+	}
+	if len(doc.PendingDemand) != 2 || doc.PendingDemand[0].Count != 5 || !doc.PendingDemand[1].Infeasible {
+		t.Errorf("pending %+v", doc.PendingDemand)
+	}
+	if doc.Jobs["running"] != 1 || doc.Actors["alive"] != 1 || doc.Actors["dead"] != 1 || doc.Actors["pending"] != 1 {
+		t.Errorf("jobs %v actors %v", doc.Jobs, doc.Actors)
+	}
+}
+
+func TestStatusText(t *testing.T) {
+	var b bytes.Buffer
+	if err := writeStatus(&b, buildStatus("127.0.0.1:6380", fakeViews(), fakeJobs(), fakeActors())); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	lines := strings.Split(out, "\n")
+	find := func(prefix string) string {
+		for _, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), prefix) {
+				return l
+			}
+		}
+		t.Errorf("no line starting with %q in:\n%s", prefix, out)
+		return ""
+	}
+	if !strings.Contains(out, "goray cluster at 127.0.0.1:6380: 2 nodes alive, 1 dead") {
+		t.Errorf("header missing:\n%s", out)
+	}
+	headRow := strings.Fields(find("aaaaaaaa"))
+	if want := []string{"aaaaaaaa", "head", "ALIVE", "*", "3/4", "1/1", "8.0", "GiB/8.0", "GiB", "0", "B", "used", "of", "2.0", "GiB", "-", "-"}; !reflect.DeepEqual(headRow, want) {
+		t.Errorf("head row %q, want %q", headRow, want)
+	}
+	if row := find("bbbbbbbb"); !strings.Contains(row, "0.5/2") || !strings.Contains(row, "disk 1/1") || !strings.Contains(row, "512 MiB used of 1.0 GiB") {
+		t.Errorf("worker row %q", row)
+	}
+	if row := find("cccccccc"); !strings.Contains(row, "DEAD") || !strings.Contains(row, "missed 5 heartbeats") {
+		t.Errorf("dead row %q", row)
+	}
+	if row := find("CPU  "); !strings.Contains(row, "3.5 / 6") {
+		t.Errorf("cluster CPU row %q", row)
+	}
+	if row := find("GPU  "); !strings.Contains(row, "1 / 1") {
+		t.Errorf("cluster GPU row %q", row)
+	}
+	for _, want := range []string{"{CPU: 1} x 5", "{GPU: 1} x 1 (infeasible", "Jobs: 2 (1 running, 1 finished)", "Actors: 3 (1 alive, 1 pending, 1 dead)", "Object store: 512 MiB used of 3.0 GiB"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestStatusEmptyCluster(t *testing.T) {
+	var b bytes.Buffer
+	r := buildStatus("h:1", nil, nil, nil)
+	if err := writeStatus(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "0 nodes alive") || !strings.Contains(b.String(), "(none)") {
+		t.Errorf("empty status:\n%s", b.String())
+	}
+	b.Reset()
+	if err := writeJSON(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	// Lists and maps are [] and {}, never null, so consumers need no nil checks.
+	if strings.Contains(b.String(), "null") {
+		t.Errorf("JSON has null:\n%s", b.String())
+	}
+}

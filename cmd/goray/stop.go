@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/goray-dev/goray/raylet"
+	"github.com/hashicorp/go-hclog"
+	"github.com/spf13/cobra"
+)
+
+// killWait is how long stop waits for a process to die after SIGKILL.
+const killWait = 5 * time.Second
+
+// stopOptions are the flags of `goray stop`.
+type stopOptions struct {
+	tempDir string
+	force   bool
+	grace   time.Duration
+}
+
+// stoppedNode is a node stop ended.
+type stoppedNode struct {
+	Session string
+	NodeID  string
+	Head    bool
+	Pid     int
+	// How is "shutdown request", "SIGTERM", or "SIGKILL" (with --force or
+	// after the grace period).
+	How string
+}
+
+// leftover is a process of a session that outlived its node.
+type leftover struct {
+	Pid int
+	// Why names what ties it to goray ("worker of <session>", ...).
+	Why string
+}
+
+// stopResult is what stop did.
+type stopResult struct {
+	Stopped []stoppedNode
+	Killed  []leftover
+	// Cleaned are session dirs whose stale sockets or node.json were removed.
+	Cleaned []string
+}
+
+// stopper stops every node under a temp dir.
+type stopper struct {
+	proc procFS
+	root string
+	opts stopOptions
+	log  hclog.Logger
+	// skip are pids never signalled (this process and its parent).
+	skip []int
+}
+
+// StopError says some processes could not be stopped.
+type StopError struct {
+	// Pids are the processes still running.
+	Pids []int
+	Err  error
+}
+
+// Error names the surviving processes.
+func (e *StopError) Error() string {
+	return fmt.Sprintf("processes %v are still running after SIGKILL: %v", e.Pids, e.Err)
+}
+
+// Unwrap returns the cause (usually the wait's context error).
+func (e *StopError) Unwrap() error { return e.Err }
+
+// run stops the nodes (non-head nodes first, then heads), kills leftover
+// processes of every session under the root and removes stale files.
+func (s *stopper) run(ctx context.Context) (stopResult, error) {
+	var res stopResult
+	ss, err := s.proc.sessions(s.root)
+	if err != nil {
+		return res, err
+	}
+	var heads, others []session
+	for _, se := range ss {
+		if !se.Running {
+			continue
+		}
+		if se.Info.Head {
+			heads = append(heads, se)
+		} else {
+			others = append(others, se)
+		}
+	}
+	var errs []error
+	for _, group := range [][]session{others, heads} {
+		stopped, err := s.stopNodes(ctx, group)
+		res.Stopped = append(res.Stopped, stopped...)
+		errs = append(errs, err)
+	}
+
+	killed, err := s.killLeftovers(ctx)
+	res.Killed = killed
+	errs = append(errs, err)
+
+	res.Cleaned, err = s.cleanStale()
+	errs = append(errs, err)
+	return res, errors.Join(errs...)
+}
+
+// stopNodes asks each node to shut down (or SIGKILLs it with --force),
+// waits for the grace period and SIGKILLs what is left.
+func (s *stopper) stopNodes(ctx context.Context, group []session) ([]stoppedNode, error) {
+	if len(group) == 0 {
+		return nil, nil
+	}
+	out := make([]stoppedNode, len(group))
+	pids := make([]int, len(group))
+	var errs []error
+	for i, se := range group {
+		in := se.Info
+		out[i] = stoppedNode{Session: se.Dir, NodeID: in.NodeID, Head: in.Head, Pid: in.Pid}
+		pids[i] = in.Pid
+		if s.opts.force {
+			out[i].How = "SIGKILL"
+			errs = append(errs, sendSignal(in.Pid, syscall.SIGKILL))
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := shutdownNode(rctx, in.RayletSocket, "goray stop")
+		cancel()
+		if err == nil {
+			out[i].How = "shutdown request"
+			continue
+		}
+		s.log.Debug("shutdown request failed; sending SIGTERM", "node", shortHex(in.NodeID), "error", err)
+		out[i].How = "SIGTERM"
+		errs = append(errs, sendSignal(in.Pid, syscall.SIGTERM))
+	}
+	gctx, cancel := context.WithTimeout(ctx, s.opts.grace)
+	alive := s.proc.waitExit(gctx, pids)
+	cancel()
+	for _, pid := range alive {
+		i := slices.Index(pids, pid)
+		s.log.Debug("node did not exit in time; sending SIGKILL", "pid", pid, "grace", s.opts.grace)
+		out[i].How = fmt.Sprintf("SIGKILL after %s", s.opts.grace)
+		errs = append(errs, sendSignal(pid, syscall.SIGKILL))
+	}
+	if err := s.waitKilled(ctx, alive); err != nil {
+		errs = append(errs, err)
+	}
+	return out, errors.Join(errs...)
+}
+
+func (s *stopper) waitKilled(ctx context.Context, pids []int) error {
+	if len(pids) == 0 {
+		return nil
+	}
+	kctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	if still := s.proc.waitExit(kctx, pids); len(still) > 0 {
+		return &StopError{Pids: still, Err: kctx.Err()}
+	}
+	return nil
+}
+
+// findLeftovers scans the environment of every process for a tie to a
+// session under the root: workers carry GORAY_SESSION_DIR, node processes
+// started by `goray start` carry GORAY_DAEMON_TEMP_DIR.
+func (s *stopper) findLeftovers() ([]leftover, error) {
+	ss, err := s.proc.sessions(s.root)
+	if err != nil {
+		return nil, err
+	}
+	dirs := map[string]string{}
+	for _, se := range ss {
+		dirs[raylet.EnvSessionDir+"="+se.Dir] = filepath.Base(se.Dir)
+	}
+	daemon := envDaemonRoot + "=" + s.root
+	pids, err := s.proc.pids()
+	if err != nil {
+		return nil, err
+	}
+	var out []leftover
+	for _, pid := range pids {
+		if slices.Contains(s.skip, pid) || !s.proc.running(pid) {
+			continue
+		}
+		env, err := s.proc.environ(pid)
+		if err != nil {
+			continue
+		}
+		why := ""
+		for _, kv := range env {
+			if name, ok := dirs[kv]; ok {
+				why = "worker of " + name
+				break
+			}
+			if kv == daemon {
+				// Workers may inherit the marker too; keep looking for
+				// their session.
+				why = "goray node process under " + s.root
+			}
+		}
+		if why != "" {
+			out = append(out, leftover{Pid: pid, Why: why})
+		}
+	}
+	return out, nil
+}
+
+// killLeftovers SIGKILLs the processes findLeftovers reports and waits for
+// them to exit.
+func (s *stopper) killLeftovers(ctx context.Context) ([]leftover, error) {
+	left, err := s.findLeftovers()
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	pids := make([]int, 0, len(left))
+	for _, l := range left {
+		s.log.Debug("killing leftover process", "pid", l.Pid, "why", l.Why)
+		errs = append(errs, sendSignal(l.Pid, syscall.SIGKILL))
+		pids = append(pids, l.Pid)
+	}
+	errs = append(errs, s.waitKilled(ctx, pids))
+	return left, errors.Join(errs...)
+}
+
+// cleanStale removes the sockets directory and node.json of every session
+// whose node no longer runs; logs stay.
+func (s *stopper) cleanStale() ([]string, error) {
+	ss, err := s.proc.sessions(s.root)
+	if err != nil {
+		return nil, err
+	}
+	var cleaned []string
+	var errs []error
+	for _, se := range ss {
+		if se.Running {
+			continue
+		}
+		removed := false
+		for _, p := range []string{filepath.Join(se.Dir, "sockets"), filepath.Join(se.Dir, "node.json")} {
+			if _, err := os.Lstat(p); err != nil {
+				continue
+			}
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, fmt.Errorf("removing stale %s: %w", p, err))
+				continue
+			}
+			removed = true
+		}
+		if removed {
+			cleaned = append(cleaned, se.Dir)
+		}
+	}
+	return cleaned, errors.Join(errs...)
+}
+
+func writeStopResult(w io.Writer, root string, r stopResult) {
+	if len(r.Stopped) == 0 {
+		fmt.Fprintf(w, "No running goray nodes under %s.\n", root)
+	}
+	for _, n := range r.Stopped {
+		kind := "node"
+		if n.Head {
+			kind = "head node"
+		}
+		fmt.Fprintf(w, "Stopped goray %s %s (pid %d, %s; session %s)\n", kind, shortHex(n.NodeID), n.Pid, n.How, n.Session)
+	}
+	if len(r.Killed) > 0 {
+		parts := make([]string, len(r.Killed))
+		for i, l := range r.Killed {
+			parts[i] = fmt.Sprintf("pid %d (%s)", l.Pid, l.Why)
+		}
+		fmt.Fprintf(w, "Killed %s: %s\n", plural(len(r.Killed), "leftover process", "leftover processes"), strings.Join(parts, ", "))
+	}
+	if len(r.Cleaned) > 0 {
+		fmt.Fprintf(w, "Removed stale sockets of %s: %s\n", plural(len(r.Cleaned), "dead session", "dead sessions"), strings.Join(r.Cleaned, ", "))
+	}
+}
+
+func (a *app) stopCmd() *cobra.Command {
+	var o stopOptions
+	cmd := &cobra.Command{
+		Use:   "stop",
+		Short: "Stop every goray node started under the temp dir",
+		Long: "Stop every goray node started under the temp dir: ask each to shut down, wait up to --grace,\n" +
+			"then SIGKILL. Leftover worker processes are killed and stale sockets of dead sessions removed.",
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			if o.grace < 0 {
+				return usagef("invalid --grace %s: must not be negative", o.grace)
+			}
+			root := absPath(o.tempDir)
+			s := &stopper{proc: procFS{a.procRoot}, root: root, opts: o, log: a.log, skip: []int{os.Getpid(), os.Getppid()}}
+			res, err := s.run(cmd.Context())
+			writeStopResult(a.stdout, root, res)
+			return err
+		}),
+	}
+	cmd.Flags().StringVar(&o.tempDir, "temp-dir", defaultTempDir, "root of the session directories of the nodes to stop")
+	cmd.Flags().BoolVar(&o.force, "force", false, "SIGKILL the nodes at once instead of asking them to shut down")
+	cmd.Flags().DurationVar(&o.grace, "grace", 10*time.Second, "how long each node may take to shut down before SIGKILL")
+	return cmd
+}

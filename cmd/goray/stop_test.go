@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goray-dev/goray/internal/node"
+	"github.com/goray-dev/goray/raylet"
+	"github.com/hashicorp/go-hclog"
+)
+
+// waitCmdline polls until pid runs the program named want (after exec).
+func waitCmdline(t *testing.T, pid int, want string) {
+	t.Helper()
+	p := procFS{"/proc"}
+	var args []string
+	if !poll(5*time.Second, func() bool {
+		args, _ = p.cmdline(pid)
+		return len(args) > 0 && filepath.Base(args[0]) == want
+	}) {
+		t.Fatalf("pid %d runs %q, want %s", pid, args, want)
+	}
+}
+
+// poll calls cond every 20ms until it holds (true) or timeout passes
+// (false).
+func poll(timeout time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if cond() {
+			return true
+		}
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		}
+	}
+}
+
+func TestStopperStopsEverything(t *testing.T) {
+	root := t.TempDir()
+	p := procFS{"/proc"}
+
+	worker := startProc(t, nil, "sleep", "60")
+	workerSession := makeSession(t, root, "session_1_worker", &node.Info{NodeID: "11112222", Pid: worker.Process.Pid,
+		RayletSocket: filepath.Join(root, "session_1_worker", "sockets", "raylet.sock")})
+
+	// The head ignores SIGTERM, so only SIGKILL after the grace period ends it.
+	head := startProc(t, nil, "sh", "-c", `trap "" TERM; exec sleep 60`)
+	waitCmdline(t, head.Process.Pid, "sleep")
+	makeSession(t, root, "session_2_head", &node.Info{NodeID: "33334444", Head: true, Pid: head.Process.Pid})
+
+	deadSession := makeSession(t, root, "session_0_dead", &node.Info{NodeID: "55556666", Pid: deadPid})
+
+	// Workers may inherit the daemon marker; they still count as workers.
+	taskWorker := startProc(t, []string{envDaemonRoot + "=" + root, raylet.EnvSessionDir + "=" + workerSession}, "sleep", "60")
+	daemon := startProc(t, []string{envDaemonRoot + "=" + root}, "sleep", "60")
+	other := startProc(t, []string{raylet.EnvSessionDir + "=" + workerSession + "0"}, "sleep", "60")
+
+	s := &stopper{proc: p, root: root, opts: stopOptions{grace: 300 * time.Millisecond}, log: hclog.NewNullLogger(), skip: []int{os.Getpid()}}
+	res, err := s.run(context.Background())
+	if err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+
+	if len(res.Stopped) != 2 {
+		t.Fatalf("stopped %+v, want 2 nodes", res.Stopped)
+	}
+	if n := res.Stopped[0]; n.Pid != worker.Process.Pid || n.Head || n.How != "SIGTERM" {
+		t.Errorf("first stopped = %+v, want the non-head node by SIGTERM (no raylet socket)", n)
+	}
+	if n := res.Stopped[1]; n.Pid != head.Process.Pid || !n.Head || !strings.HasPrefix(n.How, "SIGKILL after") {
+		t.Errorf("second stopped = %+v, want the head by SIGKILL after the grace period", n)
+	}
+	var killed []int
+	for _, l := range res.Killed {
+		killed = append(killed, l.Pid)
+		switch l.Pid {
+		case taskWorker.Process.Pid:
+			if l.Why != "worker of session_1_worker" {
+				t.Errorf("worker killed as %q", l.Why)
+			}
+		case daemon.Process.Pid:
+			if !strings.HasPrefix(l.Why, "goray node process under") {
+				t.Errorf("daemon killed as %q", l.Why)
+			}
+		}
+	}
+	slices.Sort(killed)
+	want := []int{taskWorker.Process.Pid, daemon.Process.Pid}
+	slices.Sort(want)
+	if !slices.Equal(killed, want) {
+		t.Errorf("killed %+v, want pids %v", res.Killed, want)
+	}
+	for _, pid := range append(want, worker.Process.Pid, head.Process.Pid) {
+		if p.running(pid) {
+			t.Errorf("pid %d still running", pid)
+		}
+	}
+	if !p.running(other.Process.Pid) {
+		t.Error("stop killed a process of another session")
+	}
+
+	// Every session's node is dead now, so their stale files are gone.
+	for _, dir := range []string{deadSession, workerSession} {
+		for _, f := range []string{"sockets", "node.json"} {
+			if _, err := os.Lstat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+				t.Errorf("%s/%s still exists (err %v)", dir, f, err)
+			}
+		}
+		if !slices.Contains(res.Cleaned, dir) {
+			t.Errorf("cleaned %v does not name %s", res.Cleaned, dir)
+		}
+	}
+
+	var out bytes.Buffer
+	writeStopResult(&out, root, res)
+	for _, w := range []string{"Stopped goray node 11112222", "Stopped goray head node 33334444", "Killed 2 leftover processes", "Removed stale sockets of"} {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("output lacks %q:\n%s", w, out.String())
+		}
+	}
+}
+
+func TestStopperForce(t *testing.T) {
+	root := t.TempDir()
+	n := startProc(t, nil, "sh", "-c", `trap "" TERM; exec sleep 60`)
+	waitCmdline(t, n.Process.Pid, "sleep")
+	makeSession(t, root, "session_1", &node.Info{NodeID: "77778888", Head: true, Pid: n.Process.Pid})
+	// A long grace period shows --force does not wait for it.
+	s := &stopper{proc: procFS{"/proc"}, root: root, opts: stopOptions{force: true, grace: time.Hour}, log: hclog.NewNullLogger()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := s.run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Stopped) != 1 || res.Stopped[0].How != "SIGKILL" {
+		t.Fatalf("stopped = %+v, want one node by SIGKILL", res.Stopped)
+	}
+	if (procFS{"/proc"}).running(n.Process.Pid) {
+		t.Error("node still running")
+	}
+}
+
+func TestStopNothingRunning(t *testing.T) {
+	root := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"stop", "--temp-dir", root}, &stdout, &stderr)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr %s", code, stderr.String())
+	}
+	if want := "No running goray nodes under " + root; !strings.Contains(stdout.String(), want) {
+		t.Errorf("stdout %q lacks %q", stdout.String(), want)
+	}
+}
