@@ -320,8 +320,9 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 	r.log.Trace("lease granted", "lease_id", p.lease.id, "worker_id", w.id, "job_id", jobID,
 		"resources", p.res.String(), "actor_id", actorID, "function", p.function)
 	return &gorayv1.LeaseReply{
-		LeaseId: p.lease.id.Bytes(),
-		Worker:  proto.Clone(w.addr).(*gorayv1.Address),
+		LeaseId:   p.lease.id.Bytes(),
+		Worker:    proto.Clone(w.addr).(*gorayv1.Address),
+		WorkerPid: int32(w.pid),
 	}, nil
 }
 

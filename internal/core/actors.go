@@ -238,6 +238,8 @@ func (c *actorClient) create(rec *taskRecord) {
 	}
 	info.State = pb.ActorState_ACTOR_STATE_ALIVE
 	info.Address = lrep.Worker
+	info.Pid = lrep.WorkerPid
+	info.StartTimeMs = time.Now().UnixMilli()
 	if cw.gcs != nil {
 		if _, err := cw.gcs.UpdateActor(cw.ctx, &pb.UpdateActorRequest{Actor: info}); err != nil {
 			cw.log.Warn("recording actor as alive failed", "actor", c.ref.ID.Short(), "error", err)

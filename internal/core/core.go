@@ -184,11 +184,6 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 	cw.lis = lis
 	cw.server = grpc.NewServer(ServerOptions()...)
 	pb.RegisterCoreWorkerServer(cw.server, &coreWorkerService{cw: cw})
-	cw.wg.Add(1)
-	go func() {
-		defer cw.wg.Done()
-		_ = cw.server.Serve(lis)
-	}()
 	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path}
 
 	cc, err := Dial(cw.cfg.RayletSocket)
@@ -226,8 +221,12 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 		}
 		cw.store = m
 	}
-	cw.wg.Add(1)
+	cw.wg.Add(2)
 	go func() { defer cw.wg.Done(); cw.objects.flushLoop() }()
+	// Serve only now: the raylet may lease this worker as soon as it is
+	// registered, and callers' connections wait in the listen backlog until
+	// the process knows its node, job, store and GCS.
+	go func() { defer cw.wg.Done(); _ = cw.server.Serve(lis) }()
 	return nil
 }
 

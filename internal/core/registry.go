@@ -52,15 +52,12 @@ var registry = struct {
 	m map[string]*Function
 }{m: map[string]*Function{}}
 
-// Register adds f to the process-wide registry. Registering the same name
-// twice panics: names must be stable and unique so that the driver and its
-// workers (the same binary) agree on them.
+// Register adds f to the process-wide registry. Names are Go symbol names,
+// so two registrations of one name are the same function registered again
+// (for example a test run twice); the later one replaces the earlier.
 func Register(f *Function) {
 	registry.Lock()
 	defer registry.Unlock()
-	if _, dup := registry.m[f.Name]; dup {
-		panic(fmt.Sprintf("goray: function %q registered twice; give one of them an explicit name", f.Name))
-	}
 	registry.m[f.Name] = f
 }
 

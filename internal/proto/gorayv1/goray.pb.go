@@ -1807,7 +1807,9 @@ type LeaseReply struct {
 	Worker  *Address               `protobuf:"bytes,2,opt,name=worker,proto3" json:"worker,omitempty"`
 	// Set when the request can never be satisfied on this node and there is
 	// nowhere else to go (reported; the request keeps waiting otherwise).
-	Infeasible    string `protobuf:"bytes,3,opt,name=infeasible,proto3" json:"infeasible,omitempty"`
+	Infeasible string `protobuf:"bytes,3,opt,name=infeasible,proto3" json:"infeasible,omitempty"`
+	// Process id of the leased worker.
+	WorkerPid     int32 `protobuf:"varint,4,opt,name=worker_pid,json=workerPid,proto3" json:"worker_pid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1861,6 +1863,13 @@ func (x *LeaseReply) GetInfeasible() string {
 		return x.Infeasible
 	}
 	return ""
+}
+
+func (x *LeaseReply) GetWorkerPid() int32 {
+	if x != nil {
+		return x.WorkerPid
+	}
+	return 0
 }
 
 type ReturnLeaseRequest struct {
@@ -4961,14 +4970,16 @@ const file_goray_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x19\n" +
 	"\bactor_id\x18\x03 \x01(\fR\aactorId\x12\x1a\n" +
-	"\bfunction\x18\x04 \x01(\tR\bfunction\"r\n" +
+	"\bfunction\x18\x04 \x01(\tR\bfunction\"\x91\x01\n" +
 	"\n" +
 	"LeaseReply\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12)\n" +
 	"\x06worker\x18\x02 \x01(\v2\x11.goray.v1.AddressR\x06worker\x12\x1e\n" +
 	"\n" +
 	"infeasible\x18\x03 \x01(\tR\n" +
-	"infeasible\"\\\n" +
+	"infeasible\x12\x1d\n" +
+	"\n" +
+	"worker_pid\x18\x04 \x01(\x05R\tworkerPid\"\\\n" +
 	"\x12ReturnLeaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12+\n" +
 	"\x11disconnect_worker\x18\x02 \x01(\bR\x10disconnectWorker\"\x12\n" +

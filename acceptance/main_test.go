@@ -1,0 +1,547 @@
+// Package acceptance runs goray end to end: it builds the real goray CLI,
+// the quickstart example and a test driver (internal/testjob), starts real
+// nodes with the CLI, runs real jobs against them and checks their
+// results, the cluster's state and that nothing is left behind.
+package acceptance
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Binaries built once by TestMain.
+var (
+	gorayBin      string
+	quickstartBin string
+	testjobBin    string
+)
+
+// markerEnv is set, with a value unique to each run, in the environment of
+// every job the tests start. Workers inherit the job's environment, so it
+// finds a job's driver and workers in /proc.
+const markerEnv = "ACCEPTANCE_RUN_ID"
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "gab")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	root, err := filepath.Abs("..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	gorayBin = filepath.Join(dir, "goray")
+	quickstartBin = filepath.Join(dir, "quickstart")
+	testjobBin = filepath.Join(dir, "testjob")
+	for _, b := range []struct{ out, pkg string }{
+		{gorayBin, "./cmd/goray"},
+		{quickstartBin, "./examples/quickstart"},
+		{testjobBin, "./acceptance/internal/testjob"},
+	} {
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", b.pkg, err, out)
+			return 1
+		}
+	}
+	return m.Run()
+}
+
+// testTimeout bounds every test.
+const testTimeout = 60 * time.Second
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// shortTempDir makes a temp dir with a short path (unix socket paths under
+// it must stay below 108 bytes) and removes it when the test ends.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "ga")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// baseEnv is this process's environment without GORAY_* variables, so a
+// GORAY_ADDRESS of the caller cannot leak into the commands.
+func baseEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "GORAY_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// cliResult is what one goray invocation did.
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r cliResult) String() string {
+	return fmt.Sprintf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+}
+
+// runGoray runs the goray CLI and waits for it.
+func runGoray(t *testing.T, ctx context.Context, args ...string) cliResult {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, gorayBin, args...)
+	cmd.Env = baseEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := cliResult{stdout: stdout.String(), stderr: stderr.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("running goray %q: %v", args, err)
+	}
+	return r
+}
+
+// head is a head node started with `goray start --head`.
+type head struct {
+	t       *testing.T
+	tempDir string
+	port    int
+	addr    string
+	session string
+	pid     int
+}
+
+// startHead starts a head node under a fresh temp dir and stops it (and
+// removes the dir) when the test ends.
+func startHead(t *testing.T, ctx context.Context) *head {
+	t.Helper()
+	h := &head{t: t, tempDir: shortTempDir(t), port: freePort(t)}
+	h.addr = "127.0.0.1:" + strconv.Itoa(h.port)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if r := runGoray(t, ctx, "stop", "--temp-dir", h.tempDir, "--force"); r.code != 0 {
+			t.Logf("cleanup: goray stop: %s", r)
+		}
+	})
+	r := runGoray(t, ctx, "start", "--head", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir)
+	if r.code != 0 {
+		t.Fatalf("goray start --head: %s", r)
+	}
+	latest, err := filepath.EvalSymlinks(filepath.Join(h.tempDir, "session_latest"))
+	if err != nil {
+		t.Fatalf("session_latest after start: %v", err)
+	}
+	h.session = latest
+	info := readNodeJSON(t, latest)
+	h.pid = info.Pid
+	if info.GCSAddress != h.addr {
+		t.Fatalf("node.json gcs_address %q, want %q", info.GCSAddress, h.addr)
+	}
+	return h
+}
+
+// nodeJSON is the part of a session's node.json the tests read.
+type nodeJSON struct {
+	NodeID       string `json:"node_id"`
+	GCSAddress   string `json:"gcs_address"`
+	RayletSocket string `json:"raylet_socket"`
+	SessionDir   string `json:"session_dir"`
+	Pid          int    `json:"pid"`
+}
+
+func readNodeJSON(t *testing.T, session string) nodeJSON {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(session, "node.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n nodeJSON
+	if err := json.Unmarshal(b, &n); err != nil {
+		t.Fatalf("node.json: %v\n%s", err, b)
+	}
+	return n
+}
+
+// statusJSON is the part of `goray status --json` the tests read.
+type statusJSON struct {
+	GCSAddress string `json:"gcs_address"`
+	AliveNodes int    `json:"alive_nodes"`
+	DeadNodes  int    `json:"dead_nodes"`
+	Nodes      []struct {
+		NodeID     string `json:"node_id"`
+		State      string `json:"state"`
+		IsHead     bool   `json:"is_head"`
+		Pid        int    `json:"pid"`
+		SessionDir string `json:"session_dir"`
+	} `json:"nodes"`
+}
+
+// status runs `goray status --json` against the head's temp dir.
+func (h *head) status(ctx context.Context) (statusJSON, cliResult) {
+	h.t.Helper()
+	r := runGoray(h.t, ctx, "status", "--json", "--temp-dir", h.tempDir)
+	var s statusJSON
+	if r.code == 0 {
+		if err := json.Unmarshal([]byte(r.stdout), &s); err != nil {
+			h.t.Fatalf("goray status --json: %v\n%s", err, r)
+		}
+	}
+	return s, r
+}
+
+// list runs `goray list KIND --json` against the head and decodes the
+// array under key KIND.
+func list[T any](h *head, ctx context.Context, kind string) []T {
+	h.t.Helper()
+	r := runGoray(h.t, ctx, "list", kind, "--json", "--address", h.addr)
+	if r.code != 0 {
+		h.t.Fatalf("goray list %s: %s", kind, r)
+	}
+	var m map[string][]T
+	if err := json.Unmarshal([]byte(r.stdout), &m); err != nil {
+		h.t.Fatalf("goray list %s --json: %v\n%s", kind, err, r.stdout)
+	}
+	rows, ok := m[kind]
+	if !ok {
+		h.t.Fatalf("goray list %s --json has no %q key:\n%s", kind, kind, r.stdout)
+	}
+	return rows
+}
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// job is a driver program running in the background.
+type job struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	marker string
+	out    syncBuffer // stdout and stderr
+	done   chan struct{}
+	code   int
+}
+
+// jobOptions say how to run a job.
+type jobOptions struct {
+	// addr is the cluster address (GORAY_ADDRESS); empty runs an embedded
+	// node.
+	addr string
+	// tmpDir is the job's TMPDIR (where an embedded node puts its session).
+	tmpDir string
+}
+
+// startJob starts bin with args in the background. The job and whatever it
+// leaves behind are killed when the test ends.
+func startJob(t *testing.T, o jobOptions, bin string, args ...string) *job {
+	t.Helper()
+	j := &job{t: t, marker: fmt.Sprintf("%s-%d-%d", t.Name(), os.Getpid(), time.Now().UnixNano()), done: make(chan struct{})}
+	j.cmd = exec.Command(bin, args...)
+	j.cmd.Env = append(baseEnv(), markerEnv+"="+j.marker)
+	if o.addr != "" {
+		j.cmd.Env = append(j.cmd.Env, "GORAY_ADDRESS="+o.addr)
+	}
+	if o.tmpDir != "" {
+		j.cmd.Env = append(j.cmd.Env, "TMPDIR="+o.tmpDir)
+	}
+	j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.out
+	if err := j.cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	go func() {
+		err := j.cmd.Wait()
+		var ee *exec.ExitError
+		switch {
+		case errors.As(err, &ee):
+			j.code = ee.ExitCode()
+		case err != nil:
+			j.code = -1
+		}
+		close(j.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-j.done:
+		default:
+			_ = j.cmd.Process.Kill()
+			<-j.done
+		}
+		for _, p := range j.procs() {
+			_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		}
+	})
+	return j
+}
+
+// wait waits for the job to exit and returns its exit code and output.
+func (j *job) wait(ctx context.Context) (int, string) {
+	j.t.Helper()
+	select {
+	case <-j.done:
+		return j.code, j.out.String()
+	case <-ctx.Done():
+		j.t.Fatalf("job %v did not exit: %v\noutput so far:\n%s", j.cmd.Args, ctx.Err(), j.out.String())
+		return 0, ""
+	}
+}
+
+// waitExit waits up to d for the job to exit.
+func (j *job) waitExit(d time.Duration) (int, string) {
+	j.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return j.wait(ctx)
+}
+
+// procs returns the live processes of the job: its driver and workers.
+func (j *job) procs() []proc {
+	return findProcs(func(p proc) bool { return p.hasEnv(markerEnv + "=" + j.marker) })
+}
+
+// proc is a live (non-zombie) process.
+type proc struct {
+	pid     int
+	cmdline []string
+	env     []string
+}
+
+func (p proc) hasEnv(kv string) bool { return slices.Contains(p.env, kv) }
+
+func (p proc) String() string {
+	return fmt.Sprintf("pid %d %q", p.pid, strings.Join(p.cmdline, " "))
+}
+
+// mentions reports whether the directory dir, or a path under it, occurs
+// in the process's command line or environment ("/tmp/ga1" does not match
+// "/tmp/ga12").
+func (p proc) mentions(dir string) bool {
+	for _, x := range append(slices.Clone(p.cmdline), p.env...) {
+		if strings.HasSuffix(x, dir) || strings.Contains(x, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// findProcs returns the live processes other than this one that match.
+func findProcs(match func(proc) bool) []proc {
+	ents, _ := os.ReadDir("/proc")
+	var out []proc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		p, ok := readProc(pid)
+		if ok && match(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// readProc reads a process; ok is false for gone and zombie processes.
+func readProc(pid int) (proc, bool) {
+	dir := filepath.Join("/proc", strconv.Itoa(pid))
+	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return proc{}, false
+	}
+	// The state follows the parenthesised command name.
+	if i := bytes.LastIndexByte(stat, ')'); i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X' {
+		return proc{}, false
+	}
+	p := proc{pid: pid}
+	if b, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
+		p.cmdline = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+		p.env = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	}
+	return p, true
+}
+
+// alive reports whether pid is a live, non-zombie process.
+func alive(pid int) bool {
+	_, ok := readProc(pid)
+	return ok
+}
+
+// waitFor polls cond every 20 ms until it holds; it fails the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitNoProcs waits until no live process matches.
+func waitNoProcs(t *testing.T, d time.Duration, what string, match func(proc) bool) {
+	t.Helper()
+	var left []proc
+	deadline := time.Now().Add(d)
+	for {
+		left = findProcs(match)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s, %s still run: %v", d, what, left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitFile waits for path to exist and returns its content.
+func waitFile(t *testing.T, j *job, d time.Duration, path string) string {
+	t.Helper()
+	var b []byte
+	waitFor(t, d, path+" to be written by the job", func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		if err == nil {
+			return true
+		}
+		select {
+		case <-j.done:
+			t.Fatalf("job exited (code %d) before writing %s; output:\n%s", j.code, path, j.out.String())
+		default:
+		}
+		return false
+	})
+	return string(b)
+}
+
+// shmEntries lists /dev/shm.
+func shmEntries(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		t.Fatalf("reading /dev/shm: %v", err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// checkNoNewShm fails when /dev/shm has entries that were not in before.
+func checkNoNewShm(t *testing.T, before []string) {
+	t.Helper()
+	var added []string
+	for _, n := range shmEntries(t) {
+		if !slices.Contains(before, n) {
+			added = append(added, n)
+		}
+	}
+	if len(added) > 0 {
+		t.Errorf("new /dev/shm entries: %v", added)
+	}
+}
+
+// killWorker SIGKILLs pid after checking that it is a goray worker of the
+// job (so a stale or wrong pid never kills anything else).
+func killWorker(t *testing.T, j *job, pid int) {
+	t.Helper()
+	p, ok := readProc(pid)
+	if !ok {
+		t.Fatalf("worker pid %d is not running", pid)
+	}
+	if !p.hasEnv("GORAY_WORKER=1") || !p.hasEnv(markerEnv+"="+j.marker) {
+		t.Fatalf("pid %d is not a goray worker of this job: %v", pid, p)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", pid, err)
+	}
+	waitFor(t, 10*time.Second, fmt.Sprintf("killed worker %d to exit", pid), func() bool { return !alive(pid) })
+}
+
+// readPid reads a pid file.
+func readPid(t *testing.T, s string) int {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || pid <= 0 {
+		t.Fatalf("bad pid file content %q", s)
+	}
+	return pid
+}
+
+// envValue returns the value of name in env.
+func envValue(env []string, name string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, name+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// wantLines fails when out lacks any of the substrings.
+func wantLines(t *testing.T, out string, subs ...string) {
+	t.Helper()
+	for _, s := range subs {
+		if !strings.Contains(out, s) {
+			t.Errorf("output lacks %q; output:\n%s", s, out)
+		}
+	}
+}
