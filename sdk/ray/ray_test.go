@@ -305,7 +305,7 @@ func TestBorrowerKeepsObjectAlive(t *testing.T) {
 func TestWaitAndTimeout(t *testing.T) {
 	ctx := testCtx(t)
 	fast := SleepFor.Remote(ctx, ray.V(time.Millisecond))
-	slow := SleepFor.Remote(ctx, ray.V(30*time.Second))
+	slow := SleepFor.Options(ray.CPUs(0)).Remote(ctx, ray.V(30*time.Second)) // holds no CPU while it sleeps
 	ready, notReady, err := ray.Wait(ctx, []ray.Ref[int]{slow, fast}, 1, 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
