@@ -512,3 +512,19 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestStoreFullIsAClearError(t *testing.T) {
+	ctx := testCtx(t)
+	u, err := ray.ObjectStoreUsage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ray.Put(ctx, make([]byte, u.Capacity+1))
+	if !errors.Is(err, ray.ErrStoreFull) || !strings.Contains(err.Error(), "object store full") {
+		t.Fatalf("put larger than the store: want ErrStoreFull, got %v", err)
+	}
+	// The store still works afterwards.
+	if _, err := ray.Put(ctx, make([]byte, 1<<20)); err != nil {
+		t.Fatalf("put after a failed put: %v", err)
+	}
+}
