@@ -418,6 +418,17 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 		delete(r.leases, l.id)
 		w.lease = nil
 	}
+	// Leases this worker held on other workers (it submitted tasks or
+	// created actors) would otherwise keep their resources forever.
+	var held []*lease
+	for _, l := range r.leases {
+		if l.holder == w.id {
+			held = append(held, l)
+		}
+	}
+	for _, l := range held {
+		r.returnLeaseLocked(l, false)
+	}
 	var aborts []ids.ObjectID
 	for o, c := range r.creates {
 		if c == w.id {

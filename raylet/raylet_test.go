@@ -785,3 +785,43 @@ func TestResolvePoolDefaults(t *testing.T) {
 		})
 	}
 }
+
+// A process that holds leases (it submitted tasks or created actors) and
+// dies must not keep their resources.
+func TestLeaseHolderDeathReturnsItsLeases(t *testing.T) {
+	h := newHarness(t, nil)
+	d := h.driver()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The holder: a worker leased with 0 CPUs (like an actor that submits tasks).
+	holderLease, err := h.lease(ctx, d.job, resources.Set{}, ids.Nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := holderLease.GetWorker().GetWorkerId()
+	// It leases a second worker with 1 CPU for its own tasks.
+	held, err := h.cl.RequestWorkerLease(ctx, &gorayv1.LeaseRequest{JobId: d.job.Bytes(), Resources: resourcesProto(cpus(1)), HolderId: holder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.availableCPU() != 1*resources.Unit {
+		t.Fatalf("available CPU %d with one 1-CPU lease out", h.availableCPU())
+	}
+	var holderPid int32
+	for _, w := range h.workers("") {
+		if bytes.Equal(w.GetWorkerId(), holder) {
+			holderPid = w.GetPid()
+		}
+	}
+	if holderPid == 0 {
+		t.Fatal("holder worker not in stats")
+	}
+	if err := syscall.Kill(int(holderPid), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dead holder's lease to return its CPU", func() bool { return h.availableCPU() == 2*resources.Unit })
+	// The worker behind the returned lease is reusable.
+	if _, err := h.cl.ReturnWorkerLease(ctx, &gorayv1.ReturnLeaseRequest{LeaseId: held.GetLeaseId()}); err != nil {
+		t.Fatalf("returning an already returned lease: %v", err)
+	}
+}

@@ -292,7 +292,8 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 		r.mu.Unlock()
 		return nil, toStatus(&JobNotFoundError{Job: jobID})
 	}
-	p := &pendingLease{job: j, res: res, actorID: actorID, function: req.GetFunction(), ready: make(chan struct{})}
+	holder, _ := ids.FromBytes(req.GetHolderId())
+	p := &pendingLease{job: j, res: res, actorID: actorID, holder: holder, function: req.GetFunction(), ready: make(chan struct{})}
 	r.enqueueLocked(p)
 	r.dispatchLocked()
 	r.mu.Unlock()

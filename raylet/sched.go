@@ -15,6 +15,9 @@ type lease struct {
 	worker  *worker
 	res     resources.Set
 	actorID ids.ID
+	// holder is the process the lease was granted to (zero when the
+	// request did not say); its death returns the lease.
+	holder ids.ID
 }
 
 // pendingLease is a waiting RequestWorkerLease call. ready is closed once
@@ -23,6 +26,7 @@ type pendingLease struct {
 	job      *job
 	res      resources.Set
 	actorID  ids.ID
+	holder   ids.ID
 	function string
 	class    *schedClass
 	ready    chan struct{}
@@ -125,7 +129,7 @@ func (r *Raylet) dispatchLocked() {
 
 // grantLocked gives w to p.
 func (r *Raylet) grantLocked(p *pendingLease, w *worker) {
-	l := &lease{id: ids.New(), worker: w, res: p.res, actorID: p.actorID}
+	l := &lease{id: ids.New(), worker: w, res: p.res, actorID: p.actorID, holder: p.holder}
 	r.available.Sub(p.res)
 	r.leases[l.id] = l
 	w.lease = l

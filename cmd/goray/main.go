@@ -11,12 +11,15 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 
+	"github.com/goray-dev/goray/internal/bench"
+	"github.com/goray-dev/goray/sdk/ray"
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 )
@@ -43,6 +46,13 @@ const (
 const defaultTempDir = "/tmp/goray"
 
 func main() {
+	// The goray binary is also the benchmark's go-plugin echo plugin and,
+	// for `goray microbenchmark`, the workers of its embedded node: both
+	// re-execute this binary.
+	bench.MaybeServePlugin()
+	if ray.IsWorker() {
+		_, _ = ray.Init(context.Background()) // serves tasks; never returns
+	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -160,6 +170,6 @@ func (a *app) rootCmd() *cobra.Command {
 		return &usageError{msg: err.Error()}
 	})
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: trace, debug, info, warn or error (for start: the node's log)")
-	root.AddCommand(a.startCmd(), a.stopCmd(), a.statusCmd(), a.listCmd(), a.versionCmd())
+	root.AddCommand(a.startCmd(), a.stopCmd(), a.statusCmd(), a.listCmd(), a.versionCmd(), a.microbenchmarkCmd())
 	return root
 }

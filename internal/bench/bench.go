@@ -92,6 +92,8 @@ type Result struct {
 	LimitValue float64 `json:"limit_value,omitempty"`
 	// Ratio compares the metric with its limit; Note says how.
 	Ratio float64 `json:"ratio,omitempty"`
+	// Rounds are the figures of the timed rounds Mean and SD summarise.
+	Rounds []float64 `json:"rounds,omitempty"`
 	// Status is "ok", "not_available" or "error".
 	Status string `json:"status"`
 	// Error says what failed when Status is "error".
@@ -174,6 +176,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
+	stall := stallTimeout
+	if opts.Quick {
+		stall = quickStallTimeout
+	}
 	e := &env{quick: opts.Quick, half: max(1, runtime.NumCPU()/2), logger: logger}
 	limits := selectWorkloads(e.limits(), opts.Filter)
 	metrics := selectWorkloads(e.metrics(), opts.Filter)
@@ -201,7 +207,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		defer rt.Shutdown(context.Background())
 	}
-	r := runner{timing: tm, timeout: timeout, log: opts.Log}
+	r := runner{timing: tm, timeout: timeout, stall: stall, log: opts.Log}
 	byName := map[string]Result{}
 	for _, w := range limits {
 		res := r.run(ctx, w)
@@ -279,11 +285,58 @@ func selectWorkloads(ws []workload, filter *regexp.Regexp) []workload {
 	return out
 }
 
+// stallTimeout is how long a metric may go without finishing a call (or
+// a group of calls) before it is stopped as hung; it also bounds set-up.
+const (
+	stallTimeout      = 60 * time.Second
+	quickStallTimeout = 30 * time.Second
+)
+
+// stallError says a metric stopped making progress.
+type stallError struct{ d time.Duration }
+
+func (e *stallError) Error() string {
+	return fmt.Sprintf("no call finished for %s (hung)", e.d)
+}
+
 // runner measures workloads.
 type runner struct {
 	timing  timing
 	timeout time.Duration
+	stall   time.Duration
 	log     io.Writer
+}
+
+// watch cancels ctx with a stallError when beat stops moving for r.stall.
+func (r runner) watch(ctx context.Context, beat *atomic.Int64, cancel context.CancelCauseFunc) {
+	every := max(r.stall/20, time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, since := beat.Load(), time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if b := beat.Load(); b != last {
+				last, since = b, now
+			} else if now.Sub(since) >= r.stall {
+				cancel(&stallError{d: r.stall})
+				return
+			}
+		}
+	}
+}
+
+// withCause adds ctx's cancellation cause to err when it explains it.
+func withCause(ctx context.Context, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	if c := context.Cause(ctx); c != nil && !errors.Is(err, c) && c != ctx.Err() {
+		return fmt.Errorf("%w: %w", c, err)
+	}
+	return err
 }
 
 func (r runner) run(ctx context.Context, w workload) (res Result) {
@@ -292,14 +345,17 @@ func (r runner) run(ctx context.Context, w workload) (res Result) {
 		res.Status, res.Note = StatusNotAvailable, w.unavailable
 		return res
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, r.timeout, fmt.Errorf("the metric ran longer than %s", r.timeout))
 	defer cancel()
 	defer func() {
 		if p := recover(); p != nil {
 			res.Status, res.Error = StatusError, fmt.Sprintf("panic: %v", p)
 		}
 	}()
-	fn, teardown, err := w.setup(ctx)
+	sctx, scancel := context.WithTimeoutCause(ctx, r.stall, fmt.Errorf("set-up took longer than %s", r.stall))
+	fn, teardown, err := w.setup(sctx)
+	err = withCause(sctx, err)
+	scancel()
 	if err != nil {
 		var na *notAvailableError
 		if errors.As(err, &na) {
@@ -314,9 +370,13 @@ func (r runner) run(ctx context.Context, w workload) (res Result) {
 		defer cancel()
 		teardown(tctx)
 	}()
-	rounds, err := r.timing.measure(ctx, fn)
+	mctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	var beat atomic.Int64
+	go r.watch(mctx, &beat, stop)
+	rounds, err := r.timing.measure(mctx, fn, &beat)
 	if err != nil {
-		res.Status, res.Error = StatusError, err.Error()
+		res.Status, res.Error = StatusError, withCause(mctx, err).Error()
 		return res
 	}
 	var figures []float64
@@ -326,6 +386,7 @@ func (r runner) run(ctx context.Context, w workload) (res Result) {
 		figures = rates(rounds, w.mult)
 	}
 	res.Mean, res.SD = meanSD(figures)
+	res.Rounds = figures
 	return res
 }
 

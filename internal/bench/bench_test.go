@@ -210,18 +210,27 @@ func TestRunnerStatuses(t *testing.T) {
 		}}, StatusError, "set-up: boom", false},
 		{"call fails", workload{}, StatusError, "boom", true},
 		{"call panics", workload{}, StatusError, "panic: kaboom", true},
+		{"call hangs", workload{}, StatusError, "hung", true},
+		{"set-up hangs", workload{setup: func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
+			<-ctx.Done()
+			return nil, nil, ctx.Err()
+		}}, StatusError, "set-up took longer than", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			torn := false
 			switch tc.name {
-			case "call fails", "call panics":
+			case "call fails", "call panics", "call hangs":
 				tc.w.setup = func(context.Context) (func(context.Context) error, func(context.Context), error) {
 					n := 0
-					return func(context.Context) error {
+					return func(ctx context.Context) error {
 						if n++; n == 3 {
-							if tc.name == "call panics" {
+							switch tc.name {
+							case "call panics":
 								panic("kaboom")
+							case "call hangs":
+								<-ctx.Done()
+								return ctx.Err()
 							}
 							return boom
 						}
@@ -230,7 +239,7 @@ func TestRunnerStatuses(t *testing.T) {
 				}
 			}
 			tc.w.name = tc.name
-			r := runner{timing: fakeTiming(10 * time.Millisecond), timeout: time.Minute}
+			r := runner{timing: fakeTiming(10 * time.Millisecond), timeout: time.Minute, stall: 200 * time.Millisecond}
 			res := r.run(context.Background(), tc.w)
 			if res.Status != tc.status || !strings.Contains(res.Error, tc.errSubstr) {
 				t.Fatalf("status %q error %q, want %q containing %q", res.Status, res.Error, tc.status, tc.errSubstr)

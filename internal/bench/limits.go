@@ -19,13 +19,15 @@ import (
 
 // Limit names.
 const (
-	LimitMemcpy     = "memcpy_bandwidth"
-	LimitTCP        = "tcp_loopback_bandwidth"
-	LimitUnix       = "unix_socket_bandwidth"
-	LimitGRPC       = "grpc_unary_round_trip"
-	LimitPlugin     = "go_plugin_round_trip"
-	streamWriteSize = 1 << 20
+	LimitMemcpy = "memcpy_bandwidth"
+	LimitTCP    = "tcp_loopback_bandwidth"
+	LimitUnix   = "unix_socket_bandwidth"
+	LimitGRPC   = "grpc_unary_round_trip"
+	LimitPlugin = "go_plugin_round_trip"
 )
+
+// streamWriteSize is the write (and read) size of the socket limits.
+const streamWriteSize = 1 << 20
 
 // env is what the workloads are built for.
 type env struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,8 +41,16 @@ type round struct {
 }
 
 // measure runs fn with the timing and returns the timed rounds. It stops at
-// the first error of fn or when ctx ends.
-func (t timing) measure(ctx context.Context, fn func(context.Context) error) ([]round, error) {
+// the first error of fn or when ctx ends. beat, when not nil, is
+// incremented after every warm-up call and every group of timed calls, so a
+// watchdog can tell a stalled call from a slow metric without adding work
+// to each timed call.
+func (t timing) measure(ctx context.Context, fn func(context.Context) error, beat *atomic.Int64) ([]round, error) {
+	tick := func() {
+		if beat != nil {
+			beat.Add(1)
+		}
+	}
 	call := func() error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -55,6 +64,7 @@ func (t timing) measure(ctx context.Context, fn func(context.Context) error) ([]
 			return nil, fmt.Errorf("warm-up call %d: %w", count+1, err)
 		}
 		count++
+		tick()
 	}
 	step := count/10 + 1
 	rounds := make([]round, 0, t.rounds)
@@ -69,6 +79,7 @@ func (t timing) measure(ctx context.Context, fn func(context.Context) error) ([]
 				}
 			}
 			calls += step
+			tick()
 			end = t.now()
 			if end.Sub(start) >= t.round {
 				break

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -32,7 +33,8 @@ func TestMeasureFollowsRay(t *testing.T) {
 		c.t = c.t.Add(10 * time.Millisecond)
 		return nil
 	}
-	rs, err := tm.measure(context.Background(), fn)
+	var beat atomic.Int64
+	rs, err := tm.measure(context.Background(), fn, &beat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +50,9 @@ func TestMeasureFollowsRay(t *testing.T) {
 	}
 	if calls != 100+4*209 {
 		t.Errorf("fn called %d times, want %d", calls, 100+4*209)
+	}
+	if got := beat.Load(); got != 100+4*19 {
+		t.Errorf("%d heartbeats, want one per warm-up call and per group: %d", got, 100+4*19)
 	}
 	mean, sd := meanSD(rates(rs, 3))
 	if math.Abs(mean-300) > 1e-9 || sd > 1e-9 {
@@ -79,7 +84,7 @@ func TestMeasureStops(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := quickTiming().measure(tc.ctx, tc.fn)
+			_, err := quickTiming().measure(tc.ctx, tc.fn, nil)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("measure error = %v, want %v", err, tc.want)
 			}

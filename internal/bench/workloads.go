@@ -11,29 +11,32 @@ import (
 
 // Metric names (Ray's).
 const (
-	MetricGetCalls            = "single_client_get_calls_Plasma_Store"
-	MetricPutCalls            = "single_client_put_calls_Plasma_Store"
-	MetricMultiPutCalls       = "multi_client_put_calls_Plasma_Store"
-	MetricPutGigabytes        = "single_client_put_gigabytes"
-	MetricTasksAndGetBatch    = "single_client_tasks_and_get_batch"
-	MetricMultiPutGigabytes   = "multi_client_put_gigabytes"
-	MetricGet10kRefs          = "single_client_get_object_containing_10k_refs"
-	MetricWait1kRefs          = "single_client_wait_1k_refs"
-	MetricTasksSync           = "single_client_tasks_sync"
-	MetricTasksAsync          = "single_client_tasks_async"
-	MetricMultiTasksAsync     = "multi_client_tasks_async"
-	MetricActorSync           = "1_1_actor_calls_sync"
-	MetricActorAsync          = "1_1_actor_calls_async"
-	MetricActorConcurrent     = "1_1_actor_calls_concurrent"
-	MetricActor1N             = "1_n_actor_calls_async"
-	MetricActorNN             = "n_n_actor_calls_async"
-	MetricActorNNWithArg      = "n_n_actor_calls_with_arg_async"
-	MetricAsyncActorSync      = "1_1_async_actor_calls_sync"
-	MetricAsyncActorAsync     = "1_1_async_actor_calls_async"
-	MetricAsyncActorWithArgs  = "1_1_async_actor_calls_with_args_async"
-	MetricAsyncActor1N        = "1_n_async_actor_calls_async"
-	MetricAsyncActorNN        = "n_n_async_actor_calls_async"
-	MetricPlacementGroup      = "placement_group_create/removal"
+	MetricGetCalls           = "single_client_get_calls_Plasma_Store"
+	MetricPutCalls           = "single_client_put_calls_Plasma_Store"
+	MetricMultiPutCalls      = "multi_client_put_calls_Plasma_Store"
+	MetricPutGigabytes       = "single_client_put_gigabytes"
+	MetricTasksAndGetBatch   = "single_client_tasks_and_get_batch"
+	MetricMultiPutGigabytes  = "multi_client_put_gigabytes"
+	MetricGet10kRefs         = "single_client_get_object_containing_10k_refs"
+	MetricWait1kRefs         = "single_client_wait_1k_refs"
+	MetricTasksSync          = "single_client_tasks_sync"
+	MetricTasksAsync         = "single_client_tasks_async"
+	MetricMultiTasksAsync    = "multi_client_tasks_async"
+	MetricActorSync          = "1_1_actor_calls_sync"
+	MetricActorAsync         = "1_1_actor_calls_async"
+	MetricActorConcurrent    = "1_1_actor_calls_concurrent"
+	MetricActor1N            = "1_n_actor_calls_async"
+	MetricActorNN            = "n_n_actor_calls_async"
+	MetricActorNNWithArg     = "n_n_actor_calls_with_arg_async"
+	MetricAsyncActorSync     = "1_1_async_actor_calls_sync"
+	MetricAsyncActorAsync    = "1_1_async_actor_calls_async"
+	MetricAsyncActorWithArgs = "1_1_async_actor_calls_with_args_async"
+	MetricAsyncActor1N       = "1_n_async_actor_calls_async"
+	MetricAsyncActorNN       = "n_n_async_actor_calls_async"
+	MetricPlacementGroup     = "placement_group_create/removal"
+)
+
+const (
 	concurrentActorCalls      = 16   // Ray's max_concurrency for 1_1_actor_calls_concurrent
 	asyncActorConcurrency     = 1000 // Ray's default max_concurrency of async actors
 	asyncActorNote            = "goray has no separate async actors: the actor runs with MaxConcurrency(1000), Ray's default for async actors"
@@ -482,15 +485,20 @@ func (e *env) metrics() []workload {
 		},
 		{
 			name: MetricMultiTasksAsync, unit: UnitPerSecond, mult: 4 * 10000,
-			setup: actorSetup(4, 1, func(as []ray.ActorHandle[benchActor]) func(context.Context) error {
-				return func(ctx context.Context) error {
+			setup: func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
+				as, err := newActors(ctx, 4, 1)
+				if err != nil {
+					return nil, nil, err
+				}
+				fn := func(ctx context.Context) error {
 					refs := make([]ray.Ref[int], len(as))
 					for i, a := range as {
 						refs[i] = actorSmallValueBatch.On(a).Remote(ctx, ray.V(10000))
 					}
 					return expect(ctx, refs, 10000)
 				}
-			}),
+				return fn, func(ctx context.Context) { killAll(ctx, as) }, nil
+			},
 		},
 		{
 			name: MetricActorSync, unit: UnitPerSecond, mult: 1, note: roundTripRatioNote,

@@ -202,7 +202,7 @@ func (c *actorClient) create(rec *taskRecord) {
 		fail(fmt.Errorf("constructor arguments: %w", err))
 		return
 	}
-	lrep, err := cw.raylet.RequestWorkerLease(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function})
+	lrep, err := cw.raylet.RequestWorkerLease(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: cw.id.Bytes()})
 	if err != nil {
 		fail(fmt.Errorf("no worker for the actor: %w", err))
 		return

@@ -362,7 +362,7 @@ func (s *submitter) send(items []sendItem) {
 }
 
 func (s *submitter) requestLease(ctx context.Context, k *schedKey) {
-	rep, err := s.cw.raylet.RequestWorkerLease(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res})
+	rep, err := s.cw.raylet.RequestWorkerLease(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes()})
 	s.mu.Lock()
 	k.requesting--
 	if err != nil {

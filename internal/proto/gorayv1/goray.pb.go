@@ -1737,8 +1737,11 @@ type LeaseRequest struct {
 	JobId     []byte                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	Resources *Resources             `protobuf:"bytes,2,opt,name=resources,proto3" json:"resources,omitempty"`
 	// Set when the lease hosts an actor for its whole life.
-	ActorId       []byte `protobuf:"bytes,3,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
-	Function      string `protobuf:"bytes,4,opt,name=function,proto3" json:"function,omitempty"` // for status output
+	ActorId  []byte `protobuf:"bytes,3,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	Function string `protobuf:"bytes,4,opt,name=function,proto3" json:"function,omitempty"` // for status output
+	// The driver or worker that will hold the lease; its leases are returned
+	// when it dies.
+	HolderId      []byte `protobuf:"bytes,5,opt,name=holder_id,json=holderId,proto3" json:"holder_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1799,6 +1802,13 @@ func (x *LeaseRequest) GetFunction() string {
 		return x.Function
 	}
 	return ""
+}
+
+func (x *LeaseRequest) GetHolderId() []byte {
+	if x != nil {
+		return x.HolderId
+	}
+	return nil
 }
 
 type LeaseReply struct {
@@ -4965,12 +4975,13 @@ const file_goray_proto_rawDesc = "" +
 	"\tStoreInfo\x12\x1b\n" +
 	"\tfd_socket\x18\x01 \x01(\tR\bfdSocket\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12!\n" +
-	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\x8f\x01\n" +
+	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xac\x01\n" +
 	"\fLeaseRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x19\n" +
 	"\bactor_id\x18\x03 \x01(\fR\aactorId\x12\x1a\n" +
-	"\bfunction\x18\x04 \x01(\tR\bfunction\"\x91\x01\n" +
+	"\bfunction\x18\x04 \x01(\tR\bfunction\x12\x1b\n" +
+	"\tholder_id\x18\x05 \x01(\fR\bholderId\"\x91\x01\n" +
 	"\n" +
 	"LeaseReply\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12)\n" +

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"syscall"
+
+	"github.com/goray-dev/goray/internal/bench"
+	"github.com/spf13/cobra"
+)
+
+// microbenchmarkCmd runs Ray's core microbenchmark against goray, with this
+// machine's limits measured in the same run.
+func (a *app) microbenchmarkCmd() *cobra.Command {
+	var (
+		jsonPath, mdPath, filter, address string
+		quick                             bool
+	)
+	cmd := &cobra.Command{
+		Use:   "microbenchmark",
+		Short: "Run Ray's core microbenchmark against goray, beside this machine's limits",
+		Long: `Runs Ray's core microbenchmark (same metric names, workloads and timing:
+1 s warm-up, 4 rounds of at least 2 s, mean and standard deviation) against a
+fresh embedded node, or the cluster at --address. Before the metrics it
+measures this machine's limits (memcpy, TCP and unix-socket loopback, a bare
+gRPC and go-plugin round trip) and prints each goray figure that has a natural
+limit with its ratio to it. Exits 1 only if a metric errors, never on figures.`,
+		Args: cobra.NoArgs,
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			opts := bench.Options{Quick: quick, Address: address, Log: a.stderr, Command: "goray " + strings.Join(a.args, " "), Commit: commitOverride}
+			if filter != "" {
+				re, err := regexp.Compile(filter)
+				if err != nil {
+					return usagef("--filter: %v", err)
+				}
+				opts.Filter = re
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			rep, err := bench.Run(ctx, opts)
+			if err != nil {
+				return err
+			}
+			if err := rep.WriteTable(a.stdout); err != nil {
+				return err
+			}
+			if jsonPath != "" {
+				if err := writeFileWith(jsonPath, rep.WriteJSON); err != nil {
+					return err
+				}
+			}
+			if mdPath != "" {
+				if err := writeFileWith(mdPath, rep.WriteMarkdown); err != nil {
+					return err
+				}
+			}
+			if failed := rep.Failed(); len(failed) > 0 {
+				names := make([]string, len(failed))
+				for i, f := range failed {
+					names[i] = f.Name + ": " + f.Error
+				}
+				return fmt.Errorf("%d metric(s) failed:\n  %s", len(failed), strings.Join(names, "\n  "))
+			}
+			return nil
+		}),
+	}
+	f := cmd.Flags()
+	f.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
+	f.StringVar(&mdPath, "markdown", "", "also write the report's tables as Markdown to this file")
+	f.BoolVar(&quick, "quick", false, "short rounds, for CI smoke runs")
+	f.StringVar(&filter, "filter", "", "only run metrics and limits whose name matches this regular expression")
+	f.StringVar(&address, "address", "", "cluster to run against (default: a fresh embedded node)")
+	return cmd
+}
+
+// commitOverride is the commit recorded in benchmark reports; set with
+// -ldflags "-X main.commitOverride=<sha>" when the build has no VCS info.
+var commitOverride = ""
+
+func writeFileWith(path string, write func(w io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
+}
