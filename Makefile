@@ -14,16 +14,32 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 TEST_TIMEOUT ?= 25m
 TEST_FLAGS ?=
 
-.PHONY: all build test vet fmt-check unit acceptance generate tools clean bench
+.PHONY: all build test go-test bench-smoke vet fmt-check unit acceptance generate tools clean bench
 
 all: build
 
 build:
 	$(GO) build ./...
 
-## test: everything CI checks: formatting, vet, generated code, unit and acceptance tests.
-test: fmt-check vet
+## test: everything CI checks: formatting, vet, unit and acceptance tests, and a
+## quick microbenchmark smoke run (fails only if a metric errors, never on figures).
+test: fmt-check vet go-test bench-smoke
+
+go-test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
+
+bin/goray: FORCE
+	@mkdir -p bin
+	$(GO) build -ldflags "-X main.commitOverride=$$(git rev-parse --short HEAD 2>/dev/null)" -o bin/goray ./cmd/goray
+
+bench-smoke: bin/goray
+	bin/goray microbenchmark --quick
+
+## bench: the full microbenchmark; rewrites the tables in docs/benchmarks.md.
+bench: bin/goray
+	bin/goray microbenchmark --doc docs/benchmarks.md --json bin/microbenchmark.json
+
+FORCE:
 
 unit:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$($(GO) list ./... | grep -v /acceptance)

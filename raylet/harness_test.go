@@ -272,7 +272,7 @@ func (b *syncBuffer) String() string {
 // ---------------------------------------------------------------- harness
 
 type harness struct {
-	t     *testing.T
+	t     testing.TB
 	r     *Raylet
 	cl    gorayv1.RayletClient
 	store *fakeStore
@@ -289,7 +289,7 @@ func cpus(n float64) resources.Set {
 
 // newHarness starts a raylet (2 CPUs, no prestart unless mod says
 // otherwise) served over a real unix socket, with a fake store and GCS.
-func newHarness(t *testing.T, mod func(*Config)) *harness {
+func newHarness(t testing.TB, mod func(*Config)) *harness {
 	t.Helper()
 	// Short paths: unix socket paths are limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "rl")
@@ -452,7 +452,7 @@ func (h *harness) pendingCount() int32 {
 }
 
 // waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	tick := time.NewTicker(5 * time.Millisecond)

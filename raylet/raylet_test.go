@@ -825,3 +825,24 @@ func TestLeaseHolderDeathReturnsItsLeases(t *testing.T) {
 		t.Fatalf("returning an already returned lease: %v", err)
 	}
 }
+
+// BenchmarkLeaseGrantReturn measures one scheduler round: a lease request
+// granted to an idle worker and returned.
+func BenchmarkLeaseGrantReturn(b *testing.B) {
+	h := newHarness(b, nil)
+	d := h.driver()
+	ctx := context.Background()
+	if _, err := h.cl.ReturnWorkerLease(ctx, &gorayv1.ReturnLeaseRequest{LeaseId: h.mustLease(d.job, cpus(1)).GetLeaseId()}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l, err := h.lease(ctx, d.job, cpus(1), ids.Nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := h.cl.ReturnWorkerLease(ctx, &gorayv1.ReturnLeaseRequest{LeaseId: l.GetLeaseId()}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -18,7 +18,7 @@ import (
 // machine's limits measured in the same run.
 func (a *app) microbenchmarkCmd() *cobra.Command {
 	var (
-		jsonPath, mdPath, filter, address string
+		jsonPath, mdPath, docPath, filter, address string
 		quick                             bool
 	)
 	cmd := &cobra.Command{
@@ -59,6 +59,11 @@ limit with its ratio to it. Exits 1 only if a metric errors, never on figures.`,
 					return err
 				}
 			}
+			if docPath != "" {
+				if err := updateDoc(docPath, rep); err != nil {
+					return err
+				}
+			}
 			if failed := rep.Failed(); len(failed) > 0 {
 				names := make([]string, len(failed))
 				for i, f := range failed {
@@ -72,6 +77,7 @@ limit with its ratio to it. Exits 1 only if a metric errors, never on figures.`,
 	f := cmd.Flags()
 	f.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&mdPath, "markdown", "", "also write the report's tables as Markdown to this file")
+	f.StringVar(&docPath, "doc", "", "rewrite the generated section of this Markdown file (between the goray:microbenchmark markers) with the report")
 	f.BoolVar(&quick, "quick", false, "short rounds, for CI smoke runs")
 	f.StringVar(&filter, "filter", "", "only run metrics and limits whose name matches this regular expression")
 	f.StringVar(&address, "address", "", "cluster to run against (default: a fresh embedded node)")
@@ -92,4 +98,38 @@ func writeFileWith(path string, write func(w io.Writer) error) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// Markers around the generated section of docs/benchmarks.md.
+const (
+	docBegin = "<!-- goray:microbenchmark:begin -->"
+	docEnd   = "<!-- goray:microbenchmark:end -->"
+)
+
+// updateDoc replaces the text between the markers in path with the report's
+// Markdown, keeping everything else (method, analysis) as written.
+func updateDoc(path string, rep *bench.Report) error {
+	old, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var md strings.Builder
+	if err := rep.WriteMarkdown(&md); err != nil {
+		return err
+	}
+	out, err := replaceBetween(string(old), docBegin, docEnd, md.String())
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return os.WriteFile(path, []byte(out), 0o644)
+}
+
+// replaceBetween replaces the text between begin and end (markers kept).
+func replaceBetween(doc, begin, end, content string) (string, error) {
+	i := strings.Index(doc, begin)
+	j := strings.Index(doc, end)
+	if i < 0 || j < i {
+		return "", fmt.Errorf("no %q ... %q section to replace", begin, end)
+	}
+	return doc[:i+len(begin)] + "\n" + strings.TrimRight(content, "\n") + "\n" + doc[j:], nil
 }

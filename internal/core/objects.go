@@ -484,23 +484,33 @@ func (t *objectTable) flushLoop() {
 		t.mu.Lock()
 		removes := t.removes
 		t.removes = map[ownerKey]*borrowBatch{}
-		frees := t.frees
-		t.frees = nil
 		t.mu.Unlock()
 		for _, b := range removes {
 			t.sendBorrowers(t.cw.ctx, b.owner, t.cw.addr, nil, b.ids)
 		}
-		if len(frees) > 0 {
-			req := &pb.FreeObjectsRequest{}
-			for _, id := range frees {
-				req.ObjectIds = append(req.ObjectIds, id.Bytes())
-			}
-			ctx, cancel := context.WithTimeout(t.cw.ctx, 30*time.Second)
-			if _, err := t.cw.raylet.FreeObjects(ctx, req); err != nil {
-				t.cw.log.Debug("freeing objects failed", "count", len(frees), "error", err)
-			}
-			cancel()
-		}
+		t.flushFrees(t.cw.ctx)
+	}
+}
+
+// flushFrees frees queued store objects now. Besides the background loop,
+// a large put calls it first, so that memory just released is reused while
+// its pages are still warm.
+func (t *objectTable) flushFrees(ctx context.Context) {
+	t.mu.Lock()
+	frees := t.frees
+	t.frees = nil
+	t.mu.Unlock()
+	if len(frees) == 0 {
+		return
+	}
+	req := &pb.FreeObjectsRequest{}
+	for _, id := range frees {
+		req.ObjectIds = append(req.ObjectIds, id.Bytes())
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := t.cw.raylet.FreeObjects(ctx, req); err != nil {
+		t.cw.log.Debug("freeing objects failed", "count", len(frees), "error", err)
 	}
 }
 
@@ -633,6 +643,7 @@ func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, f codec.F
 		}
 		return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: f.Meta(), Data: data, Size: size}, nil
 	}
+	cw.objects.flushFrees(ctx)
 	rep, err := cw.raylet.CreateObject(ctx, &pb.CreateObjectRequest{ObjectId: id[:], DataSize: size, Metadata: f.Meta(), Owner: cw.addr})
 	if err != nil {
 		if status.Code(err) == codes.ResourceExhausted {
