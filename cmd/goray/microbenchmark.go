@@ -19,7 +19,7 @@ import (
 func (a *app) microbenchmarkCmd() *cobra.Command {
 	var (
 		jsonPath, mdPath, docPath, filter, address string
-		quick                             bool
+		quick                                      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "microbenchmark",
