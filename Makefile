@@ -14,7 +14,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 TEST_TIMEOUT ?= 25m
 TEST_FLAGS ?=
 
-.PHONY: all build test go-test bench-smoke vet fmt-check unit acceptance generate tools clean bench
+.PHONY: all build test go-test bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc clean bench
 
 all: build
 
@@ -23,7 +23,7 @@ build:
 
 ## test: everything CI checks: formatting, vet, unit and acceptance tests, and a
 ## quick microbenchmark smoke run (fails only if a metric errors, never on figures).
-test: fmt-check vet go-test bench-smoke
+test: fmt-check vet generate-check go-test bench-smoke
 
 go-test:
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) ./...
@@ -54,11 +54,23 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## generate: regenerate protobuf code and typed wrappers (needs protoc: apt-get install protobuf-compiler).
-generate: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
+## generate: regenerate protobuf code and typed wrappers.
+generate: tools
 	$(GO) generate ./...
 
-tools: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
+## generate-check: the committed generated code is what `go generate ./...` produces.
+generate-check: generate
+	@if ! git diff --quiet -- '*.go'; then \
+		echo "generated code is out of date; run 'make generate' and commit:"; git diff --stat -- '*.go'; exit 1; fi
+
+tools: protoc $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
+
+# protoc comes from Debian's protobuf-compiler package.
+protoc:
+	@command -v protoc >/dev/null || { \
+		echo "installing protobuf-compiler (Debian)"; \
+		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq protobuf-compiler >/dev/null; }
 
 $(TOOLS)/protoc-gen-go:
 	@mkdir -p $(TOOLS)
