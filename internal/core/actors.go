@@ -51,6 +51,8 @@ type actorClient struct {
 	seq      uint64
 	leaseID  []byte
 	owner    bool
+	// createCancel stops a pending creation (Kill before the actor is up).
+	createCancel context.CancelFunc
 }
 
 // client returns the client for ref, resolving the actor through the GCS
@@ -171,29 +173,47 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 		Resources: &pb.Resources{Amounts: opts.Resources}, Name: opts.Name, ActorId: ref.ID.Bytes(),
 		MaxConcurrency: int32(maxConc), CallerId: cw.id.Bytes(),
 	}
-	rec := &taskRecord{spec: spec, ctx: ctx, state: statePendingArgs}
+	cctx, cancel := context.WithCancel(ctx)
+	c.mu.Lock()
+	c.createCancel = cancel
+	c.mu.Unlock()
+	rec := &taskRecord{spec: spec, ctx: cctx, state: statePendingArgs}
 	if err := cw.buildArgs(ctx, rec, args); err != nil {
+		cw.objects.removeSubmitted(rec.deps)
+		cancel()
 		c.setDead(fmt.Errorf("constructor arguments: %w", err))
 		return ref
+	}
+	// Register before returning, so that the handle can be passed to other
+	// processes (and found by name) at once.
+	if cw.gcs != nil {
+		info := c.info(rec)
+		if _, err := cw.gcs.RegisterActor(ctx, &pb.RegisterActorRequest{Actor: info}); err != nil {
+			cw.objects.removeSubmitted(rec.deps)
+			cancel()
+			c.setDead(errors.New(status.Convert(err).Message()))
+			return ref
+		}
 	}
 	go c.create(rec)
 	return ref
 }
 
-func (c *actorClient) create(rec *taskRecord) {
+// info is the actor's GCS record at creation.
+func (c *actorClient) info(rec *taskRecord) *pb.ActorInfo {
 	cw := c.m.cw
-	defer cw.objects.removeSubmitted(rec.deps)
-	info := &pb.ActorInfo{
+	return &pb.ActorInfo{
 		ActorId: c.ref.ID.Bytes(), JobId: cw.jobID.Bytes(), Name: c.ref.Name, ClassName: c.ref.Class,
 		State: pb.ActorState_ACTOR_STATE_PENDING, Owner: cw.addr, Resources: rec.spec.Resources,
 		MaxConcurrency: rec.spec.MaxConcurrency,
 	}
-	if cw.gcs != nil {
-		if _, err := cw.gcs.RegisterActor(rec.ctx, &pb.RegisterActorRequest{Actor: info}); err != nil {
-			c.setDead(errors.New(status.Convert(err).Message()))
-			return
-		}
-	}
+}
+
+func (c *actorClient) create(rec *taskRecord) {
+	cw := c.m.cw
+	defer cw.objects.removeSubmitted(rec.deps)
+	defer c.createCancel()
+	info := c.info(rec)
 	fail := func(reason error) {
 		c.setDead(reason)
 		c.reportDead(reason.Error())
@@ -202,14 +222,26 @@ func (c *actorClient) create(rec *taskRecord) {
 		fail(fmt.Errorf("constructor arguments: %w", err))
 		return
 	}
-	lrep, err := cw.raylet.RequestWorkerLease(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: cw.id.Bytes()})
+	reqID := ids.New()
+	lrep, err := cw.raylet.RequestWorkerLease(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: cw.id.Bytes(), RequestId: reqID.Bytes()})
 	if err != nil {
+		if rec.ctx.Err() != nil {
+			cw.cancelLeaseRequest(reqID)
+			fail(fmt.Errorf("creation cancelled: %w", context.Cause(rec.ctx)))
+			return
+		}
 		fail(fmt.Errorf("no worker for the actor: %w", err))
 		return
 	}
 	c.leaseID = lrep.LeaseId
+	dropLease := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = cw.raylet.ReturnWorkerLease(ctx, &pb.ReturnLeaseRequest{LeaseId: lrep.LeaseId, DisconnectWorker: true})
+	}
 	cli, err := cw.peer(lrep.Worker)
 	if err != nil {
+		dropLease()
 		fail(err)
 		return
 	}
@@ -224,16 +256,21 @@ func (c *actorClient) create(rec *taskRecord) {
 	}
 	if err != nil {
 		cancel()
+		dropLease()
 		fail(fmt.Errorf("actor worker died during construction: %v", err))
 		return
 	}
 	if rep.AppError || rep.SystemError || rep.ActorCreationFailed {
 		cancel()
+		dropLease()
 		cause := decodeRemoteError(rep.Ret.GetData())
 		fail(fmt.Errorf("constructor failed: %v", cause))
-		ctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-		_, _ = cw.raylet.ReturnWorkerLease(ctx, &pb.ReturnLeaseRequest{LeaseId: lrep.LeaseId, DisconnectWorker: true})
-		cancel2()
+		return
+	}
+	if c.diedErr() != nil {
+		// Killed while the constructor ran.
+		cancel()
+		dropLease()
 		return
 	}
 	info.State = pb.ActorState_ACTOR_STATE_ALIVE
@@ -275,8 +312,7 @@ func (cw *CoreWorker) SubmitActorTask(ctx context.Context, actor ActorRef, metho
 		Function: method, ReturnId: retID.Bytes(), Owner: cw.addr, ActorId: actor.ID.Bytes(), CallerId: cw.id.Bytes(),
 	}
 	rec := &taskRecord{spec: spec, retID: retID, ctx: ctx, state: statePendingArgs}
-	o := cw.objects.newOwned(retID, rec)
-	o.local = 1
+	cw.objects.newOwned(retID, rec, 1)
 	h := cw.wrapHandle(retID, cw.addr)
 	cw.submitter.track(rec)
 	if err := cw.buildArgs(ctx, rec, args); err != nil {
@@ -317,7 +353,7 @@ func (c *actorClient) run() {
 		select {
 		case <-c.ready:
 		case <-rec.ctx.Done():
-			cw.submitter.fail(rec, rec.ctx.Err())
+			cw.submitter.fail(rec, cancelledError(rec.spec.Function, rec.ctx.Err()))
 			continue
 		case <-cw.closed:
 			cw.submitter.fail(rec, ErrShutdown)
@@ -347,11 +383,12 @@ func (c *actorClient) run() {
 		}
 		c.seq++
 		rec.spec.Seq = c.seq
-		rec.state = stateRunning
-		rec.worker = c.addr.WorkerId
-		rec.node = c.addr.NodeId
+		addr := c.addr
 		c.inflight[tid] = rec
 		c.mu.Unlock()
+		cw.submitter.mu.Lock()
+		rec.state, rec.worker, rec.node = stateRunning, addr.WorkerId, addr.NodeId
+		cw.submitter.mu.Unlock()
 		c.sendMu.Lock()
 		err = st.Send(&pb.TaskRequest{Spec: rec.spec})
 		c.sendMu.Unlock()
@@ -459,10 +496,25 @@ func (cw *CoreWorker) ActorReady(ctx context.Context, ref ActorRef) error {
 // with ActorDiedError.
 func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef) error {
 	c := cw.actors.client(ref)
+	reason := "killed by ray.Kill"
+	c.mu.Lock()
+	pending := !c.alive && c.dead == nil
+	createCancel := c.createCancel
+	c.mu.Unlock()
+	if pending && createCancel != nil {
+		// Still being created by this process: stop the creation (its lease
+		// request is withdrawn) and record the death.
+		createCancel()
+		c.setDead(errors.New(reason))
+		c.reportDead(reason)
+		return nil
+	}
 	select {
 	case <-c.ready:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-cw.closed:
+		return ErrShutdown
 	}
 	c.mu.Lock()
 	addr, dead := c.addr, c.dead
@@ -470,7 +522,6 @@ func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef) error {
 	if dead != nil {
 		return nil
 	}
-	reason := "killed by ray.Kill"
 	if cw.gcs != nil {
 		if _, err := cw.gcs.UpdateActor(ctx, &pb.UpdateActorRequest{Actor: &pb.ActorInfo{
 			ActorId: ref.ID.Bytes(), State: pb.ActorState_ACTOR_STATE_DEAD, DeathReason: reason, EndTimeMs: time.Now().UnixMilli(),

@@ -76,13 +76,22 @@ type CoreWorker struct {
 	gcs      pb.GcsClient
 	store    *objstore.Mapping
 
-	objects   *objectTable
+	objects *objectTable
+
+	// Worker mode: the session stream (for owns_objects reports) and the
+	// count of goroutines blocked in Get/Wait inside tasks.
+	session   pb.Raylet_WorkerSessionClient
+	sessionMu sync.Mutex
+	ownsKick  chan struct{}
+	blockMu   sync.Mutex
+	blockedN  int
 	submitter *submitter
 	actors    *actorManager
 	exec      *executor
 
 	connsMu sync.Mutex
 	conns   map[string]*grpc.ClientConn
+	connOf  map[string]string // worker id -> conns key
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -128,13 +137,15 @@ func Start(ctx context.Context, cfg Config) (*CoreWorker, error) {
 		log = hclog.NewNullLogger()
 	}
 	cw := &CoreWorker{
-		cfg:    cfg,
-		log:    log,
-		mode:   cfg.Mode,
-		id:     cfg.WorkerID,
-		idgen:  ids.NewGenerator(),
-		conns:  map[string]*grpc.ClientConn{},
-		closed: make(chan struct{}),
+		cfg:      cfg,
+		log:      log,
+		mode:     cfg.Mode,
+		id:       cfg.WorkerID,
+		idgen:    ids.NewGenerator(),
+		conns:    map[string]*grpc.ClientConn{},
+		connOf:   map[string]string{},
+		closed:   make(chan struct{}),
+		ownsKick: make(chan struct{}, 1),
 	}
 	if cw.id.IsNil() {
 		cw.id = ids.New()
@@ -221,6 +232,10 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 		}
 		cw.store = m
 	}
+	if cw.mode == ModeWorker {
+		cw.wg.Add(1)
+		go func() { defer cw.wg.Done(); cw.reportOwnership() }()
+	}
 	cw.wg.Add(2)
 	go func() { defer cw.wg.Done(); cw.objects.flushLoop() }()
 	// Serve only now: the raylet may lease this worker as soon as it is
@@ -239,6 +254,7 @@ func (cw *CoreWorker) openSession(ctx context.Context) (*pb.RayletCommand, error
 	var st sessionStream
 	if cw.mode == ModeWorker {
 		s, err := cw.raylet.WorkerSession(cw.ctx)
+		cw.session = s
 		if err != nil {
 			return nil, fmt.Errorf("goray: opening worker session: %w", err)
 		}
@@ -291,13 +307,68 @@ func (cw *CoreWorker) openSession(ctx context.Context) (*pb.RayletCommand, error
 				}
 				return
 			}
-			if cmd.Kind == pb.RayletCommand_EXIT && cw.cfg.OnRayletLost != nil {
-				cw.cfg.OnRayletLost(fmt.Errorf("raylet asked this process to exit: %s", cmd.Reason))
+			switch cmd.Kind {
+			case pb.RayletCommand_EXIT:
+				if cw.cfg.OnRayletLost != nil {
+					cw.cfg.OnRayletLost(fmt.Errorf("raylet asked this process to exit: %s", cmd.Reason))
+				}
 				return
+			case pb.RayletCommand_WORKER_DIED:
+				cw.peerDied(cmd.WorkerId)
 			}
 		}
 	}()
 	return reg, nil
+}
+
+// reportOwnership tells the raylet whether this worker owns objects, so an
+// owner is never reaped as an idle worker.
+func (cw *CoreWorker) reportOwnership() {
+	last := false
+	for {
+		select {
+		case <-cw.ctx.Done():
+			return
+		case <-cw.ownsKick:
+		}
+		owns := cw.objects.ownsAny()
+		if owns == last {
+			continue
+		}
+		cw.sessionMu.Lock()
+		err := cw.session.Send(&pb.WorkerMessage{WorkerId: cw.id.Bytes(), OwnsObjects: owns})
+		cw.sessionMu.Unlock()
+		if err != nil {
+			return
+		}
+		last = owns
+	}
+}
+
+// blocked is called around a wait inside a task: while any goroutine of a
+// worker waits, the raylet lends the worker's CPU to other tasks (nested
+// tasks would deadlock otherwise). It returns the function ending the wait.
+func (cw *CoreWorker) blocked() func() {
+	if cw.mode != ModeWorker || cw.raylet == nil {
+		return func() {}
+	}
+	cw.notifyBlocked(+1)
+	return func() { cw.notifyBlocked(-1) }
+}
+
+func (cw *CoreWorker) notifyBlocked(delta int) {
+	cw.blockMu.Lock()
+	defer cw.blockMu.Unlock()
+	before := cw.blockedN
+	cw.blockedN += delta
+	if (before == 0) == (cw.blockedN == 0) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cw.raylet.NotifyTaskBlocked(ctx, &pb.TaskBlockedRequest{WorkerId: cw.id.Bytes(), Blocked: cw.blockedN > 0}); err != nil {
+		cw.log.Debug("reporting a blocked task failed", "error", err)
+	}
 }
 
 // ID returns the process's worker id.
@@ -340,7 +411,28 @@ func (cw *CoreWorker) conn(addr *pb.Address) (*grpc.ClientConn, error) {
 		return nil, err
 	}
 	cw.conns[target] = c
+	if len(addr.WorkerId) > 0 {
+		cw.connOf[string(addr.WorkerId)] = target
+	}
 	return c, nil
+}
+
+// peerDied is called when the raylet reports that a process of this node
+// died: it no longer borrows anything, and its connection is closed.
+func (cw *CoreWorker) peerDied(worker []byte) {
+	cw.objects.borrowerDied(worker)
+	cw.connsMu.Lock()
+	target, ok := cw.connOf[string(worker)]
+	var c *grpc.ClientConn
+	if ok {
+		c = cw.conns[target]
+		delete(cw.conns, target)
+		delete(cw.connOf, string(worker))
+	}
+	cw.connsMu.Unlock()
+	if c != nil {
+		_ = c.Close()
+	}
 }
 
 // peer returns a CoreWorker client for addr.
@@ -362,6 +454,9 @@ func (cw *CoreWorker) Close() {
 	cw.once.Do(func() {
 		current.CompareAndSwap(cw, nil)
 		close(cw.closed)
+		if cw.objects != nil {
+			cw.objects.flushFrees()
+		}
 		cw.cancel()
 		if cw.submitter != nil {
 			cw.submitter.close()

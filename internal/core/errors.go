@@ -24,6 +24,7 @@ var (
 	ErrNotInitialized   = errors.New("goray is not initialized")
 	ErrShutdown         = errors.New("goray is shut down")
 	ErrActorNotFound    = errors.New("actor not found")
+	ErrTaskCancelled    = errors.New("task cancelled")
 )
 
 // RemoteError is an error raised by user code in a task or actor method. It
@@ -61,9 +62,38 @@ const (
 	KindOwnerDied        = "owner_died"
 	KindStoreFull        = "store_full"
 	KindObjectFreed      = "object_freed"
+	KindObjectUnknown    = "object_unknown"
+	KindGetTimeout       = "get_timeout"
+	KindCancelled        = "cancelled"
 )
 
+// kindOf classifies an error by the sentinel it matches, so the category
+// survives the trip to another process.
+func kindOf(err error) string {
+	var re *RemoteError
+	if errors.As(err, &re) && re.Kind != "" {
+		return re.Kind
+	}
+	for _, k := range []struct {
+		sentinel error
+		kind     string
+	}{
+		{ErrWorkerCrashed, KindWorkerCrashed}, {ErrActorDied, KindActorDied}, {ErrOwnerDied, KindOwnerDied},
+		{ErrObjectFreed, KindObjectFreed}, {ErrObjectUnknown, KindObjectUnknown}, {ErrGetTimeout, KindGetTimeout},
+		{ErrStoreFull, KindStoreFull}, {ErrTaskCancelled, KindCancelled}, {ErrFunctionNotFound, KindFunctionNotFound},
+		{ErrArgType, KindArgType},
+	} {
+		if errors.Is(err, k.sentinel) {
+			return k.kind
+		}
+	}
+	return ""
+}
+
 func (e *RemoteError) Error() string {
+	if e.Kind == KindCancelled {
+		return fmt.Sprintf("task %s %s", e.Function, e.Message)
+	}
 	what := "task " + e.Function
 	if e.Panic {
 		s := fmt.Sprintf("%s panicked: %s", what, e.Message)
@@ -96,8 +126,50 @@ func (e *RemoteError) Is(target error) bool {
 		return e.Kind == KindStoreFull
 	case ErrObjectFreed:
 		return e.Kind == KindObjectFreed
+	case ErrObjectUnknown:
+		return e.Kind == KindObjectUnknown
+	case ErrGetTimeout:
+		return e.Kind == KindGetTimeout
+	case ErrTaskCancelled:
+		return e.Kind == KindCancelled
 	}
 	return false
+}
+
+// As lets errors.As find the typed system errors in an error that crossed a
+// process boundary (only the message and category travel).
+func (e *RemoteError) As(target any) bool {
+	switch t := target.(type) {
+	case **WorkerCrashedError:
+		if e.Kind == KindWorkerCrashed {
+			*t = &WorkerCrashedError{Function: e.Function, Reason: e.Message}
+			return true
+		}
+	case **ActorDiedError:
+		if e.Kind == KindActorDied {
+			*t = &ActorDiedError{Reason: e.Message}
+			return true
+		}
+	case **ObjectError:
+		kinds := map[string]error{KindObjectFreed: ErrObjectFreed, KindObjectUnknown: ErrObjectUnknown, KindOwnerDied: ErrOwnerDied}
+		if k, ok := kinds[e.Kind]; ok {
+			*t = &ObjectError{Kind: k, Detail: e.Message}
+			return true
+		}
+	case **GetTimeoutError:
+		if e.Kind == KindGetTimeout {
+			*t = &GetTimeoutError{Err: errors.New(e.Message)}
+			return true
+		}
+	}
+	return false
+}
+
+// cancelledError is the result of a task whose submit context ended before
+// it was sent to a worker.
+func cancelledError(function string, cause error) *RemoteError {
+	return &RemoteError{Function: function, Kind: KindCancelled, Type: "TaskCancelledError",
+		Message: "cancelled before it ran: " + cause.Error()}
 }
 
 // WorkerCrashedError says the worker running a task died (its process exited

@@ -175,11 +175,16 @@ func (e *executor) reply(ctx context.Context, spec *pb.TaskSpec, result any, err
 	if err != nil {
 		var re *RemoteError
 		system := false
-		if errors.As(err, &re) {
-			system = re.Kind != ""
+		if r, ok := err.(*RemoteError); ok && r.TaskID == "" {
+			// Raised by the runtime for this task (argument types, panics,
+			// missing functions): it describes this task.
+			re = r
+			system = r.Kind == KindArgType || r.Kind == KindFunctionNotFound
 			re.Function, re.TaskID = spec.Function, taskHex
 		} else {
-			re = &RemoteError{Function: spec.Function, TaskID: taskHex, Type: fmt.Sprintf("%T", err), Message: err.Error()}
+			// Returned by user code, possibly a child task's error: keep its
+			// whole message and its category.
+			re = &RemoteError{Function: spec.Function, TaskID: taskHex, Type: fmt.Sprintf("%T", err), Message: err.Error(), Kind: kindOf(err)}
 		}
 		re.Pid, re.Node = os.Getpid(), e.cw.nodeID.Short()
 		return &pb.TaskReply{TaskId: spec.TaskId, Ret: errorReturn(retID, re), AppError: !system, SystemError: system}
@@ -189,7 +194,7 @@ func (e *executor) reply(ctx context.Context, spec *pb.TaskSpec, result any, err
 		return e.reply(ctx, spec, nil, err)
 	}
 	e.lendToCaller(ctx, spec.Owner, refs)
-	ret, err := e.cw.storeValue(ctx, retID, f, data, true)
+	ret, err := e.cw.storeValue(ctx, retID, spec.Owner, f, data, true)
 	if err != nil {
 		return e.reply(ctx, spec, nil, err)
 	}
@@ -302,18 +307,10 @@ func (s *coreWorkerService) GetObjectStatus(ctx context.Context, req *pb.GetObje
 
 // systemRemoteError converts a local system error for another process.
 func systemRemoteError(err error) *RemoteError {
-	re := &RemoteError{Message: err.Error(), Type: fmt.Sprintf("%T", err)}
-	switch {
-	case errors.Is(err, ErrWorkerCrashed):
-		re.Kind = KindWorkerCrashed
-	case errors.Is(err, ErrActorDied):
-		re.Kind = KindActorDied
-	case errors.Is(err, ErrOwnerDied):
-		re.Kind = KindOwnerDied
-	case errors.Is(err, ErrStoreFull):
-		re.Kind = KindStoreFull
-	default:
-		re.Kind = KindObjectFreed
+	var wc *WorkerCrashedError
+	re := &RemoteError{Message: err.Error(), Type: fmt.Sprintf("%T", err), Kind: kindOf(err)}
+	if errors.As(err, &wc) {
+		re.Function = wc.Function
 	}
 	return re
 }

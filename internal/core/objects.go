@@ -58,9 +58,13 @@ type borrowBatch struct {
 }
 
 type objectTable struct {
-	cw   *CoreWorker
-	mu   sync.Mutex
-	objs map[ids.ObjectID]*object
+	cw *CoreWorker
+	// borrowMu serialises borrower updates to owners, so that a flush never
+	// returns while another flush still carries its registrations, and a
+	// removal never overtakes the registration it undoes.
+	borrowMu sync.Mutex
+	mu       sync.Mutex
+	objs     map[ids.ObjectID]*object
 
 	// Borrower registrations not yet sent, by owner.
 	adds map[ownerKey]*borrowBatch
@@ -68,6 +72,7 @@ type objectTable struct {
 	removes map[ownerKey]*borrowBatch
 	frees   []ids.ObjectID
 	kick    chan struct{}
+	owned   int // owned entries, for ownsAny
 }
 
 func newObjectTable(cw *CoreWorker) *objectTable {
@@ -80,13 +85,36 @@ func newObjectTable(cw *CoreWorker) *objectTable {
 	}
 }
 
-// newOwned creates an owned, pending object.
-func (t *objectTable) newOwned(id ids.ObjectID, task *taskRecord) *object {
-	o := &object{id: id, owned: true, owner: t.cw.addr, ready: make(chan struct{}), task: task}
+// newOwned creates an owned, pending object with local handles already
+// counted.
+func (t *objectTable) newOwned(id ids.ObjectID, task *taskRecord, local int) *object {
+	o := &object{id: id, owned: true, owner: t.cw.addr, ready: make(chan struct{}), task: task, local: local}
 	t.mu.Lock()
 	t.objs[id] = o
+	t.owned++
+	first := t.owned == 1
 	t.mu.Unlock()
+	if first {
+		t.kickOwnership()
+	}
 	return o
+}
+
+// ownsAny reports whether this process owns any object.
+func (t *objectTable) ownsAny() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.owned > 0
+}
+
+func (t *objectTable) kickOwnership() {
+	if t.cw.ownsKick == nil {
+		return
+	}
+	select {
+	case t.cw.ownsKick <- struct{}{}:
+	default:
+	}
 }
 
 // entryLocked returns the entry for id, creating a borrowed one when the
@@ -184,6 +212,9 @@ func (t *objectTable) maybeReleaseLocked(o *object) {
 			return
 		}
 		delete(t.objs, o.id)
+		if t.owned--; t.owned == 0 {
+			t.kickOwnership()
+		}
 		if o.ret != nil && o.ret.InStore {
 			t.frees = append(t.frees, o.id)
 		}
@@ -374,6 +405,8 @@ func (t *objectTable) wait(ctx context.Context, id ids.ObjectID) (*pb.ReturnObje
 // runs before a task reply and before Get returns, so an owner never frees
 // an object a borrower has just received.
 func (t *objectTable) flushBorrows(ctx context.Context) {
+	t.borrowMu.Lock()
+	defer t.borrowMu.Unlock()
 	t.mu.Lock()
 	if len(t.adds) == 0 {
 		t.mu.Unlock()
@@ -481,6 +514,7 @@ func (t *objectTable) flushLoop() {
 			return
 		case <-t.kick:
 		}
+		t.borrowMu.Lock()
 		t.mu.Lock()
 		removes := t.removes
 		t.removes = map[ownerKey]*borrowBatch{}
@@ -488,29 +522,35 @@ func (t *objectTable) flushLoop() {
 		for _, b := range removes {
 			t.sendBorrowers(t.cw.ctx, b.owner, t.cw.addr, nil, b.ids)
 		}
-		t.flushFrees(t.cw.ctx)
+		t.borrowMu.Unlock()
+		t.flushFrees()
 	}
 }
 
 // flushFrees frees queued store objects now. Besides the background loop,
 // a large put calls it first, so that memory just released is reused while
 // its pages are still warm.
-func (t *objectTable) flushFrees(ctx context.Context) {
+func (t *objectTable) flushFrees() {
 	t.mu.Lock()
 	frees := t.frees
 	t.frees = nil
 	t.mu.Unlock()
-	if len(frees) == 0 {
+	if len(frees) == 0 || t.cw.raylet == nil {
 		return
 	}
 	req := &pb.FreeObjectsRequest{}
 	for _, id := range frees {
 		req.ObjectIds = append(req.ObjectIds, id.Bytes())
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	// Not tied to any caller's context: a free must not be dropped because
+	// a Put's context ended.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := t.cw.raylet.FreeObjects(ctx, req); err != nil {
-		t.cw.log.Debug("freeing objects failed", "count", len(frees), "error", err)
+		t.cw.log.Debug("freeing objects failed; will retry", "count", len(frees), "error", err)
+		t.mu.Lock()
+		t.frees = append(t.frees, frees...)
+		t.mu.Unlock()
 	}
 }
 
@@ -618,13 +658,12 @@ func (cw *CoreWorker) Put(ctx context.Context, v any) (*Handle, error) {
 		return nil, err
 	}
 	id := ids.ObjectIDFor(cw.idgen.Next(), 0)
-	ret, err := cw.storeValue(ctx, id, f, data, true)
+	ret, err := cw.storeValue(ctx, id, cw.addr, f, data, true)
 	if err != nil {
 		return nil, err
 	}
 	ret.Nested = refsToPB(refs)
-	o := cw.objects.newOwned(id, nil)
-	o.local = 1
+	cw.objects.newOwned(id, nil, 1)
 	cw.objects.complete(id, ret, nil, false)
 	return cw.wrapHandle(id, cw.addr), nil
 }
@@ -632,7 +671,7 @@ func (cw *CoreWorker) Put(ctx context.Context, v any) (*Handle, error) {
 // storeValue keeps small values inline and writes large ones into the
 // node's shared-memory store. copyInline copies inline data the caller may
 // still mutate.
-func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, f codec.Format, data []byte, copyInline bool) (*pb.ReturnObject, error) {
+func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, owner *pb.Address, f codec.Format, data []byte, copyInline bool) (*pb.ReturnObject, error) {
 	size := int64(len(data))
 	if size <= cw.inlineLimit || cw.store == nil {
 		if copyInline && f == codec.FormatRaw {
@@ -643,8 +682,8 @@ func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, f codec.F
 		}
 		return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: f.Meta(), Data: data, Size: size}, nil
 	}
-	cw.objects.flushFrees(ctx)
-	rep, err := cw.raylet.CreateObject(ctx, &pb.CreateObjectRequest{ObjectId: id[:], DataSize: size, Metadata: f.Meta(), Owner: cw.addr})
+	cw.objects.flushFrees()
+	rep, err := cw.raylet.CreateObject(ctx, &pb.CreateObjectRequest{ObjectId: id[:], DataSize: size, Metadata: f.Meta(), Owner: owner, CreatorId: cw.id[:]})
 	if err != nil {
 		if status.Code(err) == codes.ResourceExhausted {
 			return nil, &RemoteError{Kind: KindStoreFull, Type: "StoreFullError", Message: status.Convert(err).Message(), Function: "put"}
@@ -656,7 +695,11 @@ func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, f codec.F
 		return nil, err
 	}
 	copy(dst, data)
-	if _, err := cw.raylet.SealObject(ctx, &pb.SealObjectRequest{ObjectId: id[:], Release: true}); err != nil {
+	// Seal even if the caller's context ended during the copy: an unsealed
+	// object would hold its memory until this process exits.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := cw.raylet.SealObject(sctx, &pb.SealObjectRequest{ObjectId: id[:], Release: true}); err != nil {
 		return nil, fmt.Errorf("goray: sealing object %s: %w", id, err)
 	}
 	return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: f.Meta(), InStore: true, NodeId: cw.nodeID.Bytes(), Size: size}, nil
@@ -667,6 +710,14 @@ func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, f codec.F
 func (cw *CoreWorker) Get(ctx context.Context, h *Handle) (*Value, error) {
 	if h.Released() {
 		return nil, &ObjectError{ObjectID: h.ID, Kind: ErrObjectFreed, Detail: "the reference was released"}
+	}
+	if ch, err := cw.objects.readyChan(h.ID); err == nil {
+		select {
+		case <-ch:
+		default:
+			// This task waits: lend its CPU to the node meanwhile.
+			defer cw.blocked()()
+		}
 	}
 	ret, err := cw.objects.wait(ctx, h.ID)
 	if err != nil {
@@ -751,6 +802,7 @@ func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, err
 		}
 	}
 	if count < n {
+		defer cw.blocked()()
 		// Slow path: one goroutine per pending object reports readiness.
 		done := make(chan struct{})
 		defer close(done)
@@ -817,8 +869,7 @@ func (cw *CoreWorker) FlushBorrows(ctx context.Context) { cw.objects.flushBorrow
 // FailedHandle returns an owned handle whose object failed with err.
 func (cw *CoreWorker) FailedHandle(err error) *Handle {
 	id := ids.ObjectIDFor(cw.idgen.Next(), 0)
-	o := cw.objects.newOwned(id, nil)
-	o.local = 1
+	cw.objects.newOwned(id, nil, 1)
 	var re *RemoteError
 	if errors.As(err, &re) {
 		cw.objects.complete(id, errorReturn(id, re), nil, false)

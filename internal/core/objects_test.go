@@ -50,8 +50,7 @@ func TestOwnedObjectFreedWhenLastReferenceGoes(t *testing.T) {
 			cw := newTestWorker(t)
 			tb := cw.objects
 			id := ids.ObjectIDFor(cw.idgen.Next(), 0)
-			o := tb.newOwned(id, nil)
-			o.local = 1
+			tb.newOwned(id, nil, 1)
 			tb.complete(id, storeRet(id), nil, false)
 			tt.hold(tb, id)
 			tb.removeLocal(id)
@@ -91,8 +90,7 @@ func TestPendingObjectNotFreedBeforeItIsDone(t *testing.T) {
 	cw := newTestWorker(t)
 	tb := cw.objects
 	id := ids.ObjectIDFor(cw.idgen.Next(), 1)
-	o := tb.newOwned(id, nil)
-	o.local = 1
+	tb.newOwned(id, nil, 1)
 	tb.removeLocal(id)
 	if tb.lookup(id) == nil {
 		t.Fatal("pending object dropped before its task finished")
@@ -110,13 +108,11 @@ func TestContainedReferencesLiveWithTheirOuterObject(t *testing.T) {
 	cw := newTestWorker(t)
 	tb := cw.objects
 	inner := ids.ObjectIDFor(cw.idgen.Next(), 0)
-	oi := tb.newOwned(inner, nil)
-	oi.local = 1
+	tb.newOwned(inner, nil, 1)
 	tb.complete(inner, storeRet(inner), nil, false)
 
 	outer := ids.ObjectIDFor(cw.idgen.Next(), 0)
-	oo := tb.newOwned(outer, nil)
-	oo.local = 1
+	tb.newOwned(outer, nil, 1)
 	ret := &pb.ReturnObject{ObjectId: outer.Bytes(), Nested: []*pb.ObjectRef{{ObjectId: inner.Bytes(), Owner: cw.addr}}}
 	tb.complete(outer, ret, nil, false)
 

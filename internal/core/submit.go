@@ -11,6 +11,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"google.golang.org/protobuf/proto"
 )
 
 // Tuning of the task path.
@@ -69,14 +70,23 @@ const (
 )
 
 type schedKey struct {
-	key        string
-	res        *pb.Resources
-	queue      []*taskRecord
-	leases     map[*lease]struct{}
+	key    string
+	res    *pb.Resources
+	queue  []*taskRecord
+	leases map[*lease]struct{}
+	// requests are the outstanding lease requests; requesting counts those
+	// not cancelled.
+	requests   map[*leaseRequest]struct{}
 	requesting int
-	cancels    []context.CancelFunc
 	avg        time.Duration // moving average of task round trips
 	measured   bool
+}
+
+// leaseRequest is one outstanding RequestWorkerLease call.
+type leaseRequest struct {
+	id        ids.ID
+	cancel    context.CancelFunc
+	cancelled bool
 }
 
 type lease struct {
@@ -125,8 +135,7 @@ func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []Ar
 		Resources: &pb.Resources{Amounts: res}, MaxRetries: int32(retries), Name: opts.Name,
 	}
 	rec := &taskRecord{spec: spec, retID: retID, ctx: ctx, state: statePendingArgs}
-	o := cw.objects.newOwned(retID, rec)
-	o.local = 1
+	cw.objects.newOwned(retID, rec, 1)
 	h := cw.wrapHandle(retID, cw.addr)
 	s := cw.submitter
 	s.track(rec)
@@ -205,6 +214,9 @@ func (cw *CoreWorker) resolveArgs(rec *taskRecord) error {
 		id, _ := ids.ObjectIDFromBytes(a.Ref.ObjectId)
 		ret, err := cw.objects.wait(rec.ctx, id)
 		if err != nil {
+			if rec.ctx.Err() != nil {
+				return cancelledError(rec.spec.Function, rec.ctx.Err())
+			}
 			return err
 		}
 		if ret == nil {
@@ -266,7 +278,7 @@ func (s *submitter) enqueue(rec *taskRecord) {
 	}
 	k := s.keys[key]
 	if k == nil {
-		k = &schedKey{key: key, res: rec.spec.Resources, leases: map[*lease]struct{}{}}
+		k = &schedKey{key: key, res: rec.spec.Resources, leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
 		s.keys[key] = k
 	}
 	rec.state = statePendingLease
@@ -308,7 +320,7 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 		rec := k.queue[0]
 		k.queue = k.queue[1:]
 		if rec.ctx.Err() != nil {
-			go s.fail(rec, rec.ctx.Err())
+			go s.fail(rec, cancelledError(rec.spec.Function, rec.ctx.Err()))
 			continue
 		}
 		best.inflight[ids.MustFromBytes(rec.spec.TaskId)] = rec
@@ -326,14 +338,21 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 	for k.requesting < want {
 		k.requesting++
 		ctx, cancel := context.WithCancel(s.cw.ctx)
-		k.cancels = append(k.cancels, cancel)
-		go s.requestLease(ctx, k)
+		req := &leaseRequest{id: ids.New(), cancel: cancel}
+		k.requests[req] = struct{}{}
+		go s.requestLease(ctx, k, req)
 	}
 	if len(k.queue) == 0 && k.requesting > 0 {
-		for _, c := range k.cancels {
-			c()
+		// Nothing left to run: withdraw the waiting requests. A request the
+		// raylet grants at this very moment is handed back by
+		// CancelWorkerLease (see requestLease).
+		for req := range k.requests {
+			if !req.cancelled {
+				req.cancelled = true
+				req.cancel()
+				k.requesting--
+			}
 		}
-		k.cancels = nil
 	}
 	return out
 }
@@ -361,17 +380,35 @@ func (s *submitter) send(items []sendItem) {
 	}
 }
 
-func (s *submitter) requestLease(ctx context.Context, k *schedKey) {
-	rep, err := s.cw.raylet.RequestWorkerLease(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes()})
+func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseRequest) {
+	rep, err := s.cw.raylet.RequestWorkerLease(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), RequestId: req.id.Bytes()})
 	s.mu.Lock()
-	k.requesting--
+	delete(k.requests, req)
+	if !req.cancelled {
+		k.requesting--
+	}
+	req.cancel()
 	if err != nil {
 		var fails []*taskRecord
-		if ctx.Err() == nil && !s.closed && len(k.queue) > 0 && k.requesting == 0 && len(k.leases) == 0 {
+		var sends []sendItem
+		switch {
+		case ctx.Err() != nil:
+			// Withdrawn (or shutting down); the raylet may have granted it
+			// just as we cancelled.
+			s.mu.Unlock()
+			s.cw.cancelLeaseRequest(req.id)
+			s.mu.Lock()
+			if !s.closed && len(k.queue) > 0 {
+				sends = s.dispatchLocked(k)
+			}
+		case !s.closed && len(k.queue) > 0 && k.requesting == 0 && len(k.leases) == 0:
 			fails = k.queue
 			k.queue = nil
+		case !s.closed && len(k.queue) > 0:
+			sends = s.dispatchLocked(k)
 		}
 		s.mu.Unlock()
+		s.send(sends)
 		for _, rec := range fails {
 			s.fail(rec, fmt.Errorf("goray: leasing a worker for %s: %w", rec.spec.Function, err))
 		}
@@ -477,6 +514,16 @@ func (s *submitter) lingerThenReturn(l *lease, gen int) {
 	})
 }
 
+// cancelLeaseRequest makes sure a withdrawn lease request holds nothing: a
+// lease granted for it whose reply never arrived is returned.
+func (cw *CoreWorker) cancelLeaseRequest(id ids.ID) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cw.raylet.CancelWorkerLease(ctx, &pb.CancelLeaseRequest{RequestId: id.Bytes()}); err != nil {
+		cw.log.Debug("cancelling lease request failed", "error", err)
+	}
+}
+
 func (s *submitter) returnLease(l *lease, disconnect bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -499,6 +546,8 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 	var fails []*taskRecord
 	for _, rec := range l.inflight {
 		if int(rec.spec.Attempt) < int(rec.spec.MaxRetries) && !s.closed {
+			// A send of the old spec may still be marshalling it.
+			rec.spec = proto.Clone(rec.spec).(*pb.TaskSpec)
 			rec.spec.Attempt++
 			rec.state = statePendingLease
 			retry = append(retry, rec)
@@ -540,8 +589,8 @@ func (s *submitter) close() {
 			l.dead = true
 			l.cancel()
 		}
-		for _, c := range k.cancels {
-			c()
+		for req := range k.requests {
+			req.cancel()
 		}
 	}
 	s.mu.Unlock()

@@ -33,6 +33,9 @@ var (
 	ErrShutdown = core.ErrShutdown
 	// ErrActorNotFound matches GetActor of an unknown name.
 	ErrActorNotFound = core.ErrActorNotFound
+	// ErrTaskCancelled matches a task whose submit context ended before it
+	// was sent to a worker.
+	ErrTaskCancelled = core.ErrTaskCancelled
 )
 
 // TaskError is an error from a remote task or method: the original

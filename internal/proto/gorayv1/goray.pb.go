@@ -180,6 +180,9 @@ type RayletCommand_Kind int32
 const (
 	RayletCommand_REGISTERED RayletCommand_Kind = 0
 	RayletCommand_EXIT       RayletCommand_Kind = 1
+	// A driver or worker of this node died (worker_id says which): owners
+	// drop it as a borrower.
+	RayletCommand_WORKER_DIED RayletCommand_Kind = 2
 )
 
 // Enum value maps for RayletCommand_Kind.
@@ -187,10 +190,12 @@ var (
 	RayletCommand_Kind_name = map[int32]string{
 		0: "REGISTERED",
 		1: "EXIT",
+		2: "WORKER_DIED",
 	}
 	RayletCommand_Kind_value = map[string]int32{
-		"REGISTERED": 0,
-		"EXIT":       1,
+		"REGISTERED":  0,
+		"EXIT":        1,
+		"WORKER_DIED": 2,
 	}
 )
 
@@ -1464,9 +1469,12 @@ func (x *ListOwnedReply) GetObjects() []*ObjectState {
 type WorkerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// First message: registration.
-	WorkerId      []byte   `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Address       *Address `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
-	Pid           int32    `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	WorkerId []byte   `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Address  *Address `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	Pid      int32    `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
+	// Later messages: whether the worker owns objects (it must not be reaped
+	// as idle while it does, or their owner would die).
+	OwnsObjects   bool `protobuf:"varint,4,opt,name=owns_objects,json=ownsObjects,proto3" json:"owns_objects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1520,6 +1528,13 @@ func (x *WorkerMessage) GetPid() int32 {
 		return x.Pid
 	}
 	return 0
+}
+
+func (x *WorkerMessage) GetOwnsObjects() bool {
+	if x != nil {
+		return x.OwnsObjects
+	}
+	return false
 }
 
 type DriverMessage struct {
@@ -1592,7 +1607,9 @@ type RayletCommand struct {
 	Store *StoreInfo `protobuf:"bytes,4,opt,name=store,proto3" json:"store,omitempty"`
 	JobId []byte     `protobuf:"bytes,5,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// GCS address (host:port) for cluster metadata lookups.
-	GcsAddress    string `protobuf:"bytes,6,opt,name=gcs_address,json=gcsAddress,proto3" json:"gcs_address,omitempty"`
+	GcsAddress string `protobuf:"bytes,6,opt,name=gcs_address,json=gcsAddress,proto3" json:"gcs_address,omitempty"`
+	// Set with WORKER_DIED.
+	WorkerId      []byte `protobuf:"bytes,7,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1669,6 +1686,13 @@ func (x *RayletCommand) GetGcsAddress() string {
 	return ""
 }
 
+func (x *RayletCommand) GetWorkerId() []byte {
+	if x != nil {
+		return x.WorkerId
+	}
+	return nil
+}
+
 // StoreInfo tells a client how to map the node's shared-memory arena. The
 // arena's file descriptor is passed over fd_socket with SCM_RIGHTS.
 type StoreInfo struct {
@@ -1741,7 +1765,9 @@ type LeaseRequest struct {
 	Function string `protobuf:"bytes,4,opt,name=function,proto3" json:"function,omitempty"` // for status output
 	// The driver or worker that will hold the lease; its leases are returned
 	// when it dies.
-	HolderId      []byte `protobuf:"bytes,5,opt,name=holder_id,json=holderId,proto3" json:"holder_id,omitempty"`
+	HolderId []byte `protobuf:"bytes,5,opt,name=holder_id,json=holderId,proto3" json:"holder_id,omitempty"`
+	// Chosen by the caller; names the request for CancelWorkerLease.
+	RequestId     []byte `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1811,6 +1837,190 @@ func (x *LeaseRequest) GetHolderId() []byte {
 	return nil
 }
 
+func (x *LeaseRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+type CancelLeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelLeaseRequest) Reset() {
+	*x = CancelLeaseRequest{}
+	mi := &file_goray_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelLeaseRequest) ProtoMessage() {}
+
+func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelLeaseRequest.ProtoReflect.Descriptor instead.
+func (*CancelLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CancelLeaseRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
+type CancelLeaseReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True when a granted lease was returned.
+	Returned      bool `protobuf:"varint,1,opt,name=returned,proto3" json:"returned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelLeaseReply) Reset() {
+	*x = CancelLeaseReply{}
+	mi := &file_goray_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelLeaseReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelLeaseReply) ProtoMessage() {}
+
+func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelLeaseReply.ProtoReflect.Descriptor instead.
+func (*CancelLeaseReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CancelLeaseReply) GetReturned() bool {
+	if x != nil {
+		return x.Returned
+	}
+	return false
+}
+
+type TaskBlockedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      []byte                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Blocked       bool                   `protobuf:"varint,2,opt,name=blocked,proto3" json:"blocked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskBlockedRequest) Reset() {
+	*x = TaskBlockedRequest{}
+	mi := &file_goray_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskBlockedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskBlockedRequest) ProtoMessage() {}
+
+func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskBlockedRequest.ProtoReflect.Descriptor instead.
+func (*TaskBlockedRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *TaskBlockedRequest) GetWorkerId() []byte {
+	if x != nil {
+		return x.WorkerId
+	}
+	return nil
+}
+
+func (x *TaskBlockedRequest) GetBlocked() bool {
+	if x != nil {
+		return x.Blocked
+	}
+	return false
+}
+
+type TaskBlockedReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TaskBlockedReply) Reset() {
+	*x = TaskBlockedReply{}
+	mi := &file_goray_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TaskBlockedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TaskBlockedReply) ProtoMessage() {}
+
+func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TaskBlockedReply.ProtoReflect.Descriptor instead.
+func (*TaskBlockedReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{26}
+}
+
 type LeaseReply struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId []byte                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -1826,7 +2036,7 @@ type LeaseReply struct {
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +2048,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +2061,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{23}
+	return file_goray_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -1893,7 +2103,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2115,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2128,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{24}
+	return file_goray_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -1943,7 +2153,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1955,7 +2165,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1968,22 +2178,26 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{25}
+	return file_goray_proto_rawDescGZIP(), []int{29}
 }
 
 type CreateObjectRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ObjectId      []byte                 `protobuf:"bytes,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
-	DataSize      int64                  `protobuf:"varint,2,opt,name=data_size,json=dataSize,proto3" json:"data_size,omitempty"`
-	Metadata      []byte                 `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	Owner         *Address               `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ObjectId []byte                 `protobuf:"bytes,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
+	DataSize int64                  `protobuf:"varint,2,opt,name=data_size,json=dataSize,proto3" json:"data_size,omitempty"`
+	Metadata []byte                 `protobuf:"bytes,3,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	// The object's owner (for a task return: the caller, not the executing
+	// worker). When the owner dies the node frees its objects.
+	Owner *Address `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	// The process writing the object (holds the creator pin until sealed).
+	CreatorId     []byte `protobuf:"bytes,5,opt,name=creator_id,json=creatorId,proto3" json:"creator_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2209,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2222,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{26}
+	return file_goray_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -2039,6 +2253,13 @@ func (x *CreateObjectRequest) GetOwner() *Address {
 	return nil
 }
 
+func (x *CreateObjectRequest) GetCreatorId() []byte {
+	if x != nil {
+		return x.CreatorId
+	}
+	return nil
+}
+
 type CreateObjectReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
@@ -2048,7 +2269,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2060,7 +2281,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2073,7 +2294,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27}
+	return file_goray_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -2094,7 +2315,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2106,7 +2327,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2119,7 +2340,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{28}
+	return file_goray_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -2144,7 +2365,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2377,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2390,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{29}
+	return file_goray_proto_rawDescGZIP(), []int{33}
 }
 
 type GetObjectsRequest struct {
@@ -2183,7 +2404,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2416,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2429,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{30}
+	return file_goray_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -2238,7 +2459,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2471,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2484,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31}
+	return file_goray_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -2310,7 +2531,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2322,7 +2543,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2335,7 +2556,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{32}
+	return file_goray_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -2355,7 +2576,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2588,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2601,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{33}
+	return file_goray_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -2405,7 +2626,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2638,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2651,7 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34}
+	return file_goray_proto_rawDescGZIP(), []int{38}
 }
 
 type FreeObjectsRequest struct {
@@ -2442,7 +2663,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2454,7 +2675,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2467,7 +2688,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{35}
+	return file_goray_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -2485,7 +2706,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2718,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2731,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36}
+	return file_goray_proto_rawDescGZIP(), []int{40}
 }
 
 type GetNodeStatsRequest struct {
@@ -2521,7 +2742,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2533,7 +2754,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2546,7 +2767,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37}
+	return file_goray_proto_rawDescGZIP(), []int{41}
 }
 
 type WorkerStats struct {
@@ -2563,7 +2784,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2796,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2809,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{38}
+	return file_goray_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -2644,7 +2865,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2877,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2890,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39}
+	return file_goray_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -2712,7 +2933,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +2945,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +2958,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{40}
+	return file_goray_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -2812,7 +3033,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +3045,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +3058,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{41}
+	return file_goray_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -2855,7 +3076,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2867,7 +3088,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2880,7 +3101,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{42}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 type NodeInfo struct {
@@ -2906,7 +3127,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3139,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3152,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{43}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -3051,7 +3272,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3284,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3297,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -3170,7 +3391,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3182,7 +3403,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3195,7 +3416,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -3298,7 +3519,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3531,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3544,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -3343,7 +3564,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3576,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3589,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -3388,7 +3609,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3621,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3634,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -3438,7 +3659,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +3671,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +3684,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 type HeartbeatRequest struct {
@@ -3479,7 +3700,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3491,7 +3712,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3504,7 +3725,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -3553,7 +3774,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3565,7 +3786,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3578,7 +3799,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -3596,7 +3817,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3829,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3842,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 type NodeView struct {
@@ -3638,7 +3859,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3650,7 +3871,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3663,7 +3884,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -3717,7 +3938,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +3950,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +3963,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -3761,7 +3982,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3773,7 +3994,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3786,7 +4007,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -3804,7 +4025,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3816,7 +4037,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +4050,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 type MarkJobFinishedRequest struct {
@@ -3841,7 +4062,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4074,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4087,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -3884,7 +4105,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4117,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4130,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 type GetAllJobsRequest struct {
@@ -3920,7 +4141,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4153,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4166,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 type GetAllJobsReply struct {
@@ -3957,7 +4178,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3969,7 +4190,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3982,7 +4203,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -4001,7 +4222,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4234,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4247,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -4044,7 +4265,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4056,7 +4277,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4069,7 +4290,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 type UpdateActorRequest struct {
@@ -4081,7 +4302,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4093,7 +4314,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4106,7 +4327,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -4124,7 +4345,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4136,7 +4357,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4149,7 +4370,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 type GetActorRequest struct {
@@ -4163,7 +4384,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4175,7 +4396,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4188,7 +4409,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -4221,7 +4442,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4233,7 +4454,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4246,7 +4467,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -4264,7 +4485,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4497,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4510,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 type ListActorsReply struct {
@@ -4301,7 +4522,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4534,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4547,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -4347,7 +4568,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4580,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4593,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -4404,7 +4625,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4416,7 +4637,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4429,7 +4650,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 type KVPutRequest struct {
@@ -4444,7 +4665,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4456,7 +4677,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4469,7 +4690,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -4509,7 +4730,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4521,7 +4742,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4534,7 +4755,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -4554,7 +4775,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4566,7 +4787,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4579,7 +4800,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -4606,7 +4827,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4618,7 +4839,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4631,7 +4852,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -4659,7 +4880,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4671,7 +4892,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4684,7 +4905,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -4717,7 +4938,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4729,7 +4950,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4742,7 +4963,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -4762,7 +4983,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4774,7 +4995,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4787,7 +5008,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -4813,7 +5034,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4825,7 +5046,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4838,7 +5059,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -4951,15 +5172,16 @@ const file_goray_proto_rawDesc = "" +
 	"\x0eListOwnedReply\x12'\n" +
 	"\x05owner\x18\x01 \x01(\v2\x11.goray.v1.AddressR\x05owner\x12)\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x13.goray.v1.TaskStateR\x05tasks\x12/\n" +
-	"\aobjects\x18\x03 \x03(\v2\x15.goray.v1.ObjectStateR\aobjects\"k\n" +
+	"\aobjects\x18\x03 \x03(\v2\x15.goray.v1.ObjectStateR\aobjects\"\x8e\x01\n" +
 	"\rWorkerMessage\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\fR\bworkerId\x12+\n" +
 	"\aaddress\x18\x02 \x01(\v2\x11.goray.v1.AddressR\aaddress\x12\x10\n" +
-	"\x03pid\x18\x03 \x01(\x05R\x03pid\"s\n" +
+	"\x03pid\x18\x03 \x01(\x05R\x03pid\x12!\n" +
+	"\fowns_objects\x18\x04 \x01(\bR\vownsObjects\"s\n" +
 	"\rDriverMessage\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.goray.v1.JobInfoR\x03job\x12+\n" +
 	"\aaddress\x18\x02 \x01(\v2\x11.goray.v1.AddressR\aaddress\x12\x10\n" +
-	"\x03pid\x18\x03 \x01(\x05R\x03pid\"\x86\x02\n" +
+	"\x03pid\x18\x03 \x01(\x05R\x03pid\"\xb4\x02\n" +
 	"\rRayletCommand\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.goray.v1.RayletCommand.KindR\x04kind\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12&\n" +
@@ -4967,21 +5189,34 @@ const file_goray_proto_rawDesc = "" +
 	"\x05store\x18\x04 \x01(\v2\x13.goray.v1.StoreInfoR\x05store\x12\x15\n" +
 	"\x06job_id\x18\x05 \x01(\fR\x05jobId\x12\x1f\n" +
 	"\vgcs_address\x18\x06 \x01(\tR\n" +
-	"gcsAddress\" \n" +
+	"gcsAddress\x12\x1b\n" +
+	"\tworker_id\x18\a \x01(\fR\bworkerId\"1\n" +
 	"\x04Kind\x12\x0e\n" +
 	"\n" +
 	"REGISTERED\x10\x00\x12\b\n" +
-	"\x04EXIT\x10\x01\"g\n" +
+	"\x04EXIT\x10\x01\x12\x0f\n" +
+	"\vWORKER_DIED\x10\x02\"g\n" +
 	"\tStoreInfo\x12\x1b\n" +
 	"\tfd_socket\x18\x01 \x01(\tR\bfdSocket\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12!\n" +
-	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xac\x01\n" +
+	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xcb\x01\n" +
 	"\fLeaseRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x19\n" +
 	"\bactor_id\x18\x03 \x01(\fR\aactorId\x12\x1a\n" +
 	"\bfunction\x18\x04 \x01(\tR\bfunction\x12\x1b\n" +
-	"\tholder_id\x18\x05 \x01(\fR\bholderId\"\x91\x01\n" +
+	"\tholder_id\x18\x05 \x01(\fR\bholderId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\fR\trequestId\"3\n" +
+	"\x12CancelLeaseRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\fR\trequestId\".\n" +
+	"\x10CancelLeaseReply\x12\x1a\n" +
+	"\breturned\x18\x01 \x01(\bR\breturned\"K\n" +
+	"\x12TaskBlockedRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\fR\bworkerId\x12\x18\n" +
+	"\ablocked\x18\x02 \x01(\bR\ablocked\"\x12\n" +
+	"\x10TaskBlockedReply\"\x91\x01\n" +
 	"\n" +
 	"LeaseReply\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12)\n" +
@@ -4994,12 +5229,14 @@ const file_goray_proto_rawDesc = "" +
 	"\x12ReturnLeaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12+\n" +
 	"\x11disconnect_worker\x18\x02 \x01(\bR\x10disconnectWorker\"\x12\n" +
-	"\x10ReturnLeaseReply\"\x94\x01\n" +
+	"\x10ReturnLeaseReply\"\xb3\x01\n" +
 	"\x13CreateObjectRequest\x12\x1b\n" +
 	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x1b\n" +
 	"\tdata_size\x18\x02 \x01(\x03R\bdataSize\x12\x1a\n" +
 	"\bmetadata\x18\x03 \x01(\fR\bmetadata\x12'\n" +
-	"\x05owner\x18\x04 \x01(\v2\x11.goray.v1.AddressR\x05owner\"+\n" +
+	"\x05owner\x18\x04 \x01(\v2\x11.goray.v1.AddressR\x05owner\x12\x1d\n" +
+	"\n" +
+	"creator_id\x18\x05 \x01(\fR\tcreatorId\"+\n" +
 	"\x11CreateObjectReply\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x03R\x06offset\"J\n" +
 	"\x11SealObjectRequest\x12\x1b\n" +
@@ -5208,12 +5445,14 @@ const file_goray_proto_rawDesc = "" +
 	"\x0fGetObjectStatus\x12 .goray.v1.GetObjectStatusRequest\x1a\x1e.goray.v1.GetObjectStatusReply\x12S\n" +
 	"\x0fUpdateBorrowers\x12 .goray.v1.UpdateBorrowersRequest\x1a\x1e.goray.v1.UpdateBorrowersReply\x122\n" +
 	"\x04Exit\x12\x15.goray.v1.ExitRequest\x1a\x13.goray.v1.ExitReply\x12A\n" +
-	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xb4\x06\n" +
+	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xd2\a\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
 	"\rDriverSession\x12\x17.goray.v1.DriverMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12B\n" +
 	"\x12RequestWorkerLease\x12\x16.goray.v1.LeaseRequest\x1a\x14.goray.v1.LeaseReply\x12M\n" +
-	"\x11ReturnWorkerLease\x12\x1c.goray.v1.ReturnLeaseRequest\x1a\x1a.goray.v1.ReturnLeaseReply\x12J\n" +
+	"\x11ReturnWorkerLease\x12\x1c.goray.v1.ReturnLeaseRequest\x1a\x1a.goray.v1.ReturnLeaseReply\x12M\n" +
+	"\x11CancelWorkerLease\x12\x1c.goray.v1.CancelLeaseRequest\x1a\x1a.goray.v1.CancelLeaseReply\x12M\n" +
+	"\x11NotifyTaskBlocked\x12\x1c.goray.v1.TaskBlockedRequest\x1a\x1a.goray.v1.TaskBlockedReply\x12J\n" +
 	"\fCreateObject\x12\x1d.goray.v1.CreateObjectRequest\x1a\x1b.goray.v1.CreateObjectReply\x12D\n" +
 	"\n" +
 	"SealObject\x12\x1b.goray.v1.SealObjectRequest\x1a\x19.goray.v1.SealObjectReply\x12D\n" +
@@ -5256,7 +5495,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                      // 0: goray.v1.TaskKind
 	(ActorState)(0),                    // 1: goray.v1.ActorState
@@ -5285,67 +5524,71 @@ var file_goray_proto_goTypes = []any{
 	(*RayletCommand)(nil),              // 24: goray.v1.RayletCommand
 	(*StoreInfo)(nil),                  // 25: goray.v1.StoreInfo
 	(*LeaseRequest)(nil),               // 26: goray.v1.LeaseRequest
-	(*LeaseReply)(nil),                 // 27: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),         // 28: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),           // 29: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),        // 30: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),          // 31: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),          // 32: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),            // 33: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),          // 34: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                // 35: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),            // 36: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),      // 37: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),        // 38: goray.v1.ReleaseObjectsReply
-	(*FreeObjectsRequest)(nil),         // 39: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),           // 40: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),        // 41: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                // 42: goray.v1.WorkerStats
-	(*PendingDemand)(nil),              // 43: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),          // 44: goray.v1.GetNodeStatsReply
-	(*ShutdownNodeRequest)(nil),        // 45: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),          // 46: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                   // 47: goray.v1.NodeInfo
-	(*JobInfo)(nil),                    // 48: goray.v1.JobInfo
-	(*ActorInfo)(nil),                  // 49: goray.v1.ActorInfo
-	(*RegisterNodeRequest)(nil),        // 50: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),          // 51: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),      // 52: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),        // 53: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),           // 54: goray.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),             // 55: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),         // 56: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                   // 57: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),           // 58: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),              // 59: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                // 60: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),     // 61: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),       // 62: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),          // 63: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),            // 64: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),       // 65: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),         // 66: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),         // 67: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),           // 68: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),            // 69: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),              // 70: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),          // 71: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),            // 72: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil), // 73: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),   // 74: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),               // 75: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                 // 76: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),               // 77: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                 // 78: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),               // 79: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                 // 80: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),              // 81: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                // 82: goray.v1.KVKeysReply
-	nil,                                // 83: goray.v1.Resources.AmountsEntry
-	nil,                                // 84: goray.v1.NodeInfo.LabelsEntry
+	(*CancelLeaseRequest)(nil),         // 27: goray.v1.CancelLeaseRequest
+	(*CancelLeaseReply)(nil),           // 28: goray.v1.CancelLeaseReply
+	(*TaskBlockedRequest)(nil),         // 29: goray.v1.TaskBlockedRequest
+	(*TaskBlockedReply)(nil),           // 30: goray.v1.TaskBlockedReply
+	(*LeaseReply)(nil),                 // 31: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),         // 32: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),           // 33: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),        // 34: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),          // 35: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),          // 36: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),            // 37: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),          // 38: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                // 39: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),            // 40: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),      // 41: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),        // 42: goray.v1.ReleaseObjectsReply
+	(*FreeObjectsRequest)(nil),         // 43: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),           // 44: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),        // 45: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                // 46: goray.v1.WorkerStats
+	(*PendingDemand)(nil),              // 47: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),          // 48: goray.v1.GetNodeStatsReply
+	(*ShutdownNodeRequest)(nil),        // 49: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),          // 50: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                   // 51: goray.v1.NodeInfo
+	(*JobInfo)(nil),                    // 52: goray.v1.JobInfo
+	(*ActorInfo)(nil),                  // 53: goray.v1.ActorInfo
+	(*RegisterNodeRequest)(nil),        // 54: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),          // 55: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),      // 56: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),        // 57: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),           // 58: goray.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),             // 59: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),         // 60: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                   // 61: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),           // 62: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),              // 63: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                // 64: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),     // 65: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),       // 66: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),          // 67: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),            // 68: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),       // 69: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),         // 70: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),         // 71: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),           // 72: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),            // 73: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),              // 74: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),          // 75: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),            // 76: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil), // 77: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),   // 78: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),               // 79: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                 // 80: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),               // 81: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                 // 82: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),               // 83: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                 // 84: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),              // 85: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                // 86: goray.v1.KVKeysReply
+	nil,                                // 87: goray.v1.Resources.AmountsEntry
+	nil,                                // 88: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	83, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	87, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	4,  // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	6,  // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	6,  // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -5363,42 +5606,42 @@ var file_goray_proto_depIdxs = []int32{
 	19, // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
 	20, // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
 	4,  // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	48, // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	52, // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
 	4,  // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
 	3,  // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	47, // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	51, // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
 	25, // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
 	5,  // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
 	4,  // 24: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
 	4,  // 25: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	35, // 26: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	39, // 26: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
 	4,  // 27: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
 	5,  // 28: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	47, // 29: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	51, // 29: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
 	5,  // 30: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	42, // 31: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	43, // 32: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	35, // 33: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	46, // 31: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	47, // 32: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	39, // 33: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
 	4,  // 34: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
 	5,  // 35: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	84, // 36: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	88, // 36: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
 	1,  // 37: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
 	4,  // 38: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
 	4,  // 39: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
 	5,  // 40: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	47, // 41: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	51, // 41: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
 	5,  // 42: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	43, // 43: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	47, // 44: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	47, // 43: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	51, // 44: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
 	5,  // 45: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	43, // 46: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	57, // 47: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	48, // 48: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	48, // 49: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	49, // 50: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	49, // 51: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	49, // 52: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	49, // 53: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	47, // 46: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	61, // 47: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	52, // 48: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	52, // 49: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	53, // 50: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	53, // 51: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	53, // 52: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	53, // 53: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
 	10, // 54: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
 	12, // 55: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
 	14, // 56: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
@@ -5407,64 +5650,68 @@ var file_goray_proto_depIdxs = []int32{
 	22, // 59: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
 	23, // 60: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
 	26, // 61: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	28, // 62: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	30, // 63: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	32, // 64: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	34, // 65: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	37, // 66: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	39, // 67: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	41, // 68: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	45, // 69: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	50, // 70: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	52, // 71: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	54, // 72: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	56, // 73: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	59, // 74: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	61, // 75: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	63, // 76: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	65, // 77: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	67, // 78: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	69, // 79: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	71, // 80: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	73, // 81: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	75, // 82: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	77, // 83: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	79, // 84: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	81, // 85: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	11, // 86: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	13, // 87: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	15, // 88: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	17, // 89: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	21, // 90: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	24, // 91: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	24, // 92: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	27, // 93: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	29, // 94: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	31, // 95: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	33, // 96: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	36, // 97: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	38, // 98: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	40, // 99: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	44, // 100: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	46, // 101: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	51, // 102: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	53, // 103: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	55, // 104: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	58, // 105: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	60, // 106: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	62, // 107: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	64, // 108: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	66, // 109: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	68, // 110: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	70, // 111: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	72, // 112: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	74, // 113: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	76, // 114: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	78, // 115: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	80, // 116: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	82, // 117: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	86, // [86:118] is the sub-list for method output_type
-	54, // [54:86] is the sub-list for method input_type
+	32, // 62: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	27, // 63: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	29, // 64: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	34, // 65: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	36, // 66: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	38, // 67: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	41, // 68: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	43, // 69: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	45, // 70: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	49, // 71: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	54, // 72: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	56, // 73: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	58, // 74: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	60, // 75: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	63, // 76: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	65, // 77: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	67, // 78: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	69, // 79: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	71, // 80: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	73, // 81: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	75, // 82: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	77, // 83: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	79, // 84: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	81, // 85: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	83, // 86: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	85, // 87: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	11, // 88: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	13, // 89: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	15, // 90: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	17, // 91: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	21, // 92: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	24, // 93: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	24, // 94: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	31, // 95: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	33, // 96: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	28, // 97: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	30, // 98: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	35, // 99: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	37, // 100: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	40, // 101: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	42, // 102: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	44, // 103: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	48, // 104: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	50, // 105: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	55, // 106: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	57, // 107: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	59, // 108: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	62, // 109: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	64, // 110: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	66, // 111: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	68, // 112: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	70, // 113: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	72, // 114: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	74, // 115: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	76, // 116: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	78, // 117: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	80, // 118: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	82, // 119: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	84, // 120: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	86, // 121: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	88, // [88:122] is the sub-list for method output_type
+	54, // [54:88] is the sub-list for method input_type
 	54, // [54:54] is the sub-list for extension type_name
 	54, // [54:54] is the sub-list for extension extendee
 	0,  // [0:54] is the sub-list for field type_name
@@ -5481,7 +5728,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   81,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -299,6 +299,8 @@ const (
 	Raylet_DriverSession_FullMethodName      = "/goray.v1.Raylet/DriverSession"
 	Raylet_RequestWorkerLease_FullMethodName = "/goray.v1.Raylet/RequestWorkerLease"
 	Raylet_ReturnWorkerLease_FullMethodName  = "/goray.v1.Raylet/ReturnWorkerLease"
+	Raylet_CancelWorkerLease_FullMethodName  = "/goray.v1.Raylet/CancelWorkerLease"
+	Raylet_NotifyTaskBlocked_FullMethodName  = "/goray.v1.Raylet/NotifyTaskBlocked"
 	Raylet_CreateObject_FullMethodName       = "/goray.v1.Raylet/CreateObject"
 	Raylet_SealObject_FullMethodName         = "/goray.v1.Raylet/SealObject"
 	Raylet_GetObjects_FullMethodName         = "/goray.v1.Raylet/GetObjects"
@@ -325,6 +327,14 @@ type RayletClient interface {
 	// until granted or the call is cancelled.
 	RequestWorkerLease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseReply, error)
 	ReturnWorkerLease(ctx context.Context, in *ReturnLeaseRequest, opts ...grpc.CallOption) (*ReturnLeaseReply, error)
+	// Cancels a lease request by its request_id: a waiting request is
+	// dropped, and a lease already granted for it (whose reply the caller
+	// never received) is returned. Idempotent.
+	CancelWorkerLease(ctx context.Context, in *CancelLeaseRequest, opts ...grpc.CallOption) (*CancelLeaseReply, error)
+	// A worker executing a task blocks in Get/Wait (blocked=true) or resumes
+	// (false). While blocked, the CPU of its lease is lent back to the node so
+	// that nested tasks can run (as Ray does).
+	NotifyTaskBlocked(ctx context.Context, in *TaskBlockedRequest, opts ...grpc.CallOption) (*TaskBlockedReply, error)
 	// Object store.
 	CreateObject(ctx context.Context, in *CreateObjectRequest, opts ...grpc.CallOption) (*CreateObjectReply, error)
 	SealObject(ctx context.Context, in *SealObjectRequest, opts ...grpc.CallOption) (*SealObjectReply, error)
@@ -383,6 +393,26 @@ func (c *rayletClient) ReturnWorkerLease(ctx context.Context, in *ReturnLeaseReq
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReturnLeaseReply)
 	err := c.cc.Invoke(ctx, Raylet_ReturnWorkerLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rayletClient) CancelWorkerLease(ctx context.Context, in *CancelLeaseRequest, opts ...grpc.CallOption) (*CancelLeaseReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelLeaseReply)
+	err := c.cc.Invoke(ctx, Raylet_CancelWorkerLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rayletClient) NotifyTaskBlocked(ctx context.Context, in *TaskBlockedRequest, opts ...grpc.CallOption) (*TaskBlockedReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TaskBlockedReply)
+	err := c.cc.Invoke(ctx, Raylet_NotifyTaskBlocked_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -476,6 +506,14 @@ type RayletServer interface {
 	// until granted or the call is cancelled.
 	RequestWorkerLease(context.Context, *LeaseRequest) (*LeaseReply, error)
 	ReturnWorkerLease(context.Context, *ReturnLeaseRequest) (*ReturnLeaseReply, error)
+	// Cancels a lease request by its request_id: a waiting request is
+	// dropped, and a lease already granted for it (whose reply the caller
+	// never received) is returned. Idempotent.
+	CancelWorkerLease(context.Context, *CancelLeaseRequest) (*CancelLeaseReply, error)
+	// A worker executing a task blocks in Get/Wait (blocked=true) or resumes
+	// (false). While blocked, the CPU of its lease is lent back to the node so
+	// that nested tasks can run (as Ray does).
+	NotifyTaskBlocked(context.Context, *TaskBlockedRequest) (*TaskBlockedReply, error)
 	// Object store.
 	CreateObject(context.Context, *CreateObjectRequest) (*CreateObjectReply, error)
 	SealObject(context.Context, *SealObjectRequest) (*SealObjectReply, error)
@@ -505,6 +543,12 @@ func (UnimplementedRayletServer) RequestWorkerLease(context.Context, *LeaseReque
 }
 func (UnimplementedRayletServer) ReturnWorkerLease(context.Context, *ReturnLeaseRequest) (*ReturnLeaseReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReturnWorkerLease not implemented")
+}
+func (UnimplementedRayletServer) CancelWorkerLease(context.Context, *CancelLeaseRequest) (*CancelLeaseReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelWorkerLease not implemented")
+}
+func (UnimplementedRayletServer) NotifyTaskBlocked(context.Context, *TaskBlockedRequest) (*TaskBlockedReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method NotifyTaskBlocked not implemented")
 }
 func (UnimplementedRayletServer) CreateObject(context.Context, *CreateObjectRequest) (*CreateObjectReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateObject not implemented")
@@ -594,6 +638,42 @@ func _Raylet_ReturnWorkerLease_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RayletServer).ReturnWorkerLease(ctx, req.(*ReturnLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raylet_CancelWorkerLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).CancelWorkerLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_CancelWorkerLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).CancelWorkerLease(ctx, req.(*CancelLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raylet_NotifyTaskBlocked_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TaskBlockedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).NotifyTaskBlocked(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_NotifyTaskBlocked_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).NotifyTaskBlocked(ctx, req.(*TaskBlockedRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -738,6 +818,14 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReturnWorkerLease",
 			Handler:    _Raylet_ReturnWorkerLease_Handler,
+		},
+		{
+			MethodName: "CancelWorkerLease",
+			Handler:    _Raylet_CancelWorkerLease_Handler,
+		},
+		{
+			MethodName: "NotifyTaskBlocked",
+			Handler:    _Raylet_NotifyTaskBlocked_Handler,
 		},
 		{
 			MethodName: "CreateObject",
