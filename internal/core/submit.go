@@ -382,6 +382,7 @@ func (s *submitter) send(items []sendItem) {
 
 func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseRequest) {
 	rep, err := s.cw.raylet.RequestWorkerLease(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), RequestId: req.id.Bytes()})
+	withdrawn := ctx.Err() != nil
 	s.mu.Lock()
 	delete(k.requests, req)
 	if !req.cancelled {
@@ -392,7 +393,7 @@ func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseReq
 		var fails []*taskRecord
 		var sends []sendItem
 		switch {
-		case ctx.Err() != nil:
+		case withdrawn:
 			// Withdrawn (or shutting down); the raylet may have granted it
 			// just as we cancelled.
 			s.mu.Unlock()
@@ -402,10 +403,10 @@ func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseReq
 				sends = s.dispatchLocked(k)
 			}
 		case !s.closed && len(k.queue) > 0 && k.requesting == 0 && len(k.leases) == 0:
+			// Nothing else can run these tasks: fail them rather than retry
+			// a raylet that refuses (or is gone) in a loop.
 			fails = k.queue
 			k.queue = nil
-		case !s.closed && len(k.queue) > 0:
-			sends = s.dispatchLocked(k)
 		}
 		s.mu.Unlock()
 		s.send(sends)
