@@ -109,7 +109,15 @@ func incVia(ctx context.Context, h ray.ActorHandle[Counter]) (int, error) {
 	return Inc.On(h).Remote(ctx, ray.V(100)).Get(ctx)
 }
 
+// crashChild runs a child task that always crashes its worker and returns
+// the child's error unchanged.
+func crashChild(ctx context.Context, _ int) (int, error) {
+	_, err := CrashUntil.Options(ray.MaxRetries(0)).Remote(ctx, ray.V(1)).Get(ctx)
+	return 0, err
+}
+
 var (
+	CrashChild = ray.Task1(crashChild)
 	Add        = ray.Task2(add)
 	Fail       = ray.Task1(fail)
 	Explode    = ray.Task1(explode)
@@ -526,5 +534,47 @@ func TestStoreFullIsAClearError(t *testing.T) {
 	// The store still works afterwards.
 	if _, err := ray.Put(ctx, make([]byte, 1<<20)); err != nil {
 		t.Fatalf("put after a failed put: %v", err)
+	}
+}
+
+func TestTypedErrorsCrossProcesses(t *testing.T) {
+	ctx := testCtx(t)
+	_, err := CrashChild.Remote(ctx, ray.V(0)).Get(ctx)
+	var wc *ray.WorkerCrashedError
+	if !errors.Is(err, ray.ErrWorkerCrashed) || !errors.As(err, &wc) || !errors.Is(err, ray.ErrTaskFailed) {
+		t.Fatalf("a child's crash returned by the parent: want ErrWorkerCrashed and *WorkerCrashedError, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "crashUntil") {
+		t.Fatalf("the message lost the child's details: %v", err)
+	}
+}
+
+func TestCancelledBeforeRun(t *testing.T) {
+	ctx := testCtx(t)
+	cctx, cancel := context.WithCancel(ctx)
+	blocker := SleepFor.Options(ray.CPUs(0)).Remote(ctx, ray.V(2*time.Second))
+	r := Add.Remote(cctx, blocker, ray.V(1)) // waits for its argument
+	cancel()
+	_, err := r.Get(ctx)
+	if !errors.Is(err, ray.ErrTaskCancelled) || !strings.Contains(err.Error(), "cancelled before it ran") {
+		t.Fatalf("want ErrTaskCancelled, got %v", err)
+	}
+}
+
+func TestKillPendingActor(t *testing.T) {
+	ctx := testCtx(t)
+	// No node has this resource: the actor stays pending.
+	c := CounterA.Options(ray.Resource("unobtainium", 1)).Remote(ctx, ray.V(0))
+	call := Inc.On(c).Remote(ctx, ray.V(1))
+	if err := c.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := call.Get(ctx)
+	var ad *ray.ActorDiedError
+	if !errors.As(err, &ad) || !strings.Contains(ad.Reason, "killed") {
+		t.Fatalf("call on a pending actor killed: %v", err)
+	}
+	if err := c.Ready(ctx); !errors.Is(err, ray.ErrActorDied) {
+		t.Fatalf("Ready after kill: %v", err)
 	}
 }
