@@ -49,6 +49,27 @@ func (e *WorkerStartError) Error() string {
 // Unwrap returns the underlying cause.
 func (e *WorkerStartError) Unwrap() error { return e.Err }
 
+// LeaseCancelledError is returned to a RequestWorkerLease call whose request
+// was cancelled with CancelWorkerLease (a lease granted for it, if any, has
+// been returned).
+type LeaseCancelledError struct {
+	RequestID []byte
+}
+
+func (e *LeaseCancelledError) Error() string {
+	return fmt.Sprintf("raylet: lease request %x was cancelled", e.RequestID)
+}
+
+// WorkerNotFoundError means a request names a worker that is not alive on
+// this node.
+type WorkerNotFoundError struct {
+	Worker ids.ID
+}
+
+func (e *WorkerNotFoundError) Error() string {
+	return fmt.Sprintf("raylet: worker %s is not alive on this node", e.Worker)
+}
+
 // toStatus converts the raylet's errors to gRPC status errors.
 func toStatus(err error) error {
 	if err == nil {
@@ -61,12 +82,18 @@ func toStatus(err error) error {
 		nf  *JobNotFoundError
 		fin *JobFinishedError
 		ws  *WorkerStartError
+		lc  *LeaseCancelledError
+		wnf *WorkerNotFoundError
 	)
 	switch {
 	case errors.Is(err, ErrShuttingDown):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.As(err, &nf), errors.As(err, &fin), errors.As(err, &ws):
 		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.As(err, &lc):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.As(err, &wnf):
+		return status.Error(codes.NotFound, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
 }

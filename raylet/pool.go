@@ -55,6 +55,7 @@ type job struct {
 	driverPID  int32
 	ready      bool // registered with the GCS and answered
 	finished   bool
+	out        *outbox // to the driver's session stream
 
 	workers       map[ids.ID]*worker
 	idle          []*worker // oldest first
@@ -90,9 +91,22 @@ type worker struct {
 	killedStarting bool
 	reaped         bool
 	startTimer     *time.Timer
+	// ownsObjects is the latest owns_objects the worker reported: it owns
+	// objects and must not be reaped as idle.
+	ownsObjects bool
 
-	cmds   chan *gorayv1.RayletCommand // to the worker's session stream
-	exited chan struct{}               // closed once the process is reaped (or failed to start)
+	out    *outbox       // to the worker's session stream
+	exited chan struct{} // closed once the process is reaped (or failed to start)
+}
+
+// registered reports whether w has completed its session registration and
+// has not died.
+func (w *worker) registered() bool {
+	switch w.state {
+	case stateIdle, stateLeased, stateActor:
+		return true
+	}
+	return false
 }
 
 type spawnRequest struct {
@@ -136,7 +150,7 @@ func (r *Raylet) startWorkerLocked(j *job) {
 		id:     ids.New(),
 		job:    j,
 		state:  stateStarting,
-		cmds:   make(chan *gorayv1.RayletCommand, 4),
+		out:    newOutbox(),
 		exited: make(chan struct{}),
 	}
 	j.workers[w.id] = w
@@ -340,10 +354,7 @@ func (r *Raylet) killWorkerLocked(w *worker, reason string, startFailure bool) {
 	}
 	w.killedStarting = !startFailure && w.state == stateStarting
 	w.job.removeIdle(w)
-	select {
-	case w.cmds <- &gorayv1.RayletCommand{Kind: gorayv1.RayletCommand_EXIT, Reason: reason}:
-	default:
-	}
+	w.out.push(&gorayv1.RayletCommand{Kind: gorayv1.RayletCommand_EXIT, Reason: reason})
 	if w.pid > 0 && !w.reaped {
 		_ = syscall.Kill(-w.pid, syscall.SIGTERM)
 	}
@@ -374,9 +385,11 @@ func (r *Raylet) sigkill(w *worker) {
 }
 
 // workerDied cleans up after w: its lease's resources return to the pool,
-// its store pins and unsealed objects are dropped, and the GCS learns of
-// the death of an actor it hosted. startErr is set when the process could
-// not be started at all.
+// as do the leases it held; its store pins and unsealed objects are dropped
+// and the objects it owned freed; the node's other sessions are told of
+// its death (WORKER_DIED); its stale socket file is removed; and the GCS
+// learns of the death of an actor it hosted. startErr is set when the
+// process could not be started at all.
 func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 	r.mu.Lock()
 	if w.state == stateDead {
@@ -414,9 +427,7 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 		}
 	}
 	if l := w.lease; l != nil {
-		r.available.Add(l.res)
-		delete(r.leases, l.id)
-		w.lease = nil
+		r.releaseLeaseLocked(l)
 	}
 	// Leases this worker held on other workers (it submitted tasks or
 	// created actors) would otherwise keep their resources forever.
@@ -429,12 +440,9 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 	for _, l := range held {
 		r.returnLeaseLocked(l, false)
 	}
-	var aborts []ids.ObjectID
-	for o, c := range r.creates {
-		if c == w.id {
-			aborts = append(aborts, o)
-			delete(r.creates, o)
-		}
+	aborts, frees := r.objectsOfDeadLocked(w.id)
+	if w.addr != nil {
+		r.broadcastDiedLocked(w.id)
 	}
 	actor, pid := w.actorID, w.pid
 	shuttingDown := r.shuttingDown
@@ -446,6 +454,12 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 	r.cfg.Store.ReleaseClient(w.id)
 	for _, o := range aborts {
 		_ = r.cfg.Store.Abort(o)
+	}
+	if len(frees) > 0 {
+		r.cfg.Store.Free(frees)
+	}
+	if w.addr != nil {
+		removeStaleSocket(w.addr.GetUnixPath())
 	}
 	if actor.IsNil() {
 		r.log.Debug("worker exited", "worker_id", w.id, "job_id", j.id, "pid", pid, "reason", reason)
@@ -465,15 +479,90 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 }
 
 // reapIdleLocked kills idle workers beyond MaxIdle per job that have been
-// idle for longer than IdleTimeout, oldest first.
+// idle for longer than IdleTimeout, oldest first. A worker that owns
+// objects or holds leases (it created an actor or submitted tasks) is
+// never reaped: its death would lose the objects or the actor.
 func (r *Raylet) reapIdleLocked(now time.Time) {
+	holders := map[ids.ID]bool{}
+	for _, l := range r.leases {
+		if !l.holder.IsNil() {
+			holders[l.holder] = true
+		}
+	}
 	for _, j := range r.jobs {
-		for len(j.idle) > r.pool.maxIdle {
-			w := j.idle[0]
-			if now.Sub(w.idleSince) < r.pool.idleTimeout {
+		excess := len(j.idle) - r.pool.maxIdle
+		var victims []*worker
+		for _, w := range j.idle { // oldest first
+			if excess <= 0 || now.Sub(w.idleSince) < r.pool.idleTimeout {
 				break
 			}
+			if w.ownsObjects || holders[w.id] {
+				continue
+			}
+			victims = append(victims, w)
+			excess--
+		}
+		for _, w := range victims {
 			r.killWorkerLocked(w, "idle worker reaped", false)
 		}
+	}
+}
+
+// objectsOfDeadLocked forgets the objects of a dead driver or worker:
+// it returns the unsealed objects it was creating (to abort) and the other
+// objects it owned (to free).
+func (r *Raylet) objectsOfDeadLocked(id ids.ID) (aborts, frees []ids.ObjectID) {
+	for o, c := range r.creates {
+		if c == id {
+			aborts = append(aborts, o)
+			delete(r.creates, o)
+			r.forgetObjectLocked(o)
+		}
+	}
+	for o := range r.owned[id] {
+		frees = append(frees, o)
+		r.forgetObjectLocked(o)
+	}
+	return aborts, frees
+}
+
+// trackOwnerLocked records that owner owns o, until o is freed.
+func (r *Raylet) trackOwnerLocked(o ids.ObjectID, owner ids.ID) {
+	r.forgetObjectLocked(o)
+	if owner.IsNil() {
+		return
+	}
+	r.owners[o] = owner
+	objs := r.owned[owner]
+	if objs == nil {
+		objs = map[ids.ObjectID]struct{}{}
+		r.owned[owner] = objs
+	}
+	objs[o] = struct{}{}
+}
+
+// forgetObjectLocked drops o's owner record.
+func (r *Raylet) forgetObjectLocked(o ids.ObjectID) {
+	owner, ok := r.owners[o]
+	if !ok {
+		return
+	}
+	delete(r.owners, o)
+	if objs := r.owned[owner]; objs != nil {
+		delete(objs, o)
+		if len(objs) == 0 {
+			delete(r.owned, owner)
+		}
+	}
+}
+
+// removeStaleSocket removes a dead worker's unix socket file, when path
+// still names a socket.
+func removeStaleSocket(path string) {
+	if path == "" {
+		return
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		_ = os.Remove(path)
 	}
 }

@@ -41,6 +41,14 @@ const killGrace = 2 * time.Second
 // gcsTimeout bounds GCS calls made outside any caller's context.
 const gcsTimeout = 5 * time.Second
 
+// Cancelled lease request ids that were not known when cancelled are
+// remembered this long (and at most this many), so that a request arriving
+// after its cancellation is refused.
+const (
+	tombstoneTTL  = 5 * time.Minute
+	maxTombstones = 10000
+)
+
 // maxStartFailures is how many workers of a job may exit before registering,
 // in a row, before the job's waiting lease requests fail.
 const maxStartFailures = 3
@@ -139,7 +147,10 @@ type Raylet struct {
 	order        []*schedClass
 	rr           int
 	starting     int
-	creates      map[ids.ObjectID]ids.ID // unsealed object -> creating client
+	creates      map[ids.ObjectID]ids.ID              // unsealed object -> creating client
+	owners       map[ids.ObjectID]ids.ID              // created object -> owner, until freed
+	owned        map[ids.ID]map[ids.ObjectID]struct{} // owner -> its objects
+	tombstones   tombstones                           // cancelled request ids not seen yet
 }
 
 // New validates cfg, creates the session's sockets and logs directories and
@@ -193,6 +204,8 @@ func New(cfg Config) (*Raylet, error) {
 		leases:    map[ids.ID]*lease{},
 		classes:   map[string]*schedClass{},
 		creates:   map[ids.ObjectID]ids.ID{},
+		owners:    map[ids.ObjectID]ids.ID{},
+		owned:     map[ids.ID]map[ids.ObjectID]struct{}{},
 	}
 	if r.hbPeriod <= 0 {
 		r.hbPeriod = DefaultHeartbeatPeriod
@@ -285,7 +298,7 @@ func (r *Raylet) heartbeat(ctx context.Context) {
 	r.mu.Lock()
 	req := &gorayv1.HeartbeatRequest{
 		NodeId:    r.cfg.NodeID.Bytes(),
-		Available: resourcesProto(r.available),
+		Available: resourcesProto(nonNegative(r.available)),
 		Pending:   r.pendingDemandLocked(),
 	}
 	r.mu.Unlock()
@@ -406,6 +419,18 @@ func resourcesProto(s resources.Set) *gorayv1.Resources {
 		m[k] = v
 	}
 	return &gorayv1.Resources{Amounts: m}
+}
+
+// nonNegative returns s with negative amounts (CPU oversubscribed by
+// workers that resumed after blocking) reported as zero.
+func nonNegative(s resources.Set) resources.Set {
+	out := make(resources.Set, len(s))
+	for k, v := range s {
+		if v > 0 {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func resourcesFromProto(p *gorayv1.Resources) (resources.Set, error) {

@@ -15,15 +15,20 @@ import (
 
 var _ gorayv1.RayletServer = (*Raylet)(nil)
 
-// recvUntilError drains a stream in the background; the returned channel
-// is closed when Recv fails (the peer closed the stream or died).
-func recvUntilError[T any](recv func() (*T, error)) <-chan struct{} {
+// recvUntilError reads a stream in the background, passing each message to
+// handle (when not nil); the returned channel is closed when Recv fails (the
+// peer closed the stream or died).
+func recvUntilError[T any](recv func() (*T, error), handle func(*T)) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for {
-			if _, err := recv(); err != nil {
+			m, err := recv()
+			if err != nil {
 				return
+			}
+			if handle != nil {
+				handle(m)
 			}
 		}
 	}()
@@ -33,7 +38,9 @@ func recvUntilError[T any](recv func() (*T, error)) <-chan struct{} {
 // WorkerSession serves a worker process started by this raylet: the first
 // message registers it (it must carry the worker id from GORAY_WORKER_ID),
 // the reply is REGISTERED with the node and store information, and the
-// stream then stays open for the worker's life. When the stream closes the
+// stream then stays open for the worker's life. Later messages report
+// owns_objects (a worker that owns objects is not reaped as idle); the
+// raylet sends EXIT and WORKER_DIED commands. When the stream closes the
 // worker is considered dead and its process is killed.
 func (r *Raylet) WorkerSession(stream gorayv1.Raylet_WorkerSessionServer) error {
 	msg, err := stream.Recv()
@@ -96,17 +103,28 @@ func (r *Raylet) WorkerSession(stream gorayv1.Raylet_WorkerSessionServer) error 
 	}
 	r.mu.Unlock()
 
-	recvDone := recvUntilError(stream.Recv)
+	recvDone := recvUntilError(stream.Recv, func(m *gorayv1.WorkerMessage) {
+		r.mu.Lock()
+		w.ownsObjects = m.GetOwnsObjects()
+		r.mu.Unlock()
+	})
 	reason := ""
 loop:
 	for {
 		select {
-		case c := <-w.cmds:
-			if err := stream.Send(c); err != nil {
-				reason = fmt.Sprintf("worker session failed: %v", err)
-				break loop
+		case <-w.out.notify:
+			exit := false
+			for _, c := range w.out.take() {
+				if err := stream.Send(c); err != nil {
+					reason = fmt.Sprintf("worker session failed: %v", err)
+					break loop
+				}
+				if c.GetKind() == gorayv1.RayletCommand_EXIT {
+					exit = true
+					break
+				}
 			}
-			if c.GetKind() == gorayv1.RayletCommand_EXIT {
+			if exit {
 				break loop
 			}
 		case <-recvDone:
@@ -134,9 +152,12 @@ loop:
 
 // DriverSession registers a driver's job: the first message carries the
 // JobInfo (a job id is assigned when empty), the job is added to the GCS,
-// the reply is REGISTERED, and workers are prestarted. When the stream
-// closes the job ends: its workers (actors included) are killed, the
-// driver's store pins dropped and the job marked finished in the GCS.
+// the reply is REGISTERED, and workers are prestarted. While the session
+// lasts the driver receives WORKER_DIED for every driver or worker of the
+// node that dies. When the stream closes the job ends: its workers (actors
+// included) are killed, the driver's store pins dropped, the objects it
+// owned freed, the other sessions told (WORKER_DIED) and the job marked
+// finished in the GCS.
 func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error {
 	msg, err := stream.Recv()
 	if err != nil {
@@ -167,6 +188,7 @@ func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error 
 		driverID:   ids.MustFromBytes(msg.GetAddress().GetWorkerId()),
 		driverAddr: msg.GetAddress(),
 		driverPID:  msg.GetPid(),
+		out:        newOutbox(),
 		workers:    map[ids.ID]*worker{},
 	}
 
@@ -210,12 +232,24 @@ func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error 
 	r.mu.Unlock()
 	r.log.Info("job registered", "job_id", jobID, "binary", info.GetBinaryPath(), "driver_pid", msg.GetPid())
 
-	recvDone := recvUntilError(stream.Recv)
-	select {
-	case <-recvDone:
-	case <-stream.Context().Done():
-	case <-r.closing:
-		_ = stream.Send(&gorayv1.RayletCommand{Kind: gorayv1.RayletCommand_EXIT, Reason: "node shutting down"})
+	recvDone := recvUntilError(stream.Recv, nil)
+loop:
+	for {
+		select {
+		case <-recvDone:
+			break loop
+		case <-stream.Context().Done():
+			break loop
+		case <-r.closing:
+			_ = stream.Send(&gorayv1.RayletCommand{Kind: gorayv1.RayletCommand_EXIT, Reason: "node shutting down"})
+			break loop
+		case <-j.out.notify:
+			for _, c := range j.out.take() {
+				if err := stream.Send(c); err != nil {
+					break loop
+				}
+			}
+		}
 	}
 	r.endJob(j)
 	return nil
@@ -234,13 +268,11 @@ func (r *Raylet) endJob(j *job) {
 	for _, w := range j.workers {
 		r.killWorkerLocked(w, "job finished", false)
 	}
-	var aborts []ids.ObjectID
+	var aborts, frees []ids.ObjectID
 	if !j.driverID.IsNil() {
-		for o, c := range r.creates {
-			if c == j.driverID {
-				aborts = append(aborts, o)
-				delete(r.creates, o)
-			}
+		aborts, frees = r.objectsOfDeadLocked(j.driverID)
+		if j.ready {
+			r.broadcastDiedLocked(j.driverID)
 		}
 	}
 	r.mu.Unlock()
@@ -249,6 +281,9 @@ func (r *Raylet) endJob(j *job) {
 		r.cfg.Store.ReleaseClient(j.driverID)
 		for _, o := range aborts {
 			_ = r.cfg.Store.Abort(o)
+		}
+		if len(frees) > 0 {
+			r.cfg.Store.Free(frees)
 		}
 	}
 	if r.cfg.GCS != nil {
@@ -263,9 +298,10 @@ func (r *Raylet) endJob(j *job) {
 
 // RequestWorkerLease waits until a worker of the job can be leased with the
 // requested resources, then returns its address. When the call's context
-// ends first the request is withdrawn and nothing stays taken. Requests
-// that exceed the node's total resources wait (and are reported as
-// infeasible demand) until cancelled.
+// ends first (or just as the lease is granted) the request is withdrawn
+// and nothing stays taken. Requests that exceed the node's total resources
+// wait (and are reported as infeasible demand) until cancelled. A request
+// may be named by a caller-chosen request_id for CancelWorkerLease.
 func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseRequest) (*gorayv1.LeaseReply, error) {
 	jobID, err := ids.FromBytes(req.GetJobId())
 	if err != nil {
@@ -292,8 +328,15 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 		r.mu.Unlock()
 		return nil, toStatus(&JobNotFoundError{Job: jobID})
 	}
+	if rid := string(req.GetRequestId()); rid != "" && r.tombstones.take(rid, time.Now()) {
+		r.mu.Unlock()
+		return nil, toStatus(&LeaseCancelledError{RequestID: req.GetRequestId()})
+	}
 	holder, _ := ids.FromBytes(req.GetHolderId())
-	p := &pendingLease{job: j, res: res, actorID: actorID, holder: holder, function: req.GetFunction(), ready: make(chan struct{})}
+	p := &pendingLease{
+		job: j, res: res, actorID: actorID, holder: holder, requestID: string(req.GetRequestId()),
+		function: req.GetFunction(), ready: make(chan struct{}),
+	}
 	r.enqueueLocked(p)
 	r.dispatchLocked()
 	r.mu.Unlock()
@@ -304,7 +347,7 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 		r.mu.Lock()
 		switch {
 		case p.lease != nil:
-			r.returnLeaseLocked(p.lease, false)
+			r.returnLeaseLocked(p.lease, false) // no-op when already ended
 		case p.err == nil:
 			r.dequeueLocked(p)
 			r.dispatchLocked()
@@ -317,6 +360,14 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if p.lease.cancelled {
+		return nil, toStatus(&LeaseCancelledError{RequestID: req.GetRequestId()})
+	}
+	if err := ctx.Err(); err != nil {
+		// Granted as the caller gave up: it would never learn of the lease.
+		r.returnLeaseLocked(p.lease, false)
+		return nil, status.FromContextError(err).Err()
+	}
 	w := p.lease.worker
 	r.log.Trace("lease granted", "lease_id", p.lease.id, "worker_id", w.id, "job_id", jobID,
 		"resources", p.res.String(), "actor_id", actorID, "function", p.function)
@@ -345,8 +396,102 @@ func (r *Raylet) ReturnWorkerLease(ctx context.Context, req *gorayv1.ReturnLease
 	return &gorayv1.ReturnLeaseReply{}, nil
 }
 
-// CreateObject allocates an unsealed object in the store; the owner's
-// worker id is the pin holder.
+// CancelWorkerLease cancels the lease request named request_id: a request
+// still waiting is dropped (its RequestWorkerLease call fails with
+// Canceled), and a lease granted for it that has not been returned is
+// returned, since the caller never received it (returned=true). Cancelling
+// an unknown or already cancelled request succeeds with returned=false; an
+// unknown id is remembered for a while, so that the request, should it
+// arrive after its cancellation, fails with Canceled instead of being
+// granted.
+func (r *Raylet) CancelWorkerLease(ctx context.Context, req *gorayv1.CancelLeaseRequest) (*gorayv1.CancelLeaseReply, error) {
+	rid := string(req.GetRequestId())
+	if rid == "" {
+		return nil, status.Error(codes.InvalidArgument, "cancel lease: request_id is required")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var waiting []*pendingLease
+	for _, c := range r.order {
+		for _, p := range c.queue {
+			if p.requestID == rid {
+				waiting = append(waiting, p)
+			}
+		}
+	}
+	for _, p := range waiting {
+		r.dequeueLocked(p)
+		p.err = &LeaseCancelledError{RequestID: req.GetRequestId()}
+		close(p.ready)
+	}
+	var granted []*lease
+	for _, l := range r.leases {
+		if l.requestID == rid {
+			granted = append(granted, l)
+		}
+	}
+	for _, l := range granted {
+		l.cancelled = true
+		r.returnLeaseLocked(l, false)
+	}
+	if len(waiting) > 0 && len(granted) == 0 {
+		r.dispatchLocked()
+	}
+	if len(waiting)+len(granted) == 0 {
+		// The request may still be on its way: refuse it when it arrives.
+		r.tombstones.add(rid, time.Now())
+	} else {
+		r.log.Debug("lease request cancelled", "request_id", fmt.Sprintf("%x", req.GetRequestId()),
+			"waiting", len(waiting), "returned", len(granted))
+	}
+	return &gorayv1.CancelLeaseReply{Returned: len(granted) > 0}, nil
+}
+
+// NotifyTaskBlocked records that a worker executing a task under a lease
+// blocked in Get or Wait (blocked=true) or resumed (false). While it is
+// blocked the lease's CPU is lent back to the node so that other requests
+// (such as the nested tasks it waits for) can be granted; when it resumes
+// the CPU is taken again even if that oversubscribes the node, in which
+// case nothing needing CPU is granted until enough leases return. Reports
+// for a worker without a lease, for a driver, and repeated reports are
+// no-ops; an unknown worker is NotFound.
+func (r *Raylet) NotifyTaskBlocked(ctx context.Context, req *gorayv1.TaskBlockedRequest) (*gorayv1.TaskBlockedReply, error) {
+	wid, err := ids.FromBytes(req.GetWorkerId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "task blocked: worker id: %v", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.workers[wid]
+	if w == nil || w.state == stateDead {
+		for _, j := range r.jobs {
+			if j.driverID == wid && !j.finished {
+				return &gorayv1.TaskBlockedReply{}, nil // drivers hold no lease
+			}
+		}
+		return nil, toStatus(&WorkerNotFoundError{Worker: wid})
+	}
+	l := w.lease
+	if l == nil || l.blocked == req.GetBlocked() {
+		return &gorayv1.TaskBlockedReply{}, nil
+	}
+	l.blocked = req.GetBlocked()
+	if l.blocked {
+		r.available.Add(l.lentCPU())
+		r.dispatchLocked()
+	} else {
+		r.available.Sub(l.lentCPU()) // may go negative: oversubscribed
+	}
+	r.log.Trace("task blocked", "worker_id", wid, "lease_id", l.id, "blocked", l.blocked,
+		"available", r.available.String())
+	return &gorayv1.TaskBlockedReply{}, nil
+}
+
+// CreateObject allocates an unsealed object in the store. The creator
+// (creator_id, or the owner's worker id when empty) holds the creator pin
+// until the object is sealed; the owner (owner.worker_id) is remembered so
+// that the object is freed when that driver or worker dies, unless
+// FreeObjects frees it first.
 func (r *Raylet) CreateObject(ctx context.Context, req *gorayv1.CreateObjectRequest) (*gorayv1.CreateObjectReply, error) {
 	oid, err := ids.ObjectIDFromBytes(req.GetObjectId())
 	if err != nil {
@@ -355,13 +500,20 @@ func (r *Raylet) CreateObject(ctx context.Context, req *gorayv1.CreateObjectRequ
 	if req.GetDataSize() < 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "create object %s: negative size %d", oid, req.GetDataSize())
 	}
-	client := ids.MustFromBytes(req.GetOwner().GetWorkerId())
-	off, err := r.cfg.Store.Create(oid, req.GetDataSize(), req.GetMetadata(), client)
+	owner := ids.MustFromBytes(req.GetOwner().GetWorkerId())
+	creator := owner
+	if len(req.GetCreatorId()) > 0 {
+		if creator, err = ids.FromBytes(req.GetCreatorId()); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "create object %s: creator id: %v", oid, err)
+		}
+	}
+	off, err := r.cfg.Store.Create(oid, req.GetDataSize(), req.GetMetadata(), creator)
 	if err != nil {
 		return nil, storeStatus(err)
 	}
 	r.mu.Lock()
-	r.creates[oid] = client
+	r.creates[oid] = creator
+	r.trackOwnerLocked(oid, owner)
 	r.mu.Unlock()
 	return &gorayv1.CreateObjectReply{Offset: off}, nil
 }
@@ -420,6 +572,7 @@ func (r *Raylet) FreeObjects(ctx context.Context, req *gorayv1.FreeObjectsReques
 	r.mu.Lock()
 	for _, o := range objs {
 		delete(r.creates, o)
+		r.forgetObjectLocked(o)
 	}
 	r.mu.Unlock()
 	return &gorayv1.FreeObjectsReply{}, nil

@@ -18,20 +18,87 @@ type lease struct {
 	// holder is the process the lease was granted to (zero when the
 	// request did not say); its death returns the lease.
 	holder ids.ID
+	// requestID is the caller's name for the request that was granted
+	// (empty for old callers); CancelWorkerLease finds the lease by it.
+	requestID string
+	// cancelled is set when CancelWorkerLease returned the lease before
+	// its request's reply was sent.
+	cancelled bool
+	// blocked is set while the worker is blocked in Get: the lease's CPU
+	// is lent back to the node.
+	blocked bool
+}
+
+// held returns the resources l takes from the node now: all of l.res, less
+// its CPU while the worker is blocked.
+func (l *lease) held() resources.Set {
+	if !l.blocked {
+		return l.res
+	}
+	h := l.res.Clone()
+	delete(h, resources.CPU)
+	return h
+}
+
+// lentCPU is the CPU a blocked worker lends back.
+func (l *lease) lentCPU() resources.Set {
+	return resources.Set{resources.CPU: l.res[resources.CPU]}
 }
 
 // pendingLease is a waiting RequestWorkerLease call. ready is closed once
 // lease or err is set (under Raylet.mu).
 type pendingLease struct {
-	job      *job
-	res      resources.Set
-	actorID  ids.ID
-	holder   ids.ID
-	function string
-	class    *schedClass
-	ready    chan struct{}
-	lease    *lease
-	err      error
+	job     *job
+	res     resources.Set
+	actorID ids.ID
+	holder  ids.ID
+	// requestID is the caller's name for the request (may be empty).
+	requestID string
+	function  string
+	class     *schedClass
+	ready     chan struct{}
+	lease     *lease
+	err       error
+}
+
+// tombstones remembers cancelled lease request ids whose request had not
+// arrived yet: CancelWorkerLease can overtake RequestWorkerLease (they are
+// separate calls), and the request must then be refused rather than
+// granted to a caller that already gave up. Entries expire after
+// tombstoneTTL; at most maxTombstones are kept.
+type tombstones struct {
+	at    map[string]time.Time
+	order []tombstone // oldest first
+}
+
+type tombstone struct {
+	id string
+	at time.Time
+}
+
+// add records id as cancelled at now.
+func (t *tombstones) add(id string, now time.Time) {
+	if t.at == nil {
+		t.at = map[string]time.Time{}
+	}
+	t.at[id] = now
+	t.order = append(t.order, tombstone{id, now})
+	for len(t.order) > 0 && (len(t.order) > maxTombstones || now.Sub(t.order[0].at) > tombstoneTTL) {
+		if old := t.order[0]; t.at[old.id].Equal(old.at) {
+			delete(t.at, old.id)
+		}
+		t.order = t.order[1:]
+	}
+}
+
+// take reports whether id was cancelled (within the TTL) and forgets it.
+func (t *tombstones) take(id string, now time.Time) bool {
+	at, ok := t.at[id]
+	if !ok {
+		return false
+	}
+	delete(t.at, id)
+	return now.Sub(at) <= tombstoneTTL
 }
 
 // schedClass groups waiting requests with the same job and resources;
@@ -129,7 +196,7 @@ func (r *Raylet) dispatchLocked() {
 
 // grantLocked gives w to p.
 func (r *Raylet) grantLocked(p *pendingLease, w *worker) {
-	l := &lease{id: ids.New(), worker: w, res: p.res, actorID: p.actorID, holder: p.holder}
+	l := &lease{id: ids.New(), worker: w, res: p.res, actorID: p.actorID, holder: p.holder, requestID: p.requestID}
 	r.available.Sub(p.res)
 	r.leases[l.id] = l
 	w.lease = l
@@ -172,16 +239,29 @@ func (r *Raylet) startWorkersLocked() {
 	}
 }
 
+// releaseLeaseLocked forgets l and gives the resources it still holds back
+// to the node. It reports false when l had already ended.
+func (r *Raylet) releaseLeaseLocked(l *lease) bool {
+	if r.leases[l.id] != l {
+		return false
+	}
+	delete(r.leases, l.id)
+	if l.worker.lease == l {
+		l.worker.lease = nil
+	}
+	r.available.Add(l.held())
+	l.blocked = false
+	return true
+}
+
 // returnLeaseLocked ends l: its resources return to the pool and the worker
 // becomes idle, or is killed when disconnect is set, it hosted an actor or
-// its job has finished.
+// its job has finished. Returning an ended lease does nothing.
 func (r *Raylet) returnLeaseLocked(l *lease, disconnect bool) {
-	w := l.worker
-	delete(r.leases, l.id)
-	if w.lease == l {
-		w.lease = nil
+	if !r.releaseLeaseLocked(l) {
+		return
 	}
-	r.available.Add(l.res)
+	w := l.worker
 	switch {
 	case w.state == stateDead || w.killing:
 	case disconnect:

@@ -116,7 +116,13 @@ func crashChild(ctx context.Context, _ int) (int, error) {
 	return 0, err
 }
 
+// parent submits a child task and waits for it while holding its CPU.
+func parent(ctx context.Context, x int) (int, error) {
+	return Add.Remote(ctx, ray.V(x), ray.V(1000)).Get(ctx)
+}
+
 var (
+	Parent     = ray.Task1(parent)
 	CrashChild = ray.Task1(crashChild)
 	Add        = ray.Task2(add)
 	Fail       = ray.Task1(fail)
@@ -576,5 +582,24 @@ func TestKillPendingActor(t *testing.T) {
 	}
 	if err := c.Ready(ctx); !errors.Is(err, ray.ErrActorDied) {
 		t.Fatalf("Ready after kill: %v", err)
+	}
+}
+
+func TestNestedTasksDoNotDeadlock(t *testing.T) {
+	ctx := testCtx(t)
+	// Four parents on a 2-CPU node, each waiting on a child that needs a CPU:
+	// without lending the waiting parents' CPUs, no child could ever run.
+	var refs []ray.Ref[int]
+	for i := 0; i < 4; i++ {
+		refs = append(refs, Parent.Remote(ctx, ray.V(i)))
+	}
+	got, err := ray.GetAll(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range got {
+		if v != 1000+i {
+			t.Fatalf("parent %d = %d", i, v)
+		}
 	}
 }

@@ -4,8 +4,12 @@
 // directory, registers over WorkerSession and exits when the stream closes,
 // on an EXIT command or on the Exit RPC.
 //
+// It prints "testworker: WORKER_DIED <hex id>" on stdout for every
+// WORKER_DIED command it receives.
+//
 // TESTWORKER_MODE changes its behaviour: "noregister" never connects to the
-// raylet; "crash" exits with status 3 at once.
+// raylet; "crash" exits with status 3 at once; "owner" reports
+// owns_objects=true right after registering.
 package main
 
 import (
@@ -97,6 +101,12 @@ func main() {
 		fail("registration reply: %v %v", first, err)
 	}
 	fmt.Printf("testworker registered job=%x log_level=%s\n", first.GetJobId(), os.Getenv(raylet.EnvLogLevel))
+	if os.Getenv("TESTWORKER_MODE") == "owner" {
+		if err := stream.Send(&gorayv1.WorkerMessage{WorkerId: wid.Bytes(), OwnsObjects: true}); err != nil {
+			fail("reporting owns_objects: %v", err)
+		}
+		fmt.Println("testworker: reported owns_objects")
+	}
 
 	go func() {
 		for {
@@ -105,9 +115,12 @@ func main() {
 				cw.exit <- "stream closed: " + err.Error()
 				return
 			}
-			if c.GetKind() == gorayv1.RayletCommand_EXIT {
+			switch c.GetKind() {
+			case gorayv1.RayletCommand_EXIT:
 				cw.exit <- "EXIT: " + c.GetReason()
 				return
+			case gorayv1.RayletCommand_WORKER_DIED:
+				fmt.Printf("testworker: WORKER_DIED %x\n", c.GetWorkerId())
 			}
 		}
 	}()

@@ -1,0 +1,236 @@
+package host
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+
+	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/sdk/plugin"
+)
+
+// DecodeConfig decodes a plugin's `config { ... }` body against the schema
+// the plugin reported, into the values plugin.ServeConfig.Configure
+// receives. Unknown attributes and blocks (with a "did you mean"
+// suggestion), missing required attributes, wrong types and malformed
+// sizes and durations are diagnostics at their source range. A nil body (no
+// config block) decodes as empty; a required attribute is then reported at
+// missing, the plugin block's header.
+func DecodeConfig(body hcl.Body, s plugin.Schema, missing hcl.Range) (map[string]any, hcl.Diagnostics) {
+	if body == nil {
+		body = hcl.EmptyBody()
+	}
+	return decodeBody(body, s, missing, "")
+}
+
+func decodeBody(body hcl.Body, s plugin.Schema, missing hcl.Range, prefix string) (map[string]any, hcl.Diagnostics) {
+	hs := &hcl.BodySchema{}
+	for _, name := range sortedKeys(s.Attributes) {
+		hs.Attributes = append(hs.Attributes, hcl.AttributeSchema{Name: name, Required: s.Attributes[name].Required})
+	}
+	for _, name := range sortedKeys(s.Blocks) {
+		hs.Blocks = append(hs.Blocks, hcl.BlockHeaderSchema{Type: name})
+	}
+	content, diags := body.Content(hs)
+	for _, d := range diags {
+		// An empty body (no config block) has no range of its own.
+		if d.Subject == nil || d.Subject.Filename == "" {
+			d.Subject = missing.Ptr()
+			if d.Summary == "Missing required argument" {
+				d.Detail += " The plugin block has no config block."
+			}
+		}
+	}
+	out := map[string]any{}
+	if content == nil {
+		return out, diags
+	}
+	for _, name := range sortedKeys(content.Attributes) {
+		a := content.Attributes[name]
+		v, ok, ds := decodeAttr(a, prefix+name, s.Attributes[name])
+		diags = append(diags, ds...)
+		if ok {
+			out[name] = v
+		}
+	}
+	byType := map[string][]*hcl.Block{}
+	for _, b := range content.Blocks {
+		byType[b.Type] = append(byType[b.Type], b)
+	}
+	for _, typ := range sortedKeys(byType) {
+		bs := s.Blocks[typ]
+		blocks := byType[typ]
+		if !bs.Repeated && len(blocks) > 1 {
+			for _, b := range blocks[1:] {
+				diags = append(diags, &hcl.Diagnostic{
+					Severity: hcl.DiagError,
+					Summary:  "Duplicate block",
+					Detail:   fmt.Sprintf("Only one %q block is allowed here; the first is at %s.", prefix+typ, blocks[0].DefRange),
+					Subject:  b.DefRange.Ptr(),
+				})
+			}
+			blocks = blocks[:1]
+		}
+		var list []any
+		for _, b := range blocks {
+			v, ds := decodeBody(b.Body, bs.Schema, b.DefRange, prefix+typ+".")
+			diags = append(diags, ds...)
+			list = append(list, v)
+		}
+		if bs.Repeated {
+			out[typ] = list
+		} else {
+			out[typ] = list[0]
+		}
+	}
+	return out, diags
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// decodeAttr evaluates a and converts it to the canonical form of attr's
+// type. ok is false for an error or a null value ("not set").
+func decodeAttr(a *hcl.Attribute, path string, attr plugin.Attribute) (any, bool, hcl.Diagnostics) {
+	v, diags := a.Expr.Value(nil)
+	if diags.HasErrors() {
+		return nil, false, diags
+	}
+	rng := a.Expr.Range()
+	diag := func(summary, detail string) hcl.Diagnostics {
+		return append(diags, &hcl.Diagnostic{
+			Severity:   hcl.DiagError,
+			Summary:    summary,
+			Detail:     detail,
+			Subject:    rng.Ptr(),
+			Context:    a.Range.Ptr(),
+			Expression: a.Expr,
+		})
+	}
+	typeErr := func(got cty.Value) hcl.Diagnostics {
+		return diag("Incorrect attribute value type",
+			fmt.Sprintf("Inappropriate value for attribute %q: %s is required, got %s.", path, attr.Type.Describe(), typeName(got)))
+	}
+	if v.IsNull() {
+		if attr.Required {
+			return nil, false, diag("Missing required argument",
+				fmt.Sprintf("The argument %q is required and cannot be null.", path))
+		}
+		return nil, false, diags
+	}
+	if !v.IsWhollyKnown() {
+		return nil, false, diag("Unknown value", fmt.Sprintf("The value of %q must be known when the config is loaded.", path))
+	}
+	show := func(s string) string {
+		if attr.Sensitive {
+			return "(sensitive value)"
+		}
+		return fmt.Sprintf("%q", s)
+	}
+	switch attr.Type {
+	case plugin.TypeString:
+		if v.Type() != cty.String {
+			return nil, false, typeErr(v)
+		}
+		return v.AsString(), true, diags
+	case plugin.TypeBool:
+		if v.Type() != cty.Bool {
+			return nil, false, typeErr(v)
+		}
+		return v.True(), true, diags
+	case plugin.TypeNumber:
+		if v.Type() != cty.Number {
+			return nil, false, typeErr(v)
+		}
+		f, _ := v.AsBigFloat().Float64()
+		if math.IsInf(f, 0) {
+			return nil, false, diag("Number out of range", fmt.Sprintf("The value of %q is too large.", path))
+		}
+		return f, true, diags
+	case plugin.TypeListString:
+		t := v.Type()
+		if !t.IsTupleType() && !t.IsListType() && !t.IsSetType() {
+			return nil, false, typeErr(v)
+		}
+		out := []any{}
+		i := 0
+		for it := v.ElementIterator(); it.Next(); i++ {
+			_, ev := it.Element()
+			if ev.IsNull() || ev.Type() != cty.String {
+				return nil, false, diag("Incorrect attribute value type",
+					fmt.Sprintf("Inappropriate value for element %d of attribute %q: a string is required, got %s.", i, path, typeName(ev)))
+			}
+			out = append(out, ev.AsString())
+		}
+		return out, true, diags
+	case plugin.TypeMapString:
+		t := v.Type()
+		if !t.IsObjectType() && !t.IsMapType() {
+			return nil, false, typeErr(v)
+		}
+		out := map[string]any{}
+		for it := v.ElementIterator(); it.Next(); {
+			k, ev := it.Element()
+			if ev.IsNull() || ev.Type() != cty.String {
+				return nil, false, diag("Incorrect attribute value type",
+					fmt.Sprintf("Inappropriate value for %s[%q]: a string is required, got %s.", path, k.AsString(), typeName(ev)))
+			}
+			out[k.AsString()] = ev.AsString()
+		}
+		return out, true, diags
+	case plugin.TypeDuration:
+		if v.Type() != cty.String {
+			return nil, false, typeErr(v)
+		}
+		s := strings.TrimSpace(v.AsString())
+		if _, err := time.ParseDuration(s); err != nil {
+			return nil, false, diag("Invalid duration",
+				fmt.Sprintf("Invalid value for attribute %q: cannot parse %s as a duration. Use a Go duration string such as \"500ms\", \"30s\" or \"2m\".", path, show(v.AsString())))
+		}
+		return s, true, diags
+	case plugin.TypeSize:
+		switch v.Type() {
+		case cty.String:
+			n, err := config.ParseSize(v.AsString())
+			if err != nil {
+				detail := fmt.Sprintf("Invalid value for attribute %q: %s.", path, err)
+				if attr.Sensitive {
+					detail = fmt.Sprintf("Invalid value for attribute %q: not a number of bytes or a size such as \"512MiB\" or \"2GiB\".", path)
+				}
+				return nil, false, diag("Invalid size", detail)
+			}
+			return n, true, diags
+		case cty.Number:
+			bf := v.AsBigFloat()
+			i, acc := bf.Int64()
+			if !bf.IsInt() || acc != big.Exact || i < 0 {
+				return nil, false, diag("Invalid size",
+					fmt.Sprintf("Invalid value for attribute %q: %s is not a whole, non-negative number of bytes.", path, bf.Text('g', -1)))
+			}
+			return i, true, diags
+		}
+		return nil, false, typeErr(v)
+	}
+	return nil, false, diag("Unsupported attribute type",
+		fmt.Sprintf("The plugin declares attribute %q with type %q, which this host does not know.", path, string(attr.Type)))
+}
+
+// typeName describes v's type for messages.
+func typeName(v cty.Value) string {
+	if v.IsNull() {
+		return "null"
+	}
+	return v.Type().FriendlyName()
+}

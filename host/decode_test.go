@@ -1,0 +1,68 @@
+package host
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclparse"
+
+	"github.com/goray-dev/goray/sdk/plugin"
+)
+
+func TestDecodeConfig(t *testing.T) {
+	schema := plugin.Schema{
+		Attributes: map[string]plugin.Attribute{
+			"token":  {Type: plugin.TypeDuration, Sensitive: true},
+			"labels": {Type: plugin.TypeMapString},
+			"name":   {Type: plugin.TypeString},
+		},
+		Blocks: map[string]plugin.BlockSchema{
+			"limits": {Schema: plugin.Schema{Attributes: map[string]plugin.Attribute{"max": {Type: plugin.TypeNumber}}}},
+		},
+	}
+	tests := []struct {
+		name    string
+		src     string
+		want    map[string]any
+		summary string
+		line    int
+		absent  string // must not appear in the detail
+	}{
+		{"values", "labels = { a = \"b\" }\nname = null\nlimits {\n  max = 2\n}\n",
+			map[string]any{"labels": map[string]any{"a": "b"}, "limits": map[string]any{"max": float64(2)}}, "", 0, ""},
+		{"sensitive value hidden", "token = \"hunter2\"\n", nil, "Invalid duration", 1, "hunter2"},
+		{"map value type", "labels = { a = 1 }\n", nil, "Incorrect attribute value type", 1, ""},
+		{"duplicate block", "limits {\n}\nlimits {\n}\n", nil, "Duplicate block", 3, ""},
+		{"expression error", "name = var.x\n", nil, "Variables not allowed", 1, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, diags := hclparse.NewParser().ParseHCL([]byte(tc.src), "c.hcl")
+			if diags.HasErrors() {
+				t.Fatal(diags.Error())
+			}
+			got, diags := DecodeConfig(f.Body, schema, hcl.Range{Filename: "c.hcl"})
+			if tc.summary == "" {
+				if diags.HasErrors() {
+					t.Fatal(diags.Error())
+				}
+				if !reflect.DeepEqual(got, tc.want) {
+					t.Errorf("got %#v, want %#v", got, tc.want)
+				}
+				return
+			}
+			d := findDiag(diags, tc.summary)
+			if d == nil {
+				t.Fatalf("no %q in %v", tc.summary, diags)
+			}
+			if d.Subject.Start.Line != tc.line {
+				t.Errorf("line %d, want %d", d.Subject.Start.Line, tc.line)
+			}
+			if tc.absent != "" && strings.Contains(d.Detail, tc.absent) {
+				t.Errorf("detail %q shows %q", d.Detail, tc.absent)
+			}
+		})
+	}
+}

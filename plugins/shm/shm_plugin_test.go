@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/goray-dev/goray/host"
+	"github.com/goray-dev/goray/plugins/shm/internal/shm"
+	"github.com/goray-dev/goray/sdk/transport"
+	"github.com/goray-dev/goray/sdk/transport/shmem"
+	"github.com/goray-dev/goray/sdk/transport/transporttest"
+)
+
+// pluginBin is the plugin binary, built once by TestMain.
+var pluginBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "gt")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	pluginBin = filepath.Join(dir, "goray-transport-shm")
+	cmd := exec.Command(goBin, "build", "-o", pluginBin, ".")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the shm plugin: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// launch starts the plugin binary through a real host and returns a
+// transport client of it.
+func launch(t *testing.T, cfg string) transport.Transport {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, v := host.Launch(ctx, t, pluginBin, "transport", "shm", cfg)
+	if v != transport.APIVersion {
+		t.Fatalf("negotiated API version %d, want %d", v, transport.APIVersion)
+	}
+	return transport.NewClient(conn, v)
+}
+
+func manifestGone(_ context.Context, objectID string) error {
+	if shmem.Exists(shm.ManifestName(objectID)) {
+		return fmt.Errorf("manifest %s still exists", shm.ManifestName(objectID))
+	}
+	return nil
+}
+
+// TestConformancePlugin runs the conformance suite through two real plugin
+// processes: the source and the destination are different processes, as
+// the actors of a node would use them.
+func TestConformancePlugin(t *testing.T) {
+	src := launch(t, `max_poll = "5ms"`)
+	dst := launch(t, ``)
+	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
+		return src, dst
+	}, transporttest.WithInspector(manifestGone))
+}
+
+// TestZeroCopyAcrossProcesses checks that a received tensor is the source's
+// memory: the destination plugin process hands back the source's segment,
+// and a write through one mapping is read through the other.
+func TestZeroCopyAcrossProcesses(t *testing.T) {
+	src := launch(t, ``)
+	dst := launch(t, ``)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	in, err := transport.NewTensor(transport.Float32, 4, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := "0123456789abcdef0123456789abcdef01234567"
+	meta, err := src.ExtractMetadata(ctx, &transport.ExtractMetadataRequest{ObjectID: id, Tensors: []transport.Tensor{in}, TransferOwnership: true})
+	if err != nil {
+		_ = in.Free()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := src.GarbageCollect(context.Background(), &transport.GarbageCollectRequest{ObjectID: id}); err != nil {
+			t.Errorf("GarbageCollect: %v", err)
+		}
+		if shmem.Exists(in.Buffer.Segment) {
+			t.Errorf("segment %s left after GarbageCollect", in.Buffer.Segment)
+		}
+	})
+	r, err := dst.Receive(ctx, &transport.ReceiveRequest{ObjectID: id, Tensors: meta.Tensors, TransportData: meta.TransportData})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Tensors) != 1 || r.Tensors[0].Buffer != in.Buffer || len(r.Allocated) != 0 {
+		t.Fatalf("received %+v (allocated %v), want the source's own buffer %+v", r.Tensors, r.Allocated, in.Buffer)
+	}
+	checkShared(t, ctx, in, r.Tensors[0])
+}
+
+// checkShared writes through an independent mapping of the source and reads
+// through the received tensor's mapping, and the other way round.
+func checkShared(t *testing.T, ctx context.Context, src, got transport.Tensor) {
+	t.Helper()
+	seg, err := shmem.Open(src.Buffer.Segment)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer seg.Close()
+	srcBytes := seg.Bytes()[src.Buffer.Offset : src.Buffer.Offset+src.Buffer.Length]
+	gotBytes, err := got.Bytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Release()
+	if &srcBytes[0] == &gotBytes[0] {
+		t.Fatal("test bug: both views are the same mapping")
+	}
+	for i := range srcBytes {
+		srcBytes[i] = byte(i * 7)
+	}
+	if !slices.Equal(gotBytes, srcBytes) {
+		t.Fatal("a write to the source is not visible through the received tensor")
+	}
+	gotBytes[3] = 0xAB
+	if srcBytes[3] != 0xAB {
+		t.Fatal("a write to the received tensor is not visible in the source")
+	}
+}
+
+// TestSendNotSupportedAcrossPlugin checks the error identity survives the
+// process boundary.
+func TestSendNotSupportedAcrossPlugin(t *testing.T) {
+	tr := launch(t, ``)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := tr.Send(ctx, &transport.SendRequest{ObjectID: "ab"})
+	if !errors.Is(err, transport.ErrNotSupported) {
+		t.Fatalf("Send: %v, want ErrNotSupported", err)
+	}
+	var te *transport.TransferError
+	if !errors.As(err, &te) || te.ObjectID != "ab" || te.Op != transport.OpSend {
+		t.Fatalf("Send error %v is not a TransferError naming object ab and op send", err)
+	}
+	info, err := tr.Info(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := transport.InfoResponse{Name: "shm", OneSided: true, CanAbort: true, SameNode: true}
+	if *info != want {
+		t.Fatalf("Info = %+v, want %+v", *info, want)
+	}
+}

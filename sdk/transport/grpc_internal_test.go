@@ -1,0 +1,70 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Status errors without goray's detail (an older plugin, a method it lacks,
+// a dead connection) still map to the sentinel errors by code.
+func TestFromStatusByCode(t *testing.T) {
+	tests := []struct {
+		code  codes.Code
+		match error
+	}{
+		{codes.Aborted, ErrAborted},
+		{codes.InvalidArgument, ErrBadMetadata},
+		{codes.Unimplemented, ErrNotSupported},
+		{codes.DeadlineExceeded, ErrTimeout},
+		{codes.DeadlineExceeded, context.DeadlineExceeded},
+		{codes.Canceled, context.Canceled},
+	}
+	for _, tc := range tests {
+		err := fromStatus(OpSend, "0a", status.Error(tc.code, "x"))
+		if !errors.Is(err, tc.match) {
+			t.Errorf("code %v: %v does not match %v", tc.code, err, tc.match)
+		}
+		var te *TransferError
+		if !errors.As(err, &te) || te.ObjectID != "0a" || te.Op != OpSend {
+			t.Errorf("code %v: %v is not a TransferError for 0a/send", tc.code, err)
+		}
+	}
+	err := fromStatus(OpReceive, "0a", status.Error(codes.Unavailable, "plugin restarting"))
+	if status.Code(err) != codes.Unavailable {
+		t.Errorf("Unavailable became %v (code %v)", err, status.Code(err))
+	}
+	for _, s := range []error{ErrAborted, ErrBadMetadata, ErrNotSupported, ErrTimeout} {
+		if errors.Is(err, s) {
+			t.Errorf("Unavailable matches %v", s)
+		}
+	}
+	if err := fromStatus(OpInfo, "", errors.New("plain")); err == nil || err.Error() != "transport info: plain" {
+		t.Errorf("non-status error became %v", err)
+	}
+}
+
+func TestToStatusCodes(t *testing.T) {
+	tests := []struct {
+		err  error
+		code codes.Code
+	}{
+		{ErrAborted, codes.Aborted},
+		{ErrBadMetadata, codes.InvalidArgument},
+		{ErrNotSupported, codes.Unimplemented},
+		{ErrTimeout, codes.DeadlineExceeded},
+		{context.Canceled, codes.Canceled},
+		{errors.New("x"), codes.Unknown},
+	}
+	for _, tc := range tests {
+		if got := status.Code(toStatus(OpReceive, "0a", tc.err)); got != tc.code {
+			t.Errorf("%v -> %v, want %v", tc.err, got, tc.code)
+		}
+	}
+	if toStatus(OpReceive, "0a", nil) != nil {
+		t.Error("nil error became a status")
+	}
+}
