@@ -28,6 +28,8 @@ var (
 	gorayBin      string
 	quickstartBin string
 	testjobBin    string
+	// pluginDir holds the plugin binaries built for the tests.
+	pluginDir string
 )
 
 // markerEnv is set, with a value unique to each run, in the environment of
@@ -54,10 +56,12 @@ func runMain(m *testing.M) int {
 	gorayBin = filepath.Join(dir, "goray")
 	quickstartBin = filepath.Join(dir, "quickstart")
 	testjobBin = filepath.Join(dir, "testjob")
+	pluginDir = filepath.Join(dir, "plugins")
 	for _, b := range []struct{ out, pkg string }{
 		{gorayBin, "./cmd/goray"},
 		{quickstartBin, "./examples/quickstart"},
 		{testjobBin, "./acceptance/internal/testjob"},
+		{filepath.Join(pluginDir, "goray-transport-shm"), "./plugins/shm"},
 	} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 		cmd.Dir = root
@@ -153,7 +157,7 @@ type head struct {
 
 // startHead starts a head node under a fresh temp dir and stops it (and
 // removes the dir) when the test ends.
-func startHead(t *testing.T, ctx context.Context) *head {
+func startHead(t *testing.T, ctx context.Context, extra ...string) *head {
 	t.Helper()
 	h := &head{t: t, tempDir: shortTempDir(t), port: freePort(t)}
 	h.addr = "127.0.0.1:" + strconv.Itoa(h.port)
@@ -164,7 +168,7 @@ func startHead(t *testing.T, ctx context.Context) *head {
 			t.Logf("cleanup: goray stop: %s", r)
 		}
 	})
-	r := runGoray(t, ctx, "start", "--head", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir)
+	r := runGoray(t, ctx, append([]string{"start", "--head", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir}, extra...)...)
 	if r.code != 0 {
 		t.Fatalf("goray start --head: %s", r)
 	}

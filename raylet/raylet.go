@@ -96,6 +96,8 @@ type Config struct {
 	// WorkerOutput, when set, also receives every line workers print on
 	// stdout and stderr, prefixed with "(worker <short id> pid=N) ".
 	WorkerOutput io.Writer
+	// Plugins reports the node's plugins for GetNodeStats (nil: none).
+	Plugins func() []*gorayv1.PluginStatus
 }
 
 // poolSettings are the resolved worker pool settings.

@@ -612,6 +612,9 @@ func (r *Raylet) GetNodeStats(ctx context.Context, req *gorayv1.GetNodeStatsRequ
 	for _, e := range r.cfg.Store.ListEntries() {
 		reply.StoreObjectsList = append(reply.StoreObjectsList, storeObject(e))
 	}
+	if r.cfg.Plugins != nil {
+		reply.Plugins = r.cfg.Plugins()
+	}
 	return reply, nil
 }
 

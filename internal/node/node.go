@@ -23,6 +23,7 @@ import (
 
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/gcs"
+	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/gpu"
 	"github.com/goray-dev/goray/internal/ids"
@@ -30,6 +31,8 @@ import (
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/goray-dev/goray/raylet"
+	"github.com/goray-dev/goray/sdk/plugin"
+	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 )
@@ -71,6 +74,7 @@ type Node struct {
 	info    Info
 
 	store      *objstore.Store
+	plugins    *host.Manager
 	gcs        *gcs.Server
 	gcsGRPC    *grpc.Server
 	gcsCC      *grpc.ClientConn
@@ -118,6 +122,12 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, fmt.Errorf("starting the object store: %w", err)
 	}
 
+	// Plugins start before the raylet serves, so every configured transport
+	// is registered before any actor can be created on this node.
+	if err := n.startPlugins(ctx); err != nil {
+		return nil, err
+	}
+
 	gcsAddr := cfg.Address
 	if cfg.Head {
 		if gcsAddr, err = n.startGCS(); err != nil {
@@ -143,7 +153,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
 		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
 		HeartbeatPeriod: cfg.HealthCheck.Period, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
-		WorkerOutput: opts.WorkerOutput,
+		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting the raylet: %w", err)
@@ -183,6 +193,43 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	n.log.Info("node started", "node", n.id.Short(), "head", cfg.Head, "gcs", gcsAddr, "resources", total.String(), "session", n.info.SessionDir)
 	return n, nil
 }
+
+// startPlugins runs the config's plugin blocks under a supervised host.
+func (n *Node) startPlugins(ctx context.Context) error {
+	if len(n.cfg.Plugins) == 0 {
+		return nil
+	}
+	dir := n.cfg.PluginDir
+	if dir != "" && !filepath.IsAbs(dir) && n.cfg.Filename != "" {
+		// Like other paths in a config file: relative to the file.
+		dir = filepath.Join(filepath.Dir(n.cfg.Filename), dir)
+	}
+	n.plugins = host.New(host.Options{
+		PluginDir: dir, Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
+		SocketDir: filepath.Join(n.info.SessionDir, "sockets"),
+		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}},
+	})
+	if diags := n.plugins.Start(ctx); diags.HasErrors() {
+		return config.NewDiagnosticsError(diags, n.cfg.Files())
+	}
+	return nil
+}
+
+// pluginStatus reports the node's plugins (raylet GetNodeStats).
+func (n *Node) pluginStatus() []*pb.PluginStatus {
+	if n.plugins == nil {
+		return nil
+	}
+	var out []*pb.PluginStatus
+	for _, s := range n.plugins.Plugins() {
+		out = append(out, &pb.PluginStatus{Kind: s.Kind, Name: s.Name, Version: s.Version, Path: s.Path, State: s.State,
+			Restarts: int32(s.Restarts), Pid: int32(s.Pid), ApiVersion: int32(s.APIVersion), LastError: s.LastError})
+	}
+	return out
+}
+
+// Plugins returns the node's plugin host (nil when no plugin is configured).
+func (n *Node) Plugins() *host.Manager { return n.plugins }
 
 func (n *Node) signalDone() {
 	n.once.Do(func() { close(n.done) })
@@ -349,6 +396,11 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 	}
 	n.wg.Wait()
+	if n.plugins != nil {
+		if err := n.plugins.Stop(ctx); err != nil {
+			n.log.Warn("stopping plugins", "error", err)
+		}
+	}
 	if n.gcsCC != nil {
 		_ = n.gcsCC.Close()
 	}

@@ -2926,7 +2926,9 @@ type GetNodeStatsReply struct {
 	StoreObjectsList []*StoreObject         `protobuf:"bytes,8,rep,name=store_objects_list,json=storeObjectsList,proto3" json:"store_objects_list,omitempty"`
 	// Addresses of every driver and worker connected to this node, for
 	// fan-out queries (list tasks, list objects).
-	Clients       []*Address `protobuf:"bytes,9,rep,name=clients,proto3" json:"clients,omitempty"`
+	Clients []*Address `protobuf:"bytes,9,rep,name=clients,proto3" json:"clients,omitempty"`
+	// The node's plugins.
+	Plugins       []*PluginStatus `protobuf:"bytes,10,rep,name=plugins,proto3" json:"plugins,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3024,6 +3026,122 @@ func (x *GetNodeStatsReply) GetClients() []*Address {
 	return nil
 }
 
+func (x *GetNodeStatsReply) GetPlugins() []*PluginStatus {
+	if x != nil {
+		return x.Plugins
+	}
+	return nil
+}
+
+// PluginStatus describes one plugin run by a node host.
+type PluginStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Path          string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"` // starting, running, restarting, failed, stopped
+	Restarts      int32                  `protobuf:"varint,6,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	Pid           int32                  `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
+	ApiVersion    int32                  `protobuf:"varint,8,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	LastError     string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PluginStatus) Reset() {
+	*x = PluginStatus{}
+	mi := &file_goray_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PluginStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PluginStatus) ProtoMessage() {}
+
+func (x *PluginStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
+func (*PluginStatus) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *PluginStatus) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *PluginStatus) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PluginStatus) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *PluginStatus) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *PluginStatus) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PluginStatus) GetRestarts() int32 {
+	if x != nil {
+		return x.Restarts
+	}
+	return 0
+}
+
+func (x *PluginStatus) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *PluginStatus) GetApiVersion() int32 {
+	if x != nil {
+		return x.ApiVersion
+	}
+	return 0
+}
+
+func (x *PluginStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
 type ShutdownNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -3033,7 +3151,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3163,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3176,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -3076,7 +3194,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3206,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3219,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 type NodeInfo struct {
@@ -3127,7 +3245,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3257,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3270,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -3272,7 +3390,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3284,7 +3402,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3297,7 +3415,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -3391,7 +3509,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3521,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3534,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -3519,7 +3637,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3649,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3662,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -3564,7 +3682,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3576,7 +3694,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3589,7 +3707,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -3609,7 +3727,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +3739,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +3752,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -3659,7 +3777,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3789,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3802,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 type HeartbeatRequest struct {
@@ -3700,7 +3818,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3712,7 +3830,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3725,7 +3843,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -3774,7 +3892,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +3904,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +3917,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -3817,7 +3935,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +3947,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +3960,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 type NodeView struct {
@@ -3859,7 +3977,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +3989,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +4002,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -3938,7 +4056,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3950,7 +4068,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3963,7 +4081,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -3982,7 +4100,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3994,7 +4112,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4007,7 +4125,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -4025,7 +4143,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4037,7 +4155,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4050,7 +4168,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 type MarkJobFinishedRequest struct {
@@ -4062,7 +4180,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4074,7 +4192,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4087,7 +4205,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -4105,7 +4223,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4117,7 +4235,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4130,7 +4248,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 type GetAllJobsRequest struct {
@@ -4141,7 +4259,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4153,7 +4271,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4166,7 +4284,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 type GetAllJobsReply struct {
@@ -4178,7 +4296,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4190,7 +4308,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4203,7 +4321,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -4222,7 +4340,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4234,7 +4352,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4247,7 +4365,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -4265,7 +4383,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4277,7 +4395,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4290,7 +4408,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 type UpdateActorRequest struct {
@@ -4302,7 +4420,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4314,7 +4432,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4327,7 +4445,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -4345,7 +4463,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4357,7 +4475,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4370,7 +4488,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 type GetActorRequest struct {
@@ -4384,7 +4502,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4514,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4527,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -4442,7 +4560,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4454,7 +4572,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4467,7 +4585,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -4485,7 +4603,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4497,7 +4615,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4510,7 +4628,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 type ListActorsReply struct {
@@ -4522,7 +4640,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4652,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4665,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -4568,7 +4686,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4580,7 +4698,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4593,7 +4711,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -4625,7 +4743,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4637,7 +4755,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4650,7 +4768,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 type KVPutRequest struct {
@@ -4665,7 +4783,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4677,7 +4795,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4690,7 +4808,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -4730,7 +4848,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4742,7 +4860,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4755,7 +4873,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -4775,7 +4893,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4787,7 +4905,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4800,7 +4918,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -4827,7 +4945,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4839,7 +4957,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4852,7 +4970,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -4880,7 +4998,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4892,7 +5010,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4905,7 +5023,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -4938,7 +5056,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4950,7 +5068,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4963,7 +5081,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -4983,7 +5101,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4995,7 +5113,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5008,7 +5126,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -5034,7 +5152,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5046,7 +5164,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5059,7 +5177,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -5277,7 +5395,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1e\n" +
 	"\n" +
 	"infeasible\x18\x03 \x01(\bR\n" +
-	"infeasible\"\xaf\x03\n" +
+	"infeasible\"\xe1\x03\n" +
 	"\x11GetNodeStatsReply\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
@@ -5288,7 +5406,21 @@ const file_goray_proto_rawDesc = "" +
 	"\aworkers\x18\x06 \x03(\v2\x15.goray.v1.WorkerStatsR\aworkers\x121\n" +
 	"\apending\x18\a \x03(\v2\x17.goray.v1.PendingDemandR\apending\x12C\n" +
 	"\x12store_objects_list\x18\b \x03(\v2\x15.goray.v1.StoreObjectR\x10storeObjectsList\x12+\n" +
-	"\aclients\x18\t \x03(\v2\x11.goray.v1.AddressR\aclients\"-\n" +
+	"\aclients\x18\t \x03(\v2\x11.goray.v1.AddressR\aclients\x120\n" +
+	"\aplugins\x18\n" +
+	" \x03(\v2\x16.goray.v1.PluginStatusR\aplugins\"\xe8\x01\n" +
+	"\fPluginStatus\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x12\x1a\n" +
+	"\brestarts\x18\x06 \x01(\x05R\brestarts\x12\x10\n" +
+	"\x03pid\x18\a \x01(\x05R\x03pid\x12\x1f\n" +
+	"\vapi_version\x18\b \x01(\x05R\n" +
+	"apiVersion\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\"-\n" +
 	"\x13ShutdownNodeRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x13\n" +
 	"\x11ShutdownNodeReply\"\x83\x04\n" +
@@ -5495,7 +5627,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                      // 0: goray.v1.TaskKind
 	(ActorState)(0),                    // 1: goray.v1.ActorState
@@ -5546,49 +5678,50 @@ var file_goray_proto_goTypes = []any{
 	(*WorkerStats)(nil),                // 46: goray.v1.WorkerStats
 	(*PendingDemand)(nil),              // 47: goray.v1.PendingDemand
 	(*GetNodeStatsReply)(nil),          // 48: goray.v1.GetNodeStatsReply
-	(*ShutdownNodeRequest)(nil),        // 49: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),          // 50: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                   // 51: goray.v1.NodeInfo
-	(*JobInfo)(nil),                    // 52: goray.v1.JobInfo
-	(*ActorInfo)(nil),                  // 53: goray.v1.ActorInfo
-	(*RegisterNodeRequest)(nil),        // 54: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),          // 55: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),      // 56: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),        // 57: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),           // 58: goray.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),             // 59: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),         // 60: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                   // 61: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),           // 62: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),              // 63: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                // 64: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),     // 65: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),       // 66: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),          // 67: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),            // 68: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),       // 69: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),         // 70: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),         // 71: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),           // 72: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),            // 73: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),              // 74: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),          // 75: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),            // 76: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil), // 77: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),   // 78: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),               // 79: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                 // 80: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),               // 81: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                 // 82: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),               // 83: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                 // 84: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),              // 85: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                // 86: goray.v1.KVKeysReply
-	nil,                                // 87: goray.v1.Resources.AmountsEntry
-	nil,                                // 88: goray.v1.NodeInfo.LabelsEntry
+	(*PluginStatus)(nil),               // 49: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),        // 50: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),          // 51: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                   // 52: goray.v1.NodeInfo
+	(*JobInfo)(nil),                    // 53: goray.v1.JobInfo
+	(*ActorInfo)(nil),                  // 54: goray.v1.ActorInfo
+	(*RegisterNodeRequest)(nil),        // 55: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),          // 56: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),      // 57: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),        // 58: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),           // 59: goray.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),             // 60: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),         // 61: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                   // 62: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),           // 63: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),              // 64: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                // 65: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),     // 66: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),       // 67: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),          // 68: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),            // 69: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),       // 70: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),         // 71: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),         // 72: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),           // 73: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),            // 74: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),              // 75: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),          // 76: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),            // 77: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil), // 78: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),   // 79: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),               // 80: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                 // 81: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),               // 82: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                 // 83: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),               // 84: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                 // 85: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),              // 86: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                // 87: goray.v1.KVKeysReply
+	nil,                                // 88: goray.v1.Resources.AmountsEntry
+	nil,                                // 89: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	87, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	88, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	4,  // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	6,  // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	6,  // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -5606,10 +5739,10 @@ var file_goray_proto_depIdxs = []int32{
 	19, // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
 	20, // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
 	4,  // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	52, // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	53, // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
 	4,  // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
 	3,  // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	51, // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	52, // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
 	25, // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
 	5,  // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
 	4,  // 24: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
@@ -5617,104 +5750,105 @@ var file_goray_proto_depIdxs = []int32{
 	39, // 26: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
 	4,  // 27: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
 	5,  // 28: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	51, // 29: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	52, // 29: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
 	5,  // 30: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
 	46, // 31: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
 	47, // 32: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
 	39, // 33: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
 	4,  // 34: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	5,  // 35: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	88, // 36: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
-	1,  // 37: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
-	4,  // 38: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
-	4,  // 39: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
-	5,  // 40: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	51, // 41: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	5,  // 42: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	47, // 43: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	51, // 44: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	5,  // 45: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	47, // 46: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	61, // 47: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	52, // 48: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	52, // 49: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	53, // 50: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	53, // 51: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	53, // 52: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	53, // 53: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	10, // 54: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	12, // 55: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	14, // 56: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	16, // 57: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	18, // 58: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	22, // 59: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	23, // 60: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	26, // 61: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	32, // 62: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	27, // 63: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	29, // 64: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	34, // 65: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	36, // 66: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	38, // 67: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	41, // 68: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	43, // 69: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	45, // 70: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	49, // 71: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	54, // 72: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	56, // 73: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	58, // 74: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	60, // 75: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	63, // 76: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	65, // 77: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	67, // 78: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	69, // 79: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	71, // 80: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	73, // 81: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	75, // 82: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	77, // 83: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	79, // 84: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	81, // 85: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	83, // 86: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	85, // 87: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	11, // 88: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	13, // 89: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	15, // 90: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	17, // 91: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	21, // 92: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	24, // 93: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	24, // 94: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	31, // 95: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	33, // 96: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	28, // 97: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	30, // 98: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	35, // 99: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	37, // 100: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	40, // 101: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	42, // 102: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	44, // 103: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	48, // 104: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	50, // 105: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	55, // 106: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	57, // 107: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	59, // 108: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	62, // 109: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	64, // 110: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	66, // 111: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	68, // 112: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	70, // 113: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	72, // 114: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	74, // 115: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	76, // 116: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	78, // 117: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	80, // 118: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	82, // 119: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	84, // 120: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	86, // 121: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	88, // [88:122] is the sub-list for method output_type
-	54, // [54:88] is the sub-list for method input_type
-	54, // [54:54] is the sub-list for extension type_name
-	54, // [54:54] is the sub-list for extension extendee
-	0,  // [0:54] is the sub-list for field type_name
+	49, // 35: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	5,  // 36: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
+	89, // 37: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	1,  // 38: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
+	4,  // 39: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
+	4,  // 40: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
+	5,  // 41: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
+	52, // 42: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	5,  // 43: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	47, // 44: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	52, // 45: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	5,  // 46: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	47, // 47: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	62, // 48: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	53, // 49: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	53, // 50: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	54, // 51: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	54, // 52: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	54, // 53: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	54, // 54: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	10, // 55: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	12, // 56: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	14, // 57: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	16, // 58: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	18, // 59: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	22, // 60: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	23, // 61: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	26, // 62: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	32, // 63: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	27, // 64: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	29, // 65: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	34, // 66: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	36, // 67: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	38, // 68: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	41, // 69: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	43, // 70: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	45, // 71: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	50, // 72: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	55, // 73: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	57, // 74: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	59, // 75: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	61, // 76: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	64, // 77: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	66, // 78: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	68, // 79: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	70, // 80: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	72, // 81: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	74, // 82: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	76, // 83: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	78, // 84: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	80, // 85: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	82, // 86: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	84, // 87: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	86, // 88: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	11, // 89: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	13, // 90: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	15, // 91: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	17, // 92: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	21, // 93: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	24, // 94: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	24, // 95: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	31, // 96: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	33, // 97: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	28, // 98: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	30, // 99: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	35, // 100: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	37, // 101: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	40, // 102: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	42, // 103: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	44, // 104: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	48, // 105: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	51, // 106: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	56, // 107: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	58, // 108: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	60, // 109: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	63, // 110: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	65, // 111: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	67, // 112: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	69, // 113: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	71, // 114: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	73, // 115: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	75, // 116: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	77, // 117: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	79, // 118: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	81, // 119: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	83, // 120: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	85, // 121: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	87, // 122: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	89, // [89:123] is the sub-list for method output_type
+	55, // [55:89] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }
@@ -5728,7 +5862,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   85,
+			NumMessages:   86,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

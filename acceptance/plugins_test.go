@@ -1,0 +1,141 @@
+package acceptance
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pluginStatus is one row of `goray plugins list --json`.
+type pluginStatus struct {
+	Kind     string `json:"kind"`
+	Name     string `json:"name"`
+	State    string `json:"state"`
+	Restarts int    `json:"restarts"`
+	Pid      int    `json:"pid"`
+}
+
+func writeConfig(t *testing.T, dir, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, "node.hcl")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func (h *head) plugins(t *testing.T) []pluginStatus {
+	t.Helper()
+	r := runGoray(t, testCtx(t), "plugins", "list", "--address", h.addr, "--json")
+	if r.code != 0 {
+		t.Fatalf("goray plugins list: %s", r)
+	}
+	var out struct {
+		Plugins []pluginStatus `json:"plugins"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+		t.Fatalf("plugins list JSON: %v\n%s", err, r.stdout)
+	}
+	return out.Plugins
+}
+
+func TestNodeRunsPluginsFromHCL(t *testing.T) {
+	ctx := testCtx(t)
+	cfgDir := shortTempDir(t)
+	cfg := writeConfig(t, cfgDir, fmt.Sprintf(`
+plugin_dir = %q
+plugin "transport" "shm" {
+  config {
+    max_poll = "20ms"
+  }
+}
+`, pluginDir))
+	h := startHead(t, ctx, "--config", cfg)
+	ps := h.plugins(t)
+	if len(ps) != 1 || ps[0].Kind != "transport" || ps[0].Name != "shm" || ps[0].State != "running" || ps[0].Pid == 0 {
+		t.Fatalf("plugins after start: %+v", ps)
+	}
+	first := ps[0].Pid
+
+	// A plugin that crashes is restarted with backoff; the node keeps serving.
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var second int
+	waitFor(t, 20*time.Second, "the killed plugin to be restarted", func() bool {
+		ps := h.plugins(t)
+		if len(ps) == 1 && ps[0].State == "running" && ps[0].Restarts >= 1 && ps[0].Pid != first {
+			second = ps[0].Pid
+			return true
+		}
+		return false
+	})
+	if _, r := h.status(ctx); r.code != 0 {
+		t.Fatalf("status after a plugin crash: %s", r)
+	}
+
+	// goray stop leaves no plugin process.
+	if r := runGoray(t, ctx, "stop", "--temp-dir", h.tempDir); r.code != 0 {
+		t.Fatalf("goray stop: %s", r)
+	}
+	waitFor(t, 20*time.Second, "the plugin to exit after goray stop", func() bool { return !alive(second) })
+}
+
+func TestPluginDiesWithKilledNode(t *testing.T) {
+	ctx := testCtx(t)
+	cfgDir := shortTempDir(t)
+	cfg := writeConfig(t, cfgDir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
+	h := startHead(t, ctx, "--config", cfg)
+	ps := h.plugins(t)
+	if len(ps) != 1 || ps[0].Pid == 0 {
+		t.Fatalf("plugins: %+v", ps)
+	}
+	pid := ps[0].Pid
+	if err := syscall.Kill(h.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the plugin to exit after kill -9 of its node", func() bool { return !alive(pid) })
+}
+
+func TestBadPluginBlockNamesTheLine(t *testing.T) {
+	ctx := testCtx(t)
+	dir := shortTempDir(t)
+	cfg := writeConfig(t, dir, fmt.Sprintf(`plugin_dir = %q
+plugin "transport" "shm" {
+  config {
+    max_pol = "20ms"
+  }
+}
+`, pluginDir))
+	r := runGoray(t, ctx, "start", "--head", "--port", fmt.Sprint(freePort(t)), "--temp-dir", dir, "--config", cfg)
+	if r.code != 1 {
+		t.Fatalf("start with a bad plugin block: want exit 1, got %s", r)
+	}
+	if !strings.Contains(r.stderr, "node.hcl:4") || !strings.Contains(r.stderr, `Did you mean "max_poll"?`) {
+		t.Fatalf("the error does not name node.hcl:4 with a suggestion:\n%s", r.stderr)
+	}
+
+	cfg = writeConfig(t, dir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"nope\" {}\n", pluginDir))
+	r = runGoray(t, ctx, "start", "--head", "--port", fmt.Sprint(freePort(t)), "--temp-dir", dir, "--config", cfg)
+	if r.code != 1 || !strings.Contains(r.stderr, "goray-transport-nope") || !strings.Contains(r.stderr, "node.hcl:2") {
+		t.Fatalf("missing plugin binary: want exit 1 naming the binary and the line, got %s", r)
+	}
+	waitNoProcs(t, 10*time.Second, "processes of failed starts", func(p proc) bool { return p.mentions(dir) })
+}
+
+func TestPluginsCheck(t *testing.T) {
+	ctx := testCtx(t)
+	r := runGoray(t, ctx, "plugins", "check", filepath.Join(pluginDir, "goray-transport-shm"))
+	if r.code != 0 || !strings.Contains(r.stdout, "transport/shm") || !strings.Contains(r.stdout, "conformance:  passed") {
+		t.Fatalf("goray plugins check: %s", r)
+	}
+	r = runGoray(t, ctx, "plugins", "check", gorayBin)
+	if r.code == 0 {
+		t.Fatalf("checking a binary that is not a plugin succeeded: %s", r)
+	}
+}
