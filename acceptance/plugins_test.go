@@ -139,3 +139,21 @@ func TestPluginsCheck(t *testing.T) {
 		t.Fatalf("checking a binary that is not a plugin succeeded: %s", r)
 	}
 }
+
+func TestTensorsMoveByTransport(t *testing.T) {
+	ctx := testCtx(t)
+	before := shmEntries(t)
+	cfgDir := shortTempDir(t)
+	cfg := writeConfig(t, cfgDir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
+	h := startHead(t, ctx, "--config", cfg)
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "tensors")
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("tensors job failed (exit %d):\n%s", code, out)
+	}
+	wantLines(t, out, "actor-to-actor: ok, zero copy", "driver get: ok", "driver put: ok", "garbage collection: ok", `transport "nccl" is not registered on node`)
+	if r := runGoray(t, ctx, "stop", "--temp-dir", h.tempDir); r.code != 0 {
+		t.Fatalf("goray stop: %s", r)
+	}
+	checkNoNewShm(t, before)
+}

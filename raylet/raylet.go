@@ -98,6 +98,9 @@ type Config struct {
 	WorkerOutput io.Writer
 	// Plugins reports the node's plugins for GetNodeStats (nil: none).
 	Plugins func() []*gorayv1.PluginStatus
+	// Transports connects to the node's transport plugins for
+	// TransportInvoke (nil: the node has none).
+	Transports TransportConnFunc
 }
 
 // poolSettings are the resolved worker pool settings.

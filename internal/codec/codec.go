@@ -31,15 +31,19 @@ const (
 	FormatMsgpack Format = 'M'
 	FormatRaw     Format = 'R'
 	FormatError   Format = 'E'
+	// FormatTransport: the value is a set of tensors held by a tensor
+	// transport; the data is the transfer's metadata (see internal/core).
+	FormatTransport Format = 'X'
 )
 
 // Meta returns the one-byte metadata of a format.
 func (f Format) Meta() []byte { return metas[f] }
 
 var metas = map[Format][]byte{
-	FormatMsgpack: {byte(FormatMsgpack)},
-	FormatRaw:     {byte(FormatRaw)},
-	FormatError:   {byte(FormatError)},
+	FormatMsgpack:   {byte(FormatMsgpack)},
+	FormatRaw:       {byte(FormatRaw)},
+	FormatError:     {byte(FormatError)},
+	FormatTransport: {byte(FormatTransport)},
 }
 
 // FormatOf reads the format from metadata; empty metadata means msgpack.

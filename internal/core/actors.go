@@ -171,7 +171,7 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 		TaskId: taskID.Bytes(), JobId: cw.jobID.Bytes(), Kind: pb.TaskKind_TASK_KIND_ACTOR_CREATION,
 		Function: ctor, ReturnId: ids.ObjectIDFor(taskID, 1).Bytes(), Owner: cw.addr,
 		Resources: &pb.Resources{Amounts: opts.Resources}, Name: opts.Name, ActorId: ref.ID.Bytes(),
-		MaxConcurrency: int32(maxConc), CallerId: cw.id.Bytes(),
+		MaxConcurrency: int32(maxConc), CallerId: cw.id.Bytes(), Transports: opts.Transports,
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	c.mu.Lock()
@@ -220,6 +220,10 @@ func (c *actorClient) create(rec *taskRecord) {
 	}
 	if err := cw.resolveArgs(rec); err != nil {
 		fail(fmt.Errorf("constructor arguments: %w", err))
+		return
+	}
+	if err := cw.checkTransports(rec.ctx, rec.spec.Transports); err != nil {
+		fail(err)
 		return
 	}
 	reqID := ids.New()
@@ -304,12 +308,13 @@ func (c *actorClient) reportDead(reason string) {
 
 // SubmitActorTask queues a method call. Calls from one process run in the
 // order they were submitted.
-func (cw *CoreWorker) SubmitActorTask(ctx context.Context, actor ActorRef, method string, args []ArgInput) *Handle {
+func (cw *CoreWorker) SubmitActorTask(ctx context.Context, actor ActorRef, method string, args []ArgInput, opts TaskOptions) *Handle {
 	taskID := cw.idgen.Next()
 	retID := ids.ObjectIDFor(taskID, 1)
 	spec := &pb.TaskSpec{
 		TaskId: taskID.Bytes(), JobId: cw.jobID.Bytes(), Kind: pb.TaskKind_TASK_KIND_ACTOR_METHOD,
 		Function: method, ReturnId: retID.Bytes(), Owner: cw.addr, ActorId: actor.ID.Bytes(), CallerId: cw.id.Bytes(),
+		TensorTransport: opts.TensorTransport,
 	}
 	rec := &taskRecord{spec: spec, retID: retID, ctx: ctx, state: statePendingArgs}
 	cw.objects.newOwned(retID, rec, 1)

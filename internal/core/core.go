@@ -51,6 +51,9 @@ type Config struct {
 	// OnRayletLost is called when the raylet connection breaks (workers
 	// exit; drivers fail pending work).
 	OnRayletLost func(error)
+	// TransferTimeout bounds one tensor transfer (default
+	// DefaultTransferTimeout).
+	TransferTimeout time.Duration
 }
 
 // CoreWorker is the per-process runtime.
@@ -76,7 +79,8 @@ type CoreWorker struct {
 	gcs      pb.GcsClient
 	store    *objstore.Mapping
 
-	objects *objectTable
+	objects    *objectTable
+	transports transportClients
 
 	// Worker mode: the session stream (for owns_objects reports) and the
 	// count of goroutines blocked in Get/Wait inside tasks.

@@ -81,7 +81,7 @@ func kindOf(err error) string {
 		{ErrWorkerCrashed, KindWorkerCrashed}, {ErrActorDied, KindActorDied}, {ErrOwnerDied, KindOwnerDied},
 		{ErrObjectFreed, KindObjectFreed}, {ErrObjectUnknown, KindObjectUnknown}, {ErrGetTimeout, KindGetTimeout},
 		{ErrStoreFull, KindStoreFull}, {ErrTaskCancelled, KindCancelled}, {ErrFunctionNotFound, KindFunctionNotFound},
-		{ErrArgType, KindArgType},
+		{ErrArgType, KindArgType}, {ErrTransferFailed, KindTransfer},
 	} {
 		if errors.Is(err, k.sentinel) {
 			return k.kind
@@ -132,6 +132,8 @@ func (e *RemoteError) Is(target error) bool {
 		return e.Kind == KindGetTimeout
 	case ErrTaskCancelled:
 		return e.Kind == KindCancelled
+	case ErrTransferFailed:
+		return e.Kind == KindTransfer
 	}
 	return false
 }

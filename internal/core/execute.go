@@ -120,6 +120,15 @@ func (e *executor) loadArgs(ctx context.Context, spec *pb.TaskSpec) ([]ArgValue,
 	for i, a := range spec.Args {
 		if !a.ByRef {
 			args[i] = ArgValue{Format: codec.FormatOf(a.Metadata), Data: a.Data, Index: i}
+			if args[i].Format == codec.FormatTransport {
+				// Tensors travel by their transport, not through this RPC.
+				ts, err := e.cw.receiveTensors(ctx, a.Data)
+				if err != nil {
+					release()
+					return nil, nil, fmt.Errorf("argument %d: %w", i, err)
+				}
+				args[i].Tensors = ts
+			}
 			continue
 		}
 		id, _ := ids.ObjectIDFromBytes(a.Ref.GetObjectId())
@@ -143,7 +152,11 @@ func (e *executor) run(ctx context.Context, spec *pb.TaskSpec, self any) *pb.Tas
 	}
 	args, release, err := e.loadArgs(ctx, spec)
 	if err != nil {
-		return e.systemError(spec, KindObjectFreed, err.Error())
+		kind := KindObjectFreed
+		if errors.Is(err, ErrTransferFailed) {
+			kind = KindTransfer
+		}
+		return e.systemError(spec, kind, err.Error())
 	}
 	tctx := context.WithValue(e.cw.ctx, taskCtxKey{}, TaskInfo{
 		TaskID: ids.MustFromBytes(spec.TaskId), Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Attempt: int(spec.Attempt),
@@ -188,6 +201,19 @@ func (e *executor) reply(ctx context.Context, spec *pb.TaskSpec, result any, err
 		}
 		re.Pid, re.Node = os.Getpid(), e.cw.nodeID.Short()
 		return &pb.TaskReply{TaskId: spec.TaskId, Ret: errorReturn(retID, re), AppError: !system, SystemError: system}
+	}
+	if spec.TensorTransport != "" {
+		// The returned tensors stay where they are; the object's value is
+		// the transport's metadata, registered right after they were made.
+		ts, ok := asTensors(result)
+		if !ok {
+			return e.reply(ctx, spec, nil, fmt.Errorf("method returns by tensor transport %q but returned %T; return transport.Tensor or []transport.Tensor", spec.TensorTransport, result))
+		}
+		env, err := e.cw.extractTensors(ctx, spec.TensorTransport, retID, ts)
+		if err != nil {
+			return e.reply(ctx, spec, nil, err)
+		}
+		return &pb.TaskReply{TaskId: spec.TaskId, Ret: &pb.ReturnObject{ObjectId: retID.Bytes(), Metadata: codec.FormatTransport.Meta(), Data: env, Size: int64(len(env))}}
 	}
 	f, data, refs, err := codec.Encode(result)
 	if err != nil {

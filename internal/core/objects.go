@@ -13,6 +13,7 @@ import (
 	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -71,8 +72,10 @@ type objectTable struct {
 	// Borrower removals and store frees, sent in the background.
 	removes map[ownerKey]*borrowBatch
 	frees   []ids.ObjectID
-	kick    chan struct{}
-	owned   int // owned entries, for ownsAny
+	// tensorGC are envelopes of freed transport objects to collect.
+	tensorGC [][]byte
+	kick     chan struct{}
+	owned    int // owned entries, for ownsAny
 }
 
 func newObjectTable(cw *CoreWorker) *objectTable {
@@ -217,6 +220,9 @@ func (t *objectTable) maybeReleaseLocked(o *object) {
 		}
 		if o.ret != nil && o.ret.InStore {
 			t.frees = append(t.frees, o.id)
+		}
+		if o.ret != nil && codec.FormatOf(o.ret.Metadata) == codec.FormatTransport {
+			t.tensorGC = append(t.tensorGC, o.ret.Data)
 		}
 		nested := o.nested
 		o.nested = nil
@@ -524,6 +530,13 @@ func (t *objectTable) flushLoop() {
 		}
 		t.borrowMu.Unlock()
 		t.flushFrees()
+		t.mu.Lock()
+		gcs := t.tensorGC
+		t.tensorGC = nil
+		t.mu.Unlock()
+		for _, env := range gcs {
+			t.cw.collectTensors(env)
+		}
 	}
 }
 
@@ -638,8 +651,11 @@ func (h *Handle) Info() codec.RefInfo { return codec.RefInfo{ID: h.ID, Owner: h.
 // Value is an object's encoded value. Data may point into shared memory;
 // call Release when done with it.
 type Value struct {
-	Format  codec.Format
-	Data    []byte
+	Format codec.Format
+	Data   []byte
+	// Tensors are set for FormatTransport values: received through the
+	// object's transport.
+	Tensors []transport.Tensor
 	release func()
 }
 
@@ -731,6 +747,14 @@ func (cw *CoreWorker) Get(ctx context.Context, h *Handle) (*Value, error) {
 	if v.Format == codec.FormatError {
 		defer v.Release()
 		return nil, decodeRemoteError(v.Data)
+	}
+	if v.Format == codec.FormatTransport {
+		ts, err := cw.receiveTensors(ctx, v.Data)
+		v.Release()
+		if err != nil {
+			return nil, err
+		}
+		v = &Value{Format: codec.FormatTransport, Tensors: ts}
 	}
 	return v, nil
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/goray-dev/goray/internal/codec"
+	"github.com/goray-dev/goray/sdk/transport"
 )
 
 // ArgValue is one encoded argument as the worker received it. Data may point
@@ -17,6 +18,8 @@ import (
 type ArgValue struct {
 	Format codec.Format
 	Data   []byte
+	// Tensors are set for tensors that arrived through a transport.
+	Tensors []transport.Tensor
 	// Index is the argument's position, for error messages.
 	Index int
 }
@@ -24,7 +27,13 @@ type ArgValue struct {
 // Decode decodes the argument into ptr. A mismatch becomes an ArgTypeError
 // naming the argument.
 func (a ArgValue) Decode(fn string, ptr any) error {
-	if err := codec.DecodeInto(a.Format, a.Data, ptr, false); err != nil {
+	decode := func() error {
+		if a.Format == codec.FormatTransport {
+			return AssignTensors(ptr, a.Tensors)
+		}
+		return codec.DecodeInto(a.Format, a.Data, ptr, false)
+	}
+	if err := decode(); err != nil {
 		return &RemoteError{Function: fn, Kind: KindArgType, Type: "ArgTypeError",
 			Message: fmt.Sprintf("argument %d: %v", a.Index, err)}
 	}

@@ -44,6 +44,11 @@ type TaskOptions struct {
 	Name       string
 	// Actor options.
 	MaxConcurrency int
+	// Transports an actor uses; they must be registered on its node.
+	Transports []string
+	// TensorTransport makes an actor method's returned tensors travel by
+	// this transport.
+	TensorTransport string
 }
 
 // taskRecord is the owner's record of a submitted task.

@@ -153,7 +153,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
 		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
 		HeartbeatPeriod: cfg.HealthCheck.Period, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
-		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus,
+		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting the raylet: %w", err)
@@ -226,6 +226,18 @@ func (n *Node) pluginStatus() []*pb.PluginStatus {
 			Restarts: int32(s.Restarts), Pid: int32(s.Pid), ApiVersion: int32(s.APIVersion), LastError: s.LastError})
 	}
 	return out
+}
+
+// transportConn returns a connection to the transport plugin name.
+func (n *Node) transportConn(name string) (grpc.ClientConnInterface, error) {
+	if n.plugins == nil {
+		return nil, fmt.Errorf("no transport %q: this node runs no plugins", name)
+	}
+	conn, _, err := n.plugins.Client(plugin.KindTransport, name)
+	if err != nil {
+		return nil, err
+	}
+	return conn, nil
 }
 
 // Plugins returns the node's plugin host (nil when no plugin is configured).

@@ -36,7 +36,13 @@ var (
 	// ErrTaskCancelled matches a task whose submit context ended before it
 	// was sent to a worker.
 	ErrTaskCancelled = core.ErrTaskCancelled
+	// ErrTransferFailed matches a tensor transfer that failed or timed out.
+	ErrTransferFailed = core.ErrTransferFailed
 )
+
+// TransferError says a tensor transfer failed; it unwraps to the
+// transport's error (transport.ErrTimeout, transport.ErrAborted, ...).
+type TransferError = core.TransferError
 
 // TaskError is an error from a remote task or method: the original
 // message, the Go type of the error or panic value, the remote stack for

@@ -7,6 +7,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -134,7 +135,11 @@ func Get[T any](ctx context.Context, r Ref[T]) (T, error) {
 	if err != nil {
 		return out, err
 	}
-	err = codec.DecodeInto(v.Format, v.Data, &out, false)
+	if v.Format == codec.FormatTransport {
+		err = core.AssignTensors(&out, v.Tensors)
+	} else {
+		err = codec.DecodeInto(v.Format, v.Data, &out, false)
+	}
 	v.Release()
 	if err != nil {
 		return out, fmt.Errorf("goray: object %s: %w", r.h.ID, err)
@@ -194,6 +199,23 @@ func Wait[R ObjectRef](ctx context.Context, refs []R, num int, timeout time.Dura
 		}
 	}
 	return ready, notReady, nil
+}
+
+// PutTensors stores tensors by a tensor transport (for example "shm")
+// instead of the object store: the object's value is the transport's
+// metadata and readers pull the tensors through the transport. The
+// transport takes over the tensors' memory and frees it when the last
+// reference is gone. Unlike Ray, this works in the driver too.
+func PutTensors(ctx context.Context, transportName string, tensors []transport.Tensor) (Ref[[]transport.Tensor], error) {
+	cw, err := current()
+	if err != nil {
+		return Ref[[]transport.Tensor]{}, err
+	}
+	h, err := cw.PutTensors(ctx, transportName, tensors)
+	if err != nil {
+		return Ref[[]transport.Tensor]{}, err
+	}
+	return Ref[[]transport.Tensor]{h}, nil
 }
 
 // Buffer is a zero-copy view of a []byte object. Bytes points into the

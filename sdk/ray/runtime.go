@@ -49,6 +49,7 @@ type initOptions struct {
 	storeBytes int64
 	quiet      bool
 	output     io.Writer
+	transfer   time.Duration
 }
 
 // Address connects to the cluster whose head (GCS) listens at addr
@@ -81,6 +82,14 @@ func ObjectStoreMemory(bytes int64) InitOption { return func(o *initOptions) { o
 // embedded mode (default os.Stderr; nil to keep them in log files only).
 func WorkerOutput(w io.Writer) InitOption {
 	return func(o *initOptions) { o.output = w; o.quiet = w == nil }
+}
+
+// TensorTransferTimeout bounds each tensor transfer made by this process
+// (default 60 s, as in Ray). A transfer that runs out of time fails with an
+// error matching ErrTransferFailed and transport.ErrTimeout, and is aborted
+// where the transport can.
+func TensorTransferTimeout(d time.Duration) InitOption {
+	return func(o *initOptions) { o.transfer = d }
 }
 
 // Runtime is an initialized goray driver.
@@ -157,7 +166,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		return nil, err
 	}
 	cw, err := core.Start(ctx, core.Config{
-		Mode: core.ModeDriver, RayletSocket: rayletSock, SessionDir: sessionDir, Job: job, Logger: rt.log,
+		Mode: core.ModeDriver, RayletSocket: rayletSock, SessionDir: sessionDir, Job: job, Logger: rt.log, TransferTimeout: o.transfer,
 		OnRayletLost: func(err error) { rt.log.Error("lost the connection to the raylet", "error", err) },
 	})
 	if err != nil {

@@ -19,6 +19,7 @@ type callOptions struct {
 	maxRetries *int
 	name       string
 	maxConc    int
+	transports []string
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -31,6 +32,7 @@ func newCallOptions(opts []Option) callOptions {
 
 func (c callOptions) with(opts []Option) callOptions {
 	n := c
+	n.transports = append([]string(nil), c.transports...)
 	n.res = make(map[string]float64, len(c.res))
 	for k, v := range c.res {
 		n.res[k] = v
@@ -77,6 +79,13 @@ func Name(name string) Option { return func(c *callOptions) { c.name = name } }
 // run one at a time in submission order).
 func MaxConcurrency(n int) Option { return func(c *callOptions) { c.maxConc = n } }
 
+// Transports declares the tensor transports an actor uses. Creating the
+// actor on a node where one of them is not registered fails with an error
+// naming the transport and the node.
+func Transports(names ...string) Option {
+	return func(c *callOptions) { c.transports = append(c.transports, names...) }
+}
+
 // taskBase is the untyped part of every registered task and actor class.
 type taskBase struct {
 	name  string
@@ -102,7 +111,7 @@ func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
 	if err != nil {
 		return core.TaskOptions{}, fmt.Errorf("goray: %s: %w", b.name, err)
 	}
-	o := core.TaskOptions{Resources: set, MaxRetries: -1, Name: b.opts.name, MaxConcurrency: b.opts.maxConc}
+	o := core.TaskOptions{Resources: set, MaxRetries: -1, Name: b.opts.name, MaxConcurrency: b.opts.maxConc, Transports: b.opts.transports}
 	if b.opts.maxRetries != nil {
 		o.MaxRetries = *b.opts.maxRetries
 	}
@@ -191,12 +200,21 @@ func submitTask[R any](ctx context.Context, b *taskBase, args ...core.ArgInput) 
 	return Ref[R]{cw.SubmitTask(ctx, b.name, args, opts)}
 }
 
-func callMethod[R any](ctx context.Context, actor core.ActorRef, method string, args ...core.ArgInput) Ref[R] {
+// methodBase is the untyped part of every registered actor method.
+type methodBase struct {
+	name      string
+	transport string
+}
+
+// Name returns the registered name.
+func (m methodBase) Name() string { return m.name }
+
+func callMethod[R any](ctx context.Context, actor core.ActorRef, m methodBase, args ...core.ArgInput) Ref[R] {
 	cw, err := current()
 	if err != nil {
 		panic(err)
 	}
-	return Ref[R]{cw.SubmitActorTask(ctx, actor, method, args)}
+	return Ref[R]{cw.SubmitActorTask(ctx, actor, m.name, args, core.TaskOptions{TensorTransport: m.transport})}
 }
 
 func createActor[T any](ctx context.Context, b *taskBase, args ...core.ArgInput) ActorHandle[T] {

@@ -56,31 +56,38 @@ func (c *ActorClass0[T]) Remote(ctx context.Context) ActorHandle[T] {
 }
 
 // MethodFunc0 is a registered actor method taking 0 argument(s).
-type MethodFunc0[T, R any] struct{ name string }
+type MethodFunc0[T, R any] struct{ methodBase }
 
 // Method0 registers a method expression such as (*Counter).Inc.
 func Method0[T, R any](m func(*T, context.Context) (R, error)) *MethodFunc0[T, R] {
 	name := registerMethod[T](m, 0, func(ctx context.Context, self *T, name string, args []core.ArgValue) (any, error) {
 		return m(self, ctx)
 	})
-	return &MethodFunc0[T, R]{name: name}
+	return &MethodFunc0[T, R]{methodBase{name: name}}
+}
+
+// TensorTransport returns a copy of m whose returned tensors (R must be
+// transport.Tensor or []transport.Tensor) travel by the named transport
+// instead of the object store. The actor must declare it with Transports.
+func (m *MethodFunc0[T, R]) TensorTransport(name string) *MethodFunc0[T, R] {
+	return &MethodFunc0[T, R]{methodBase{name: m.name, transport: name}}
 }
 
 // On binds the method to an actor.
 func (m *MethodFunc0[T, R]) On(h ActorHandle[T]) BoundMethod0[T, R] {
-	return BoundMethod0[T, R]{name: m.name, actor: h}
+	return BoundMethod0[T, R]{methodBase: m.methodBase, actor: h}
 }
 
 // BoundMethod0 is a method bound to one actor.
 type BoundMethod0[T, R any] struct {
-	name  string
+	methodBase
 	actor ActorHandle[T]
 }
 
 // Remote calls the method and returns a reference to its result at once.
 // Calls from one process run in the order they were made.
 func (b BoundMethod0[T, R]) Remote(ctx context.Context) Ref[R] {
-	return callMethod[R](ctx, b.actor.ref, b.name)
+	return callMethod[R](ctx, b.actor.ref, b.methodBase)
 }
 
 // TaskFunc1 is a registered task taking 1 argument(s). Create it with
@@ -139,7 +146,7 @@ func (c *ActorClass1[T, A1]) Remote(ctx context.Context, a1 Arg[A1]) ActorHandle
 }
 
 // MethodFunc1 is a registered actor method taking 1 argument(s).
-type MethodFunc1[T, R, A1 any] struct{ name string }
+type MethodFunc1[T, R, A1 any] struct{ methodBase }
 
 // Method1 registers a method expression such as (*Counter).Inc.
 func Method1[T, R, A1 any](m func(*T, context.Context, A1) (R, error)) *MethodFunc1[T, R, A1] {
@@ -150,24 +157,31 @@ func Method1[T, R, A1 any](m func(*T, context.Context, A1) (R, error)) *MethodFu
 		}
 		return m(self, ctx, a1)
 	})
-	return &MethodFunc1[T, R, A1]{name: name}
+	return &MethodFunc1[T, R, A1]{methodBase{name: name}}
+}
+
+// TensorTransport returns a copy of m whose returned tensors (R must be
+// transport.Tensor or []transport.Tensor) travel by the named transport
+// instead of the object store. The actor must declare it with Transports.
+func (m *MethodFunc1[T, R, A1]) TensorTransport(name string) *MethodFunc1[T, R, A1] {
+	return &MethodFunc1[T, R, A1]{methodBase{name: m.name, transport: name}}
 }
 
 // On binds the method to an actor.
 func (m *MethodFunc1[T, R, A1]) On(h ActorHandle[T]) BoundMethod1[T, R, A1] {
-	return BoundMethod1[T, R, A1]{name: m.name, actor: h}
+	return BoundMethod1[T, R, A1]{methodBase: m.methodBase, actor: h}
 }
 
 // BoundMethod1 is a method bound to one actor.
 type BoundMethod1[T, R, A1 any] struct {
-	name  string
+	methodBase
 	actor ActorHandle[T]
 }
 
 // Remote calls the method and returns a reference to its result at once.
 // Calls from one process run in the order they were made.
 func (b BoundMethod1[T, R, A1]) Remote(ctx context.Context, a1 Arg[A1]) Ref[R] {
-	return callMethod[R](ctx, b.actor.ref, b.name, a1.argInput())
+	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput())
 }
 
 // TaskFunc2 is a registered task taking 2 argument(s). Create it with
@@ -234,7 +248,7 @@ func (c *ActorClass2[T, A1, A2]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[
 }
 
 // MethodFunc2 is a registered actor method taking 2 argument(s).
-type MethodFunc2[T, R, A1, A2 any] struct{ name string }
+type MethodFunc2[T, R, A1, A2 any] struct{ methodBase }
 
 // Method2 registers a method expression such as (*Counter).Inc.
 func Method2[T, R, A1, A2 any](m func(*T, context.Context, A1, A2) (R, error)) *MethodFunc2[T, R, A1, A2] {
@@ -249,24 +263,31 @@ func Method2[T, R, A1, A2 any](m func(*T, context.Context, A1, A2) (R, error)) *
 		}
 		return m(self, ctx, a1, a2)
 	})
-	return &MethodFunc2[T, R, A1, A2]{name: name}
+	return &MethodFunc2[T, R, A1, A2]{methodBase{name: name}}
+}
+
+// TensorTransport returns a copy of m whose returned tensors (R must be
+// transport.Tensor or []transport.Tensor) travel by the named transport
+// instead of the object store. The actor must declare it with Transports.
+func (m *MethodFunc2[T, R, A1, A2]) TensorTransport(name string) *MethodFunc2[T, R, A1, A2] {
+	return &MethodFunc2[T, R, A1, A2]{methodBase{name: m.name, transport: name}}
 }
 
 // On binds the method to an actor.
 func (m *MethodFunc2[T, R, A1, A2]) On(h ActorHandle[T]) BoundMethod2[T, R, A1, A2] {
-	return BoundMethod2[T, R, A1, A2]{name: m.name, actor: h}
+	return BoundMethod2[T, R, A1, A2]{methodBase: m.methodBase, actor: h}
 }
 
 // BoundMethod2 is a method bound to one actor.
 type BoundMethod2[T, R, A1, A2 any] struct {
-	name  string
+	methodBase
 	actor ActorHandle[T]
 }
 
 // Remote calls the method and returns a reference to its result at once.
 // Calls from one process run in the order they were made.
 func (b BoundMethod2[T, R, A1, A2]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2]) Ref[R] {
-	return callMethod[R](ctx, b.actor.ref, b.name, a1.argInput(), a2.argInput())
+	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput(), a2.argInput())
 }
 
 // TaskFunc3 is a registered task taking 3 argument(s). Create it with
@@ -341,7 +362,7 @@ func (c *ActorClass3[T, A1, A2, A3]) Remote(ctx context.Context, a1 Arg[A1], a2 
 }
 
 // MethodFunc3 is a registered actor method taking 3 argument(s).
-type MethodFunc3[T, R, A1, A2, A3 any] struct{ name string }
+type MethodFunc3[T, R, A1, A2, A3 any] struct{ methodBase }
 
 // Method3 registers a method expression such as (*Counter).Inc.
 func Method3[T, R, A1, A2, A3 any](m func(*T, context.Context, A1, A2, A3) (R, error)) *MethodFunc3[T, R, A1, A2, A3] {
@@ -360,24 +381,31 @@ func Method3[T, R, A1, A2, A3 any](m func(*T, context.Context, A1, A2, A3) (R, e
 		}
 		return m(self, ctx, a1, a2, a3)
 	})
-	return &MethodFunc3[T, R, A1, A2, A3]{name: name}
+	return &MethodFunc3[T, R, A1, A2, A3]{methodBase{name: name}}
+}
+
+// TensorTransport returns a copy of m whose returned tensors (R must be
+// transport.Tensor or []transport.Tensor) travel by the named transport
+// instead of the object store. The actor must declare it with Transports.
+func (m *MethodFunc3[T, R, A1, A2, A3]) TensorTransport(name string) *MethodFunc3[T, R, A1, A2, A3] {
+	return &MethodFunc3[T, R, A1, A2, A3]{methodBase{name: m.name, transport: name}}
 }
 
 // On binds the method to an actor.
 func (m *MethodFunc3[T, R, A1, A2, A3]) On(h ActorHandle[T]) BoundMethod3[T, R, A1, A2, A3] {
-	return BoundMethod3[T, R, A1, A2, A3]{name: m.name, actor: h}
+	return BoundMethod3[T, R, A1, A2, A3]{methodBase: m.methodBase, actor: h}
 }
 
 // BoundMethod3 is a method bound to one actor.
 type BoundMethod3[T, R, A1, A2, A3 any] struct {
-	name  string
+	methodBase
 	actor ActorHandle[T]
 }
 
 // Remote calls the method and returns a reference to its result at once.
 // Calls from one process run in the order they were made.
 func (b BoundMethod3[T, R, A1, A2, A3]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3]) Ref[R] {
-	return callMethod[R](ctx, b.actor.ref, b.name, a1.argInput(), a2.argInput(), a3.argInput())
+	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput(), a2.argInput(), a3.argInput())
 }
 
 // TaskFunc4 is a registered task taking 4 argument(s). Create it with
@@ -460,7 +488,7 @@ func (c *ActorClass4[T, A1, A2, A3, A4]) Remote(ctx context.Context, a1 Arg[A1],
 }
 
 // MethodFunc4 is a registered actor method taking 4 argument(s).
-type MethodFunc4[T, R, A1, A2, A3, A4 any] struct{ name string }
+type MethodFunc4[T, R, A1, A2, A3, A4 any] struct{ methodBase }
 
 // Method4 registers a method expression such as (*Counter).Inc.
 func Method4[T, R, A1, A2, A3, A4 any](m func(*T, context.Context, A1, A2, A3, A4) (R, error)) *MethodFunc4[T, R, A1, A2, A3, A4] {
@@ -483,24 +511,31 @@ func Method4[T, R, A1, A2, A3, A4 any](m func(*T, context.Context, A1, A2, A3, A
 		}
 		return m(self, ctx, a1, a2, a3, a4)
 	})
-	return &MethodFunc4[T, R, A1, A2, A3, A4]{name: name}
+	return &MethodFunc4[T, R, A1, A2, A3, A4]{methodBase{name: name}}
+}
+
+// TensorTransport returns a copy of m whose returned tensors (R must be
+// transport.Tensor or []transport.Tensor) travel by the named transport
+// instead of the object store. The actor must declare it with Transports.
+func (m *MethodFunc4[T, R, A1, A2, A3, A4]) TensorTransport(name string) *MethodFunc4[T, R, A1, A2, A3, A4] {
+	return &MethodFunc4[T, R, A1, A2, A3, A4]{methodBase{name: m.name, transport: name}}
 }
 
 // On binds the method to an actor.
 func (m *MethodFunc4[T, R, A1, A2, A3, A4]) On(h ActorHandle[T]) BoundMethod4[T, R, A1, A2, A3, A4] {
-	return BoundMethod4[T, R, A1, A2, A3, A4]{name: m.name, actor: h}
+	return BoundMethod4[T, R, A1, A2, A3, A4]{methodBase: m.methodBase, actor: h}
 }
 
 // BoundMethod4 is a method bound to one actor.
 type BoundMethod4[T, R, A1, A2, A3, A4 any] struct {
-	name  string
+	methodBase
 	actor ActorHandle[T]
 }
 
 // Remote calls the method and returns a reference to its result at once.
 // Calls from one process run in the order they were made.
 func (b BoundMethod4[T, R, A1, A2, A3, A4]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4]) Ref[R] {
-	return callMethod[R](ctx, b.actor.ref, b.name, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput())
+	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput())
 }
 
 // TaskFunc5 is a registered task taking 5 argument(s). Create it with
@@ -591,7 +626,7 @@ func (c *ActorClass5[T, A1, A2, A3, A4, A5]) Remote(ctx context.Context, a1 Arg[
 }
 
 // MethodFunc5 is a registered actor method taking 5 argument(s).
-type MethodFunc5[T, R, A1, A2, A3, A4, A5 any] struct{ name string }
+type MethodFunc5[T, R, A1, A2, A3, A4, A5 any] struct{ methodBase }
 
 // Method5 registers a method expression such as (*Counter).Inc.
 func Method5[T, R, A1, A2, A3, A4, A5 any](m func(*T, context.Context, A1, A2, A3, A4, A5) (R, error)) *MethodFunc5[T, R, A1, A2, A3, A4, A5] {
@@ -618,22 +653,29 @@ func Method5[T, R, A1, A2, A3, A4, A5 any](m func(*T, context.Context, A1, A2, A
 		}
 		return m(self, ctx, a1, a2, a3, a4, a5)
 	})
-	return &MethodFunc5[T, R, A1, A2, A3, A4, A5]{name: name}
+	return &MethodFunc5[T, R, A1, A2, A3, A4, A5]{methodBase{name: name}}
+}
+
+// TensorTransport returns a copy of m whose returned tensors (R must be
+// transport.Tensor or []transport.Tensor) travel by the named transport
+// instead of the object store. The actor must declare it with Transports.
+func (m *MethodFunc5[T, R, A1, A2, A3, A4, A5]) TensorTransport(name string) *MethodFunc5[T, R, A1, A2, A3, A4, A5] {
+	return &MethodFunc5[T, R, A1, A2, A3, A4, A5]{methodBase{name: m.name, transport: name}}
 }
 
 // On binds the method to an actor.
 func (m *MethodFunc5[T, R, A1, A2, A3, A4, A5]) On(h ActorHandle[T]) BoundMethod5[T, R, A1, A2, A3, A4, A5] {
-	return BoundMethod5[T, R, A1, A2, A3, A4, A5]{name: m.name, actor: h}
+	return BoundMethod5[T, R, A1, A2, A3, A4, A5]{methodBase: m.methodBase, actor: h}
 }
 
 // BoundMethod5 is a method bound to one actor.
 type BoundMethod5[T, R, A1, A2, A3, A4, A5 any] struct {
-	name  string
+	methodBase
 	actor ActorHandle[T]
 }
 
 // Remote calls the method and returns a reference to its result at once.
 // Calls from one process run in the order they were made.
 func (b BoundMethod5[T, R, A1, A2, A3, A4, A5]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4], a5 Arg[A5]) Ref[R] {
-	return callMethod[R](ctx, b.actor.ref, b.name, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput(), a5.argInput())
+	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput(), a5.argInput())
 }

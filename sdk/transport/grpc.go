@@ -30,7 +30,11 @@ func Register(s *grpc.Server, impl Transport) {
 // errors.Is(err, ErrAborted) works on an abort that happened in the plugin,
 // and a *TransferError names the object and duty. Context cancellation and
 // deadlines travel to the plugin.
-func NewClient(conn *grpc.ClientConn, apiVersion int) Transport {
+//
+// conn is usually the *grpc.ClientConn of a plugin; any
+// grpc.ClientConnInterface works (goray's workers reach their node's
+// plugins through a proxy).
+func NewClient(conn grpc.ClientConnInterface, apiVersion int) Transport {
 	return &client{c: pb.NewTransportClient(conn), version: apiVersion}
 }
 

@@ -138,6 +138,8 @@ func main() {
 		runErr = runMissing(ctx)
 	case "long":
 		runErr = runLong(ctx, arg(rt, args, 0))
+	case "tensors":
+		runErr = runTensors(ctx)
 	case "bigargs":
 		runErr = runBigArgs(ctx)
 	case "hold":

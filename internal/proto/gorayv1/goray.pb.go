@@ -505,8 +505,13 @@ type TaskSpec struct {
 	ActorId        []byte `protobuf:"bytes,12,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
 	MaxConcurrency int32  `protobuf:"varint,13,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	// Per-caller sequence number of an actor method call.
-	Seq           uint64 `protobuf:"varint,14,opt,name=seq,proto3" json:"seq,omitempty"`
-	CallerId      []byte `protobuf:"bytes,15,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	Seq      uint64 `protobuf:"varint,14,opt,name=seq,proto3" json:"seq,omitempty"`
+	CallerId []byte `protobuf:"bytes,15,opt,name=caller_id,json=callerId,proto3" json:"caller_id,omitempty"`
+	// Actor method: the returned tensors travel by this transport.
+	TensorTransport string `protobuf:"bytes,16,opt,name=tensor_transport,json=tensorTransport,proto3" json:"tensor_transport,omitempty"`
+	// Actor creation: the transports the actor uses (must be registered on
+	// its node).
+	Transports    []string `protobuf:"bytes,17,rep,name=transports,proto3" json:"transports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -642,6 +647,20 @@ func (x *TaskSpec) GetSeq() uint64 {
 func (x *TaskSpec) GetCallerId() []byte {
 	if x != nil {
 		return x.CallerId
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetTensorTransport() string {
+	if x != nil {
+		return x.TensorTransport
+	}
+	return ""
+}
+
+func (x *TaskSpec) GetTransports() []string {
+	if x != nil {
+		return x.Transports
 	}
 	return nil
 }
@@ -2021,6 +2040,111 @@ func (*TaskBlockedReply) Descriptor() ([]byte, []int) {
 	return file_goray_proto_rawDescGZIP(), []int{26}
 }
 
+type TransportInvokeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Full gRPC method name, e.g. /goray.transport.v1.Transport/Receive.
+	Method        string `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	Payload       []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransportInvokeRequest) Reset() {
+	*x = TransportInvokeRequest{}
+	mi := &file_goray_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransportInvokeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransportInvokeRequest) ProtoMessage() {}
+
+func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransportInvokeRequest.ProtoReflect.Descriptor instead.
+func (*TransportInvokeRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *TransportInvokeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *TransportInvokeRequest) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *TransportInvokeRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+type TransportInvokeReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Payload       []byte                 `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransportInvokeReply) Reset() {
+	*x = TransportInvokeReply{}
+	mi := &file_goray_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransportInvokeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransportInvokeReply) ProtoMessage() {}
+
+func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransportInvokeReply.ProtoReflect.Descriptor instead.
+func (*TransportInvokeReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *TransportInvokeReply) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
 type LeaseReply struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId []byte                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -2036,7 +2160,7 @@ type LeaseReply struct {
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2172,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2185,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27}
+	return file_goray_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -2103,7 +2227,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2239,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2252,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{28}
+	return file_goray_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -2153,7 +2277,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2289,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2302,7 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{29}
+	return file_goray_proto_rawDescGZIP(), []int{31}
 }
 
 type CreateObjectRequest struct {
@@ -2197,7 +2321,7 @@ type CreateObjectRequest struct {
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2209,7 +2333,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2222,7 +2346,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{30}
+	return file_goray_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -2269,7 +2393,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2405,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2418,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31}
+	return file_goray_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -2315,7 +2439,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2451,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2464,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{32}
+	return file_goray_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -2365,7 +2489,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2501,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2514,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{33}
+	return file_goray_proto_rawDescGZIP(), []int{35}
 }
 
 type GetObjectsRequest struct {
@@ -2404,7 +2528,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2540,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2553,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34}
+	return file_goray_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -2459,7 +2583,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2471,7 +2595,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2484,7 +2608,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{35}
+	return file_goray_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -2531,7 +2655,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2543,7 +2667,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2556,7 +2680,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36}
+	return file_goray_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -2576,7 +2700,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2712,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2725,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37}
+	return file_goray_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -2626,7 +2750,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2762,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2775,7 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{38}
+	return file_goray_proto_rawDescGZIP(), []int{40}
 }
 
 type FreeObjectsRequest struct {
@@ -2663,7 +2787,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2799,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2812,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39}
+	return file_goray_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -2706,7 +2830,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2718,7 +2842,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2731,7 +2855,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{40}
+	return file_goray_proto_rawDescGZIP(), []int{42}
 }
 
 type GetNodeStatsRequest struct {
@@ -2742,7 +2866,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +2878,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +2891,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{41}
+	return file_goray_proto_rawDescGZIP(), []int{43}
 }
 
 type WorkerStats struct {
@@ -2784,7 +2908,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2796,7 +2920,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2809,7 +2933,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{42}
+	return file_goray_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -2865,7 +2989,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3001,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3014,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{43}
+	return file_goray_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -2935,7 +3059,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3071,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3084,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -3051,7 +3175,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3063,7 +3187,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3076,7 +3200,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -3151,7 +3275,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3163,7 +3287,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3176,7 +3300,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -3194,7 +3318,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3330,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3343,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 type NodeInfo struct {
@@ -3245,7 +3369,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3381,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3394,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -3390,7 +3514,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3526,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3415,7 +3539,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -3509,7 +3633,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3645,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3658,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -3637,7 +3761,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3773,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3786,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -3682,7 +3806,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3694,7 +3818,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3707,7 +3831,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -3727,7 +3851,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3739,7 +3863,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3752,7 +3876,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -3777,7 +3901,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3789,7 +3913,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3802,7 +3926,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 type HeartbeatRequest struct {
@@ -3818,7 +3942,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3830,7 +3954,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3843,7 +3967,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -3892,7 +4016,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3904,7 +4028,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3917,7 +4041,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -3935,7 +4059,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3947,7 +4071,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3960,7 +4084,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 type NodeView struct {
@@ -3977,7 +4101,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3989,7 +4113,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4002,7 +4126,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -4056,7 +4180,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4068,7 +4192,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4081,7 +4205,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -4100,7 +4224,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4112,7 +4236,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4125,7 +4249,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -4143,7 +4267,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4155,7 +4279,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4168,7 +4292,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 type MarkJobFinishedRequest struct {
@@ -4180,7 +4304,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +4316,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +4329,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -4223,7 +4347,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +4359,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +4372,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 type GetAllJobsRequest struct {
@@ -4259,7 +4383,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4271,7 +4395,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4284,7 +4408,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 type GetAllJobsReply struct {
@@ -4296,7 +4420,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4308,7 +4432,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4321,7 +4445,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -4340,7 +4464,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4352,7 +4476,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4365,7 +4489,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -4383,7 +4507,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4395,7 +4519,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4408,7 +4532,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 type UpdateActorRequest struct {
@@ -4420,7 +4544,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4432,7 +4556,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4445,7 +4569,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -4463,7 +4587,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4475,7 +4599,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4488,7 +4612,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 type GetActorRequest struct {
@@ -4502,7 +4626,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4514,7 +4638,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4527,7 +4651,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -4560,7 +4684,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4572,7 +4696,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4585,7 +4709,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -4603,7 +4727,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4615,7 +4739,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4628,7 +4752,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 type ListActorsReply struct {
@@ -4640,7 +4764,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4652,7 +4776,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4665,7 +4789,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -4686,7 +4810,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4698,7 +4822,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4711,7 +4835,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -4743,7 +4867,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4755,7 +4879,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4768,7 +4892,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 type KVPutRequest struct {
@@ -4783,7 +4907,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4795,7 +4919,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4808,7 +4932,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -4848,7 +4972,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4860,7 +4984,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4873,7 +4997,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -4893,7 +5017,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4905,7 +5029,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4918,7 +5042,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -4945,7 +5069,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5081,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5094,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -4998,7 +5122,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5010,7 +5134,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5023,7 +5147,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -5056,7 +5180,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5068,7 +5192,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5081,7 +5205,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -5101,7 +5225,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5113,7 +5237,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5126,7 +5250,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -5152,7 +5276,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5164,7 +5288,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5177,7 +5301,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -5211,7 +5335,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x03ref\x18\x03 \x01(\v2\x13.goray.v1.ObjectRefR\x03ref\x12\x15\n" +
 	"\x06by_ref\x18\x04 \x01(\bR\x05byRef\x12\x17\n" +
 	"\anode_id\x18\x05 \x01(\fR\x06nodeId\x12+\n" +
-	"\x06nested\x18\x06 \x03(\v2\x13.goray.v1.ObjectRefR\x06nested\"\xe0\x03\n" +
+	"\x06nested\x18\x06 \x03(\v2\x13.goray.v1.ObjectRefR\x06nested\"\xab\x04\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\fR\x06taskId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12&\n" +
@@ -5229,7 +5353,11 @@ const file_goray_proto_rawDesc = "" +
 	"\bactor_id\x18\f \x01(\fR\aactorId\x12'\n" +
 	"\x0fmax_concurrency\x18\r \x01(\x05R\x0emaxConcurrency\x12\x10\n" +
 	"\x03seq\x18\x0e \x01(\x04R\x03seq\x12\x1b\n" +
-	"\tcaller_id\x18\x0f \x01(\fR\bcallerId\"\xd0\x01\n" +
+	"\tcaller_id\x18\x0f \x01(\fR\bcallerId\x12)\n" +
+	"\x10tensor_transport\x18\x10 \x01(\tR\x0ftensorTransport\x12\x1e\n" +
+	"\n" +
+	"transports\x18\x11 \x03(\tR\n" +
+	"transports\"\xd0\x01\n" +
 	"\fReturnObject\x12\x1b\n" +
 	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\fR\bmetadata\x12\x12\n" +
@@ -5334,7 +5462,13 @@ const file_goray_proto_rawDesc = "" +
 	"\x12TaskBlockedRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\fR\bworkerId\x12\x18\n" +
 	"\ablocked\x18\x02 \x01(\bR\ablocked\"\x12\n" +
-	"\x10TaskBlockedReply\"\x91\x01\n" +
+	"\x10TaskBlockedReply\"^\n" +
+	"\x16TransportInvokeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\"0\n" +
+	"\x14TransportInvokeReply\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"\x91\x01\n" +
 	"\n" +
 	"LeaseReply\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12)\n" +
@@ -5577,14 +5711,15 @@ const file_goray_proto_rawDesc = "" +
 	"\x0fGetObjectStatus\x12 .goray.v1.GetObjectStatusRequest\x1a\x1e.goray.v1.GetObjectStatusReply\x12S\n" +
 	"\x0fUpdateBorrowers\x12 .goray.v1.UpdateBorrowersRequest\x1a\x1e.goray.v1.UpdateBorrowersReply\x122\n" +
 	"\x04Exit\x12\x15.goray.v1.ExitRequest\x1a\x13.goray.v1.ExitReply\x12A\n" +
-	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xd2\a\n" +
+	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xa7\b\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
 	"\rDriverSession\x12\x17.goray.v1.DriverMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12B\n" +
 	"\x12RequestWorkerLease\x12\x16.goray.v1.LeaseRequest\x1a\x14.goray.v1.LeaseReply\x12M\n" +
 	"\x11ReturnWorkerLease\x12\x1c.goray.v1.ReturnLeaseRequest\x1a\x1a.goray.v1.ReturnLeaseReply\x12M\n" +
 	"\x11CancelWorkerLease\x12\x1c.goray.v1.CancelLeaseRequest\x1a\x1a.goray.v1.CancelLeaseReply\x12M\n" +
-	"\x11NotifyTaskBlocked\x12\x1c.goray.v1.TaskBlockedRequest\x1a\x1a.goray.v1.TaskBlockedReply\x12J\n" +
+	"\x11NotifyTaskBlocked\x12\x1c.goray.v1.TaskBlockedRequest\x1a\x1a.goray.v1.TaskBlockedReply\x12S\n" +
+	"\x0fTransportInvoke\x12 .goray.v1.TransportInvokeRequest\x1a\x1e.goray.v1.TransportInvokeReply\x12J\n" +
 	"\fCreateObject\x12\x1d.goray.v1.CreateObjectRequest\x1a\x1b.goray.v1.CreateObjectReply\x12D\n" +
 	"\n" +
 	"SealObject\x12\x1b.goray.v1.SealObjectRequest\x1a\x19.goray.v1.SealObjectReply\x12D\n" +
@@ -5627,7 +5762,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 86)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                      // 0: goray.v1.TaskKind
 	(ActorState)(0),                    // 1: goray.v1.ActorState
@@ -5660,68 +5795,70 @@ var file_goray_proto_goTypes = []any{
 	(*CancelLeaseReply)(nil),           // 28: goray.v1.CancelLeaseReply
 	(*TaskBlockedRequest)(nil),         // 29: goray.v1.TaskBlockedRequest
 	(*TaskBlockedReply)(nil),           // 30: goray.v1.TaskBlockedReply
-	(*LeaseReply)(nil),                 // 31: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),         // 32: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),           // 33: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),        // 34: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),          // 35: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),          // 36: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),            // 37: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),          // 38: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                // 39: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),            // 40: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),      // 41: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),        // 42: goray.v1.ReleaseObjectsReply
-	(*FreeObjectsRequest)(nil),         // 43: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),           // 44: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),        // 45: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                // 46: goray.v1.WorkerStats
-	(*PendingDemand)(nil),              // 47: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),          // 48: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),               // 49: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),        // 50: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),          // 51: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                   // 52: goray.v1.NodeInfo
-	(*JobInfo)(nil),                    // 53: goray.v1.JobInfo
-	(*ActorInfo)(nil),                  // 54: goray.v1.ActorInfo
-	(*RegisterNodeRequest)(nil),        // 55: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),          // 56: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),      // 57: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),        // 58: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),           // 59: goray.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),             // 60: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),         // 61: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                   // 62: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),           // 63: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),              // 64: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                // 65: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),     // 66: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),       // 67: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),          // 68: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),            // 69: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),       // 70: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),         // 71: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),         // 72: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),           // 73: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),            // 74: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),              // 75: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),          // 76: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),            // 77: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil), // 78: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),   // 79: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),               // 80: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                 // 81: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),               // 82: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                 // 83: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),               // 84: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                 // 85: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),              // 86: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                // 87: goray.v1.KVKeysReply
-	nil,                                // 88: goray.v1.Resources.AmountsEntry
-	nil,                                // 89: goray.v1.NodeInfo.LabelsEntry
+	(*TransportInvokeRequest)(nil),     // 31: goray.v1.TransportInvokeRequest
+	(*TransportInvokeReply)(nil),       // 32: goray.v1.TransportInvokeReply
+	(*LeaseReply)(nil),                 // 33: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),         // 34: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),           // 35: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),        // 36: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),          // 37: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),          // 38: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),            // 39: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),          // 40: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                // 41: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),            // 42: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),      // 43: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),        // 44: goray.v1.ReleaseObjectsReply
+	(*FreeObjectsRequest)(nil),         // 45: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),           // 46: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),        // 47: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                // 48: goray.v1.WorkerStats
+	(*PendingDemand)(nil),              // 49: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),          // 50: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),               // 51: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),        // 52: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),          // 53: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                   // 54: goray.v1.NodeInfo
+	(*JobInfo)(nil),                    // 55: goray.v1.JobInfo
+	(*ActorInfo)(nil),                  // 56: goray.v1.ActorInfo
+	(*RegisterNodeRequest)(nil),        // 57: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),          // 58: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),      // 59: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),        // 60: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),           // 61: goray.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),             // 62: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),         // 63: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                   // 64: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),           // 65: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),              // 66: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                // 67: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),     // 68: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),       // 69: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),          // 70: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),            // 71: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),       // 72: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),         // 73: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),         // 74: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),           // 75: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),            // 76: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),              // 77: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),          // 78: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),            // 79: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil), // 80: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),   // 81: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),               // 82: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                 // 83: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),               // 84: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                 // 85: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),               // 86: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                 // 87: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),              // 88: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                // 89: goray.v1.KVKeysReply
+	nil,                                // 90: goray.v1.Resources.AmountsEntry
+	nil,                                // 91: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	88, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	90, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	4,  // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	6,  // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	6,  // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -5739,43 +5876,43 @@ var file_goray_proto_depIdxs = []int32{
 	19, // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
 	20, // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
 	4,  // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	53, // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	55, // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
 	4,  // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
 	3,  // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	52, // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	54, // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
 	25, // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
 	5,  // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
 	4,  // 24: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
 	4,  // 25: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	39, // 26: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	41, // 26: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
 	4,  // 27: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
 	5,  // 28: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	52, // 29: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	54, // 29: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
 	5,  // 30: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	46, // 31: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	47, // 32: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	39, // 33: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	48, // 31: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	49, // 32: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	41, // 33: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
 	4,  // 34: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	49, // 35: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	51, // 35: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
 	5,  // 36: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	89, // 37: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	91, // 37: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
 	1,  // 38: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
 	4,  // 39: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
 	4,  // 40: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
 	5,  // 41: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	52, // 42: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	54, // 42: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
 	5,  // 43: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	47, // 44: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	52, // 45: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	49, // 44: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	54, // 45: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
 	5,  // 46: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	47, // 47: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	62, // 48: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	53, // 49: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	53, // 50: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	54, // 51: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	54, // 52: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	54, // 53: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	54, // 54: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	49, // 47: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	64, // 48: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	55, // 49: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	55, // 50: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	56, // 51: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	56, // 52: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	56, // 53: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	56, // 54: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
 	10, // 55: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
 	12, // 56: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
 	14, // 57: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
@@ -5784,68 +5921,70 @@ var file_goray_proto_depIdxs = []int32{
 	22, // 60: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
 	23, // 61: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
 	26, // 62: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	32, // 63: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	34, // 63: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
 	27, // 64: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
 	29, // 65: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	34, // 66: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	36, // 67: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	38, // 68: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	41, // 69: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	43, // 70: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	45, // 71: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	50, // 72: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	55, // 73: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	57, // 74: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	59, // 75: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	61, // 76: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	64, // 77: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	66, // 78: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	68, // 79: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	70, // 80: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	72, // 81: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	74, // 82: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	76, // 83: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	78, // 84: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	80, // 85: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	82, // 86: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	84, // 87: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	86, // 88: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	11, // 89: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	13, // 90: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	15, // 91: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	17, // 92: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	21, // 93: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	24, // 94: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	24, // 95: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	31, // 96: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	33, // 97: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	28, // 98: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	30, // 99: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	35, // 100: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	37, // 101: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	40, // 102: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	42, // 103: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	44, // 104: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	48, // 105: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	51, // 106: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	56, // 107: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	58, // 108: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	60, // 109: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	63, // 110: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	65, // 111: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	67, // 112: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	69, // 113: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	71, // 114: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	73, // 115: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	75, // 116: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	77, // 117: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	79, // 118: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	81, // 119: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	83, // 120: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	85, // 121: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	87, // 122: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	89, // [89:123] is the sub-list for method output_type
-	55, // [55:89] is the sub-list for method input_type
+	31, // 66: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	36, // 67: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	38, // 68: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	40, // 69: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	43, // 70: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	45, // 71: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	47, // 72: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	52, // 73: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	57, // 74: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	59, // 75: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	61, // 76: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	63, // 77: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	66, // 78: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	68, // 79: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	70, // 80: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	72, // 81: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	74, // 82: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	76, // 83: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	78, // 84: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	80, // 85: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	82, // 86: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	84, // 87: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	86, // 88: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	88, // 89: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	11, // 90: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	13, // 91: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	15, // 92: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	17, // 93: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	21, // 94: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	24, // 95: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	24, // 96: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	33, // 97: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	35, // 98: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	28, // 99: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	30, // 100: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	32, // 101: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	37, // 102: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	39, // 103: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	42, // 104: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	44, // 105: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	46, // 106: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	50, // 107: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	53, // 108: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	58, // 109: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	60, // 110: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	62, // 111: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	65, // 112: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	67, // 113: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	69, // 114: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	71, // 115: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	73, // 116: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	75, // 117: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	77, // 118: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	79, // 119: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	81, // 120: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	83, // 121: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	85, // 122: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	87, // 123: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	89, // 124: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	90, // [90:125] is the sub-list for method output_type
+	55, // [55:90] is the sub-list for method input_type
 	55, // [55:55] is the sub-list for extension type_name
 	55, // [55:55] is the sub-list for extension extendee
 	0,  // [0:55] is the sub-list for field type_name
@@ -5862,7 +6001,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   86,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -301,6 +301,7 @@ const (
 	Raylet_ReturnWorkerLease_FullMethodName  = "/goray.v1.Raylet/ReturnWorkerLease"
 	Raylet_CancelWorkerLease_FullMethodName  = "/goray.v1.Raylet/CancelWorkerLease"
 	Raylet_NotifyTaskBlocked_FullMethodName  = "/goray.v1.Raylet/NotifyTaskBlocked"
+	Raylet_TransportInvoke_FullMethodName    = "/goray.v1.Raylet/TransportInvoke"
 	Raylet_CreateObject_FullMethodName       = "/goray.v1.Raylet/CreateObject"
 	Raylet_SealObject_FullMethodName         = "/goray.v1.Raylet/SealObject"
 	Raylet_GetObjects_FullMethodName         = "/goray.v1.Raylet/GetObjects"
@@ -335,6 +336,11 @@ type RayletClient interface {
 	// (false). While blocked, the CPU of its lease is lent back to the node so
 	// that nested tasks can run (as Ray does).
 	NotifyTaskBlocked(ctx context.Context, in *TaskBlockedRequest, opts ...grpc.CallOption) (*TaskBlockedReply, error)
+	// Calls a method of the node's transport plugin `name` (control only:
+	// handles and metadata, never tensor bytes). The payload is the
+	// marshalled request of the goray.transport.v1.Transport method; the
+	// plugin's error status comes back unchanged.
+	TransportInvoke(ctx context.Context, in *TransportInvokeRequest, opts ...grpc.CallOption) (*TransportInvokeReply, error)
 	// Object store.
 	CreateObject(ctx context.Context, in *CreateObjectRequest, opts ...grpc.CallOption) (*CreateObjectReply, error)
 	SealObject(ctx context.Context, in *SealObjectRequest, opts ...grpc.CallOption) (*SealObjectReply, error)
@@ -413,6 +419,16 @@ func (c *rayletClient) NotifyTaskBlocked(ctx context.Context, in *TaskBlockedReq
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TaskBlockedReply)
 	err := c.cc.Invoke(ctx, Raylet_NotifyTaskBlocked_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rayletClient) TransportInvoke(ctx context.Context, in *TransportInvokeRequest, opts ...grpc.CallOption) (*TransportInvokeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransportInvokeReply)
+	err := c.cc.Invoke(ctx, Raylet_TransportInvoke_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -514,6 +530,11 @@ type RayletServer interface {
 	// (false). While blocked, the CPU of its lease is lent back to the node so
 	// that nested tasks can run (as Ray does).
 	NotifyTaskBlocked(context.Context, *TaskBlockedRequest) (*TaskBlockedReply, error)
+	// Calls a method of the node's transport plugin `name` (control only:
+	// handles and metadata, never tensor bytes). The payload is the
+	// marshalled request of the goray.transport.v1.Transport method; the
+	// plugin's error status comes back unchanged.
+	TransportInvoke(context.Context, *TransportInvokeRequest) (*TransportInvokeReply, error)
 	// Object store.
 	CreateObject(context.Context, *CreateObjectRequest) (*CreateObjectReply, error)
 	SealObject(context.Context, *SealObjectRequest) (*SealObjectReply, error)
@@ -549,6 +570,9 @@ func (UnimplementedRayletServer) CancelWorkerLease(context.Context, *CancelLease
 }
 func (UnimplementedRayletServer) NotifyTaskBlocked(context.Context, *TaskBlockedRequest) (*TaskBlockedReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method NotifyTaskBlocked not implemented")
+}
+func (UnimplementedRayletServer) TransportInvoke(context.Context, *TransportInvokeRequest) (*TransportInvokeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransportInvoke not implemented")
 }
 func (UnimplementedRayletServer) CreateObject(context.Context, *CreateObjectRequest) (*CreateObjectReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateObject not implemented")
@@ -674,6 +698,24 @@ func _Raylet_NotifyTaskBlocked_Handler(srv interface{}, ctx context.Context, dec
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RayletServer).NotifyTaskBlocked(ctx, req.(*TaskBlockedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raylet_TransportInvoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransportInvokeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).TransportInvoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_TransportInvoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).TransportInvoke(ctx, req.(*TransportInvokeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -826,6 +868,10 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NotifyTaskBlocked",
 			Handler:    _Raylet_NotifyTaskBlocked_Handler,
+		},
+		{
+			MethodName: "TransportInvoke",
+			Handler:    _Raylet_TransportInvoke_Handler,
 		},
 		{
 			MethodName: "CreateObject",

@@ -101,7 +101,7 @@ func (c *ActorClass{{.N}}[{{.Gen "T"}}]) Remote(ctx context.Context{{if .Params}
 }
 
 // MethodFunc{{.N}} is a registered actor method taking {{.N}} argument(s).
-type MethodFunc{{.N}}[{{.Gen "T" "R"}} any] struct{ name string }
+type MethodFunc{{.N}}[{{.Gen "T" "R"}} any] struct{ methodBase }
 
 // Method{{.N}} registers a method expression such as (*Counter).Inc.
 func Method{{.N}}[{{.Gen "T" "R"}} any](m func(*T, {{.FnArgs}}) (R, error)) *MethodFunc{{.N}}[{{.Gen "T" "R"}}] {
@@ -114,24 +114,31 @@ func Method{{.N}}[{{.Gen "T" "R"}} any](m func(*T, {{.FnArgs}}) (R, error)) *Met
 		{{- end}}
 		return m(self, ctx{{range .Decode}}, a{{.}}{{end}})
 	})
-	return &MethodFunc{{.N}}[{{.Gen "T" "R"}}]{name: name}
+	return &MethodFunc{{.N}}[{{.Gen "T" "R"}}]{methodBase{name: name}}
+}
+
+// TensorTransport returns a copy of m whose returned tensors (R must be
+// transport.Tensor or []transport.Tensor) travel by the named transport
+// instead of the object store. The actor must declare it with Transports.
+func (m *MethodFunc{{.N}}[{{.Gen "T" "R"}}]) TensorTransport(name string) *MethodFunc{{.N}}[{{.Gen "T" "R"}}] {
+	return &MethodFunc{{.N}}[{{.Gen "T" "R"}}]{methodBase{name: m.name, transport: name}}
 }
 
 // On binds the method to an actor.
 func (m *MethodFunc{{.N}}[{{.Gen "T" "R"}}]) On(h ActorHandle[T]) BoundMethod{{.N}}[{{.Gen "T" "R"}}] {
-	return BoundMethod{{.N}}[{{.Gen "T" "R"}}]{name: m.name, actor: h}
+	return BoundMethod{{.N}}[{{.Gen "T" "R"}}]{methodBase: m.methodBase, actor: h}
 }
 
 // BoundMethod{{.N}} is a method bound to one actor.
 type BoundMethod{{.N}}[{{.Gen "T" "R"}} any] struct {
-	name  string
+	methodBase
 	actor ActorHandle[T]
 }
 
 // Remote calls the method and returns a reference to its result at once.
 // Calls from one process run in the order they were made.
 func (b BoundMethod{{.N}}[{{.Gen "T" "R"}}]) Remote(ctx context.Context{{if .Params}}, {{.Params}}{{end}}) Ref[R] {
-	return callMethod[R](ctx, b.actor.ref, b.name{{if .Inputs}}, {{.Inputs}}{{end}})
+	return callMethod[R](ctx, b.actor.ref, b.methodBase{{if .Inputs}}, {{.Inputs}}{{end}})
 }
 {{end}}`))
 

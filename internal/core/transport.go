@@ -1,0 +1,238 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/goray-dev/goray/internal/codec"
+	"github.com/goray-dev/goray/internal/ids"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/sdk/transport"
+	"github.com/vmihailenco/msgpack/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultTransferTimeout bounds one tensor transfer (as in Ray).
+const DefaultTransferTimeout = 60 * time.Second
+
+// ErrTransferFailed matches a tensor transfer that failed or timed out.
+var ErrTransferFailed = errors.New("tensor transfer failed")
+
+// KindTransfer is the RemoteError kind of a failed tensor transfer.
+const KindTransfer = "transfer"
+
+// TransferError says a tensor transfer failed. It unwraps to the
+// transport's error, so errors.Is(err, transport.ErrTimeout) and friends
+// work too.
+type TransferError struct {
+	ObjectID  ids.ObjectID
+	Transport string
+	Op        string
+	Err       error
+}
+
+func (e *TransferError) Error() string {
+	return fmt.Sprintf("tensor transfer of object %s by transport %q failed in %s: %v", e.ObjectID, e.Transport, e.Op, e.Err)
+}
+
+// Is matches ErrTransferFailed.
+func (e *TransferError) Is(target error) bool { return target == ErrTransferFailed }
+
+// Unwrap returns the transport's error.
+func (e *TransferError) Unwrap() error { return e.Err }
+
+// tensorEnvelope is the value of an object whose tensors a transport
+// holds: what a receiver needs to pull them.
+type tensorEnvelope struct {
+	Transport     string                 `msgpack:"t"`
+	ObjectID      string                 `msgpack:"o"`
+	Tensors       []transport.TensorMeta `msgpack:"m"`
+	TransportData []byte                 `msgpack:"d"`
+	Source        string                 `msgpack:"s"`
+	Node          []byte                 `msgpack:"n"`
+}
+
+// transportProxy is a grpc.ClientConnInterface that reaches the node's
+// transport plugin through the raylet (TransportInvoke), so workers never
+// hold connections to plugin processes that may restart.
+type transportProxy struct {
+	cw   *CoreWorker
+	name string
+}
+
+func (p *transportProxy) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
+	in, ok := args.(proto.Message)
+	out, ok2 := reply.(proto.Message)
+	if !ok || !ok2 {
+		return status.Errorf(codes.Internal, "transport proxy: %T/%T are not protobuf messages", args, reply)
+	}
+	payload, err := proto.Marshal(in)
+	if err != nil {
+		return err
+	}
+	rep, err := p.cw.raylet.TransportInvoke(ctx, &pb.TransportInvokeRequest{Name: p.name, Method: method, Payload: payload})
+	if err != nil {
+		return err
+	}
+	return proto.Unmarshal(rep.Payload, out)
+}
+
+func (p *transportProxy) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, status.Error(codes.Unimplemented, "transport proxy: streaming calls are not proxied")
+}
+
+type transportClients struct {
+	mu sync.Mutex
+	m  map[string]transport.Transport
+}
+
+// transport returns a client of the node's transport plugin name.
+func (cw *CoreWorker) transport(name string) transport.Transport {
+	cw.transports.mu.Lock()
+	defer cw.transports.mu.Unlock()
+	if cw.transports.m == nil {
+		cw.transports.m = map[string]transport.Transport{}
+	}
+	t := cw.transports.m[name]
+	if t == nil {
+		t = transport.NewClient(&transportProxy{cw: cw, name: name}, transport.APIVersion)
+		cw.transports.m[name] = t
+	}
+	return t
+}
+
+func (cw *CoreWorker) transferTimeout() time.Duration {
+	if cw.cfg.TransferTimeout > 0 {
+		return cw.cfg.TransferTimeout
+	}
+	return DefaultTransferTimeout
+}
+
+// asTensors accepts the values a tensor-transport method may return.
+func asTensors(v any) ([]transport.Tensor, bool) {
+	switch t := v.(type) {
+	case []transport.Tensor:
+		return t, true
+	case transport.Tensor:
+		return []transport.Tensor{t}, true
+	}
+	return nil, false
+}
+
+// extractTensors registers tensors with a transport right after they were
+// produced and returns the object's value (the envelope). The transport
+// owns the tensors' memory from now on and frees it at garbage collection.
+func (cw *CoreWorker) extractTensors(ctx context.Context, name string, id ids.ObjectID, ts []transport.Tensor) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, cw.transferTimeout())
+	defer cancel()
+	rep, err := cw.transport(name).ExtractMetadata(ctx, &transport.ExtractMetadataRequest{
+		ObjectID: id.String(), Source: cw.id.String(), Tensors: ts, TransferOwnership: true,
+	})
+	if err != nil {
+		return nil, &TransferError{ObjectID: id, Transport: name, Op: "extract metadata", Err: err}
+	}
+	env := tensorEnvelope{Transport: name, ObjectID: id.String(), Tensors: rep.Tensors, TransportData: rep.TransportData, Source: cw.id.String(), Node: cw.nodeID.Bytes()}
+	return msgpack.Marshal(&env)
+}
+
+// receiveTensors pulls the tensors of an envelope through its transport,
+// within the transfer timeout; a failed transfer is aborted where the
+// transport can.
+func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transport.Tensor, error) {
+	var env tensorEnvelope
+	if err := msgpack.Unmarshal(data, &env); err != nil {
+		return nil, fmt.Errorf("goray: undecodable tensor metadata: %w", err)
+	}
+	id, _ := ids.ParseObjectID(env.ObjectID)
+	tr := cw.transport(env.Transport)
+	rctx, cancel := context.WithTimeout(ctx, cw.transferTimeout())
+	defer cancel()
+	rep, err := tr.Receive(rctx, &transport.ReceiveRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String(), Tensors: env.Tensors, TransportData: env.TransportData})
+	if err != nil {
+		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if info, ierr := tr.Info(actx, &transport.InfoRequest{}); ierr == nil && info.CanAbort {
+			_, _ = tr.Abort(actx, &transport.AbortRequest{ObjectID: env.ObjectID, Reason: err.Error()})
+		}
+		acancel()
+		return nil, &TransferError{ObjectID: id, Transport: env.Transport, Op: "receive", Err: err}
+	}
+	return rep.Tensors, nil
+}
+
+// collectTensors tells the transport that an object's last reference is
+// gone (owner side).
+func (cw *CoreWorker) collectTensors(data []byte) {
+	var env tensorEnvelope
+	if err := msgpack.Unmarshal(data, &env); err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cw.transport(env.Transport).GarbageCollect(ctx, &transport.GarbageCollectRequest{ObjectID: env.ObjectID, TransportData: env.TransportData}); err != nil {
+		cw.log.Warn("tensor garbage collection failed", "object", env.ObjectID, "transport", env.Transport, "error", err)
+	}
+}
+
+// PutTensors stores tensors by a transport: the object's value is the
+// transport's metadata; readers pull the tensors through the transport.
+func (cw *CoreWorker) PutTensors(ctx context.Context, name string, ts []transport.Tensor) (*Handle, error) {
+	id := ids.ObjectIDFor(cw.idgen.Next(), 0)
+	env, err := cw.extractTensors(ctx, name, id, ts)
+	if err != nil {
+		return nil, err
+	}
+	cw.objects.newOwned(id, nil, 1)
+	cw.objects.complete(id, &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: codec.FormatTransport.Meta(), Data: env, Size: int64(len(env))}, nil, false)
+	return cw.wrapHandle(id, cw.addr), nil
+}
+
+// AssignTensors stores received tensors into ptr (*[]transport.Tensor,
+// *transport.Tensor or *any).
+func AssignTensors(ptr any, ts []transport.Tensor) error {
+	switch p := ptr.(type) {
+	case *[]transport.Tensor:
+		*p = ts
+	case *transport.Tensor:
+		if len(ts) != 1 {
+			return &codec.TypeError{Want: "transport.Tensor", Got: fmt.Sprintf("%d tensors", len(ts))}
+		}
+		*p = ts[0]
+	case *any:
+		*p = ts
+	default:
+		return &codec.TypeError{Want: fmt.Sprintf("%T", ptr)[1:], Got: "tensors (declare the value as []transport.Tensor)"}
+	}
+	return nil
+}
+
+// checkTransports fails when a transport an actor declares is not
+// registered on this node.
+func (cw *CoreWorker) checkTransports(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	st, err := cw.raylet.GetNodeStats(ctx, &pb.GetNodeStatsRequest{})
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	var list []string
+	for _, p := range st.Plugins {
+		if p.Kind == "transport" && p.State != "failed" && p.State != "stopped" {
+			have[p.Name] = true
+			list = append(list, p.Name)
+		}
+	}
+	for _, n := range names {
+		if !have[n] {
+			return fmt.Errorf("transport %q is not registered on node %s (registered transports: %v); add a plugin \"transport\" %q block to the node's config", n, cw.nodeID.Short(), list, n)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,76 @@
+package raylet
+
+import (
+	"context"
+	"strings"
+
+	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	_ "github.com/goray-dev/goray/internal/proto/transportv1" // registers the Transport service's types
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// transportService is the gRPC service of transport plugins.
+const transportService = "goray.transport.v1.Transport"
+
+// TransportConnFunc returns a connection to the node's transport plugin
+// name (see Config.Transports).
+type TransportConnFunc func(name string) (grpc.ClientConnInterface, error)
+
+// TransportInvoke forwards one call to a transport plugin of this node.
+// Workers use it so that they never hold connections to plugin processes,
+// which change when a plugin restarts. Only handles and metadata pass here.
+func (r *Raylet) TransportInvoke(ctx context.Context, req *gorayv1.TransportInvokeRequest) (*gorayv1.TransportInvokeReply, error) {
+	if r.cfg.Transports == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s has no transport plugins", r.cfg.NodeID.Short())
+	}
+	in, out, err := transportMessages(req.GetMethod())
+	if err != nil {
+		return nil, err
+	}
+	if err := proto.Unmarshal(req.GetPayload(), in); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "transport %s: bad %s request: %v", req.GetName(), req.GetMethod(), err)
+	}
+	conn, err := r.cfg.Transports(req.GetName())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "transport %q on node %s: %v", req.GetName(), r.cfg.NodeID.Short(), err)
+	}
+	if err := conn.Invoke(ctx, req.GetMethod(), in, out); err != nil {
+		return nil, err // the plugin's status (and its details) unchanged
+	}
+	payload, err := proto.Marshal(out)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "transport %s: marshalling the %s reply: %v", req.GetName(), req.GetMethod(), err)
+	}
+	return &gorayv1.TransportInvokeReply{Payload: payload}, nil
+}
+
+// transportMessages returns fresh request and reply messages for a full
+// method name of the Transport service.
+func transportMessages(method string) (proto.Message, proto.Message, error) {
+	svc, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	if !ok || svc != transportService {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "method %q is not a method of %s", method, transportService)
+	}
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Internal, "transport service descriptor: %v", err)
+	}
+	m := d.(protoreflect.ServiceDescriptor).Methods().ByName(protoreflect.Name(name))
+	if m == nil {
+		return nil, nil, status.Errorf(codes.Unimplemented, "transport method %q does not exist", name)
+	}
+	in, err := protoregistry.GlobalTypes.FindMessageByName(m.Input().FullName())
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	out, err := protoregistry.GlobalTypes.FindMessageByName(m.Output().FullName())
+	if err != nil {
+		return nil, nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	return in.New().Interface(), out.New().Interface(), nil
+}
