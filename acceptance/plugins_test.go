@@ -157,3 +157,31 @@ func TestTensorsMoveByTransport(t *testing.T) {
 	}
 	checkNoNewShm(t, before)
 }
+
+func TestTransportPluginKilledMidJob(t *testing.T) {
+	ctx := testCtx(t)
+	cfgDir := shortTempDir(t)
+	cfg := writeConfig(t, cfgDir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
+	h := startHead(t, ctx, "--config", cfg)
+	dir := shortTempDir(t)
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "tensors-restart", dir)
+	waitFile(t, j, 20*time.Second, filepath.Join(dir, "ready"))
+	ps := h.plugins(t)
+	if len(ps) != 1 {
+		t.Fatalf("plugins: %+v", ps)
+	}
+	if err := syscall.Kill(ps[0].Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "killed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("job failed (exit %d):\n%s", code, out)
+	}
+	wantLines(t, out, "after restart: ok")
+	if ps := h.plugins(t); len(ps) != 1 || ps[0].Restarts < 1 || ps[0].State != "running" {
+		t.Fatalf("plugin after the kill: %+v", ps)
+	}
+}

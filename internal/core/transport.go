@@ -155,11 +155,17 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 	defer cancel()
 	rep, err := tr.Receive(rctx, &transport.ReceiveRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String(), Tensors: env.Tensors, TransportData: env.TransportData})
 	if err != nil {
-		actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
-		if info, ierr := tr.Info(actx, &transport.InfoRequest{}); ierr == nil && info.CanAbort {
-			_, _ = tr.Abort(actx, &transport.AbortRequest{ObjectID: env.ObjectID, Reason: err.Error()})
+		// Abort only a transfer that was under way and ran out of time: an
+		// abort is final for the object in the transport, so a transient
+		// failure (the plugin restarting, a cancelled caller) must not
+		// poison later reads.
+		if errors.Is(err, transport.ErrTimeout) && ctx.Err() == nil {
+			actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if info, ierr := tr.Info(actx, &transport.InfoRequest{}); ierr == nil && info.CanAbort {
+				_, _ = tr.Abort(actx, &transport.AbortRequest{ObjectID: env.ObjectID, Reason: fmt.Sprintf("receive by %s timed out after %v", cw.id.Short(), cw.transferTimeout())})
+			}
+			acancel()
 		}
-		acancel()
 		return nil, &TransferError{ObjectID: id, Transport: env.Transport, Op: "receive", Err: err}
 	}
 	return rep.Tensors, nil

@@ -140,6 +140,8 @@ func main() {
 		runErr = runLong(ctx, arg(rt, args, 0))
 	case "tensors":
 		runErr = runTensors(ctx)
+	case "tensors-restart":
+		runErr = runTensorsRestart(ctx, arg(rt, args, 0))
 	case "bigargs":
 		runErr = runBigArgs(ctx)
 	case "hold":

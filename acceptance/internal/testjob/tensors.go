@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -171,5 +173,76 @@ func runTensors(ctx context.Context) error {
 		return fmt.Errorf("actor with a missing transport: %v", err)
 	}
 	fmt.Println("missing transport:", err)
+	return nil
+}
+
+// runTensorsRestart stores tensors by the shm transport, waits until the
+// test has killed the plugin, then reads them: a read during the restart
+// must fail with a typed transfer error (never hang), and reads work again
+// once the host has restarted the plugin.
+func runTensorsRestart(ctx context.Context, dir string) error {
+	const n = 4096
+	want := float64(n) * float64(n-1) / 2
+	mine, err := filledTensor(ctx, n)
+	if err != nil {
+		return err
+	}
+	put, err := ray.PutTensors(ctx, "shm", []transport.Tensor{mine})
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "killed")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the test never killed the plugin")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	failures := 0
+	for {
+		ts, err := put.Get(ctx)
+		if err == nil {
+			if s, err := sumTensors(ctx, ts); err != nil || s != want {
+				return fmt.Errorf("sum after the restart: %v, %v", s, err)
+			}
+			break
+		}
+		if !errors.Is(err, ray.ErrTransferFailed) {
+			return fmt.Errorf("a read while the plugin restarts failed with an untyped error: %w", err)
+		}
+		failures++
+		if time.Now().After(deadline) {
+			return fmt.Errorf("reads still fail: %w", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	fmt.Println("typed failures during the restart:", failures)
+	fresh, err := filledTensor(ctx, n)
+	if err != nil {
+		return err
+	}
+	again, err := ray.PutTensors(ctx, "shm", []transport.Tensor{fresh})
+	if err != nil {
+		return fmt.Errorf("put after the restart: %w", err)
+	}
+	ts, err := again.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("get after the restart: %w", err)
+	}
+	if s, _ := sumTensors(ctx, ts); s != want {
+		return fmt.Errorf("sum after the restart %v, want %v", s, want)
+	}
+	for _, t := range ts {
+		t.Release()
+	}
+	put.Release()
+	again.Release()
+	fmt.Println("after restart: ok")
 	return nil
 }
