@@ -88,8 +88,30 @@ func (p *transportProxy) NewStream(context.Context, *grpc.StreamDesc, string, ..
 }
 
 type transportClients struct {
-	mu sync.Mutex
-	m  map[string]transport.Transport
+	mu    sync.Mutex
+	m     map[string]transport.Transport
+	infos map[string]*transport.InfoResponse
+}
+
+// transportInfo returns (and caches) what a transport says about itself.
+func (cw *CoreWorker) transportInfo(ctx context.Context, name string) (*transport.InfoResponse, error) {
+	cw.transports.mu.Lock()
+	info := cw.transports.infos[name]
+	cw.transports.mu.Unlock()
+	if info != nil {
+		return info, nil
+	}
+	info, err := cw.transport(name).Info(ctx, &transport.InfoRequest{})
+	if err != nil {
+		return nil, err
+	}
+	cw.transports.mu.Lock()
+	if cw.transports.infos == nil {
+		cw.transports.infos = map[string]*transport.InfoResponse{}
+	}
+	cw.transports.infos[name] = info
+	cw.transports.mu.Unlock()
+	return info, nil
 }
 
 // transport returns a client of the node's transport plugin name.
@@ -153,7 +175,38 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 	tr := cw.transport(env.Transport)
 	rctx, cancel := context.WithTimeout(ctx, cw.transferTimeout())
 	defer cancel()
-	rep, err := tr.Receive(rctx, &transport.ReceiveRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String(), Tensors: env.Tensors, TransportData: env.TransportData})
+	req := &transport.ReceiveRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String(), Tensors: env.Tensors, TransportData: env.TransportData}
+	var sendErr chan error
+	recvCtx, stopRecv := context.WithCancel(rctx)
+	defer stopRecv()
+	info, err := cw.transportInfo(rctx, env.Transport)
+	if err == nil && info.TwoSided() {
+		// A two-sided transport needs the source to send. On one node one
+		// plugin process acts for every actor, so the receiver orchestrates
+		// both duties: communicator metadata, then Send and Receive together.
+		var cm *transport.CommunicatorMetadataResponse
+		cm, err = tr.CommunicatorMetadata(rctx, &transport.CommunicatorMetadataRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String()})
+		if err == nil {
+			req.CommunicatorData = cm.Data
+			sendErr = make(chan error, 1)
+			go func() {
+				_, err := tr.Send(rctx, &transport.SendRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String(), Tensors: env.Tensors, TransportData: env.TransportData, CommunicatorData: cm.Data})
+				if err != nil {
+					stopRecv() // the receive cannot complete
+				}
+				sendErr <- err
+			}()
+		}
+	}
+	var rep *transport.ReceiveResponse
+	if err == nil {
+		rep, err = tr.Receive(recvCtx, req)
+	}
+	if sendErr != nil {
+		if serr := <-sendErr; serr != nil {
+			err = serr
+		}
+	}
 	if err != nil {
 		// Abort only a transfer that was under way and ran out of time: an
 		// abort is final for the object in the transport, so a transient
