@@ -160,6 +160,7 @@ func TestTensorsMoveByTransport(t *testing.T) {
 
 func TestTransportPluginKilledMidJob(t *testing.T) {
 	ctx := testCtx(t)
+	before := shmEntries(t)
 	cfgDir := shortTempDir(t)
 	cfg := writeConfig(t, cfgDir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
 	h := startHead(t, ctx, "--config", cfg)
@@ -184,4 +185,10 @@ func TestTransportPluginKilledMidJob(t *testing.T) {
 	if ps := h.plugins(t); len(ps) != 1 || ps[0].Restarts < 1 || ps[0].State != "running" {
 		t.Fatalf("plugin after the kill: %+v", ps)
 	}
+	// Objects extracted before the restart are collected by the new plugin
+	// instance from their transport data: nothing is left behind.
+	if r := runGoray(t, ctx, "stop", "--temp-dir", h.tempDir); r.code != 0 {
+		t.Fatalf("goray stop: %s", r)
+	}
+	checkNoNewShm(t, before)
 }

@@ -458,8 +458,11 @@ func (cw *CoreWorker) Close() {
 	cw.once.Do(func() {
 		current.CompareAndSwap(cw, nil)
 		close(cw.closed)
-		if cw.objects != nil {
+		if cw.objects != nil && cw.raylet != nil {
+			// Whatever was released before Close is freed now, not lost
+			// with the background loop.
 			cw.objects.flushFrees()
+			cw.objects.flushTensorGC()
 		}
 		cw.cancel()
 		if cw.submitter != nil {
@@ -486,10 +489,12 @@ func (cw *CoreWorker) Close() {
 		if cw.gcsCC != nil {
 			_ = cw.gcsCC.Close()
 		}
+		// The flush loop may be sending frees and tensor collections: let it
+		// finish before the raylet connection goes.
+		cw.wg.Wait()
 		if cw.rayletCC != nil {
 			_ = cw.rayletCC.Close()
 		}
-		cw.wg.Wait()
 		if cw.store != nil {
 			_ = cw.store.Close()
 		}

@@ -530,13 +530,18 @@ func (t *objectTable) flushLoop() {
 		}
 		t.borrowMu.Unlock()
 		t.flushFrees()
-		t.mu.Lock()
-		gcs := t.tensorGC
-		t.tensorGC = nil
-		t.mu.Unlock()
-		for _, env := range gcs {
-			t.cw.collectTensors(env)
-		}
+		t.flushTensorGC()
+	}
+}
+
+// flushTensorGC tells transports about freed tensor objects now.
+func (t *objectTable) flushTensorGC() {
+	t.mu.Lock()
+	gcs := t.tensorGC
+	t.tensorGC = nil
+	t.mu.Unlock()
+	for _, env := range gcs {
+		t.cw.collectTensors(env)
 	}
 }
 
