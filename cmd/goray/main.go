@@ -46,9 +46,11 @@ const (
 const defaultTempDir = "/tmp/goray"
 
 func main() {
-	// The goray binary is also the benchmark's go-plugin echo plugin and,
-	// for `goray microbenchmark`, the workers of its embedded node: both
-	// re-execute this binary.
+	// The goray binary is also, for `goray microbenchmark`, the shm tensor
+	// transport plugin (when run as goray-transport-shm), the go-plugin
+	// echo plugin and the workers of its embedded node: all re-execute this
+	// binary.
+	bench.MaybeServeTransport()
 	bench.MaybeServePlugin()
 	if ray.IsWorker() {
 		_, _ = ray.Init(context.Background()) // serves tasks; never returns

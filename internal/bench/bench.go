@@ -6,9 +6,11 @@
 //
 // Workers are the driver's binary re-executed, so every task and actor the
 // benchmark uses is registered at package level here: a binary that calls
-// Run must import this package, call MaybeServePlugin first thing in main,
-// and let ray.Init serve in worker mode (`if ray.IsWorker() { ray.Init(ctx) }`)
-// before doing anything else.
+// Run must import this package, call MaybeServeTransport and
+// MaybeServePlugin first thing in main (the binary also serves as the shm
+// tensor transport plugin and the go-plugin echo plugin), and let ray.Init
+// serve in worker mode (`if ray.IsWorker() { ray.Init(ctx) }`) before doing
+// anything else.
 package bench
 
 import (
@@ -51,11 +53,14 @@ type Options struct {
 	// all).
 	Filter *regexp.Regexp
 	// Address is the cluster to connect to; "" starts a fresh embedded node
-	// (ray.Init with no address, which still honours $GORAY_ADDRESS).
+	// (ray.Init with no address, which still honours $GORAY_ADDRESS). The
+	// embedded node runs this binary as the shm transport plugin when the
+	// tensor metric is selected.
 	Address string
 	// Runtime, when set, is an already initialised goray runtime in this
 	// process: Run uses it and neither starts nor shuts one down (Address
-	// is then ignored).
+	// is then ignored). The tensor metric needs its node to run the shm
+	// transport plugin; it is reported not available otherwise.
 	Runtime *ray.Runtime
 	// Log receives progress lines, one per metric or limit as it finishes
 	// (nil: none).
@@ -123,7 +128,8 @@ type Report struct {
 	Method string `json:"method"`
 	// Limits are the machine's limits, measured before the metrics.
 	Limits []Result `json:"limits"`
-	// Metrics are Ray's microbenchmark metrics, in Ray's order.
+	// Metrics are Ray's microbenchmark metrics, in Ray's order, then
+	// goray's own (tensor transfers).
 	Metrics []Result `json:"metrics"`
 }
 
@@ -197,15 +203,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		rep.Command = strings.Join(os.Args, " ")
 	}
 	if len(metrics) > 0 && opts.Runtime == nil {
-		initOpts := []ray.InitOption{ray.WithLogger(logger)}
-		if opts.Address != "" {
-			initOpts = append(initOpts, ray.Address(opts.Address))
-		}
-		rt, err := ray.Init(ctx, initOpts...)
+		rt, cleanup, err := e.startRuntime(ctx, opts.Address, needsTransport(metrics))
 		if err != nil {
 			return nil, fmt.Errorf("bench: starting goray: %w", err)
 		}
-		defer rt.Shutdown(context.Background())
+		defer func() {
+			rt.Shutdown(context.Background())
+			cleanup()
+		}()
 	}
 	r := runner{timing: tm, timeout: timeout, stall: stall, log: opts.Log}
 	byName := map[string]Result{}
@@ -229,6 +234,51 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		runtime.GC() // let handles the workload dropped release their objects
 	}
 	return rep, nil
+}
+
+// needsTransport reports whether a workload needs a tensor transport on
+// the node.
+func needsTransport(ws []workload) bool {
+	for _, w := range ws {
+		if w.transport != "" && w.unavailable == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// startRuntime starts the goray runtime Run measures: a connection to the
+// cluster at address, else an embedded node. With withShm the embedded node
+// runs this binary as the shm transport plugin; when it cannot (the binary
+// does not call MaybeServeTransport, or the plugin fails to start) the node
+// starts without it and the metrics needing it are reported not available.
+// The returned function cleans up after the runtime has shut down.
+func (e *env) startRuntime(ctx context.Context, address string, withShm bool) (*ray.Runtime, func(), error) {
+	initOpts := []ray.InitOption{ray.WithLogger(e.logger)}
+	if address != "" {
+		initOpts = append(initOpts, ray.Address(address))
+	}
+	if !withShm || address != "" || os.Getenv(ray.EnvAddress) != "" {
+		rt, err := ray.Init(ctx, initOpts...)
+		return rt, func() {}, err
+	}
+	cfg, cleanup, err := shmNodeConfig()
+	if err != nil {
+		e.shmUnavailable = err.Error()
+		rt, err := ray.Init(ctx, initOpts...)
+		return rt, func() {}, err
+	}
+	rt, err := ray.Init(ctx, append(initOpts, ray.WithConfig(cfg))...)
+	if err == nil {
+		return rt, cleanup, nil
+	}
+	cleanup()
+	if ctx.Err() != nil {
+		return nil, nil, err
+	}
+	e.shmUnavailable = "the embedded node could not start this binary as the shm transport plugin: " + err.Error()
+	rt, err = ray.Init(ctx, initOpts...)
+	return rt, func() {}, err
 }
 
 func settleNote(d time.Duration) string {
@@ -263,6 +313,9 @@ type workload struct {
 	latency bool
 	// unavailable, when set, says why the workload cannot run.
 	unavailable string
+	// transport names the tensor transport the workload needs on the node
+	// ("" for none).
+	transport string
 	// limit names the limit the metric is compared with; ratio computes
 	// the comparison from the two means.
 	limit string

@@ -19,20 +19,28 @@ import (
 var testRuntime *ray.Runtime
 
 func TestMain(m *testing.M) {
-	MaybeServePlugin() // the go_plugin_round_trip limit re-executes this binary
+	MaybeServeTransport() // the node runs this binary as the shm transport plugin
+	MaybeServePlugin()    // the go_plugin_round_trip limit re-executes this binary
 	if ray.IsWorker() {
 		ray.Init(context.Background()) // serves tasks; never returns
 	}
+	cfg, cleanup, err := shmNodeConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "shm plugin config:", err)
+		os.Exit(1)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	rt, err := ray.Init(ctx, ray.WithLogger(hclog.NewNullLogger()))
+	rt, err := ray.Init(ctx, ray.WithLogger(hclog.NewNullLogger()), ray.WithConfig(cfg))
 	cancel()
 	if err != nil {
+		cleanup()
 		fmt.Fprintln(os.Stderr, "starting goray:", err)
 		os.Exit(1)
 	}
 	testRuntime = rt
 	code := m.Run()
 	rt.Shutdown(context.Background())
+	cleanup()
 	os.Exit(code)
 }
 
@@ -40,7 +48,7 @@ func TestQuickRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	wantLimits := []string{LimitMemcpy, LimitGRPC, LimitPlugin}
-	wantMetrics := []string{MetricGetCalls, MetricPutCalls, MetricTasksSync, MetricActorSync, MetricPlacementGroup}
+	wantMetrics := []string{MetricGetCalls, MetricPutCalls, MetricTasksSync, MetricActorSync, MetricPlacementGroup, MetricTensorTransferShm}
 	var quoted []string
 	for _, n := range append(append([]string{}, wantLimits...), wantMetrics...) {
 		quoted = append(quoted, regexp.QuoteMeta(n))
@@ -84,6 +92,10 @@ func TestQuickRun(t *testing.T) {
 		if r.LimitName != LimitGRPC || r.Ratio <= 0 || abs(r.Ratio-want) > 1e-9*want {
 			t.Errorf("%s: limit %q ratio %v, want %s and ratio %v", name, r.LimitName, r.Ratio, LimitGRPC, want)
 		}
+	}
+	if r := find(rep.Metrics, MetricTensorTransferShm); r.LimitName != LimitMemcpy || r.Unit != UnitGBps ||
+		abs(r.Ratio-r.Mean/find(rep.Limits, LimitMemcpy).Mean) > 1e-9*r.Ratio {
+		t.Errorf("%s: %+v, want GB/s with a ratio to %s", r.Name, r, LimitMemcpy)
 	}
 	if lines := strings.Count(log.String(), "\n"); lines != len(wantLimits)+len(wantMetrics) {
 		t.Errorf("progress log has %d lines, want %d:\n%s", lines, len(wantLimits)+len(wantMetrics), log.String())
@@ -171,6 +183,7 @@ func TestMetricNames(t *testing.T) {
 		{"1_n_async_actor_calls_async", 15000},
 		{"n_n_async_actor_calls_async", 20000},
 		{"placement_group_create/removal", 100},
+		{"tensor_transfer_shm_actor_to_actor", float64(64<<20) / 1e9},
 	}
 	got := e.metrics()
 	if len(got) != len(want) {
@@ -187,6 +200,13 @@ func TestMetricNames(t *testing.T) {
 	quick := (&env{half: 3, quick: true}).metrics()
 	if m := quick[3]; m.mult >= 0.8 || !strings.Contains(m.note, "quick mode") {
 		t.Errorf("quick %s: multiplier %v note %q, want a smaller size said in the note", m.name, m.mult, m.note)
+	}
+	tensor := got[len(got)-1]
+	if tensor.transport != "shm" || tensor.limit != LimitMemcpy || tensor.ratio == nil {
+		t.Errorf("%s: transport %q limit %q, want shm and %s with a ratio", tensor.name, tensor.transport, tensor.limit, LimitMemcpy)
+	}
+	if m := quick[len(quick)-1]; abs(m.mult-float64(8<<20)/1e9) > 1e-12 || !strings.Contains(m.note, "quick mode") {
+		t.Errorf("quick %s: multiplier %v note %q, want 8 MiB said in the note", m.name, m.mult, m.note)
 	}
 }
 

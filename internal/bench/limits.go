@@ -34,6 +34,8 @@ type env struct {
 	quick  bool
 	half   int // N_CPU/2 = max(1, NumCPU/2)
 	logger hclog.Logger
+	// shmUnavailable, when set, says why the node has no shm transport.
+	shmUnavailable string
 }
 
 // limits returns the machine limits, measured before the metrics.

@@ -340,7 +340,8 @@ func syncCall(call func(ctx context.Context) ray.Ref[[]byte]) func(context.Conte
 	}
 }
 
-// metrics returns Ray's microbenchmark metrics, in Ray's order.
+// metrics returns Ray's microbenchmark metrics, in Ray's order, then
+// goray's own.
 func (e *env) metrics() []workload {
 	const (
 		bigPut       = 800 << 20 // Ray: np.zeros(100 Mi, int64)
@@ -549,6 +550,8 @@ func (e *env) metrics() []workload {
 		e.oneToN(MetricAsyncActor1N, asyncActorConcurrency, asyncActorNote),
 		e.nToN(MetricAsyncActorNN, asyncActorConcurrency, asyncActorNote),
 		{name: MetricPlacementGroup, unit: UnitPerSecond, mult: 100, unavailable: placementGroupUnavailable},
+		// Beyond Ray's list.
+		e.tensorTransferMetric(),
 	}
 }
 

@@ -15,7 +15,7 @@
 package main
 
 import (
-	"github.com/goray-dev/goray/plugins/shm/internal/shm"
+	shm "github.com/goray-dev/goray/plugins/shm/shmtransport"
 	"github.com/goray-dev/goray/sdk/transport"
 )
 

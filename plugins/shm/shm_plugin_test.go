@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/host"
-	"github.com/goray-dev/goray/plugins/shm/internal/shm"
+	shm "github.com/goray-dev/goray/plugins/shm/shmtransport"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/goray-dev/goray/sdk/transport/transporttest"

@@ -1,4 +1,4 @@
-// Package shm implements goray's shared-memory tensor transport: one-sided,
+// Package shmtransport implements goray's shared-memory tensor transport: one-sided,
 // same node, zero copy.
 //
 // A source's tensors already live in shared-memory segments (see
@@ -14,7 +14,7 @@
 // A Receive without transport data waits for the manifest to appear, so a
 // destination may start receiving before the source has produced the
 // object; Abort (or the context) ends the wait.
-package shm
+package shmtransport
 
 import (
 	"bytes"

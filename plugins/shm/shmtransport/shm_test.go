@@ -1,4 +1,4 @@
-package shm_test
+package shmtransport_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goray-dev/goray/plugins/shm/internal/shm"
+	shm "github.com/goray-dev/goray/plugins/shm/shmtransport"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/goray-dev/goray/sdk/transport/transporttest"
