@@ -288,6 +288,8 @@ type jobOptions struct {
 	addr string
 	// tmpDir is the job's TMPDIR (where an embedded node puts its session).
 	tmpDir string
+	// env is added to the job's environment.
+	env []string
 }
 
 // startJob starts bin with args in the background. The job and whatever it
@@ -296,7 +298,7 @@ func startJob(t *testing.T, o jobOptions, bin string, args ...string) *job {
 	t.Helper()
 	j := &job{t: t, marker: fmt.Sprintf("%s-%d-%d", t.Name(), os.Getpid(), time.Now().UnixNano()), done: make(chan struct{})}
 	j.cmd = exec.Command(bin, args...)
-	j.cmd.Env = append(baseEnv(), markerEnv+"="+j.marker)
+	j.cmd.Env = append(append(baseEnv(), o.env...), markerEnv+"="+j.marker)
 	if o.addr != "" {
 		j.cmd.Env = append(j.cmd.Env, "GORAY_ADDRESS="+o.addr)
 	}

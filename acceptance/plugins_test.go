@@ -192,3 +192,48 @@ func TestTransportPluginKilledMidJob(t *testing.T) {
 	}
 	checkNoNewShm(t, before)
 }
+
+func TestTransferTimeoutIsTypedAndAborted(t *testing.T) {
+	ctx := testCtx(t)
+	before := shmEntries(t)
+	cfgDir := shortTempDir(t)
+	cfg := writeConfig(t, cfgDir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
+	h := startHead(t, ctx, "--config", cfg)
+	dir := shortTempDir(t)
+	j := startJob(t, jobOptions{addr: h.addr, env: []string{"TESTJOB_TRANSFER_TIMEOUT=500ms"}}, testjobBin, "tensors-timeout", dir)
+	waitFile(t, j, 20*time.Second, filepath.Join(dir, "ready"))
+	ps := h.plugins(t)
+	if len(ps) != 1 {
+		t.Fatalf("plugins: %+v", ps)
+	}
+	pid := ps[0].Pid
+	// A frozen plugin: calls reach it but nothing answers.
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(thaw)
+	if err := os.WriteFile(filepath.Join(dir, "frozen"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, j, 20*time.Second, filepath.Join(dir, "timedout"))
+	thaw()
+	if err := os.WriteFile(filepath.Join(dir, "thawed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("job failed (exit %d):\n%s", code, out)
+	}
+	wantLines(t, out, "timed out after", "after the timeout: ok")
+	if r := runGoray(t, ctx, "stop", "--temp-dir", h.tempDir); r.code != 0 {
+		t.Fatalf("goray stop: %s", r)
+	}
+	checkNoNewShm(t, before)
+}

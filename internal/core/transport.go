@@ -213,11 +213,16 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 		// failure (the plugin restarting, a cancelled caller) must not
 		// poison later reads.
 		if errors.Is(err, transport.ErrTimeout) && ctx.Err() == nil {
-			actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
-			if info, ierr := tr.Info(actx, &transport.InfoRequest{}); ierr == nil && info.CanAbort {
-				_, _ = tr.Abort(actx, &transport.AbortRequest{ObjectID: env.ObjectID, Reason: fmt.Sprintf("receive by %s timed out after %v", cw.id.Short(), cw.transferTimeout())})
-			}
-			acancel()
+			// In the background: the caller gets its error at the deadline
+			// even when the transport is too stuck to answer the abort.
+			reason := fmt.Sprintf("receive by %s timed out after %v", cw.id.Short(), cw.transferTimeout())
+			go func() {
+				actx, acancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer acancel()
+				if info, ierr := cw.transportInfo(actx, env.Transport); ierr == nil && info.CanAbort {
+					_, _ = tr.Abort(actx, &transport.AbortRequest{ObjectID: env.ObjectID, Reason: reason})
+				}
+			}()
 		}
 		return nil, &TransferError{ObjectID: id, Transport: env.Transport, Op: "receive", Err: err}
 	}

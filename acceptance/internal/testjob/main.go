@@ -116,7 +116,11 @@ func main() {
 	// In a worker this serves tasks and never returns.
 	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
 	defer cancel()
-	rt, err := ray.Init(ctx, ray.WorkerOutput(os.Stderr))
+	opts := []ray.InitOption{ray.WorkerOutput(os.Stderr)}
+	if d, err := time.ParseDuration(os.Getenv("TESTJOB_TRANSFER_TIMEOUT")); err == nil {
+		opts = append(opts, ray.TensorTransferTimeout(d))
+	}
+	rt, err := ray.Init(ctx, opts...)
 	if err != nil {
 		fmt.Println("FAIL: init:", err)
 		os.Exit(1)
@@ -140,6 +144,8 @@ func main() {
 		runErr = runLong(ctx, arg(rt, args, 0))
 	case "tensors":
 		runErr = runTensors(ctx)
+	case "tensors-timeout":
+		runErr = runTensorsTimeout(ctx, arg(rt, args, 0))
 	case "tensors-restart":
 		runErr = runTensorsRestart(ctx, arg(rt, args, 0))
 	case "bigargs":

@@ -246,3 +246,70 @@ func runTensorsRestart(ctx context.Context, dir string) error {
 	fmt.Println("after restart: ok")
 	return nil
 }
+
+// runTensorsTimeout reads tensors while the test has frozen the transport
+// plugin: the read must fail within the transfer timeout with a typed error
+// (ErrTransferFailed, transport.ErrTimeout), and transfers work again once
+// the plugin runs.
+func runTensorsTimeout(ctx context.Context, dir string) error {
+	const n = 4096
+	mine, err := filledTensor(ctx, n)
+	if err != nil {
+		return err
+	}
+	put, err := ray.PutTensors(ctx, "shm", []transport.Tensor{mine})
+	if err != nil {
+		return err
+	}
+	if err := signalAndWait(dir, "ready", "frozen"); err != nil {
+		return err
+	}
+	start := time.Now()
+	_, err = put.Get(ctx)
+	if !errors.Is(err, ray.ErrTransferFailed) || !errors.Is(err, transport.ErrTimeout) {
+		return fmt.Errorf("a read from a frozen transport: want ErrTransferFailed and transport.ErrTimeout, got %v", err)
+	}
+	fmt.Printf("timed out after %v: %v\n", time.Since(start).Round(10*time.Millisecond), err)
+	if err := signalAndWait(dir, "timedout", "thawed"); err != nil {
+		return err
+	}
+	fresh, err := filledTensor(ctx, n)
+	if err != nil {
+		return err
+	}
+	again, err := ray.PutTensors(ctx, "shm", []transport.Tensor{fresh})
+	if err != nil {
+		return fmt.Errorf("put after the timeout: %w", err)
+	}
+	ts, err := again.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("get after the timeout: %w", err)
+	}
+	if s, _ := sumTensors(ctx, ts); s != float64(n)*float64(n-1)/2 {
+		return fmt.Errorf("sum after the timeout: %v", s)
+	}
+	for _, t := range ts {
+		t.Release()
+	}
+	put.Release()
+	again.Release()
+	fmt.Println("after the timeout: ok")
+	return nil
+}
+
+// signalAndWait creates dir/mine and waits (up to 20 s) for dir/theirs.
+func signalAndWait(dir, mine, theirs string) error {
+	if err := os.WriteFile(filepath.Join(dir, mine), nil, 0o644); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, theirs)); err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the test never created %s", theirs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
