@@ -227,6 +227,16 @@ func quickTransportCheck(ctx context.Context, path, name string, log hclog.Logge
 	if err != nil {
 		return fmt.Errorf("extract metadata: %w", err)
 	}
+	gcDone := false
+	defer func() {
+		if !gcDone { // leave nothing behind when a later step fails
+			gctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, _ = tr.GarbageCollect(gctx, &transport.GarbageCollectRequest{ObjectID: oid, TransportData: md.TransportData})
+		}
+	}()
+	sendCtx, stopSend := context.WithCancel(ctx)
+	defer stopSend()
 	recvReq := &transport.ReceiveRequest{ObjectID: oid, Tensors: md.Tensors, TransportData: md.TransportData}
 	if info.TwoSided() {
 		cm, err := tr.CommunicatorMetadata(ctx, &transport.CommunicatorMetadataRequest{ObjectID: oid})
@@ -236,13 +246,14 @@ func quickTransportCheck(ctx context.Context, path, name string, log hclog.Logge
 		recvReq.CommunicatorData = cm.Data
 		errc := make(chan error, 1)
 		go func() {
-			_, err := tr.Send(ctx, &transport.SendRequest{ObjectID: oid, Tensors: md.Tensors, TransportData: md.TransportData, CommunicatorData: cm.Data})
+			_, err := tr.Send(sendCtx, &transport.SendRequest{ObjectID: oid, Tensors: md.Tensors, TransportData: md.TransportData, CommunicatorData: cm.Data})
 			errc <- err
 		}()
 		defer func() { <-errc }()
 	}
 	got, err := tr.Receive(ctx, recvReq)
 	if err != nil {
+		stopSend()
 		return fmt.Errorf("receive: %w", err)
 	}
 	if len(got.Tensors) != 1 {
@@ -260,6 +271,7 @@ func quickTransportCheck(ctx context.Context, path, name string, log hclog.Logge
 	for _, s := range got.Allocated {
 		_ = shmem.Unlink(s)
 	}
+	gcDone = true
 	if _, err := tr.GarbageCollect(ctx, &transport.GarbageCollectRequest{ObjectID: oid, TransportData: md.TransportData}); err != nil {
 		return fmt.Errorf("garbage collect: %w", err)
 	}

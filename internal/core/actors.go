@@ -442,6 +442,7 @@ func (c *actorClient) recvLoop(st pb.CoreWorker_PushTasksClient) {
 		delete(c.inflight, tid)
 		c.mu.Unlock()
 		if rec == nil {
+			cw.objects.dropTensorReply(rep.Ret)
 			continue
 		}
 		cw.submitter.mu.Lock()

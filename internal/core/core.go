@@ -462,7 +462,10 @@ func (cw *CoreWorker) Close() {
 			// Whatever was released before Close is freed now, not lost
 			// with the background loop.
 			cw.objects.flushFrees()
-			cw.objects.flushTensorGC()
+			// Bounded: a frozen plugin must not hold Close up.
+			gctx, gcancel := context.WithTimeout(context.Background(), 10*time.Second)
+			cw.objects.flushTensorGC(gctx, true)
+			gcancel()
 		}
 		cw.cancel()
 		if cw.submitter != nil {

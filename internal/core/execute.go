@@ -61,6 +61,8 @@ func (s *coreWorkerService) PushTasks(stream pb.CoreWorker_PushTasksServer) erro
 		defer sendMu.Unlock()
 		if err := stream.Send(rep); err != nil {
 			s.cw.log.Debug("sending task reply failed", "error", err)
+			// The caller will never own tensors it did not receive.
+			s.cw.objects.dropTensorReply(rep.Ret)
 		}
 	}
 	for {

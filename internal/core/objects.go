@@ -283,6 +283,9 @@ func (t *objectTable) complete(id ids.ObjectID, ret *pb.ReturnObject, sysErr err
 			t.mu.Unlock()
 			t.signal()
 		}
+		if o == nil && ret != nil && codec.FormatOf(ret.Metadata) == codec.FormatTransport {
+			t.dropTensorReply(ret)
+		}
 		return
 	}
 	o.ret = ret
@@ -298,6 +301,18 @@ func (t *objectTable) complete(id ids.ObjectID, ret *pb.ReturnObject, sysErr err
 	o.done = true
 	close(o.ready)
 	t.maybeReleaseLocked(o)
+	t.mu.Unlock()
+	t.signal()
+}
+
+// dropTensorReply collects the tensors of a transport reply that no object
+// records (its task was failed or its caller gave up), so they do not leak.
+func (t *objectTable) dropTensorReply(ret *pb.ReturnObject) {
+	if ret == nil || codec.FormatOf(ret.Metadata) != codec.FormatTransport {
+		return
+	}
+	t.mu.Lock()
+	t.tensorGC = append(t.tensorGC, ret.Data)
 	t.mu.Unlock()
 	t.signal()
 }
@@ -530,18 +545,30 @@ func (t *objectTable) flushLoop() {
 		}
 		t.borrowMu.Unlock()
 		t.flushFrees()
-		t.flushTensorGC()
+		// Not tied to cw.ctx: Close cancels that, then waits for this loop.
+		t.flushTensorGC(context.Background(), false)
 	}
 }
 
-// flushTensorGC tells transports about freed tensor objects now.
-func (t *objectTable) flushTensorGC() {
+// flushTensorGC tells transports about freed tensor objects now. Those a
+// plugin could not take (restarting, not answering) are retried a second
+// later, unless final is set (Close).
+func (t *objectTable) flushTensorGC(ctx context.Context, final bool) {
 	t.mu.Lock()
 	gcs := t.tensorGC
 	t.tensorGC = nil
 	t.mu.Unlock()
+	var again [][]byte
 	for _, env := range gcs {
-		t.cw.collectTensors(env)
+		if t.cw.collectTensors(ctx, env) && !final {
+			again = append(again, env)
+		}
+	}
+	if len(again) > 0 {
+		t.mu.Lock()
+		t.tensorGC = append(t.tensorGC, again...)
+		t.mu.Unlock()
+		time.AfterFunc(time.Second, t.signal)
 	}
 }
 
@@ -757,6 +784,11 @@ func (cw *CoreWorker) Get(ctx context.Context, h *Handle) (*Value, error) {
 		ts, err := cw.receiveTensors(ctx, v.Data)
 		v.Release()
 		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The caller's own deadline ended the transfer: a Get timeout
+				// (it still matches ErrTransferFailed through Unwrap).
+				return nil, &GetTimeoutError{ObjectID: h.ID, Err: err}
+			}
 			return nil, err
 		}
 		v = &Value{Format: codec.FormatTransport, Tensors: ts}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -157,6 +158,17 @@ func (cw *CoreWorker) extractTensors(ctx context.Context, name string, id ids.Ob
 		ObjectID: id.String(), Source: cw.id.String(), Tensors: ts, TransferOwnership: true,
 	})
 	if err != nil {
+		// Nobody else will ever free these tensors: let the transport drop
+		// whatever it took, and free the segments when it clearly did not
+		// take them.
+		gctx, gcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, _ = cw.transport(name).GarbageCollect(gctx, &transport.GarbageCollectRequest{ObjectID: id.String()})
+		gcancel()
+		if errors.Is(err, transport.ErrBadMetadata) || errors.Is(err, transport.ErrNotSupported) || status.Code(err) == codes.Unavailable {
+			for _, t := range ts {
+				_ = t.Free()
+			}
+		}
 		return nil, &TransferError{ObjectID: id, Transport: name, Op: "extract metadata", Err: err}
 	}
 	env := tensorEnvelope{Transport: name, ObjectID: id.String(), Tensors: rep.Tensors, TransportData: rep.TransportData, Source: cw.id.String(), Node: cw.nodeID.Bytes()}
@@ -172,6 +184,10 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 		return nil, fmt.Errorf("goray: undecodable tensor metadata: %w", err)
 	}
 	id, _ := ids.ParseObjectID(env.ObjectID)
+	if len(env.Node) > 0 && !bytes.Equal(env.Node, cw.nodeID[:]) {
+		return nil, &TransferError{ObjectID: id, Transport: env.Transport, Op: "receive",
+			Err: fmt.Errorf("the tensors are on node %s and this process runs on node %s; transfers across nodes are not supported yet", ids.MustFromBytes(env.Node).Short(), cw.nodeID.Short())}
+	}
 	tr := cw.transport(env.Transport)
 	rctx, cancel := context.WithTimeout(ctx, cw.transferTimeout())
 	defer cancel()
@@ -179,6 +195,8 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 	var sendErr chan error
 	recvCtx, stopRecv := context.WithCancel(rctx)
 	defer stopRecv()
+	sendCtx, stopSend := context.WithCancel(rctx)
+	defer stopSend()
 	info, err := cw.transportInfo(rctx, env.Transport)
 	if err == nil && info.TwoSided() {
 		// A two-sided transport needs the source to send. On one node one
@@ -190,7 +208,7 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 			req.CommunicatorData = cm.Data
 			sendErr = make(chan error, 1)
 			go func() {
-				_, err := tr.Send(rctx, &transport.SendRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String(), Tensors: env.Tensors, TransportData: env.TransportData, CommunicatorData: cm.Data})
+				_, err := tr.Send(sendCtx, &transport.SendRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String(), Tensors: env.Tensors, TransportData: env.TransportData, CommunicatorData: cm.Data})
 				if err != nil {
 					stopRecv() // the receive cannot complete
 				}
@@ -203,7 +221,13 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 		rep, err = tr.Receive(recvCtx, req)
 	}
 	if sendErr != nil {
-		if serr := <-sendErr; serr != nil {
+		if err != nil {
+			stopSend() // nobody will take what it sends
+		}
+		// The receive's outcome decides: a send failing after delivery
+		// does not undo it, and a failed receive keeps its own error unless
+		// the send failed first (then the receive was only cancelled).
+		if serr := <-sendErr; serr != nil && err != nil && errors.Is(err, context.Canceled) {
 			err = serr
 		}
 	}
@@ -230,17 +254,23 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 }
 
 // collectTensors tells the transport that an object's last reference is
-// gone (owner side).
-func (cw *CoreWorker) collectTensors(data []byte) {
+// gone (owner side). It reports whether to try again later (the plugin was
+// unavailable or did not answer in time).
+func (cw *CoreWorker) collectTensors(ctx context.Context, data []byte) (retry bool) {
 	var env tensorEnvelope
 	if err := msgpack.Unmarshal(data, &env); err != nil {
-		return
+		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := cw.transport(env.Transport).GarbageCollect(ctx, &transport.GarbageCollectRequest{ObjectID: env.ObjectID, TransportData: env.TransportData}); err != nil {
-		cw.log.Warn("tensor garbage collection failed", "object", env.ObjectID, "transport", env.Transport, "error", err)
+	_, err := cw.transport(env.Transport).GarbageCollect(ctx, &transport.GarbageCollectRequest{ObjectID: env.ObjectID, TransportData: env.TransportData})
+	if err == nil {
+		return false
 	}
+	c := status.Code(err)
+	retry = c == codes.Unavailable || errors.Is(err, transport.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+	cw.log.Warn("tensor garbage collection failed", "object", env.ObjectID, "transport", env.Transport, "retry", retry, "error", err)
+	return retry
 }
 
 // PutTensors stores tensors by a transport: the object's value is the

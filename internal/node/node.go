@@ -6,6 +6,7 @@ package node
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -181,6 +182,10 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		case <-n.done:
 		}
 	}()
+	// Serving means registered: drivers find nodes through the GCS.
+	if err := n.waitRegistered(ctx); err != nil {
+		return nil, err
+	}
 	if err := n.writeInfo(); err != nil {
 		return nil, err
 	}
@@ -192,6 +197,30 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	n.log.Info("node started", "node", n.id.Short(), "head", cfg.Head, "gcs", gcsAddr, "resources", total.String(), "session", n.info.SessionDir)
 	return n, nil
+}
+
+// waitRegistered waits until the GCS lists this node as alive.
+func (n *Node) waitRegistered(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	gcs := pb.NewGcsClient(n.gcsCC)
+	for {
+		rep, err := gcs.GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+		if err == nil {
+			for _, v := range rep.Nodes {
+				if bytes.Equal(v.GetInfo().GetNodeId(), n.id[:]) && v.GetInfo().GetState() == "ALIVE" {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the node did not register with the GCS at %s: %w", n.info.GCSAddress, ctx.Err())
+		case <-n.done:
+			return errors.New("the node stopped before it registered with the GCS")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // startPlugins runs the config's plugin blocks under a supervised host.

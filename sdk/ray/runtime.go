@@ -160,7 +160,12 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		}
 		rayletSock, sessionDir = info.RayletUnix, info.SessionDir
 	}
-	job, err := jobInfo()
+	var extraEnv []string
+	if o.transfer > 0 {
+		// Workers of this job use the same transfer deadline.
+		extraEnv = append(extraEnv, envTransferTimeout+"="+o.transfer.String())
+	}
+	job, err := jobInfo(extraEnv...)
 	if err != nil {
 		rt.stopNode()
 		return nil, err
@@ -257,7 +262,10 @@ func findLocalNode(ctx context.Context, addr string) (*pb.NodeInfo, error) {
 }
 
 // jobInfo describes this driver's job so raylets can start its workers.
-func jobInfo() (*pb.JobInfo, error) {
+// envTransferTimeout carries TensorTransferTimeout to the job's workers.
+const envTransferTimeout = "GORAY_TRANSFER_TIMEOUT"
+
+func jobInfo(extraEnv ...string) (*pb.JobInfo, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("goray: finding this program's executable: %w", err)
@@ -276,6 +284,7 @@ func jobInfo() (*pb.JobInfo, error) {
 			env = append(env, kv)
 		}
 	}
+	env = append(env, extraEnv...)
 	return &pb.JobInfo{JobId: ids.New().Bytes(), BinaryPath: exe, BinarySha256: sum, WorkingDir: wd, Env: env, DriverPid: int32(os.Getpid())}, nil
 }
 
@@ -329,6 +338,11 @@ func (rt *Runtime) GCSAddress() string {
 	return os.Getenv(EnvAddress)
 }
 
+func transferTimeoutFromEnv() time.Duration {
+	d, _ := time.ParseDuration(os.Getenv(envTransferTimeout))
+	return d
+}
+
 // runWorker serves tasks until the raylet goes away; it never returns.
 func runWorker() {
 	level := os.Getenv(raylet.EnvLogLevel)
@@ -348,7 +362,7 @@ func runWorker() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	_, err = core.Start(ctx, core.Config{
 		Mode: core.ModeWorker, RayletSocket: os.Getenv(raylet.EnvRayletSocket), SessionDir: os.Getenv(raylet.EnvSessionDir),
-		WorkerID: wid, Logger: log,
+		WorkerID: wid, Logger: log, TransferTimeout: transferTimeoutFromEnv(),
 		OnRayletLost: func(err error) {
 			select {
 			case lost <- err:

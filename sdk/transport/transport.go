@@ -84,9 +84,11 @@ type InfoResponse struct {
 	// OneSided is true when the receiver alone drives a transfer (remote
 	// read); Send is then never called.
 	OneSided bool
-	// CanAbort is true when pending transfers can be interrupted cleanly. If
-	// false, the runtime kills the actors of a failed transfer so nothing
-	// stays blocked.
+	// CanAbort is true when pending transfers can be interrupted cleanly;
+	// goray then calls Abort for a receive that timed out. If false, goray
+	// only reports the failure to the reader, so the transport must unblock
+	// every call when its context ends. (Killing the actors of a failed
+	// transfer, as Ray does for such transports, is not implemented.)
 	CanAbort bool
 	// SameNode is true when transfers only work between processes of one
 	// node.
