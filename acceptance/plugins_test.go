@@ -1,6 +1,7 @@
 package acceptance
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -27,6 +28,13 @@ func writeConfig(t *testing.T, dir, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// startShmHead starts a head node whose config loads the shm transport.
+func startShmHead(t *testing.T, ctx context.Context) *head {
+	t.Helper()
+	cfg := writeConfig(t, shortTempDir(t), fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
+	return startHead(t, ctx, "--config", cfg)
 }
 
 func (h *head) plugins(t *testing.T) []pluginStatus {
@@ -88,9 +96,7 @@ plugin "transport" "shm" {
 
 func TestPluginDiesWithKilledNode(t *testing.T) {
 	ctx := testCtx(t)
-	cfgDir := shortTempDir(t)
-	cfg := writeConfig(t, cfgDir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
-	h := startHead(t, ctx, "--config", cfg)
+	h := startShmHead(t, ctx)
 	ps := h.plugins(t)
 	if len(ps) != 1 || ps[0].Pid == 0 {
 		t.Fatalf("plugins: %+v", ps)
@@ -143,9 +149,7 @@ func TestPluginsCheck(t *testing.T) {
 func TestTensorsMoveByTransport(t *testing.T) {
 	ctx := testCtx(t)
 	before := shmEntries(t)
-	cfgDir := shortTempDir(t)
-	cfg := writeConfig(t, cfgDir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
-	h := startHead(t, ctx, "--config", cfg)
+	h := startShmHead(t, ctx)
 	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "tensors")
 	code, out := j.wait(ctx)
 	if code != 0 {
@@ -161,9 +165,7 @@ func TestTensorsMoveByTransport(t *testing.T) {
 func TestTransportPluginKilledMidJob(t *testing.T) {
 	ctx := testCtx(t)
 	before := shmEntries(t)
-	cfgDir := shortTempDir(t)
-	cfg := writeConfig(t, cfgDir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
-	h := startHead(t, ctx, "--config", cfg)
+	h := startShmHead(t, ctx)
 	dir := shortTempDir(t)
 	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "tensors-restart", dir)
 	waitFile(t, j, 20*time.Second, filepath.Join(dir, "ready"))
@@ -196,9 +198,7 @@ func TestTransportPluginKilledMidJob(t *testing.T) {
 func TestTransferTimeoutIsTypedAndAborted(t *testing.T) {
 	ctx := testCtx(t)
 	before := shmEntries(t)
-	cfgDir := shortTempDir(t)
-	cfg := writeConfig(t, cfgDir, fmt.Sprintf("plugin_dir = %q\nplugin \"transport\" \"shm\" {}\n", pluginDir))
-	h := startHead(t, ctx, "--config", cfg)
+	h := startShmHead(t, ctx)
 	dir := shortTempDir(t)
 	j := startJob(t, jobOptions{addr: h.addr, env: []string{"TESTJOB_TRANSFER_TIMEOUT=500ms"}}, testjobBin, "tensors-timeout", dir)
 	waitFile(t, j, 20*time.Second, filepath.Join(dir, "ready"))

@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -41,17 +39,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	testPluginBin = filepath.Join(dir, "testplugin")
-	testHostBin = filepath.Join(dir, "testhost")
-	for bin, pkg := range map[string]string{testPluginBin: "./internal/testplugin", testHostBin: "./internal/testhost"} {
-		cmd := exec.Command(goBin, "build", "-o", bin, pkg)
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n", pkg, err)
+	for bin, pkg := range map[*string]string{&testPluginBin: "./internal/testplugin", &testHostBin: "./internal/testhost"} {
+		if *bin, err = BuildPlugin(dir, pkg, filepath.Base(pkg)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
 	}

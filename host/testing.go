@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -98,4 +100,22 @@ func (w *testLogWriter) close() {
 	w.mu.Lock()
 	w.closed = true
 	w.mu.Unlock()
+}
+
+// BuildPlugin compiles the Go package pkg (a path as `go build` takes it,
+// relative to the current directory) into dir/name and returns the binary's
+// path. Plugin tests call it from TestMain to get a real plugin binary under
+// the name a node looks for (goray-<kind>-<name>).
+func BuildPlugin(dir, pkg, name string) (string, error) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out := filepath.Join(dir, name)
+	cmd := exec.Command(goBin, "build", "-o", out, pkg)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("building %s: %w", pkg, err)
+	}
+	return out, nil
 }

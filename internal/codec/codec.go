@@ -79,8 +79,6 @@ var encPool = sync.Pool{New: func() any {
 	return s
 }}
 
-var bytesType = reflect.TypeOf([]byte(nil))
-
 // Encode encodes v. A []byte is returned as is (FormatRaw, no copy); other
 // values are encoded with msgpack. refs lists the object references found
 // inside v.

@@ -190,7 +190,7 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 	if cw.mode == ModeWorker {
 		kind = "worker"
 	}
-	path := filepath.Join(sockDir, fmt.Sprintf("%s-%s.sock", kind, cw.id.Short()+cw.id.String()[8:16]))
+	path := filepath.Join(sockDir, fmt.Sprintf("%s-%s.sock", kind, cw.id.String()[:16]))
 	_ = os.Remove(path)
 	lis, err := net.Listen("unix", path)
 	if err != nil {

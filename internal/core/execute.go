@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
-	"strings"
 	"sync"
 
 	"github.com/goray-dev/goray/internal/codec"
@@ -400,12 +399,4 @@ func (cw *CoreWorker) ListOwned() *pb.ListOwnedReply {
 	}
 	t.mu.Unlock()
 	return rep
-}
-
-// trimName shortens a registered function name for display.
-func trimName(n string) string {
-	if i := strings.LastIndex(n, "/"); i >= 0 {
-		return n[i+1:]
-	}
-	return n
 }

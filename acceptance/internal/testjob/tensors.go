@@ -191,19 +191,10 @@ func runTensorsRestart(ctx context.Context, dir string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644); err != nil {
+	if err := signalAndWait(dir, "ready", "killed"); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "killed")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the test never killed the plugin")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	failures := 0
 	for {
 		ts, err := put.Get(ctx)
