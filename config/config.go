@@ -34,6 +34,10 @@ type Node struct {
 	Port int
 	// RayletPort is the raylet's TCP port for other nodes (0 picks one).
 	RayletPort int
+	// NodeIP is the address this node's raylet and workers listen on and
+	// advertise to other nodes (default 127.0.0.1, which only works when
+	// every node runs on one machine).
+	NodeIP string
 
 	// TempDir is the root for session directories, sockets and logs.
 	TempDir string
@@ -103,9 +107,12 @@ type WorkerPool struct {
 	StartTimeout time.Duration
 }
 
-// HealthCheck configures node liveness.
+// HealthCheck configures node liveness. Nodes report to the GCS at least
+// every 500ms (more often when Period is shorter); the GCS checks every
+// Period and declares a node dead once it has been silent for
+// FailureThreshold periods (default 3s × 5, as in Ray).
 type HealthCheck struct {
-	// Period between heartbeats (default 1s).
+	// Period between health checks (default 3s).
 	Period time.Duration
 	// FailureThreshold is how many missed periods mark a node dead
 	// (default 5).

@@ -43,7 +43,7 @@ func TestDefault(t *testing.T) {
 		LogLevel:    "info",
 		ObjectStore: ObjectStore{SpillThreshold: 0.8, InlineLimit: 100 * 1024},
 		WorkerPool:  WorkerPool{IdleTimeout: 60 * time.Second, StartTimeout: 30 * time.Second},
-		HealthCheck: HealthCheck{Period: time.Second, FailureThreshold: 5},
+		HealthCheck: HealthCheck{Period: 3 * time.Second, FailureThreshold: 5},
 	}
 	got := Default()
 	if !reflect.DeepEqual(exported(got), want) {
@@ -529,6 +529,10 @@ func TestValidate(t *testing.T) {
 		{diagCase: diagCase{
 			name: "negative raylet port", src: base + "raylet_port = -1\n",
 			line: 2, col: 15, want: []string{"raylet_port", "-1"},
+		}},
+		{diagCase: diagCase{
+			name: "bad node ip", src: base + "node_ip = \"10.0.0\"\n",
+			line: 2, col: 11, want: []string{"node_ip", "10.0.0", "not an IP address"},
 		}},
 		{diagCase: diagCase{
 			name: "negative CPU", src: base + "resources {\n  CPU = -1\n}\n",

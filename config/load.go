@@ -32,7 +32,7 @@ func Default() *Node {
 			StartTimeout: 30 * time.Second,
 		},
 		HealthCheck: HealthCheck{
-			Period:           time.Second,
+			Period:           3 * time.Second,
 			FailureThreshold: 5,
 		},
 	}
@@ -119,6 +119,7 @@ var rootSchema = &hcl.BodySchema{
 		{Name: "address"},
 		{Name: "port"},
 		{Name: "raylet_port"},
+		{Name: "node_ip"},
 		{Name: "temp_dir"},
 		{Name: "log_level"},
 		{Name: "labels"},
@@ -195,6 +196,7 @@ const (
 	keyAddress        = "address"
 	keyPort           = "port"
 	keyRayletPort     = "raylet_port"
+	keyNodeIP         = "node_ip"
 	keyTempDir        = "temp_dir"
 	keyLogLevel       = "log_level"
 	keyLabels         = "labels"
@@ -239,6 +241,7 @@ func (d *decoder) root(body hcl.Body) {
 	d.str(c.Attributes["node_name"], keyNodeName, &n.NodeName)
 	d.intVal(c.Attributes["port"], keyPort, &n.Port)
 	d.intVal(c.Attributes["raylet_port"], keyRayletPort, &n.RayletPort)
+	d.str(c.Attributes["node_ip"], keyNodeIP, &n.NodeIP)
 	d.str(c.Attributes["temp_dir"], keyTempDir, &n.TempDir)
 	d.str(c.Attributes["log_level"], keyLogLevel, &n.LogLevel)
 	d.str(c.Attributes["plugin_dir"], keyPluginDir, &n.PluginDir)

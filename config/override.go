@@ -13,6 +13,7 @@ type Flags struct {
 	Address    string
 	Port       int
 	RayletPort int
+	NodeIP     string
 	TempDir    string
 	LogLevel   string
 	NodeName   string
@@ -50,6 +51,10 @@ func (n *Node) Override(f Flags) {
 	if f.RayletPort != 0 {
 		n.RayletPort = f.RayletPort
 		drop(keyRayletPort)
+	}
+	if f.NodeIP != "" {
+		n.NodeIP = f.NodeIP
+		drop(keyNodeIP)
 	}
 	if f.TempDir != "" {
 		n.TempDir = f.TempDir

@@ -74,6 +74,9 @@ func (v *validator) node() {
 	v.address()
 	v.port(keyPort, "port", n.Port)
 	v.port(keyRayletPort, "raylet_port", n.RayletPort)
+	if n.NodeIP != "" && net.ParseIP(n.NodeIP) == nil {
+		v.errorf(keyNodeIP, "Invalid node_ip", "node_ip %q is not an IP address (for example 10.0.0.5 or 127.0.0.2).", n.NodeIP)
+	}
 
 	if !slices.Contains(logLevels, strings.ToLower(n.LogLevel)) {
 		v.errorf(keyLogLevel, "Unknown log level",

@@ -21,10 +21,12 @@ const (
 	EnvSessionDir = "GORAY_SESSION_DIR"
 	// EnvLogLevel is the hclog level name the worker should log at.
 	EnvLogLevel = "GORAY_LOG_LEVEL"
+	// EnvNodeIP is the IP address the worker listens on for other nodes.
+	EnvNodeIP = "GORAY_NODE_IP"
 )
 
 // workerEnvNames lists every variable above; inherited values of these are
 // replaced, never duplicated.
 var workerEnvNames = []string{
-	EnvWorker, EnvRayletSocket, EnvWorkerID, EnvNodeID, EnvJobID, EnvSessionDir, EnvLogLevel,
+	EnvWorker, EnvRayletSocket, EnvWorkerID, EnvNodeID, EnvJobID, EnvSessionDir, EnvLogLevel, EnvNodeIP,
 }

@@ -176,6 +176,15 @@ func (s *fakeStore) ListEntries() []StoreEntry {
 func (s *fakeStore) SocketPath() string { return "/tmp/fake-store.sock" }
 func (s *fakeStore) Capacity() int64    { return 1 << 20 }
 
+func (s *fakeStore) Contains(id ids.ObjectID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.objs[id]
+	return ok
+}
+
+func (s *fakeStore) Data(offset, size int64) []byte { return make([]byte, size) }
+
 func (s *fakeStore) releasedClient(id ids.ID) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -245,6 +254,22 @@ func (g *fakeGCS) ReportWorkerFailure(ctx context.Context, in *gorayv1.ReportWor
 }
 
 // locked runs f with g's lock held.
+func (g *fakeGCS) GetAllNodes(ctx context.Context, in *gorayv1.GetAllNodesRequest, _ ...grpc.CallOption) (*gorayv1.GetAllNodesReply, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rep := &gorayv1.GetAllNodesReply{}
+	for _, n := range g.nodes {
+		rep.Nodes = append(rep.Nodes, &gorayv1.NodeView{Info: n})
+	}
+	return rep, nil
+}
+
+func (g *fakeGCS) GetAllJobs(ctx context.Context, in *gorayv1.GetAllJobsRequest, _ ...grpc.CallOption) (*gorayv1.GetAllJobsReply, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return &gorayv1.GetAllJobsReply{Jobs: g.jobs}, nil
+}
+
 func (g *fakeGCS) locked(f func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -55,7 +55,10 @@ type job struct {
 	driverPID  int32
 	ready      bool // registered with the GCS and answered
 	finished   bool
-	out        *outbox // to the driver's session stream
+	// remote marks the job of a driver on another node: it has no session
+	// here and ends when the GCS says it finished.
+	remote bool
+	out    *outbox // to the driver's session stream
 
 	workers       map[ids.ID]*worker
 	idle          []*worker // oldest first
@@ -335,6 +338,7 @@ func (r *Raylet) workerEnv(w *worker, base []string) []string {
 		EnvJobID+"="+w.job.id.String(),
 		EnvSessionDir+"="+r.cfg.SessionDir,
 		EnvLogLevel+"="+r.cfg.LogLevel,
+		EnvNodeIP+"="+r.nodeIP(),
 	)
 }
 
@@ -443,6 +447,9 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 	aborts, frees := r.objectsOfDeadLocked(w.id)
 	if w.addr != nil {
 		r.broadcastDiedLocked(w.id)
+		if !r.shuttingDown {
+			defer r.notifyPeersDied(w.id)
+		}
 	}
 	actor, pid := w.actorID, w.pid
 	shuttingDown := r.shuttingDown
@@ -526,13 +533,17 @@ func (r *Raylet) objectsOfDeadLocked(id ids.ID) (aborts, frees []ids.ObjectID) {
 	return aborts, frees
 }
 
-// trackOwnerLocked records that owner owns o, until o is freed.
-func (r *Raylet) trackOwnerLocked(o ids.ObjectID, owner ids.ID) {
+// trackOwnerLocked records that owner (a process of node ownerNode) owns o,
+// until o is freed.
+func (r *Raylet) trackOwnerLocked(o ids.ObjectID, owner, ownerNode ids.ID) {
 	r.forgetObjectLocked(o)
 	if owner.IsNil() {
 		return
 	}
 	r.owners[o] = owner
+	if !ownerNode.IsNil() && ownerNode != r.cfg.NodeID {
+		r.ownerNodes[o] = ownerNode
+	}
 	objs := r.owned[owner]
 	if objs == nil {
 		objs = map[ids.ObjectID]struct{}{}
@@ -548,6 +559,7 @@ func (r *Raylet) forgetObjectLocked(o ids.ObjectID) {
 		return
 	}
 	delete(r.owners, o)
+	delete(r.ownerNodes, o)
 	if objs := r.owned[owner]; objs != nil {
 		delete(objs, o)
 		if len(objs) == 0 {

@@ -62,6 +62,15 @@ type Config struct {
 	// SessionDir holds sockets (SessionDir/sockets) and logs
 	// (SessionDir/logs, where worker-<id>.out and .err are written).
 	SessionDir string
+	// TCPAddress is where the raylet serves other nodes (host:port; empty
+	// in single-node unit tests).
+	TCPAddress string
+	// NodeIP is the address workers listen on for other nodes (default
+	// 127.0.0.1).
+	NodeIP string
+	// BinaryCacheDir holds job binaries fetched from other nodes, by
+	// sha256 (default SessionDir/binaries).
+	BinaryCacheDir string
 	// SocketPath is the raylet's unix socket. The caller creates the
 	// grpc.Server and the listener and calls Register; workers are told
 	// this path.
@@ -156,6 +165,17 @@ type Raylet struct {
 	owners       map[ids.ObjectID]ids.ID              // created object -> owner, until freed
 	owned        map[ids.ID]map[ids.ObjectID]struct{} // owner -> its objects
 	tombstones   tombstones                           // cancelled request ids not seen yet
+	// ownerNodes maps objects owned by processes of other nodes to that
+	// node: they are freed when it dies.
+	ownerNodes map[ids.ObjectID]ids.ID
+	// peers is the view of the other nodes, refreshed from the GCS.
+	peers      map[ids.ID]*peerNode
+	spreadNext int
+	pulls      map[ids.ObjectID]*pull // transfers from other nodes in flight
+	binaries   map[string]*binaryFetch
+
+	connMu sync.Mutex
+	conns  map[string]*grpc.ClientConn // to other raylets, by address
 }
 
 // New validates cfg, creates the session's sockets and logs directories and
@@ -179,6 +199,9 @@ func New(cfg Config) (*Raylet, error) {
 	if cfg.Resources == nil {
 		cfg.Resources = resources.Set{}
 	}
+	if cfg.BinaryCacheDir == "" {
+		cfg.BinaryCacheDir = filepath.Join(cfg.SessionDir, "binaries")
+	}
 	for name, v := range cfg.Resources {
 		if v < 0 {
 			return nil, fmt.Errorf("raylet: resource %q has negative total %s", name, resources.FormatAmount(name, v))
@@ -191,26 +214,31 @@ func New(cfg Config) (*Raylet, error) {
 	}
 	host, _ := os.Hostname()
 	r := &Raylet{
-		cfg:       cfg,
-		log:       cfg.Logger.Named("raylet"),
-		pool:      resolvePool(cfg.Pool, cfg.Resources),
-		hbPeriod:  cfg.HeartbeatPeriod,
-		startTime: time.Now(),
-		hostname:  host,
-		logDir:    filepath.Join(cfg.SessionDir, "logs"),
-		spawnCh:   make(chan spawnRequest),
-		spawnStop: make(chan struct{}),
-		spawnDone: make(chan struct{}),
-		closing:   make(chan struct{}),
-		done:      make(chan struct{}),
-		available: cfg.Resources.Clone(),
-		jobs:      map[ids.ID]*job{},
-		workers:   map[ids.ID]*worker{},
-		leases:    map[ids.ID]*lease{},
-		classes:   map[string]*schedClass{},
-		creates:   map[ids.ObjectID]ids.ID{},
-		owners:    map[ids.ObjectID]ids.ID{},
-		owned:     map[ids.ID]map[ids.ObjectID]struct{}{},
+		cfg:        cfg,
+		log:        cfg.Logger.Named("raylet"),
+		pool:       resolvePool(cfg.Pool, cfg.Resources),
+		hbPeriod:   cfg.HeartbeatPeriod,
+		startTime:  time.Now(),
+		hostname:   host,
+		logDir:     filepath.Join(cfg.SessionDir, "logs"),
+		spawnCh:    make(chan spawnRequest),
+		spawnStop:  make(chan struct{}),
+		spawnDone:  make(chan struct{}),
+		closing:    make(chan struct{}),
+		done:       make(chan struct{}),
+		available:  cfg.Resources.Clone(),
+		jobs:       map[ids.ID]*job{},
+		workers:    map[ids.ID]*worker{},
+		leases:     map[ids.ID]*lease{},
+		classes:    map[string]*schedClass{},
+		creates:    map[ids.ObjectID]ids.ID{},
+		owners:     map[ids.ObjectID]ids.ID{},
+		owned:      map[ids.ID]map[ids.ObjectID]struct{}{},
+		ownerNodes: map[ids.ObjectID]ids.ID{},
+		peers:      map[ids.ID]*peerNode{},
+		pulls:      map[ids.ObjectID]*pull{},
+		binaries:   map[string]*binaryFetch{},
+		conns:      map[string]*grpc.ClientConn{},
 	}
 	if r.hbPeriod <= 0 {
 		r.hbPeriod = DefaultHeartbeatPeriod
@@ -241,6 +269,13 @@ func resolvePool(p config.WorkerPool, total resources.Set) poolSettings {
 		s.startTimeout = DefaultStartTimeout
 	}
 	return s
+}
+
+func (r *Raylet) nodeIP() string {
+	if r.cfg.NodeIP != "" {
+		return r.cfg.NodeIP
+	}
+	return "127.0.0.1"
 }
 
 // NodeID returns the node's id.
@@ -274,7 +309,10 @@ func (r *Raylet) Run(ctx context.Context) error {
 		if ms := reply.GetHeartbeatPeriodMs(); ms > 0 {
 			period = time.Duration(ms) * time.Millisecond
 		}
-		t := time.NewTicker(period)
+		// Report (and refresh the cluster view) at least every
+		// maxReportPeriod: the GCS only declares a node dead after
+		// FailureThreshold whole periods, but schedulers want fresh load.
+		t := time.NewTicker(min(period, maxReportPeriod))
 		defer t.Stop()
 		hb = t.C
 		r.log.Info("node registered", "node_id", r.cfg.NodeID, "heartbeat_period", period)
@@ -291,6 +329,7 @@ func (r *Raylet) Run(ctx context.Context) error {
 			return nil
 		case <-hb:
 			r.heartbeat(ctx)
+			r.syncCluster(ctx)
 		case now := <-reap.C:
 			r.mu.Lock()
 			r.reapIdleLocked(now)
@@ -332,6 +371,7 @@ func (r *Raylet) Shutdown(ctx context.Context) error {
 }
 
 func (r *Raylet) shutdown(ctx context.Context) error {
+	defer r.closePeerConns()
 	r.mu.Lock()
 	r.shuttingDown = true
 	for _, c := range r.order {
@@ -399,6 +439,7 @@ func (r *Raylet) nodeInfo() *gorayv1.NodeInfo {
 		NodeId:      r.cfg.NodeID.Bytes(),
 		NodeName:    r.cfg.NodeName,
 		RayletUnix:  r.cfg.SocketPath,
+		RayletTcp:   r.cfg.TCPAddress,
 		Total:       resourcesProto(r.cfg.Resources),
 		Labels:      r.cfg.Labels,
 		State:       "ALIVE",

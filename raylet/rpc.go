@@ -273,6 +273,9 @@ func (r *Raylet) endJob(j *job) {
 		aborts, frees = r.objectsOfDeadLocked(j.driverID)
 		if j.ready {
 			r.broadcastDiedLocked(j.driverID)
+			if !r.shuttingDown {
+				defer r.notifyPeersDied(j.driverID)
+			}
 		}
 	}
 	r.mu.Unlock()
@@ -286,7 +289,7 @@ func (r *Raylet) endJob(j *job) {
 			r.cfg.Store.Free(frees)
 		}
 	}
-	if r.cfg.GCS != nil {
+	if r.cfg.GCS != nil && !j.remote {
 		ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
 		defer cancel()
 		if _, err := r.cfg.GCS.MarkJobFinished(ctx, &gorayv1.MarkJobFinishedRequest{JobId: j.id.Bytes()}); err != nil {
@@ -324,7 +327,10 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 	case r.shuttingDown:
 		r.mu.Unlock()
 		return nil, toStatus(ErrShuttingDown)
-	case j == nil || !j.ready:
+	case j != nil && !j.ready:
+		r.mu.Unlock()
+		return nil, toStatus(&JobNotFoundError{Job: jobID})
+	case j == nil && r.cfg.GCS == nil:
 		r.mu.Unlock()
 		return nil, toStatus(&JobNotFoundError{Job: jobID})
 	}
@@ -332,10 +338,34 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 		r.mu.Unlock()
 		return nil, toStatus(&LeaseCancelledError{RequestID: req.GetRequestId()})
 	}
+	d := r.scheduleLocked(res, req.GetStrategy(), req.GetSpillbackCount())
+	switch {
+	case d.unschedulable != "":
+		r.mu.Unlock()
+		r.log.Debug("lease request unschedulable", "function", req.GetFunction(), "reason", d.unschedulable)
+		return &gorayv1.LeaseReply{Unschedulable: d.unschedulable}, nil
+	case d.spill != nil:
+		r.mu.Unlock()
+		r.log.Trace("lease request spilled back", "function", req.GetFunction(), "to", d.spill.id)
+		return spillReply(d.spill), nil
+	}
+	if j == nil {
+		// A job of another node's driver: learn it (and its binary) first.
+		r.mu.Unlock()
+		var err error
+		if j, err = r.remoteJob(ctx, jobID); err != nil {
+			return nil, toStatus(err)
+		}
+		r.mu.Lock()
+		if r.shuttingDown {
+			r.mu.Unlock()
+			return nil, toStatus(ErrShuttingDown)
+		}
+	}
 	holder, _ := ids.FromBytes(req.GetHolderId())
 	p := &pendingLease{
 		job: j, res: res, actorID: actorID, holder: holder, requestID: string(req.GetRequestId()),
-		function: req.GetFunction(), ready: make(chan struct{}),
+		function: req.GetFunction(), strategy: req.GetStrategy(), queued: time.Now(), ready: make(chan struct{}),
 	}
 	r.enqueueLocked(p)
 	r.dispatchLocked()
@@ -357,6 +387,9 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 	}
 	if p.err != nil {
 		return nil, toStatus(p.err)
+	}
+	if p.spill != nil {
+		return spillReply(p.spill), nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -513,7 +546,8 @@ func (r *Raylet) CreateObject(ctx context.Context, req *gorayv1.CreateObjectRequ
 	}
 	r.mu.Lock()
 	r.creates[oid] = creator
-	r.trackOwnerLocked(oid, owner)
+	ownerNode, _ := ids.FromBytes(req.GetOwner().GetNodeId())
+	r.trackOwnerLocked(oid, owner, ownerNode)
 	r.mu.Unlock()
 	return &gorayv1.CreateObjectReply{Offset: off}, nil
 }
@@ -575,6 +609,13 @@ func (r *Raylet) FreeObjects(ctx context.Context, req *gorayv1.FreeObjectsReques
 		r.forgetObjectLocked(o)
 	}
 	r.mu.Unlock()
+	if req.GetBroadcast() {
+		ids := req.GetObjectIds()
+		r.tellPeers("free objects", func(ctx context.Context, c gorayv1.RayletClient) error {
+			_, err := c.FreeObjects(ctx, &gorayv1.FreeObjectsRequest{ObjectIds: ids})
+			return err
+		})
+	}
 	return &gorayv1.FreeObjectsReply{}, nil
 }
 

@@ -55,10 +55,14 @@ type pendingLease struct {
 	// requestID is the caller's name for the request (may be empty).
 	requestID string
 	function  string
+	strategy  *gorayv1.SchedulingStrategy
+	queued    time.Time
 	class     *schedClass
 	ready     chan struct{}
 	lease     *lease
-	err       error
+	// spill, when set instead of lease, sends the caller to another node.
+	spill *peerNode
+	err   error
 }
 
 // tombstones remembers cancelled lease request ids whose request had not

@@ -46,6 +46,11 @@ type ObjectStore interface {
 	SocketPath() string
 	// Capacity is the arena size in bytes.
 	Capacity() int64
+	// Contains reports whether the object exists (sealed or not).
+	Contains(id ids.ObjectID) bool
+	// Data returns the arena bytes [offset, offset+size), for transfers
+	// between nodes.
+	Data(offset, size int64) []byte
 }
 
 // StoreEntry describes one object of the store.

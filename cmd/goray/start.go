@@ -41,6 +41,8 @@ type startOptions struct {
 	labels            string
 	objectStoreMemory string
 	nodeName          string
+	nodeIP            string
+	rayletPort        int
 	readyFile         string
 }
 
@@ -57,6 +59,8 @@ func (o *startOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.labels, "labels", "", `node labels as JSON ('{"zone": "a"}') or a list ("zone=a,rack=3")`)
 	fs.StringVar(&o.objectStoreMemory, "object-store-memory", "", `object store capacity ("2GiB", "512MB" or bytes; default 30% of memory)`)
 	fs.StringVar(&o.nodeName, "node-name", "", "node name shown in status (default: the hostname)")
+	fs.StringVar(&o.nodeIP, "node-ip", "", "IP address the node listens on and advertises to other nodes (default 127.0.0.1)")
+	fs.IntVar(&o.rayletPort, "raylet-port", 0, "raylet TCP port for other nodes (default: any free port)")
 	fs.StringVar(&o.readyFile, "ready-file", "", "write the node's info as JSON to this file once it serves")
 	_ = fs.MarkHidden("ready-file")
 }
@@ -70,6 +74,9 @@ func (o *startOptions) configFlags(fs *pflag.FlagSet, logLevel string) (config.F
 		TempDir:  o.tempDir,
 		LogLevel: logLevel,
 		NodeName: o.nodeName,
+		NodeIP:   o.nodeIP,
+
+		RayletPort: o.rayletPort,
 	}
 	if fs.Changed("head") {
 		h := o.head

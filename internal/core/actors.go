@@ -177,7 +177,7 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 	c.mu.Lock()
 	c.createCancel = cancel
 	c.mu.Unlock()
-	rec := &taskRecord{spec: spec, ctx: cctx, state: statePendingArgs}
+	rec := &taskRecord{spec: spec, ctx: cctx, state: statePendingArgs, strategy: strategyProto(opts)}
 	if err := cw.buildArgs(ctx, rec, args); err != nil {
 		cw.objects.removeSubmitted(rec.deps)
 		cancel()
@@ -227,21 +227,26 @@ func (c *actorClient) create(rec *taskRecord) {
 		return
 	}
 	reqID := ids.New()
-	lrep, err := cw.raylet.RequestWorkerLease(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: cw.id.Bytes(), RequestId: reqID.Bytes()})
+	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: cw.id.Bytes(), RequestId: reqID.Bytes(), Strategy: rec.strategy}, rec.argNode)
 	if err != nil {
 		if rec.ctx.Err() != nil {
-			cw.cancelLeaseRequest(reqID)
 			fail(fmt.Errorf("creation cancelled: %w", context.Cause(rec.ctx)))
+			return
+		}
+		var unsched *UnschedulableError
+		if errors.As(err, &unsched) {
+			fail(err)
 			return
 		}
 		fail(fmt.Errorf("no worker for the actor: %w", err))
 		return
 	}
+	lrep := g.reply
 	c.leaseID = lrep.LeaseId
 	dropLease := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, _ = cw.raylet.ReturnWorkerLease(ctx, &pb.ReturnLeaseRequest{LeaseId: lrep.LeaseId, DisconnectWorker: true})
+		_, _ = g.raylet.ReturnWorkerLease(ctx, &pb.ReturnLeaseRequest{LeaseId: lrep.LeaseId, DisconnectWorker: true})
 	}
 	cli, err := cw.peer(lrep.Worker)
 	if err != nil {

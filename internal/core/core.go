@@ -43,6 +43,9 @@ type Config struct {
 	Mode         Mode
 	RayletSocket string
 	SessionDir   string
+	// NodeIP is the address the process listens on for other nodes
+	// (default 127.0.0.1).
+	NodeIP string
 	// WorkerID is set by the raylet for workers; drivers get a new one.
 	WorkerID ids.ID
 	// Job describes a driver's job (binary, env, working dir).
@@ -72,6 +75,7 @@ type CoreWorker struct {
 	gcsAddr     string
 
 	lis      net.Listener
+	tcpLis   net.Listener
 	server   *grpc.Server
 	rayletCC *grpc.ClientConn
 	raylet   pb.RayletClient
@@ -92,6 +96,8 @@ type CoreWorker struct {
 	submitter *submitter
 	actors    *actorManager
 	exec      *executor
+
+	nodeDir nodeDirectory
 
 	connsMu sync.Mutex
 	conns   map[string]*grpc.ClientConn
@@ -197,9 +203,19 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 		return fmt.Errorf("goray: listening on %s: %w", path, err)
 	}
 	cw.lis = lis
+	ip := cw.cfg.NodeIP
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	tcpLis, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("goray: listening on %s for other nodes: %w", ip, err)
+	}
+	cw.tcpLis = tcpLis
 	cw.server = grpc.NewServer(ServerOptions()...)
 	pb.RegisterCoreWorkerServer(cw.server, &coreWorkerService{cw: cw})
-	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path}
+	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path, TcpAddr: tcpLis.Addr().String()}
 
 	cc, err := Dial(cw.cfg.RayletSocket)
 	if err != nil {
@@ -245,7 +261,9 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 	// Serve only now: the raylet may lease this worker as soon as it is
 	// registered, and callers' connections wait in the listen backlog until
 	// the process knows its node, job, store and GCS.
+	cw.wg.Add(1)
 	go func() { defer cw.wg.Done(); _ = cw.server.Serve(lis) }()
+	go func() { defer cw.wg.Done(); _ = cw.server.Serve(tcpLis) }()
 	return nil
 }
 
@@ -319,6 +337,12 @@ func (cw *CoreWorker) openSession(ctx context.Context) (*pb.RayletCommand, error
 				return
 			case pb.RayletCommand_WORKER_DIED:
 				cw.peerDied(cmd.WorkerId)
+			case pb.RayletCommand_NODE_DIED:
+				if id, err := ids.FromBytes(cmd.NodeId); err == nil {
+					cw.log.Warn("a node of the cluster died", "node", id.Short(), "reason", cmd.Reason)
+					cw.markNodeDead(id, cmd.Reason)
+					cw.objects.nodeDied(cmd.NodeId)
+				}
 			}
 		}
 	}()
@@ -481,6 +505,11 @@ func (cw *CoreWorker) Close() {
 			case <-stopped:
 			case <-time.After(2 * time.Second):
 				cw.server.Stop()
+			}
+		}
+		for _, l := range []net.Listener{cw.lis, cw.tcpLis} {
+			if l != nil {
+				_ = l.Close() // in case Serve never ran
 			}
 		}
 		cw.connsMu.Lock()

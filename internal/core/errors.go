@@ -25,6 +25,8 @@ var (
 	ErrShutdown         = errors.New("goray is shut down")
 	ErrActorNotFound    = errors.New("actor not found")
 	ErrTaskCancelled    = errors.New("task cancelled")
+	ErrObjectLost       = errors.New("object lost")
+	ErrUnschedulable    = errors.New("task unschedulable")
 )
 
 // RemoteError is an error raised by user code in a task or actor method. It
@@ -65,6 +67,8 @@ const (
 	KindObjectUnknown    = "object_unknown"
 	KindGetTimeout       = "get_timeout"
 	KindCancelled        = "cancelled"
+	KindObjectLost       = "object_lost"
+	KindUnschedulable    = "unschedulable"
 )
 
 // kindOf classifies an error by the sentinel it matches, so the category
@@ -81,7 +85,8 @@ func kindOf(err error) string {
 		{ErrWorkerCrashed, KindWorkerCrashed}, {ErrActorDied, KindActorDied}, {ErrOwnerDied, KindOwnerDied},
 		{ErrObjectFreed, KindObjectFreed}, {ErrObjectUnknown, KindObjectUnknown}, {ErrGetTimeout, KindGetTimeout},
 		{ErrStoreFull, KindStoreFull}, {ErrTaskCancelled, KindCancelled}, {ErrFunctionNotFound, KindFunctionNotFound},
-		{ErrArgType, KindArgType}, {ErrTransferFailed, KindTransfer},
+		{ErrArgType, KindArgType}, {ErrTransferFailed, KindTransfer}, {ErrObjectLost, KindObjectLost},
+		{ErrUnschedulable, KindUnschedulable},
 	} {
 		if errors.Is(err, k.sentinel) {
 			return k.kind
@@ -153,9 +158,14 @@ func (e *RemoteError) As(target any) bool {
 			return true
 		}
 	case **ObjectError:
-		kinds := map[string]error{KindObjectFreed: ErrObjectFreed, KindObjectUnknown: ErrObjectUnknown, KindOwnerDied: ErrOwnerDied}
+		kinds := map[string]error{KindObjectFreed: ErrObjectFreed, KindObjectUnknown: ErrObjectUnknown, KindOwnerDied: ErrOwnerDied, KindObjectLost: ErrObjectLost}
 		if k, ok := kinds[e.Kind]; ok {
 			*t = &ObjectError{Kind: k, Detail: e.Message}
+			return true
+		}
+	case **UnschedulableError:
+		if e.Kind == KindUnschedulable {
+			*t = &UnschedulableError{Function: e.Function, Reason: e.Message}
 			return true
 		}
 	case **GetTimeoutError:
@@ -209,11 +219,27 @@ func (e *ActorDiedError) Error() string {
 // Is matches ErrActorDied.
 func (e *ActorDiedError) Is(target error) bool { return target == ErrActorDied }
 
+// UnschedulableError says a task or actor can never be scheduled: a hard
+// node affinity names a dead node or one that can never fit it.
+type UnschedulableError struct {
+	Function string
+	Reason   string
+}
+
+func (e *UnschedulableError) Error() string {
+	return fmt.Sprintf("%s cannot be scheduled: %s", e.Function, e.Reason)
+}
+
+// Is matches ErrUnschedulable.
+func (e *UnschedulableError) Is(target error) bool { return target == ErrUnschedulable }
+
 // ObjectError says an object cannot be read: it was freed (its last reference
-// released), its owner does not know it, or its owner died.
+// released), its owner does not know it, its owner died, or every copy was
+// on nodes that died (lost; reconstruction is not implemented yet).
 type ObjectError struct {
 	ObjectID ids.ObjectID
-	// Kind is ErrObjectFreed, ErrObjectUnknown or ErrOwnerDied.
+	// Kind is ErrObjectFreed, ErrObjectUnknown, ErrOwnerDied or
+	// ErrObjectLost.
 	Kind   error
 	Detail string
 }

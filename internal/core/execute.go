@@ -133,7 +133,7 @@ func (e *executor) loadArgs(ctx context.Context, spec *pb.TaskSpec) ([]ArgValue,
 			continue
 		}
 		id, _ := ids.ObjectIDFromBytes(a.Ref.GetObjectId())
-		v, err := e.cw.materialize(ctx, &pb.ReturnObject{ObjectId: id[:], InStore: true, NodeId: a.NodeId})
+		v, err := e.cw.materialize(ctx, &pb.ReturnObject{ObjectId: id[:], InStore: true, NodeId: a.NodeId}, a.Ref.GetOwner())
 		if err != nil {
 			release()
 			return nil, nil, fmt.Errorf("argument %d: %w", i, err)

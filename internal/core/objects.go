@@ -527,6 +527,24 @@ func (t *objectTable) borrowerDied(worker []byte) {
 	t.signal()
 }
 
+// nodeDied drops every borrow by a process of a dead node.
+func (t *objectTable) nodeDied(node []byte) {
+	t.mu.Lock()
+	for _, o := range t.objs {
+		if !o.owned || o.borrowers == nil {
+			continue
+		}
+		for k, a := range o.borrowers {
+			if string(a.GetNodeId()) == string(node) {
+				delete(o.borrowers, k)
+			}
+		}
+		t.maybeReleaseLocked(o)
+	}
+	t.mu.Unlock()
+	t.signal()
+}
+
 // flushLoop sends borrower removals and store frees in the background.
 func (t *objectTable) flushLoop() {
 	for {
@@ -583,7 +601,8 @@ func (t *objectTable) flushFrees() {
 	if len(frees) == 0 || t.cw.raylet == nil {
 		return
 	}
-	req := &pb.FreeObjectsRequest{}
+	// Broadcast: copies pulled by other nodes go too.
+	req := &pb.FreeObjectsRequest{Broadcast: true}
 	for _, id := range frees {
 		req.ObjectIds = append(req.ObjectIds, id.Bytes())
 	}
@@ -772,7 +791,7 @@ func (cw *CoreWorker) Get(ctx context.Context, h *Handle) (*Value, error) {
 		return nil, err
 	}
 	runtime.KeepAlive(h)
-	v, err := cw.materialize(ctx, ret)
+	v, err := cw.materialize(ctx, ret, h.Owner)
 	if err != nil {
 		return nil, err
 	}
@@ -796,15 +815,19 @@ func (cw *CoreWorker) Get(ctx context.Context, h *Handle) (*Value, error) {
 	return v, nil
 }
 
-// materialize turns a return record into readable bytes.
-func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject) (*Value, error) {
+// materialize turns a return record into readable bytes. An object in
+// another node's store is first pulled into this node's (owner is the
+// object's owner, whose death frees the copy).
+func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, owner *pb.Address) (*Value, error) {
 	f := codec.FormatOf(ret.Metadata)
 	if !ret.InStore {
 		return &Value{Format: f, Data: ret.Data}, nil
 	}
 	id, _ := ids.ObjectIDFromBytes(ret.ObjectId)
-	if string(ret.NodeId) != string(cw.nodeID[:]) {
-		return nil, &ObjectError{ObjectID: id, Kind: ErrObjectUnknown, Detail: "the object is on node " + ids.MustFromBytes(ret.NodeId).Short() + " and cross-node transfer is not available yet"}
+	if node, err := ids.FromBytes(ret.NodeId); err == nil && !node.IsNil() && node != cw.nodeID {
+		if err := cw.pullObject(ctx, id, node, owner); err != nil {
+			return nil, err
+		}
 	}
 	rep, err := cw.raylet.GetObjects(ctx, &pb.GetObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
 	if err != nil {

@@ -49,20 +49,30 @@ type TaskOptions struct {
 	// TensorTransport makes an actor method's returned tensors travel by
 	// this transport.
 	TensorTransport string
+	// Strategy is StrategyDefault, StrategySpread or StrategyNodeAffinity
+	// (with AffinityNode and AffinitySoft).
+	Strategy     int
+	AffinityNode ids.ID
+	AffinitySoft bool
 }
 
 // taskRecord is the owner's record of a submitted task.
 type taskRecord struct {
-	spec    *pb.TaskSpec
-	retID   ids.ObjectID
-	deps    []codec.RefInfo // references held until the task finishes
-	pending []int           // argument indexes still to resolve
-	ctx     context.Context
-	state   string
-	worker  []byte
-	node    []byte
-	errMsg  string
-	sent    time.Time
+	spec     *pb.TaskSpec
+	strategy *pb.SchedulingStrategy
+	retID    ids.ObjectID
+	deps     []codec.RefInfo // references held until the task finishes
+	pending  []int           // argument indexes still to resolve
+	ctx      context.Context
+	state    string
+	worker   []byte
+	node     []byte
+	errMsg   string
+	sent     time.Time
+	// argNode is the node holding most of the task's argument bytes (nil
+	// when none is in a store); the lease is asked for there first.
+	argNode  ids.ID
+	argBytes map[ids.ID]int64
 }
 
 // Task states shown by `goray list tasks`.
@@ -75,10 +85,11 @@ const (
 )
 
 type schedKey struct {
-	key    string
-	res    *pb.Resources
-	queue  []*taskRecord
-	leases map[*lease]struct{}
+	key      string
+	res      *pb.Resources
+	strategy *pb.SchedulingStrategy
+	queue    []*taskRecord
+	leases   map[*lease]struct{}
 	// requests are the outstanding lease requests; requesting counts those
 	// not cancelled.
 	requests   map[*leaseRequest]struct{}
@@ -96,6 +107,7 @@ type leaseRequest struct {
 
 type lease struct {
 	id       []byte
+	raylet   pb.RayletClient // the raylet that granted the lease
 	worker   *pb.Address
 	stream   pb.CoreWorker_PushTasksClient
 	cancel   context.CancelFunc
@@ -104,6 +116,15 @@ type lease struct {
 	key      *schedKey
 	idleGen  int
 	dead     bool
+	// tasks counts the tasks sent on the lease.
+	tasks int
+}
+
+// spread reports whether k's tasks are spread over the nodes: each task
+// then gets a lease of its own (a reused lease would keep them where the
+// first ones ran).
+func (k *schedKey) spread() bool {
+	return k.strategy.GetKind() == pb.SchedulingStrategy_SPREAD
 }
 
 type submitter struct {
@@ -139,7 +160,7 @@ func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []Ar
 		Function: function, ReturnId: retID.Bytes(), Owner: cw.addr,
 		Resources: &pb.Resources{Amounts: res}, MaxRetries: int32(retries), Name: opts.Name,
 	}
-	rec := &taskRecord{spec: spec, retID: retID, ctx: ctx, state: statePendingArgs}
+	rec := &taskRecord{spec: spec, retID: retID, ctx: ctx, state: statePendingArgs, strategy: strategyProto(opts)}
 	cw.objects.newOwned(retID, rec, 1)
 	h := cw.wrapHandle(retID, cw.addr)
 	s := cw.submitter
@@ -191,6 +212,7 @@ func (cw *CoreWorker) buildArgs(ctx context.Context, rec *taskRecord, args []Arg
 			h.Release()
 			ret, _ := cw.objects.result(ref.ID)
 			rec.spec.Args[i] = &pb.TaskArg{ByRef: true, Ref: &pb.ObjectRef{ObjectId: ref.ID.Bytes(), Owner: cw.addr}, NodeId: ret.GetNodeId()}
+			rec.noteArg(ret)
 			continue
 		}
 		if f == codec.FormatRaw {
@@ -232,12 +254,29 @@ func (cw *CoreWorker) resolveArgs(rec *taskRecord) error {
 		}
 		if ret.InStore {
 			a.NodeId = ret.NodeId
+			rec.noteArg(ret)
 			continue
 		}
 		rec.spec.Args[i] = &pb.TaskArg{Metadata: ret.Metadata, Data: ret.Data, Nested: ret.Nested}
 	}
 	rec.pending = nil
 	return nil
+}
+
+// noteArg counts a store argument's bytes toward its node, keeping argNode
+// the node with the most.
+func (rec *taskRecord) noteArg(ret *pb.ReturnObject) {
+	node, err := ids.FromBytes(ret.GetNodeId())
+	if err != nil || node.IsNil() {
+		return
+	}
+	if rec.argBytes == nil {
+		rec.argBytes = map[ids.ID]int64{}
+	}
+	rec.argBytes[node] += max(ret.GetSize(), 1)
+	if rec.argNode.IsNil() || rec.argBytes[node] > rec.argBytes[rec.argNode] {
+		rec.argNode = node
+	}
 }
 
 func (s *submitter) track(rec *taskRecord) {
@@ -274,7 +313,7 @@ func (s *submitter) fail(rec *taskRecord, err error) {
 }
 
 func (s *submitter) enqueue(rec *taskRecord) {
-	key := resources.Set(rec.spec.Resources.GetAmounts()).Key()
+	key := resources.Set(rec.spec.Resources.GetAmounts()).Key() + strategyKey(rec.strategy)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -283,7 +322,7 @@ func (s *submitter) enqueue(rec *taskRecord) {
 	}
 	k := s.keys[key]
 	if k == nil {
-		k = &schedKey{key: key, res: rec.spec.Resources, leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
+		k = &schedKey{key: key, res: rec.spec.Resources, strategy: rec.strategy, leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
 		s.keys[key] = k
 	}
 	rec.state = statePendingLease
@@ -312,6 +351,9 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 			if l.dead || len(l.inflight) >= depth || (best != nil && len(l.inflight) >= len(best.inflight)) {
 				continue
 			}
+			if k.spread() && l.tasks > 0 {
+				continue
+			}
 			if len(l.inflight) > 0 && l.busySince(now) > slowTask {
 				// Something on this worker runs long: queueing more behind
 				// it would stall them; wait for another lease instead.
@@ -330,6 +372,7 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 		}
 		best.inflight[ids.MustFromBytes(rec.spec.TaskId)] = rec
 		best.idleGen++
+		best.tasks++
 		rec.state = stateRunning
 		rec.worker = best.worker.WorkerId
 		rec.node = best.worker.NodeId
@@ -345,7 +388,12 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 		ctx, cancel := context.WithCancel(s.cw.ctx)
 		req := &leaseRequest{id: ids.New(), cancel: cancel}
 		k.requests[req] = struct{}{}
-		go s.requestLease(ctx, k, req)
+		var prefer ids.ID
+		if k.strategy == nil && len(k.queue) > 0 {
+			// Locality: ask where the next task's arguments are.
+			prefer = k.queue[min(k.requesting-1, len(k.queue)-1)].argNode
+		}
+		go s.requestLease(ctx, k, req, prefer)
 	}
 	if len(k.queue) == 0 && k.requesting > 0 {
 		// Nothing left to run: withdraw the waiting requests. A request the
@@ -385,8 +433,8 @@ func (s *submitter) send(items []sendItem) {
 	}
 }
 
-func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseRequest) {
-	rep, err := s.cw.raylet.RequestWorkerLease(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), RequestId: req.id.Bytes()})
+func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseRequest, prefer ids.ID) {
+	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy}, prefer)
 	withdrawn := ctx.Err() != nil
 	s.mu.Lock()
 	delete(k.requests, req)
@@ -397,16 +445,18 @@ func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseReq
 	if err != nil {
 		var fails []*taskRecord
 		var sends []sendItem
+		var unsched *UnschedulableError
 		switch {
 		case withdrawn:
-			// Withdrawn (or shutting down); the raylet may have granted it
-			// just as we cancelled.
-			s.mu.Unlock()
-			s.cw.cancelLeaseRequest(req.id)
-			s.mu.Lock()
+			// Withdrawn (or shutting down); leaseWorker handed back a lease
+			// granted just as we cancelled.
 			if !s.closed && len(k.queue) > 0 {
 				sends = s.dispatchLocked(k)
 			}
+		case errors.As(err, &unsched):
+			// No node will ever run these tasks.
+			fails = k.queue
+			k.queue = nil
 		case !s.closed && len(k.queue) > 0 && k.requesting == 0 && len(k.leases) == 0:
 			// Nothing else can run these tasks: fail them rather than retry
 			// a raylet that refuses (or is gone) in a loop.
@@ -416,12 +466,17 @@ func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseReq
 		s.mu.Unlock()
 		s.send(sends)
 		for _, rec := range fails {
+			if unsched != nil {
+				s.fail(rec, &UnschedulableError{Function: rec.spec.Function, Reason: unsched.Reason})
+				continue
+			}
 			s.fail(rec, fmt.Errorf("goray: leasing a worker for %s: %w", rec.spec.Function, err))
 		}
 		return
 	}
 	s.mu.Unlock()
-	l := &lease{id: rep.LeaseId, worker: rep.Worker, inflight: map[ids.ID]*taskRecord{}, key: k}
+	rep := g.reply
+	l := &lease{id: rep.LeaseId, raylet: g.raylet, worker: rep.Worker, inflight: map[ids.ID]*taskRecord{}, key: k}
 	if err := s.openStream(l); err != nil {
 		s.returnLease(l, true)
 		s.mu.Lock()
@@ -505,7 +560,13 @@ func (s *submitter) recvLoop(l *lease) {
 
 // lingerThenReturn returns an idle lease unless it is used again soon.
 func (s *submitter) lingerThenReturn(l *lease, gen int) {
-	time.AfterFunc(leaseLinger, func() {
+	linger := leaseLinger
+	s.mu.Lock()
+	if l.key.spread() && l.tasks > 0 {
+		linger = 0 // spread: one task per lease
+	}
+	s.mu.Unlock()
+	time.AfterFunc(linger, func() {
 		s.mu.Lock()
 		if l.dead || l.idleGen != gen || len(l.inflight) > 0 {
 			s.mu.Unlock()
@@ -520,20 +581,10 @@ func (s *submitter) lingerThenReturn(l *lease, gen int) {
 	})
 }
 
-// cancelLeaseRequest makes sure a withdrawn lease request holds nothing: a
-// lease granted for it whose reply never arrived is returned.
-func (cw *CoreWorker) cancelLeaseRequest(id ids.ID) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := cw.raylet.CancelWorkerLease(ctx, &pb.CancelLeaseRequest{RequestId: id.Bytes()}); err != nil {
-		cw.log.Debug("cancelling lease request failed", "error", err)
-	}
-}
-
 func (s *submitter) returnLease(l *lease, disconnect bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := s.cw.raylet.ReturnWorkerLease(ctx, &pb.ReturnLeaseRequest{LeaseId: l.id, DisconnectWorker: disconnect}); err != nil {
+	if _, err := l.raylet.ReturnWorkerLease(ctx, &pb.ReturnLeaseRequest{LeaseId: l.id, DisconnectWorker: disconnect}); err != nil {
 		s.cw.log.Debug("returning lease failed", "error", err)
 	}
 }

@@ -60,9 +60,11 @@ type Info struct {
 	Head         bool   `json:"head"`
 	GCSAddress   string `json:"gcs_address"`
 	RayletSocket string `json:"raylet_socket"`
-	SessionDir   string `json:"session_dir"`
-	Pid          int    `json:"pid"`
-	LogFile      string `json:"log_file"`
+	// RayletAddress is the raylet's host:port for other nodes.
+	RayletAddress string `json:"raylet_address"`
+	SessionDir    string `json:"session_dir"`
+	Pid           int    `json:"pid"`
+	LogFile       string `json:"log_file"`
 }
 
 // Node is a running node.
@@ -149,7 +151,17 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		name, _ = os.Hostname()
 	}
 	n.info.NodeName = name
+	nodeIP := cfg.NodeIP
+	if nodeIP == "" {
+		nodeIP = "127.0.0.1"
+	}
+	tcpLis, err := net.Listen("tcp", net.JoinHostPort(nodeIP, strconv.Itoa(cfg.RayletPort)))
+	if err != nil {
+		return nil, fmt.Errorf("the raylet cannot listen on %s:%d (raylet_port / --raylet-port): %w", nodeIP, cfg.RayletPort, err)
+	}
+	n.info.RayletAddress = tcpLis.Addr().String()
 	n.raylet, err = raylet.New(raylet.Config{
+		TCPAddress: n.info.RayletAddress, NodeIP: nodeIP, BinaryCacheDir: filepath.Join(cfg.TempDir, "binaries"),
 		NodeID: n.id, NodeName: name, SessionDir: n.info.SessionDir, SocketPath: n.info.RayletSocket,
 		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
 		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
@@ -157,16 +169,19 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn,
 	})
 	if err != nil {
+		_ = tcpLis.Close()
 		return nil, fmt.Errorf("starting the raylet: %w", err)
 	}
 	lis, err := net.Listen("unix", n.info.RayletSocket)
 	if err != nil {
+		_ = tcpLis.Close()
 		return nil, fmt.Errorf("listening on %s: %w", n.info.RayletSocket, err)
 	}
 	n.rayletGRPC = grpc.NewServer(core.ServerOptions()...)
 	n.raylet.Register(n.rayletGRPC)
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go func() { defer n.wg.Done(); _ = n.rayletGRPC.Serve(lis) }()
+	go func() { defer n.wg.Done(); _ = n.rayletGRPC.Serve(tcpLis) }()
 	go func() {
 		defer n.wg.Done()
 		if err := n.raylet.Run(n.ctx); err != nil && n.ctx.Err() == nil {

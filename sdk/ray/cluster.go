@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
 )
@@ -104,4 +105,60 @@ func CurrentTask(ctx context.Context) (tc TaskContext, ok bool) {
 		tc.ActorID = t.ActorID.String()
 	}
 	return tc, true
+}
+
+// Node describes a node of the cluster.
+type Node struct {
+	// ID is the node's id (hex), as NodeAffinity takes it.
+	ID   string
+	Name string
+	// Address is the raylet's host:port for other nodes.
+	Address string
+	Head    bool
+	Alive   bool
+	// DeathReason says why a dead node died.
+	DeathReason string
+	// Resources are the node's totals; Available what was free at its last
+	// report.
+	Resources map[string]float64
+	Available map[string]float64
+	Labels    map[string]string
+}
+
+// Nodes lists the cluster's nodes, alive and dead, in the order they
+// joined.
+func Nodes(ctx context.Context) ([]Node, error) {
+	cw, err := current()
+	if err != nil {
+		return nil, err
+	}
+	if cw.GCS() == nil {
+		return nil, ErrNotInitialized
+	}
+	rep, err := cw.GCS().GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("goray: listing nodes: %w", err)
+	}
+	out := make([]Node, 0, len(rep.Nodes))
+	for _, nv := range rep.Nodes {
+		in := nv.GetInfo()
+		id, _ := ids.FromBytes(in.GetNodeId())
+		out = append(out, Node{
+			ID: id.String(), Name: in.GetNodeName(), Address: in.GetRayletTcp(), Head: in.GetIsHead(),
+			Alive: in.GetState() == "ALIVE", DeathReason: in.GetDeathReason(),
+			Resources: resources.Set(in.GetTotal().GetAmounts()).Floats(),
+			Available: resources.Set(nv.GetAvailable().GetAmounts()).Floats(), Labels: in.GetLabels(),
+		})
+	}
+	return out, nil
+}
+
+// NodeID returns the id (hex) of the node this process runs on: in a task
+// or actor method, the node running it.
+func NodeID() string {
+	cw, err := current()
+	if err != nil {
+		return ""
+	}
+	return cw.NodeID().String()
 }

@@ -18,6 +18,13 @@ var (
 	ErrObjectUnknown = core.ErrObjectUnknown
 	// ErrOwnerDied matches reads of an object whose owner process died.
 	ErrOwnerDied = core.ErrOwnerDied
+	// ErrObjectLost matches reads of an object whose every copy was on
+	// nodes that died.
+	ErrObjectLost = core.ErrObjectLost
+	// ErrUnschedulable matches tasks and actors that can never be
+	// scheduled (a hard NodeAffinity to a dead node or one that can never
+	// fit them); see *UnschedulableError.
+	ErrUnschedulable = core.ErrUnschedulable
 	// ErrGetTimeout matches a Get whose context deadline passed.
 	ErrGetTimeout = core.ErrGetTimeout
 	// ErrFunctionNotFound matches a call the worker binary cannot run.
@@ -62,3 +69,8 @@ type ObjectError = core.ObjectError
 // GetTimeoutError says a Get ran out of time; it unwraps to the context
 // error.
 type GetTimeoutError = core.GetTimeoutError
+
+// UnschedulableError says a task or actor can never be scheduled: a hard
+// NodeAffinity names a dead node or one that can never fit it. It matches
+// ErrUnschedulable.
+type UnschedulableError = core.UnschedulableError

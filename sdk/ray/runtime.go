@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,7 +138,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		}
 		rt.log = hclog.New(&hclog.LoggerOptions{Name: "goray", Output: os.Stderr, Level: hclog.LevelFromString(level)})
 	}
-	rayletSock, sessionDir := "", ""
+	rayletSock, sessionDir, nodeIP := "", "", ""
 	if o.address == "" {
 		cfg, err := embeddedConfig(&o)
 		if err != nil {
@@ -153,12 +154,14 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		}
 		rt.node = nd
 		rayletSock, sessionDir = nd.Info().RayletSocket, nd.Info().SessionDir
+		nodeIP, _, _ = net.SplitHostPort(nd.Info().RayletAddress)
 	} else {
 		info, err := findLocalNode(ctx, o.address)
 		if err != nil {
 			return nil, err
 		}
 		rayletSock, sessionDir = info.RayletUnix, info.SessionDir
+		nodeIP, _, _ = net.SplitHostPort(info.RayletTcp)
 	}
 	var extraEnv []string
 	if o.transfer > 0 {
@@ -171,7 +174,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		return nil, err
 	}
 	cw, err := core.Start(ctx, core.Config{
-		Mode: core.ModeDriver, RayletSocket: rayletSock, SessionDir: sessionDir, Job: job, Logger: rt.log, TransferTimeout: o.transfer,
+		Mode: core.ModeDriver, RayletSocket: rayletSock, SessionDir: sessionDir, NodeIP: nodeIP, Job: job, Logger: rt.log, TransferTimeout: o.transfer,
 		OnRayletLost: func(err error) { rt.log.Error("lost the connection to the raylet", "error", err) },
 	})
 	if err != nil {
@@ -361,7 +364,7 @@ func runWorker() {
 	lost := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	_, err = core.Start(ctx, core.Config{
-		Mode: core.ModeWorker, RayletSocket: os.Getenv(raylet.EnvRayletSocket), SessionDir: os.Getenv(raylet.EnvSessionDir),
+		Mode: core.ModeWorker, RayletSocket: os.Getenv(raylet.EnvRayletSocket), SessionDir: os.Getenv(raylet.EnvSessionDir), NodeIP: os.Getenv(raylet.EnvNodeIP),
 		WorkerID: wid, Logger: log, TransferTimeout: transferTimeoutFromEnv(),
 		OnRayletLost: func(err error) {
 			select {

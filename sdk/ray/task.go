@@ -6,6 +6,7 @@ import (
 	"reflect"
 
 	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/resources"
 )
 
@@ -20,6 +21,9 @@ type callOptions struct {
 	name       string
 	maxConc    int
 	transports []string
+	strategy   int
+	affinity   string // hex node id
+	soft       bool
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -86,6 +90,27 @@ func Transports(names ...string) Option {
 	return func(c *callOptions) { c.transports = append(c.transports, names...) }
 }
 
+// Spread spreads the calls round-robin over the nodes that can run them,
+// like Ray's "SPREAD" scheduling strategy.
+func Spread() Option {
+	return func(c *callOptions) { c.strategy, c.affinity, c.soft = core.StrategySpread, "", false }
+}
+
+// NodeAffinity runs the call on the node with the given id (as listed by
+// Nodes or NodeID). A hard affinity (soft=false) fails with an
+// *UnschedulableError when that node is dead or can never fit the call; a
+// soft one runs elsewhere then.
+func NodeAffinity(nodeID string, soft bool) Option {
+	return func(c *callOptions) { c.strategy, c.affinity, c.soft = core.StrategyNodeAffinity, nodeID, soft }
+}
+
+// DefaultScheduling restores the default (hybrid) strategy: the local node
+// (or the one holding the call's arguments) while it is not busy, else one
+// of the least loaded nodes.
+func DefaultScheduling() Option {
+	return func(c *callOptions) { c.strategy, c.affinity, c.soft = core.StrategyDefault, "", false }
+}
+
 // taskBase is the untyped part of every registered task and actor class.
 type taskBase struct {
 	name  string
@@ -111,7 +136,13 @@ func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
 	if err != nil {
 		return core.TaskOptions{}, fmt.Errorf("goray: %s: %w", b.name, err)
 	}
-	o := core.TaskOptions{Resources: set, MaxRetries: -1, Name: b.opts.name, MaxConcurrency: b.opts.maxConc, Transports: b.opts.transports}
+	o := core.TaskOptions{Resources: set, MaxRetries: -1, Name: b.opts.name, MaxConcurrency: b.opts.maxConc, Transports: b.opts.transports,
+		Strategy: b.opts.strategy, AffinitySoft: b.opts.soft}
+	if b.opts.strategy == core.StrategyNodeAffinity {
+		if o.AffinityNode, err = ids.Parse(b.opts.affinity); err != nil {
+			return core.TaskOptions{}, fmt.Errorf("goray: %s: NodeAffinity(%q): not a node id: %w", b.name, b.opts.affinity, err)
+		}
+	}
 	if b.opts.maxRetries != nil {
 		o.MaxRetries = *b.opts.maxRetries
 	}

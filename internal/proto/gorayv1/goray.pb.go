@@ -183,6 +183,9 @@ const (
 	// A driver or worker of this node died (worker_id says which): owners
 	// drop it as a borrower.
 	RayletCommand_WORKER_DIED RayletCommand_Kind = 2
+	// A node of the cluster died (node_id says which): owners treat its
+	// processes as dead and its objects as lost.
+	RayletCommand_NODE_DIED RayletCommand_Kind = 3
 )
 
 // Enum value maps for RayletCommand_Kind.
@@ -191,11 +194,13 @@ var (
 		0: "REGISTERED",
 		1: "EXIT",
 		2: "WORKER_DIED",
+		3: "NODE_DIED",
 	}
 	RayletCommand_Kind_value = map[string]int32{
 		"REGISTERED":  0,
 		"EXIT":        1,
 		"WORKER_DIED": 2,
+		"NODE_DIED":   3,
 	}
 )
 
@@ -224,6 +229,60 @@ func (x RayletCommand_Kind) Number() protoreflect.EnumNumber {
 // Deprecated: Use RayletCommand_Kind.Descriptor instead.
 func (RayletCommand_Kind) EnumDescriptor() ([]byte, []int) {
 	return file_goray_proto_rawDescGZIP(), []int{20, 0}
+}
+
+type SchedulingStrategy_Kind int32
+
+const (
+	// Hybrid: the local node while its utilization is below the threshold,
+	// else one of the least-loaded feasible nodes.
+	SchedulingStrategy_DEFAULT SchedulingStrategy_Kind = 0
+	// Round-robin over the feasible nodes.
+	SchedulingStrategy_SPREAD SchedulingStrategy_Kind = 1
+	// The node named by node_id; with soft, another node when that one is
+	// dead or cannot fit the task.
+	SchedulingStrategy_NODE_AFFINITY SchedulingStrategy_Kind = 2
+)
+
+// Enum value maps for SchedulingStrategy_Kind.
+var (
+	SchedulingStrategy_Kind_name = map[int32]string{
+		0: "DEFAULT",
+		1: "SPREAD",
+		2: "NODE_AFFINITY",
+	}
+	SchedulingStrategy_Kind_value = map[string]int32{
+		"DEFAULT":       0,
+		"SPREAD":        1,
+		"NODE_AFFINITY": 2,
+	}
+)
+
+func (x SchedulingStrategy_Kind) Enum() *SchedulingStrategy_Kind {
+	p := new(SchedulingStrategy_Kind)
+	*p = x
+	return p
+}
+
+func (x SchedulingStrategy_Kind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SchedulingStrategy_Kind) Descriptor() protoreflect.EnumDescriptor {
+	return file_goray_proto_enumTypes[4].Descriptor()
+}
+
+func (SchedulingStrategy_Kind) Type() protoreflect.EnumType {
+	return &file_goray_proto_enumTypes[4]
+}
+
+func (x SchedulingStrategy_Kind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SchedulingStrategy_Kind.Descriptor instead.
+func (SchedulingStrategy_Kind) EnumDescriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{23, 0}
 }
 
 // Address is where a process serves gRPC.
@@ -1628,7 +1687,9 @@ type RayletCommand struct {
 	// GCS address (host:port) for cluster metadata lookups.
 	GcsAddress string `protobuf:"bytes,6,opt,name=gcs_address,json=gcsAddress,proto3" json:"gcs_address,omitempty"`
 	// Set with WORKER_DIED.
-	WorkerId      []byte `protobuf:"bytes,7,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	WorkerId []byte `protobuf:"bytes,7,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Set with NODE_DIED.
+	NodeId        []byte `protobuf:"bytes,8,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1712,6 +1773,13 @@ func (x *RayletCommand) GetWorkerId() []byte {
 	return nil
 }
 
+func (x *RayletCommand) GetNodeId() []byte {
+	if x != nil {
+		return x.NodeId
+	}
+	return nil
+}
+
 // StoreInfo tells a client how to map the node's shared-memory arena. The
 // arena's file descriptor is passed over fd_socket with SCM_RIGHTS.
 type StoreInfo struct {
@@ -1786,9 +1854,15 @@ type LeaseRequest struct {
 	// when it dies.
 	HolderId []byte `protobuf:"bytes,5,opt,name=holder_id,json=holderId,proto3" json:"holder_id,omitempty"`
 	// Chosen by the caller; names the request for CancelWorkerLease.
-	RequestId     []byte `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RequestId []byte `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// Where the task may run (default: the hybrid policy).
+	Strategy *SchedulingStrategy `protobuf:"bytes,7,opt,name=strategy,proto3" json:"strategy,omitempty"`
+	// How many raylets have already passed the request on. A raylet that can
+	// run a spilled-back request at all queues it instead of passing it on
+	// again, unless it can never fit it.
+	SpillbackCount int32 `protobuf:"varint,8,opt,name=spillback_count,json=spillbackCount,proto3" json:"spillback_count,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
@@ -1863,6 +1937,81 @@ func (x *LeaseRequest) GetRequestId() []byte {
 	return nil
 }
 
+func (x *LeaseRequest) GetStrategy() *SchedulingStrategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetSpillbackCount() int32 {
+	if x != nil {
+		return x.SpillbackCount
+	}
+	return 0
+}
+
+// SchedulingStrategy says which nodes a task or actor may run on.
+type SchedulingStrategy struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Kind          SchedulingStrategy_Kind `protobuf:"varint,1,opt,name=kind,proto3,enum=goray.v1.SchedulingStrategy_Kind" json:"kind,omitempty"`
+	NodeId        []byte                  `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Soft          bool                    `protobuf:"varint,3,opt,name=soft,proto3" json:"soft,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SchedulingStrategy) Reset() {
+	*x = SchedulingStrategy{}
+	mi := &file_goray_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SchedulingStrategy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SchedulingStrategy) ProtoMessage() {}
+
+func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SchedulingStrategy.ProtoReflect.Descriptor instead.
+func (*SchedulingStrategy) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SchedulingStrategy) GetKind() SchedulingStrategy_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return SchedulingStrategy_DEFAULT
+}
+
+func (x *SchedulingStrategy) GetNodeId() []byte {
+	if x != nil {
+		return x.NodeId
+	}
+	return nil
+}
+
+func (x *SchedulingStrategy) GetSoft() bool {
+	if x != nil {
+		return x.Soft
+	}
+	return false
+}
+
 type CancelLeaseRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RequestId     []byte                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
@@ -1872,7 +2021,7 @@ type CancelLeaseRequest struct {
 
 func (x *CancelLeaseRequest) Reset() {
 	*x = CancelLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1884,7 +2033,7 @@ func (x *CancelLeaseRequest) String() string {
 func (*CancelLeaseRequest) ProtoMessage() {}
 
 func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1897,7 +2046,7 @@ func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CancelLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{23}
+	return file_goray_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CancelLeaseRequest) GetRequestId() []byte {
@@ -1917,7 +2066,7 @@ type CancelLeaseReply struct {
 
 func (x *CancelLeaseReply) Reset() {
 	*x = CancelLeaseReply{}
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1929,7 +2078,7 @@ func (x *CancelLeaseReply) String() string {
 func (*CancelLeaseReply) ProtoMessage() {}
 
 func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1942,7 +2091,7 @@ func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseReply.ProtoReflect.Descriptor instead.
 func (*CancelLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{24}
+	return file_goray_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelLeaseReply) GetReturned() bool {
@@ -1962,7 +2111,7 @@ type TaskBlockedRequest struct {
 
 func (x *TaskBlockedRequest) Reset() {
 	*x = TaskBlockedRequest{}
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2123,7 @@ func (x *TaskBlockedRequest) String() string {
 func (*TaskBlockedRequest) ProtoMessage() {}
 
 func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2136,7 @@ func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedRequest.ProtoReflect.Descriptor instead.
 func (*TaskBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{25}
+	return file_goray_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TaskBlockedRequest) GetWorkerId() []byte {
@@ -2012,7 +2161,7 @@ type TaskBlockedReply struct {
 
 func (x *TaskBlockedReply) Reset() {
 	*x = TaskBlockedReply{}
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2024,7 +2173,7 @@ func (x *TaskBlockedReply) String() string {
 func (*TaskBlockedReply) ProtoMessage() {}
 
 func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2037,7 +2186,7 @@ func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedReply.ProtoReflect.Descriptor instead.
 func (*TaskBlockedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{26}
+	return file_goray_proto_rawDescGZIP(), []int{27}
 }
 
 type TransportInvokeRequest struct {
@@ -2052,7 +2201,7 @@ type TransportInvokeRequest struct {
 
 func (x *TransportInvokeRequest) Reset() {
 	*x = TransportInvokeRequest{}
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2064,7 +2213,7 @@ func (x *TransportInvokeRequest) String() string {
 func (*TransportInvokeRequest) ProtoMessage() {}
 
 func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2077,7 +2226,7 @@ func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeRequest.ProtoReflect.Descriptor instead.
 func (*TransportInvokeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27}
+	return file_goray_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TransportInvokeRequest) GetName() string {
@@ -2110,7 +2259,7 @@ type TransportInvokeReply struct {
 
 func (x *TransportInvokeReply) Reset() {
 	*x = TransportInvokeReply{}
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2271,7 @@ func (x *TransportInvokeReply) String() string {
 func (*TransportInvokeReply) ProtoMessage() {}
 
 func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2284,7 @@ func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeReply.ProtoReflect.Descriptor instead.
 func (*TransportInvokeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{28}
+	return file_goray_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TransportInvokeReply) GetPayload() []byte {
@@ -2153,14 +2302,21 @@ type LeaseReply struct {
 	// nowhere else to go (reported; the request keeps waiting otherwise).
 	Infeasible string `protobuf:"bytes,3,opt,name=infeasible,proto3" json:"infeasible,omitempty"`
 	// Process id of the leased worker.
-	WorkerPid     int32 `protobuf:"varint,4,opt,name=worker_pid,json=workerPid,proto3" json:"worker_pid,omitempty"`
+	WorkerPid int32 `protobuf:"varint,4,opt,name=worker_pid,json=workerPid,proto3" json:"worker_pid,omitempty"`
+	// Set instead of a lease when another node should run the request: the
+	// caller asks that node's raylet (at spillback_raylet, host:port) again.
+	SpillbackNodeId []byte `protobuf:"bytes,5,opt,name=spillback_node_id,json=spillbackNodeId,proto3" json:"spillback_node_id,omitempty"`
+	SpillbackRaylet string `protobuf:"bytes,6,opt,name=spillback_raylet,json=spillbackRaylet,proto3" json:"spillback_raylet,omitempty"`
+	// Set when the request can never be scheduled (a hard node affinity to a
+	// dead node or to one that can never fit it); the text says why.
+	Unschedulable string `protobuf:"bytes,7,opt,name=unschedulable,proto3" json:"unschedulable,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2172,7 +2328,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2185,7 +2341,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{29}
+	return file_goray_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -2216,6 +2372,27 @@ func (x *LeaseReply) GetWorkerPid() int32 {
 	return 0
 }
 
+func (x *LeaseReply) GetSpillbackNodeId() []byte {
+	if x != nil {
+		return x.SpillbackNodeId
+	}
+	return nil
+}
+
+func (x *LeaseReply) GetSpillbackRaylet() string {
+	if x != nil {
+		return x.SpillbackRaylet
+	}
+	return ""
+}
+
+func (x *LeaseReply) GetUnschedulable() string {
+	if x != nil {
+		return x.Unschedulable
+	}
+	return ""
+}
+
 type ReturnLeaseRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId []byte                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -2227,7 +2404,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2416,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2429,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{30}
+	return file_goray_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -2277,7 +2454,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2466,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2479,7 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31}
+	return file_goray_proto_rawDescGZIP(), []int{32}
 }
 
 type CreateObjectRequest struct {
@@ -2321,7 +2498,7 @@ type CreateObjectRequest struct {
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2510,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2523,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{32}
+	return file_goray_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -2393,7 +2570,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2405,7 +2582,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2418,7 +2595,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{33}
+	return file_goray_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -2439,7 +2616,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2628,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2641,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34}
+	return file_goray_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -2489,7 +2666,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2501,7 +2678,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2514,7 +2691,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{35}
+	return file_goray_proto_rawDescGZIP(), []int{36}
 }
 
 type GetObjectsRequest struct {
@@ -2528,7 +2705,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2717,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2730,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36}
+	return file_goray_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -2583,7 +2760,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2595,7 +2772,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2608,7 +2785,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37}
+	return file_goray_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -2655,7 +2832,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2844,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2857,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{38}
+	return file_goray_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -2700,7 +2877,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2889,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2902,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39}
+	return file_goray_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -2750,7 +2927,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2762,7 +2939,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2775,19 +2952,434 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{40}
+	return file_goray_proto_rawDescGZIP(), []int{41}
+}
+
+type PullObjectRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ObjectId []byte                 `protobuf:"bytes,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
+	// The node holding the copy to read.
+	NodeId []byte `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The object's owner (the copy is freed with the owner's objects).
+	Owner         *Address `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullObjectRequest) Reset() {
+	*x = PullObjectRequest{}
+	mi := &file_goray_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullObjectRequest) ProtoMessage() {}
+
+func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullObjectRequest.ProtoReflect.Descriptor instead.
+func (*PullObjectRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *PullObjectRequest) GetObjectId() []byte {
+	if x != nil {
+		return x.ObjectId
+	}
+	return nil
+}
+
+func (x *PullObjectRequest) GetNodeId() []byte {
+	if x != nil {
+		return x.NodeId
+	}
+	return nil
+}
+
+func (x *PullObjectRequest) GetOwner() *Address {
+	if x != nil {
+		return x.Owner
+	}
+	return nil
+}
+
+type PullObjectReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullObjectReply) Reset() {
+	*x = PullObjectReply{}
+	mi := &file_goray_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullObjectReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullObjectReply) ProtoMessage() {}
+
+func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullObjectReply.ProtoReflect.Descriptor instead.
+func (*PullObjectReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{43}
+}
+
+type ReadObjectRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ObjectId []byte                 `protobuf:"bytes,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
+	Offset   int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Bytes to read; -1 means to the end.
+	Length        int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadObjectRequest) Reset() {
+	*x = ReadObjectRequest{}
+	mi := &file_goray_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadObjectRequest) ProtoMessage() {}
+
+func (x *ReadObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadObjectRequest.ProtoReflect.Descriptor instead.
+func (*ReadObjectRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ReadObjectRequest) GetObjectId() []byte {
+	if x != nil {
+		return x.ObjectId
+	}
+	return nil
+}
+
+func (x *ReadObjectRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadObjectRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+// ObjectChunk is one piece of a ReadObject stream. The first chunk also
+// carries the object's size and metadata.
+type ObjectChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	DataSize      int64                  `protobuf:"varint,3,opt,name=data_size,json=dataSize,proto3" json:"data_size,omitempty"`
+	Metadata      []byte                 `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObjectChunk) Reset() {
+	*x = ObjectChunk{}
+	mi := &file_goray_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObjectChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObjectChunk) ProtoMessage() {}
+
+func (x *ObjectChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObjectChunk.ProtoReflect.Descriptor instead.
+func (*ObjectChunk) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ObjectChunk) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ObjectChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ObjectChunk) GetDataSize() int64 {
+	if x != nil {
+		return x.DataSize
+	}
+	return 0
+}
+
+func (x *ObjectChunk) GetMetadata() []byte {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+type FetchBinaryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sha256        string                 `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FetchBinaryRequest) Reset() {
+	*x = FetchBinaryRequest{}
+	mi := &file_goray_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FetchBinaryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FetchBinaryRequest) ProtoMessage() {}
+
+func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FetchBinaryRequest.ProtoReflect.Descriptor instead.
+func (*FetchBinaryRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *FetchBinaryRequest) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+type BinaryChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Size          int64                  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BinaryChunk) Reset() {
+	*x = BinaryChunk{}
+	mi := &file_goray_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BinaryChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BinaryChunk) ProtoMessage() {}
+
+func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
+func (*BinaryChunk) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *BinaryChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BinaryChunk) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type WorkersDiedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerIds     [][]byte               `protobuf:"bytes,1,rep,name=worker_ids,json=workerIds,proto3" json:"worker_ids,omitempty"`
+	NodeId        []byte                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkersDiedRequest) Reset() {
+	*x = WorkersDiedRequest{}
+	mi := &file_goray_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkersDiedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkersDiedRequest) ProtoMessage() {}
+
+func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
+func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
+	if x != nil {
+		return x.WorkerIds
+	}
+	return nil
+}
+
+func (x *WorkersDiedRequest) GetNodeId() []byte {
+	if x != nil {
+		return x.NodeId
+	}
+	return nil
+}
+
+type WorkersDiedReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WorkersDiedReply) Reset() {
+	*x = WorkersDiedReply{}
+	mi := &file_goray_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WorkersDiedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WorkersDiedReply) ProtoMessage() {}
+
+func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
+func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 type FreeObjectsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ObjectIds     [][]byte               `protobuf:"bytes,1,rep,name=object_ids,json=objectIds,proto3" json:"object_ids,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ObjectIds [][]byte               `protobuf:"bytes,1,rep,name=object_ids,json=objectIds,proto3" json:"object_ids,omitempty"`
+	// Also free the copies on every other node (sent by owners).
+	Broadcast     bool `protobuf:"varint,2,opt,name=broadcast,proto3" json:"broadcast,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +3391,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +3404,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{41}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -2820,6 +3412,13 @@ func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
 		return x.ObjectIds
 	}
 	return nil
+}
+
+func (x *FreeObjectsRequest) GetBroadcast() bool {
+	if x != nil {
+		return x.Broadcast
+	}
+	return false
 }
 
 type FreeObjectsReply struct {
@@ -2830,7 +3429,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3441,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3454,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{42}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 type GetNodeStatsRequest struct {
@@ -2866,7 +3465,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3477,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3490,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{43}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 type WorkerStats struct {
@@ -2908,7 +3507,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3519,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3532,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -2989,7 +3588,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3600,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3613,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -3059,7 +3658,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3670,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3683,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -3175,7 +3774,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3786,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3799,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -3275,7 +3874,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3287,7 +3886,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3300,7 +3899,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -3318,7 +3917,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +3929,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +3942,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 type NodeInfo struct {
@@ -3369,7 +3968,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3980,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3993,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -3514,7 +4113,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3526,7 +4125,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3539,7 +4138,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -3633,7 +4232,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +4244,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +4257,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -3761,7 +4360,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3773,7 +4372,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3786,7 +4385,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -3806,7 +4405,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3818,7 +4417,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3831,7 +4430,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -3851,7 +4450,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3863,7 +4462,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3876,7 +4475,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -3901,7 +4500,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3913,7 +4512,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3926,7 +4525,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 type HeartbeatRequest struct {
@@ -3942,7 +4541,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3954,7 +4553,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3967,7 +4566,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -4016,7 +4615,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4028,7 +4627,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4041,7 +4640,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -4059,7 +4658,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4071,7 +4670,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4084,7 +4683,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 type NodeView struct {
@@ -4101,7 +4700,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4712,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4725,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -4180,7 +4779,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +4791,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +4804,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -4224,7 +4823,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4236,7 +4835,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4249,7 +4848,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -4267,7 +4866,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4279,7 +4878,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4292,7 +4891,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 type MarkJobFinishedRequest struct {
@@ -4304,7 +4903,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4316,7 +4915,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4329,7 +4928,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -4347,7 +4946,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4958,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4971,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 type GetAllJobsRequest struct {
@@ -4383,7 +4982,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4395,7 +4994,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4408,7 +5007,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 type GetAllJobsReply struct {
@@ -4420,7 +5019,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4432,7 +5031,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4445,7 +5044,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -4464,7 +5063,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4476,7 +5075,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4489,7 +5088,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -4507,7 +5106,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4519,7 +5118,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4532,7 +5131,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 type UpdateActorRequest struct {
@@ -4544,7 +5143,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4556,7 +5155,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4569,7 +5168,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -4587,7 +5186,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4599,7 +5198,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4612,7 +5211,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 type GetActorRequest struct {
@@ -4626,7 +5225,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4638,7 +5237,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4651,7 +5250,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -4684,7 +5283,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4696,7 +5295,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4709,7 +5308,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -4727,7 +5326,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4739,7 +5338,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4752,7 +5351,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 type ListActorsReply struct {
@@ -4764,7 +5363,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4776,7 +5375,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4789,7 +5388,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -4810,7 +5409,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4822,7 +5421,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4835,7 +5434,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -4867,7 +5466,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4879,7 +5478,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4892,7 +5491,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 type KVPutRequest struct {
@@ -4907,7 +5506,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4919,7 +5518,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4932,7 +5531,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -4972,7 +5571,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4984,7 +5583,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4997,7 +5596,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -5017,7 +5616,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5029,7 +5628,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5042,7 +5641,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -5069,7 +5668,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5081,7 +5680,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5094,7 +5693,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -5122,7 +5721,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5134,7 +5733,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5147,7 +5746,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -5180,7 +5779,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5192,7 +5791,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5205,7 +5804,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -5225,7 +5824,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5237,7 +5836,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5250,7 +5849,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -5276,7 +5875,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5288,7 +5887,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5301,7 +5900,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -5427,7 +6026,7 @@ const file_goray_proto_rawDesc = "" +
 	"\rDriverMessage\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.goray.v1.JobInfoR\x03job\x12+\n" +
 	"\aaddress\x18\x02 \x01(\v2\x11.goray.v1.AddressR\aaddress\x12\x10\n" +
-	"\x03pid\x18\x03 \x01(\x05R\x03pid\"\xb4\x02\n" +
+	"\x03pid\x18\x03 \x01(\x05R\x03pid\"\xdc\x02\n" +
 	"\rRayletCommand\x120\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1c.goray.v1.RayletCommand.KindR\x04kind\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12&\n" +
@@ -5436,16 +6035,18 @@ const file_goray_proto_rawDesc = "" +
 	"\x06job_id\x18\x05 \x01(\fR\x05jobId\x12\x1f\n" +
 	"\vgcs_address\x18\x06 \x01(\tR\n" +
 	"gcsAddress\x12\x1b\n" +
-	"\tworker_id\x18\a \x01(\fR\bworkerId\"1\n" +
+	"\tworker_id\x18\a \x01(\fR\bworkerId\x12\x17\n" +
+	"\anode_id\x18\b \x01(\fR\x06nodeId\"@\n" +
 	"\x04Kind\x12\x0e\n" +
 	"\n" +
 	"REGISTERED\x10\x00\x12\b\n" +
 	"\x04EXIT\x10\x01\x12\x0f\n" +
-	"\vWORKER_DIED\x10\x02\"g\n" +
+	"\vWORKER_DIED\x10\x02\x12\r\n" +
+	"\tNODE_DIED\x10\x03\"g\n" +
 	"\tStoreInfo\x12\x1b\n" +
 	"\tfd_socket\x18\x01 \x01(\tR\bfdSocket\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12!\n" +
-	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xcb\x01\n" +
+	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xae\x02\n" +
 	"\fLeaseRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x19\n" +
@@ -5453,7 +6054,18 @@ const file_goray_proto_rawDesc = "" +
 	"\bfunction\x18\x04 \x01(\tR\bfunction\x12\x1b\n" +
 	"\tholder_id\x18\x05 \x01(\fR\bholderId\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x06 \x01(\fR\trequestId\"3\n" +
+	"request_id\x18\x06 \x01(\fR\trequestId\x128\n" +
+	"\bstrategy\x18\a \x01(\v2\x1c.goray.v1.SchedulingStrategyR\bstrategy\x12'\n" +
+	"\x0fspillback_count\x18\b \x01(\x05R\x0espillbackCount\"\xac\x01\n" +
+	"\x12SchedulingStrategy\x125\n" +
+	"\x04kind\x18\x01 \x01(\x0e2!.goray.v1.SchedulingStrategy.KindR\x04kind\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12\x12\n" +
+	"\x04soft\x18\x03 \x01(\bR\x04soft\"2\n" +
+	"\x04Kind\x12\v\n" +
+	"\aDEFAULT\x10\x00\x12\n" +
+	"\n" +
+	"\x06SPREAD\x10\x01\x12\x11\n" +
+	"\rNODE_AFFINITY\x10\x02\"3\n" +
 	"\x12CancelLeaseRequest\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\".\n" +
@@ -5468,7 +6080,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\"0\n" +
 	"\x14TransportInvokeReply\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\"\x91\x01\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"\x8e\x02\n" +
 	"\n" +
 	"LeaseReply\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12)\n" +
@@ -5477,7 +6089,10 @@ const file_goray_proto_rawDesc = "" +
 	"infeasible\x18\x03 \x01(\tR\n" +
 	"infeasible\x12\x1d\n" +
 	"\n" +
-	"worker_pid\x18\x04 \x01(\x05R\tworkerPid\"\\\n" +
+	"worker_pid\x18\x04 \x01(\x05R\tworkerPid\x12*\n" +
+	"\x11spillback_node_id\x18\x05 \x01(\fR\x0fspillbackNodeId\x12)\n" +
+	"\x10spillback_raylet\x18\x06 \x01(\tR\x0fspillbackRaylet\x12$\n" +
+	"\runschedulable\x18\a \x01(\tR\runschedulable\"\\\n" +
 	"\x12ReturnLeaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12+\n" +
 	"\x11disconnect_worker\x18\x02 \x01(\bR\x10disconnectWorker\"\x12\n" +
@@ -5511,10 +6126,35 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"object_ids\x18\x01 \x03(\fR\tobjectIds\x12\x1b\n" +
 	"\tclient_id\x18\x02 \x01(\fR\bclientId\"\x15\n" +
-	"\x13ReleaseObjectsReply\"3\n" +
+	"\x13ReleaseObjectsReply\"r\n" +
+	"\x11PullObjectRequest\x12\x1b\n" +
+	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12'\n" +
+	"\x05owner\x18\x03 \x01(\v2\x11.goray.v1.AddressR\x05owner\"\x11\n" +
+	"\x0fPullObjectReply\"`\n" +
+	"\x11ReadObjectRequest\x12\x1b\n" +
+	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\"r\n" +
+	"\vObjectChunk\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1b\n" +
+	"\tdata_size\x18\x03 \x01(\x03R\bdataSize\x12\x1a\n" +
+	"\bmetadata\x18\x04 \x01(\fR\bmetadata\",\n" +
+	"\x12FetchBinaryRequest\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\"5\n" +
+	"\vBinaryChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\"L\n" +
+	"\x12WorkersDiedRequest\x12\x1d\n" +
+	"\n" +
+	"worker_ids\x18\x01 \x03(\fR\tworkerIds\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\fR\x06nodeId\"\x12\n" +
+	"\x10WorkersDiedReply\"Q\n" +
 	"\x12FreeObjectsRequest\x12\x1d\n" +
 	"\n" +
-	"object_ids\x18\x01 \x03(\fR\tobjectIds\"\x12\n" +
+	"object_ids\x18\x01 \x03(\fR\tobjectIds\x12\x1c\n" +
+	"\tbroadcast\x18\x02 \x01(\bR\tbroadcast\"\x12\n" +
 	"\x10FreeObjectsReply\"\x15\n" +
 	"\x13GetNodeStatsRequest\"\xb1\x01\n" +
 	"\vWorkerStats\x12\x1b\n" +
@@ -5711,7 +6351,8 @@ const file_goray_proto_rawDesc = "" +
 	"\x0fGetObjectStatus\x12 .goray.v1.GetObjectStatusRequest\x1a\x1e.goray.v1.GetObjectStatusReply\x12S\n" +
 	"\x0fUpdateBorrowers\x12 .goray.v1.UpdateBorrowersRequest\x1a\x1e.goray.v1.UpdateBorrowersReply\x122\n" +
 	"\x04Exit\x12\x15.goray.v1.ExitRequest\x1a\x13.goray.v1.ExitReply\x12A\n" +
-	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xa7\b\n" +
+	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xc0\n" +
+	"\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
 	"\rDriverSession\x12\x17.goray.v1.DriverMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12B\n" +
@@ -5727,7 +6368,13 @@ const file_goray_proto_rawDesc = "" +
 	"GetObjects\x12\x1b.goray.v1.GetObjectsRequest\x1a\x19.goray.v1.GetObjectsReply\x12P\n" +
 	"\x0eReleaseObjects\x12\x1f.goray.v1.ReleaseObjectsRequest\x1a\x1d.goray.v1.ReleaseObjectsReply\x12G\n" +
 	"\vFreeObjects\x12\x1c.goray.v1.FreeObjectsRequest\x1a\x1a.goray.v1.FreeObjectsReply\x12J\n" +
-	"\fGetNodeStats\x12\x1d.goray.v1.GetNodeStatsRequest\x1a\x1b.goray.v1.GetNodeStatsReply\x12J\n" +
+	"\fGetNodeStats\x12\x1d.goray.v1.GetNodeStatsRequest\x1a\x1b.goray.v1.GetNodeStatsReply\x12D\n" +
+	"\n" +
+	"PullObject\x12\x1b.goray.v1.PullObjectRequest\x1a\x19.goray.v1.PullObjectReply\x12B\n" +
+	"\n" +
+	"ReadObject\x12\x1b.goray.v1.ReadObjectRequest\x1a\x15.goray.v1.ObjectChunk0\x01\x12D\n" +
+	"\vFetchBinary\x12\x1c.goray.v1.FetchBinaryRequest\x1a\x15.goray.v1.BinaryChunk0\x01\x12G\n" +
+	"\vWorkersDied\x12\x1c.goray.v1.WorkersDiedRequest\x1a\x1a.goray.v1.WorkersDiedReply\x12J\n" +
 	"\fShutdownNode\x12\x1d.goray.v1.ShutdownNodeRequest\x1a\x1b.goray.v1.ShutdownNodeReply2\xe8\b\n" +
 	"\x03Gcs\x12J\n" +
 	"\fRegisterNode\x12\x1d.goray.v1.RegisterNodeRequest\x1a\x1b.goray.v1.RegisterNodeReply\x12P\n" +
@@ -5761,233 +6408,254 @@ func file_goray_proto_rawDescGZIP() []byte {
 	return file_goray_proto_rawDescData
 }
 
-var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                      // 0: goray.v1.TaskKind
 	(ActorState)(0),                    // 1: goray.v1.ActorState
 	(GetObjectStatusReply_Status)(0),   // 2: goray.v1.GetObjectStatusReply.Status
 	(RayletCommand_Kind)(0),            // 3: goray.v1.RayletCommand.Kind
-	(*Address)(nil),                    // 4: goray.v1.Address
-	(*Resources)(nil),                  // 5: goray.v1.Resources
-	(*ObjectRef)(nil),                  // 6: goray.v1.ObjectRef
-	(*TaskArg)(nil),                    // 7: goray.v1.TaskArg
-	(*TaskSpec)(nil),                   // 8: goray.v1.TaskSpec
-	(*ReturnObject)(nil),               // 9: goray.v1.ReturnObject
-	(*TaskRequest)(nil),                // 10: goray.v1.TaskRequest
-	(*TaskReply)(nil),                  // 11: goray.v1.TaskReply
-	(*GetObjectStatusRequest)(nil),     // 12: goray.v1.GetObjectStatusRequest
-	(*GetObjectStatusReply)(nil),       // 13: goray.v1.GetObjectStatusReply
-	(*UpdateBorrowersRequest)(nil),     // 14: goray.v1.UpdateBorrowersRequest
-	(*UpdateBorrowersReply)(nil),       // 15: goray.v1.UpdateBorrowersReply
-	(*ExitRequest)(nil),                // 16: goray.v1.ExitRequest
-	(*ExitReply)(nil),                  // 17: goray.v1.ExitReply
-	(*ListOwnedRequest)(nil),           // 18: goray.v1.ListOwnedRequest
-	(*TaskState)(nil),                  // 19: goray.v1.TaskState
-	(*ObjectState)(nil),                // 20: goray.v1.ObjectState
-	(*ListOwnedReply)(nil),             // 21: goray.v1.ListOwnedReply
-	(*WorkerMessage)(nil),              // 22: goray.v1.WorkerMessage
-	(*DriverMessage)(nil),              // 23: goray.v1.DriverMessage
-	(*RayletCommand)(nil),              // 24: goray.v1.RayletCommand
-	(*StoreInfo)(nil),                  // 25: goray.v1.StoreInfo
-	(*LeaseRequest)(nil),               // 26: goray.v1.LeaseRequest
-	(*CancelLeaseRequest)(nil),         // 27: goray.v1.CancelLeaseRequest
-	(*CancelLeaseReply)(nil),           // 28: goray.v1.CancelLeaseReply
-	(*TaskBlockedRequest)(nil),         // 29: goray.v1.TaskBlockedRequest
-	(*TaskBlockedReply)(nil),           // 30: goray.v1.TaskBlockedReply
-	(*TransportInvokeRequest)(nil),     // 31: goray.v1.TransportInvokeRequest
-	(*TransportInvokeReply)(nil),       // 32: goray.v1.TransportInvokeReply
-	(*LeaseReply)(nil),                 // 33: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),         // 34: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),           // 35: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),        // 36: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),          // 37: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),          // 38: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),            // 39: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),          // 40: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                // 41: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),            // 42: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),      // 43: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),        // 44: goray.v1.ReleaseObjectsReply
-	(*FreeObjectsRequest)(nil),         // 45: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),           // 46: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),        // 47: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                // 48: goray.v1.WorkerStats
-	(*PendingDemand)(nil),              // 49: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),          // 50: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),               // 51: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),        // 52: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),          // 53: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                   // 54: goray.v1.NodeInfo
-	(*JobInfo)(nil),                    // 55: goray.v1.JobInfo
-	(*ActorInfo)(nil),                  // 56: goray.v1.ActorInfo
-	(*RegisterNodeRequest)(nil),        // 57: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),          // 58: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),      // 59: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),        // 60: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),           // 61: goray.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),             // 62: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),         // 63: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                   // 64: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),           // 65: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),              // 66: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                // 67: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),     // 68: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),       // 69: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),          // 70: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),            // 71: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),       // 72: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),         // 73: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),         // 74: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),           // 75: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),            // 76: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),              // 77: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),          // 78: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),            // 79: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil), // 80: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),   // 81: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),               // 82: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                 // 83: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),               // 84: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                 // 85: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),               // 86: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                 // 87: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),              // 88: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                // 89: goray.v1.KVKeysReply
-	nil,                                // 90: goray.v1.Resources.AmountsEntry
-	nil,                                // 91: goray.v1.NodeInfo.LabelsEntry
+	(SchedulingStrategy_Kind)(0),       // 4: goray.v1.SchedulingStrategy.Kind
+	(*Address)(nil),                    // 5: goray.v1.Address
+	(*Resources)(nil),                  // 6: goray.v1.Resources
+	(*ObjectRef)(nil),                  // 7: goray.v1.ObjectRef
+	(*TaskArg)(nil),                    // 8: goray.v1.TaskArg
+	(*TaskSpec)(nil),                   // 9: goray.v1.TaskSpec
+	(*ReturnObject)(nil),               // 10: goray.v1.ReturnObject
+	(*TaskRequest)(nil),                // 11: goray.v1.TaskRequest
+	(*TaskReply)(nil),                  // 12: goray.v1.TaskReply
+	(*GetObjectStatusRequest)(nil),     // 13: goray.v1.GetObjectStatusRequest
+	(*GetObjectStatusReply)(nil),       // 14: goray.v1.GetObjectStatusReply
+	(*UpdateBorrowersRequest)(nil),     // 15: goray.v1.UpdateBorrowersRequest
+	(*UpdateBorrowersReply)(nil),       // 16: goray.v1.UpdateBorrowersReply
+	(*ExitRequest)(nil),                // 17: goray.v1.ExitRequest
+	(*ExitReply)(nil),                  // 18: goray.v1.ExitReply
+	(*ListOwnedRequest)(nil),           // 19: goray.v1.ListOwnedRequest
+	(*TaskState)(nil),                  // 20: goray.v1.TaskState
+	(*ObjectState)(nil),                // 21: goray.v1.ObjectState
+	(*ListOwnedReply)(nil),             // 22: goray.v1.ListOwnedReply
+	(*WorkerMessage)(nil),              // 23: goray.v1.WorkerMessage
+	(*DriverMessage)(nil),              // 24: goray.v1.DriverMessage
+	(*RayletCommand)(nil),              // 25: goray.v1.RayletCommand
+	(*StoreInfo)(nil),                  // 26: goray.v1.StoreInfo
+	(*LeaseRequest)(nil),               // 27: goray.v1.LeaseRequest
+	(*SchedulingStrategy)(nil),         // 28: goray.v1.SchedulingStrategy
+	(*CancelLeaseRequest)(nil),         // 29: goray.v1.CancelLeaseRequest
+	(*CancelLeaseReply)(nil),           // 30: goray.v1.CancelLeaseReply
+	(*TaskBlockedRequest)(nil),         // 31: goray.v1.TaskBlockedRequest
+	(*TaskBlockedReply)(nil),           // 32: goray.v1.TaskBlockedReply
+	(*TransportInvokeRequest)(nil),     // 33: goray.v1.TransportInvokeRequest
+	(*TransportInvokeReply)(nil),       // 34: goray.v1.TransportInvokeReply
+	(*LeaseReply)(nil),                 // 35: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),         // 36: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),           // 37: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),        // 38: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),          // 39: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),          // 40: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),            // 41: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),          // 42: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                // 43: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),            // 44: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),      // 45: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),        // 46: goray.v1.ReleaseObjectsReply
+	(*PullObjectRequest)(nil),          // 47: goray.v1.PullObjectRequest
+	(*PullObjectReply)(nil),            // 48: goray.v1.PullObjectReply
+	(*ReadObjectRequest)(nil),          // 49: goray.v1.ReadObjectRequest
+	(*ObjectChunk)(nil),                // 50: goray.v1.ObjectChunk
+	(*FetchBinaryRequest)(nil),         // 51: goray.v1.FetchBinaryRequest
+	(*BinaryChunk)(nil),                // 52: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),         // 53: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),           // 54: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),         // 55: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),           // 56: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),        // 57: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                // 58: goray.v1.WorkerStats
+	(*PendingDemand)(nil),              // 59: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),          // 60: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),               // 61: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),        // 62: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),          // 63: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                   // 64: goray.v1.NodeInfo
+	(*JobInfo)(nil),                    // 65: goray.v1.JobInfo
+	(*ActorInfo)(nil),                  // 66: goray.v1.ActorInfo
+	(*RegisterNodeRequest)(nil),        // 67: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),          // 68: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),      // 69: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),        // 70: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),           // 71: goray.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),             // 72: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),         // 73: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                   // 74: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),           // 75: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),              // 76: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                // 77: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),     // 78: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),       // 79: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),          // 80: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),            // 81: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),       // 82: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),         // 83: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),         // 84: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),           // 85: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),            // 86: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),              // 87: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),          // 88: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),            // 89: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil), // 90: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),   // 91: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),               // 92: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                 // 93: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),               // 94: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                 // 95: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),               // 96: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                 // 97: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),              // 98: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                // 99: goray.v1.KVKeysReply
+	nil,                                // 100: goray.v1.Resources.AmountsEntry
+	nil,                                // 101: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	90, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
-	4,  // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
-	6,  // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
-	6,  // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
-	0,  // 4: goray.v1.TaskSpec.kind:type_name -> goray.v1.TaskKind
-	7,  // 5: goray.v1.TaskSpec.args:type_name -> goray.v1.TaskArg
-	4,  // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
-	5,  // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
-	6,  // 8: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
-	8,  // 9: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
-	9,  // 10: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
-	2,  // 11: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
-	9,  // 12: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
-	4,  // 13: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
-	4,  // 14: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
-	19, // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
-	20, // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	4,  // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	55, // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
-	4,  // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
-	3,  // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	54, // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	25, // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
-	5,  // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	4,  // 24: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	4,  // 25: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	41, // 26: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
-	4,  // 27: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
-	5,  // 28: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	54, // 29: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
-	5,  // 30: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	48, // 31: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	49, // 32: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	41, // 33: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
-	4,  // 34: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	51, // 35: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	5,  // 36: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	91, // 37: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
-	1,  // 38: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
-	4,  // 39: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
-	4,  // 40: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
-	5,  // 41: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	54, // 42: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	5,  // 43: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	49, // 44: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	54, // 45: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	5,  // 46: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	49, // 47: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	64, // 48: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	55, // 49: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	55, // 50: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	56, // 51: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	56, // 52: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	56, // 53: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	56, // 54: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	10, // 55: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	12, // 56: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	14, // 57: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	16, // 58: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	18, // 59: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	22, // 60: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	23, // 61: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	26, // 62: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	34, // 63: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	27, // 64: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	29, // 65: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	31, // 66: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	36, // 67: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	38, // 68: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	40, // 69: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	43, // 70: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	45, // 71: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	47, // 72: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	52, // 73: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	57, // 74: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	59, // 75: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	61, // 76: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	63, // 77: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	66, // 78: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	68, // 79: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	70, // 80: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	72, // 81: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	74, // 82: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	76, // 83: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	78, // 84: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	80, // 85: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	82, // 86: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	84, // 87: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	86, // 88: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	88, // 89: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	11, // 90: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	13, // 91: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	15, // 92: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	17, // 93: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	21, // 94: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	24, // 95: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	24, // 96: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	33, // 97: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	35, // 98: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	28, // 99: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	30, // 100: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	32, // 101: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	37, // 102: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	39, // 103: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	42, // 104: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	44, // 105: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	46, // 106: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	50, // 107: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	53, // 108: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	58, // 109: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	60, // 110: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	62, // 111: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	65, // 112: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	67, // 113: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	69, // 114: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	71, // 115: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	73, // 116: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	75, // 117: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	77, // 118: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	79, // 119: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	81, // 120: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	83, // 121: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	85, // 122: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	87, // 123: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	89, // 124: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	90, // [90:125] is the sub-list for method output_type
-	55, // [55:90] is the sub-list for method input_type
-	55, // [55:55] is the sub-list for extension type_name
-	55, // [55:55] is the sub-list for extension extendee
-	0,  // [0:55] is the sub-list for field type_name
+	100, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	5,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
+	7,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
+	7,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
+	0,   // 4: goray.v1.TaskSpec.kind:type_name -> goray.v1.TaskKind
+	8,   // 5: goray.v1.TaskSpec.args:type_name -> goray.v1.TaskArg
+	5,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
+	6,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
+	7,   // 8: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
+	9,   // 9: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
+	10,  // 10: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
+	2,   // 11: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
+	10,  // 12: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
+	5,   // 13: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
+	5,   // 14: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
+	20,  // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
+	21,  // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
+	5,   // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
+	65,  // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	5,   // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
+	3,   // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
+	64,  // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	26,  // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	6,   // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
+	28,  // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	4,   // 25: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
+	5,   // 26: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
+	5,   // 27: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
+	43,  // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	5,   // 29: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
+	5,   // 30: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
+	6,   // 31: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
+	64,  // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	6,   // 33: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
+	58,  // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	59,  // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	43,  // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	5,   // 37: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
+	61,  // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	6,   // 39: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
+	101, // 40: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	1,   // 41: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
+	5,   // 42: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
+	5,   // 43: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
+	6,   // 44: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
+	64,  // 45: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	6,   // 46: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	59,  // 47: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	64,  // 48: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	6,   // 49: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	59,  // 50: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	74,  // 51: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	65,  // 52: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	65,  // 53: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	66,  // 54: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	66,  // 55: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	66,  // 56: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	66,  // 57: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	11,  // 58: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	13,  // 59: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	15,  // 60: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	17,  // 61: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	19,  // 62: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	23,  // 63: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	24,  // 64: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	27,  // 65: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	36,  // 66: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	29,  // 67: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	31,  // 68: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	33,  // 69: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	38,  // 70: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	40,  // 71: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	42,  // 72: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	45,  // 73: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	55,  // 74: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	57,  // 75: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	47,  // 76: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	49,  // 77: goray.v1.Raylet.ReadObject:input_type -> goray.v1.ReadObjectRequest
+	51,  // 78: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	53,  // 79: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	62,  // 80: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	67,  // 81: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	69,  // 82: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	71,  // 83: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	73,  // 84: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	76,  // 85: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	78,  // 86: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	80,  // 87: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	82,  // 88: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	84,  // 89: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	86,  // 90: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	88,  // 91: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	90,  // 92: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	92,  // 93: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	94,  // 94: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	96,  // 95: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	98,  // 96: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	12,  // 97: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	14,  // 98: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	16,  // 99: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	18,  // 100: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	22,  // 101: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	25,  // 102: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	25,  // 103: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	35,  // 104: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	37,  // 105: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	30,  // 106: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	32,  // 107: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	34,  // 108: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	39,  // 109: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	41,  // 110: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	44,  // 111: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	46,  // 112: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	56,  // 113: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	60,  // 114: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	48,  // 115: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	50,  // 116: goray.v1.Raylet.ReadObject:output_type -> goray.v1.ObjectChunk
+	52,  // 117: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	54,  // 118: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	63,  // 119: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	68,  // 120: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	70,  // 121: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	72,  // 122: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	75,  // 123: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	77,  // 124: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	79,  // 125: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	81,  // 126: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	83,  // 127: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	85,  // 128: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	87,  // 129: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	89,  // 130: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	91,  // 131: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	93,  // 132: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	95,  // 133: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	97,  // 134: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	99,  // 135: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	97,  // [97:136] is the sub-list for method output_type
+	58,  // [58:97] is the sub-list for method input_type
+	58,  // [58:58] is the sub-list for extension type_name
+	58,  // [58:58] is the sub-list for extension extendee
+	0,   // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }
@@ -6000,8 +6668,8 @@ func file_goray_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   88,
+			NumEnums:      5,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -308,6 +308,10 @@ const (
 	Raylet_ReleaseObjects_FullMethodName     = "/goray.v1.Raylet/ReleaseObjects"
 	Raylet_FreeObjects_FullMethodName        = "/goray.v1.Raylet/FreeObjects"
 	Raylet_GetNodeStats_FullMethodName       = "/goray.v1.Raylet/GetNodeStats"
+	Raylet_PullObject_FullMethodName         = "/goray.v1.Raylet/PullObject"
+	Raylet_ReadObject_FullMethodName         = "/goray.v1.Raylet/ReadObject"
+	Raylet_FetchBinary_FullMethodName        = "/goray.v1.Raylet/FetchBinary"
+	Raylet_WorkersDied_FullMethodName        = "/goray.v1.Raylet/WorkersDied"
 	Raylet_ShutdownNode_FullMethodName       = "/goray.v1.Raylet/ShutdownNode"
 )
 
@@ -348,6 +352,17 @@ type RayletClient interface {
 	ReleaseObjects(ctx context.Context, in *ReleaseObjectsRequest, opts ...grpc.CallOption) (*ReleaseObjectsReply, error)
 	FreeObjects(ctx context.Context, in *FreeObjectsRequest, opts ...grpc.CallOption) (*FreeObjectsReply, error)
 	GetNodeStats(ctx context.Context, in *GetNodeStatsRequest, opts ...grpc.CallOption) (*GetNodeStatsReply, error)
+	// Between nodes.
+	// PullObject makes a copy of an object held by another node in this
+	// node's store (concurrent pulls of one object share one transfer).
+	PullObject(ctx context.Context, in *PullObjectRequest, opts ...grpc.CallOption) (*PullObjectReply, error)
+	// ReadObject streams a byte range of a sealed object of this node's store.
+	ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObjectChunk], error)
+	// FetchBinary streams a job binary this node has, by sha256.
+	FetchBinary(ctx context.Context, in *FetchBinaryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BinaryChunk], error)
+	// WorkersDied tells this node that drivers or workers of another node
+	// died: their objects are freed here and local owners drop them.
+	WorkersDied(ctx context.Context, in *WorkersDiedRequest, opts ...grpc.CallOption) (*WorkersDiedReply, error)
 	ShutdownNode(ctx context.Context, in *ShutdownNodeRequest, opts ...grpc.CallOption) (*ShutdownNodeReply, error)
 }
 
@@ -495,6 +510,64 @@ func (c *rayletClient) GetNodeStats(ctx context.Context, in *GetNodeStatsRequest
 	return out, nil
 }
 
+func (c *rayletClient) PullObject(ctx context.Context, in *PullObjectRequest, opts ...grpc.CallOption) (*PullObjectReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullObjectReply)
+	err := c.cc.Invoke(ctx, Raylet_PullObject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rayletClient) ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObjectChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Raylet_ServiceDesc.Streams[2], Raylet_ReadObject_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadObjectRequest, ObjectChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raylet_ReadObjectClient = grpc.ServerStreamingClient[ObjectChunk]
+
+func (c *rayletClient) FetchBinary(ctx context.Context, in *FetchBinaryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BinaryChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Raylet_ServiceDesc.Streams[3], Raylet_FetchBinary_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FetchBinaryRequest, BinaryChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raylet_FetchBinaryClient = grpc.ServerStreamingClient[BinaryChunk]
+
+func (c *rayletClient) WorkersDied(ctx context.Context, in *WorkersDiedRequest, opts ...grpc.CallOption) (*WorkersDiedReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WorkersDiedReply)
+	err := c.cc.Invoke(ctx, Raylet_WorkersDied_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *rayletClient) ShutdownNode(ctx context.Context, in *ShutdownNodeRequest, opts ...grpc.CallOption) (*ShutdownNodeReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ShutdownNodeReply)
@@ -542,6 +615,17 @@ type RayletServer interface {
 	ReleaseObjects(context.Context, *ReleaseObjectsRequest) (*ReleaseObjectsReply, error)
 	FreeObjects(context.Context, *FreeObjectsRequest) (*FreeObjectsReply, error)
 	GetNodeStats(context.Context, *GetNodeStatsRequest) (*GetNodeStatsReply, error)
+	// Between nodes.
+	// PullObject makes a copy of an object held by another node in this
+	// node's store (concurrent pulls of one object share one transfer).
+	PullObject(context.Context, *PullObjectRequest) (*PullObjectReply, error)
+	// ReadObject streams a byte range of a sealed object of this node's store.
+	ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ObjectChunk]) error
+	// FetchBinary streams a job binary this node has, by sha256.
+	FetchBinary(*FetchBinaryRequest, grpc.ServerStreamingServer[BinaryChunk]) error
+	// WorkersDied tells this node that drivers or workers of another node
+	// died: their objects are freed here and local owners drop them.
+	WorkersDied(context.Context, *WorkersDiedRequest) (*WorkersDiedReply, error)
 	ShutdownNode(context.Context, *ShutdownNodeRequest) (*ShutdownNodeReply, error)
 	mustEmbedUnimplementedRayletServer()
 }
@@ -591,6 +675,18 @@ func (UnimplementedRayletServer) FreeObjects(context.Context, *FreeObjectsReques
 }
 func (UnimplementedRayletServer) GetNodeStats(context.Context, *GetNodeStatsRequest) (*GetNodeStatsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetNodeStats not implemented")
+}
+func (UnimplementedRayletServer) PullObject(context.Context, *PullObjectRequest) (*PullObjectReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method PullObject not implemented")
+}
+func (UnimplementedRayletServer) ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ObjectChunk]) error {
+	return status.Error(codes.Unimplemented, "method ReadObject not implemented")
+}
+func (UnimplementedRayletServer) FetchBinary(*FetchBinaryRequest, grpc.ServerStreamingServer[BinaryChunk]) error {
+	return status.Error(codes.Unimplemented, "method FetchBinary not implemented")
+}
+func (UnimplementedRayletServer) WorkersDied(context.Context, *WorkersDiedRequest) (*WorkersDiedReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method WorkersDied not implemented")
 }
 func (UnimplementedRayletServer) ShutdownNode(context.Context, *ShutdownNodeRequest) (*ShutdownNodeReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShutdownNode not implemented")
@@ -828,6 +924,64 @@ func _Raylet_GetNodeStats_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Raylet_PullObject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullObjectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).PullObject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_PullObject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).PullObject(ctx, req.(*PullObjectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raylet_ReadObject_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadObjectRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RayletServer).ReadObject(m, &grpc.GenericServerStream[ReadObjectRequest, ObjectChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raylet_ReadObjectServer = grpc.ServerStreamingServer[ObjectChunk]
+
+func _Raylet_FetchBinary_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FetchBinaryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RayletServer).FetchBinary(m, &grpc.GenericServerStream[FetchBinaryRequest, BinaryChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Raylet_FetchBinaryServer = grpc.ServerStreamingServer[BinaryChunk]
+
+func _Raylet_WorkersDied_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WorkersDiedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).WorkersDied(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_WorkersDied_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).WorkersDied(ctx, req.(*WorkersDiedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Raylet_ShutdownNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ShutdownNodeRequest)
 	if err := dec(in); err != nil {
@@ -898,6 +1052,14 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Raylet_GetNodeStats_Handler,
 		},
 		{
+			MethodName: "PullObject",
+			Handler:    _Raylet_PullObject_Handler,
+		},
+		{
+			MethodName: "WorkersDied",
+			Handler:    _Raylet_WorkersDied_Handler,
+		},
+		{
 			MethodName: "ShutdownNode",
 			Handler:    _Raylet_ShutdownNode_Handler,
 		},
@@ -914,6 +1076,16 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Raylet_DriverSession_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadObject",
+			Handler:       _Raylet_ReadObject_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "FetchBinary",
+			Handler:       _Raylet_FetchBinary_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "goray.proto",

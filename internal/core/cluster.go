@@ -1,0 +1,247 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/goray-dev/goray/internal/ids"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+)
+
+// Scheduling strategies of TaskOptions.Strategy.
+const (
+	// StrategyDefault is the hybrid policy: stay on the local (or the
+	// argument-holding) node while it is not busy, else spread.
+	StrategyDefault = iota
+	// StrategySpread spreads tasks round-robin over the feasible nodes.
+	StrategySpread
+	// StrategyNodeAffinity runs on TaskOptions.AffinityNode (soft: or
+	// elsewhere when that node is dead or cannot fit the task).
+	StrategyNodeAffinity
+)
+
+// nodeDirectory caches the cluster's nodes (from the GCS) for finding other
+// nodes' raylets.
+type nodeDirectory struct {
+	mu      sync.Mutex
+	nodes   map[ids.ID]*pb.NodeInfo
+	fetched time.Time
+}
+
+// nodeInfo returns the GCS record of node id, refreshing the cache when the
+// node is unknown (at most once a second).
+func (cw *CoreWorker) nodeInfo(ctx context.Context, id ids.ID) (*pb.NodeInfo, error) {
+	d := &cw.nodeDir
+	d.mu.Lock()
+	n := d.nodes[id]
+	stale := time.Since(d.fetched) > time.Second
+	d.mu.Unlock()
+	if n != nil && n.GetState() != "DEAD" {
+		return n, nil
+	}
+	if (n == nil || n.GetState() == "DEAD") && stale && cw.gcs != nil {
+		rep, err := cw.gcs.GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+		if err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.nodes = map[ids.ID]*pb.NodeInfo{}
+		for _, v := range rep.GetNodes() {
+			if nid, err := ids.FromBytes(v.GetInfo().GetNodeId()); err == nil {
+				d.nodes[nid] = v.GetInfo()
+			}
+		}
+		d.fetched = time.Now()
+		n = d.nodes[id]
+		d.mu.Unlock()
+	}
+	if n == nil {
+		return nil, fmt.Errorf("node %s is not in the cluster", id.Short())
+	}
+	return n, nil
+}
+
+// markNodeDead records a NODE_DIED report in the cache.
+func (cw *CoreWorker) markNodeDead(id ids.ID, reason string) {
+	d := &cw.nodeDir
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.nodes == nil {
+		d.nodes = map[ids.ID]*pb.NodeInfo{}
+	}
+	n := d.nodes[id]
+	if n == nil {
+		n = &pb.NodeInfo{NodeId: id.Bytes()}
+	} else {
+		n = &pb.NodeInfo{NodeId: n.NodeId, RayletTcp: n.RayletTcp, NodeName: n.NodeName}
+	}
+	n.State, n.DeathReason = "DEAD", reason
+	d.nodes[id] = n
+}
+
+// nodeDead reports whether the node is known to be dead.
+func (cw *CoreWorker) nodeDead(id ids.ID) (bool, string) {
+	d := &cw.nodeDir
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n := d.nodes[id]; n != nil && n.GetState() == "DEAD" {
+		return true, n.GetDeathReason()
+	}
+	return false, ""
+}
+
+// rayletOf returns a client for the raylet of node id: the local one for
+// this node, else one over TCP.
+func (cw *CoreWorker) rayletOf(ctx context.Context, id ids.ID) (pb.RayletClient, error) {
+	if id.IsNil() || id == cw.nodeID {
+		return cw.raylet, nil
+	}
+	n, err := cw.nodeInfo(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if n.GetState() == "DEAD" {
+		return nil, fmt.Errorf("node %s is dead (%s)", id.Short(), n.GetDeathReason())
+	}
+	return cw.rayletAt(id, n.GetRayletTcp())
+}
+
+// rayletAt returns a client for the raylet of node id at addr (host:port).
+func (cw *CoreWorker) rayletAt(id ids.ID, addr string) (pb.RayletClient, error) {
+	if id == cw.nodeID {
+		return cw.raylet, nil
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("node %s has no raylet address", id.Short())
+	}
+	c, err := cw.conn(&pb.Address{TcpAddr: addr, NodeId: id.Bytes()})
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewRayletClient(c), nil
+}
+
+// strategyProto turns task options into the lease request's strategy.
+func strategyProto(o TaskOptions) *pb.SchedulingStrategy {
+	switch o.Strategy {
+	case StrategySpread:
+		return &pb.SchedulingStrategy{Kind: pb.SchedulingStrategy_SPREAD}
+	case StrategyNodeAffinity:
+		return &pb.SchedulingStrategy{Kind: pb.SchedulingStrategy_NODE_AFFINITY, NodeId: o.AffinityNode.Bytes(), Soft: o.AffinitySoft}
+	}
+	return nil
+}
+
+func strategyKey(st *pb.SchedulingStrategy) string {
+	if st == nil {
+		return ""
+	}
+	return fmt.Sprintf("|%d:%x:%t", st.Kind, st.NodeId, st.Soft)
+}
+
+// grantedLease is a lease and the raylet that granted it (where it must be
+// returned).
+type grantedLease struct {
+	reply  *pb.LeaseReply
+	raylet pb.RayletClient
+	node   ids.ID
+}
+
+// leaseWorker asks for a worker lease, starting at the raylet of node
+// prefer (this node's when nil or unknown) and following spillbacks to
+// other nodes. When ctx ends the request is withdrawn from the raylet that
+// holds it (a lease granted meanwhile is handed back). A raylet that cannot
+// be reached (its node died) sends the request back to the local raylet,
+// after a short backoff, until ctx ends.
+func (cw *CoreWorker) leaseWorker(ctx context.Context, req *pb.LeaseRequest, prefer ids.ID) (*grantedLease, error) {
+	node := cw.nodeID
+	cli := cw.raylet
+	if !prefer.IsNil() && prefer != cw.nodeID {
+		if c, err := cw.rayletOf(ctx, prefer); err == nil {
+			node, cli = prefer, c
+		}
+	}
+	backoff := 50 * time.Millisecond
+	for hops := 0; ; hops++ {
+		rep, err := cli.RequestWorkerLease(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil {
+				cw.cancelLeaseAt(cli, req.RequestId)
+				return nil, ctx.Err()
+			}
+			if node != cw.nodeID && status.Code(err) == codes.Unavailable {
+				cw.log.Debug("raylet unreachable; asking the local raylet again", "node", node.Short(), "error", err)
+				select {
+				case <-time.After(backoff):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				backoff = min(2*backoff, time.Second)
+				node, cli = cw.nodeID, cw.raylet
+				req.SpillbackCount = 0
+				continue
+			}
+			return nil, err
+		}
+		if rep.GetUnschedulable() != "" {
+			return nil, &UnschedulableError{Function: req.GetFunction(), Reason: rep.GetUnschedulable()}
+		}
+		if len(rep.GetSpillbackNodeId()) > 0 {
+			next, err := ids.FromBytes(rep.GetSpillbackNodeId())
+			if err != nil {
+				return nil, fmt.Errorf("goray: bad spillback node: %w", err)
+			}
+			c, err := cw.rayletAt(next, rep.GetSpillbackRaylet())
+			if err != nil {
+				return nil, err
+			}
+			node, cli = next, c
+			req.SpillbackCount++
+			continue
+		}
+		return &grantedLease{reply: rep, raylet: cli, node: node}, nil
+	}
+}
+
+// cancelLeaseAt makes sure a withdrawn lease request holds nothing at the
+// raylet cli: a lease granted for it whose reply never arrived is returned.
+func (cw *CoreWorker) cancelLeaseAt(cli pb.RayletClient, requestID []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.CancelWorkerLease(ctx, &pb.CancelLeaseRequest{RequestId: requestID}); err != nil {
+		cw.log.Debug("cancelling lease request failed", "error", err)
+	}
+}
+
+// pullObject makes a copy of an object held by another node in the local
+// store. Failures that mean the copy is gone (its node died) are
+// ErrObjectLost.
+func (cw *CoreWorker) pullObject(ctx context.Context, id ids.ObjectID, node ids.ID, owner *pb.Address) error {
+	if dead, reason := cw.nodeDead(node); dead {
+		return &ObjectError{ObjectID: id, Kind: ErrObjectLost, Detail: fmt.Sprintf("its node %s died (%s)", node.Short(), reason)}
+	}
+	_, err := cw.raylet.PullObject(ctx, &pb.PullObjectRequest{ObjectId: id[:], NodeId: node.Bytes(), Owner: owner})
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return err
+	}
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.FailedPrecondition, codes.Unavailable, codes.NotFound:
+		if dead, reason := cw.nodeDead(node); dead {
+			return &ObjectError{ObjectID: id, Kind: ErrObjectLost, Detail: fmt.Sprintf("its node %s died (%s)", node.Short(), reason)}
+		}
+		if st.Code() == codes.NotFound {
+			return &ObjectError{ObjectID: id, Kind: ErrObjectFreed, Detail: st.Message()}
+		}
+		return &ObjectError{ObjectID: id, Kind: ErrObjectLost, Detail: st.Message()}
+	}
+	return fmt.Errorf("goray: pulling object %s from node %s: %w", id, node.Short(), err)
+}

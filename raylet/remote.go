@@ -1,0 +1,596 @@
+package raylet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/goray-dev/goray/internal/ids"
+	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+)
+
+// Transfer tuning between nodes.
+const (
+	// chunkSize is the size of one ReadObject / FetchBinary message.
+	chunkSize = 1 << 20
+	// pullStreams is how many ReadObject streams one pull uses at most.
+	pullStreams = 4
+	// minStreamBytes is the least a pull stream carries; smaller objects
+	// use fewer streams.
+	minStreamBytes = 8 << 20
+	// firstPart is what the first stream of a pull asks for; its first
+	// chunk tells the object's size.
+	firstPart = 4 << 20
+	// pullTimeout bounds one pull (the owner's Get has its own deadline).
+	pullTimeout = 10 * time.Minute
+)
+
+// NodeDeadError says a node of the cluster is dead.
+type NodeDeadError struct {
+	Node   ids.ID
+	Reason string
+}
+
+func (e *NodeDeadError) Error() string {
+	return fmt.Sprintf("node %s is dead (%s)", e.Node.Short(), e.Reason)
+}
+
+// dialOptions are the options of connections to other raylets: keepalives
+// notice a node that vanished without closing its connections.
+func dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
+		grpc.WithInitialWindowSize(4 << 20),
+		grpc.WithInitialConnWindowSize(16 << 20),
+		grpc.WithReadBufferSize(1 << 20),
+		grpc.WithWriteBufferSize(1 << 20),
+	}
+}
+
+func spillReply(p *peerNode) *gorayv1.LeaseReply {
+	return &gorayv1.LeaseReply{SpillbackNodeId: p.id.Bytes(), SpillbackRaylet: p.info.GetRayletTcp()}
+}
+
+// ------------------------------------------------------------ remote jobs
+
+// binaryFetch is a job binary being fetched from another node.
+type binaryFetch struct {
+	done chan struct{}
+	path string
+	err  error
+}
+
+// remoteJob returns the job of a driver on another node, registering it
+// here: its record comes from the GCS and its binary from the driver's
+// node (content-addressed by sha256, cached per node and checked before
+// any worker runs it).
+func (r *Raylet) remoteJob(ctx context.Context, jobID ids.ID) (*job, error) {
+	gctx, cancel := context.WithTimeout(ctx, gcsTimeout)
+	rep, err := r.cfg.GCS.GetAllJobs(gctx, &gorayv1.GetAllJobsRequest{})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("looking up job %s in the GCS: %w", jobID.Short(), err)
+	}
+	var info *gorayv1.JobInfo
+	for _, j := range rep.GetJobs() {
+		if string(j.GetJobId()) == string(jobID[:]) {
+			info = proto.Clone(j).(*gorayv1.JobInfo)
+		}
+	}
+	if info == nil {
+		return nil, &JobNotFoundError{Job: jobID}
+	}
+	if info.GetState() == "FINISHED" || string(info.GetDriverNodeId()) == string(r.cfg.NodeID[:]) {
+		// (A job of a local driver that is not registered here has ended.)
+		return nil, &JobFinishedError{Job: jobID}
+	}
+	path, err := r.jobBinary(ctx, info)
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", jobID.Short(), err)
+	}
+	info.BinaryPath = path
+	if wd := info.GetWorkingDir(); wd != "" {
+		if st, err := os.Stat(wd); err != nil || !st.IsDir() {
+			info.WorkingDir = "" // the driver's directory does not exist here
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if j := r.jobs[jobID]; j != nil {
+		return j, nil
+	}
+	j := &job{id: jobID, info: info, remote: true, ready: true, workers: map[ids.ID]*worker{}}
+	r.jobs[jobID] = j
+	r.log.Info("job of another node registered", "job_id", jobID, "binary", path,
+		"driver_node", idShort(info.GetDriverNodeId()))
+	return j, nil
+}
+
+func idShort(b []byte) string {
+	id, err := ids.FromBytes(b)
+	if err != nil {
+		return "?"
+	}
+	return id.Short()
+}
+
+// jobBinary returns a local path of the job's binary with the job's
+// sha256: the driver's own path when this node runs the driver or the same
+// file is there, else a copy in the node's binary cache, fetched once.
+func (r *Raylet) jobBinary(ctx context.Context, info *gorayv1.JobInfo) (string, error) {
+	sum := info.GetBinarySha256()
+	if sum == "" {
+		return info.GetBinaryPath(), nil // an old driver: hope it exists
+	}
+	if _, err := hex.DecodeString(sum); err != nil || len(sum) != 64 {
+		return "", fmt.Errorf("invalid binary sha256 %q", sum)
+	}
+	cached := filepath.Join(r.cfg.BinaryCacheDir, sum)
+	r.mu.Lock()
+	f := r.binaries[sum]
+	if f == nil {
+		f = &binaryFetch{done: make(chan struct{})}
+		r.binaries[sum] = f
+		go func() {
+			f.path, f.err = r.fetchBinary(info, cached)
+			if f.err != nil {
+				r.mu.Lock()
+				delete(r.binaries, sum) // let a later job try again
+				r.mu.Unlock()
+			}
+			close(f.done)
+		}()
+	}
+	r.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.path, f.err
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+}
+
+// fetchBinary makes sure a file with the job's sha256 exists locally.
+func (r *Raylet) fetchBinary(info *gorayv1.JobInfo, cached string) (string, error) {
+	sum := info.GetBinarySha256()
+	// The driver's path, when the same file is visible here (one machine).
+	if got, err := fileSHA256(info.GetBinaryPath()); err == nil && got == sum {
+		return info.GetBinaryPath(), nil
+	}
+	if got, err := fileSHA256(cached); err == nil {
+		if got == sum {
+			return cached, nil
+		}
+		r.log.Warn("cached job binary is corrupt; fetching it again", "path", cached, "sha256", got)
+		_ = os.Remove(cached)
+	}
+	driverNode, err := ids.FromBytes(info.GetDriverNodeId())
+	if err != nil {
+		return "", fmt.Errorf("no driver node to fetch binary %s from", sum[:12])
+	}
+	cli, _, err := r.peerClient(driverNode)
+	if err != nil {
+		return "", fmt.Errorf("fetching binary %s: %w", sum[:12], err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	start := time.Now()
+	st, err := cli.FetchBinary(ctx, &gorayv1.FetchBinaryRequest{Sha256: sum})
+	if err != nil {
+		return "", fmt.Errorf("fetching binary %s from node %s: %w", sum[:12], driverNode.Short(), err)
+	}
+	if err := os.MkdirAll(r.cfg.BinaryCacheDir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(r.cfg.BinaryCacheDir, ".fetch-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	h := sha256.New()
+	var n int64
+	for {
+		c, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			tmp.Close()
+			return "", fmt.Errorf("fetching binary %s from node %s: %w", sum[:12], driverNode.Short(), err)
+		}
+		if _, err := tmp.Write(c.GetData()); err != nil {
+			tmp.Close()
+			return "", err
+		}
+		h.Write(c.GetData())
+		n += int64(len(c.GetData()))
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
+		return "", fmt.Errorf("binary fetched from node %s has sha256 %s, want %s", driverNode.Short(), got, sum)
+	}
+	if err := os.Chmod(tmp.Name(), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp.Name(), cached); err != nil {
+		return "", err
+	}
+	r.log.Info("job binary fetched", "sha256", sum[:12], "from", driverNode, "bytes", n, "took", time.Since(start))
+	return cached, nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// FetchBinary streams a job binary this node has (a local driver's, or one
+// in the cache) by its sha256.
+func (r *Raylet) FetchBinary(req *gorayv1.FetchBinaryRequest, stream gorayv1.Raylet_FetchBinaryServer) error {
+	sum := req.GetSha256()
+	var paths []string
+	r.mu.Lock()
+	for _, j := range r.jobs {
+		if j.info.GetBinarySha256() == sum {
+			paths = append(paths, j.info.GetBinaryPath())
+		}
+	}
+	r.mu.Unlock()
+	paths = append(paths, filepath.Join(r.cfg.BinaryCacheDir, sum))
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			continue
+		}
+		defer f.Close()
+		st, err := f.Stat()
+		if err != nil {
+			continue
+		}
+		buf := make([]byte, chunkSize)
+		for {
+			n, err := f.Read(buf)
+			if n > 0 {
+				if err := stream.Send(&gorayv1.BinaryChunk{Data: buf[:n], Size: st.Size()}); err != nil {
+					return err
+				}
+			}
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return status.Errorf(codes.Internal, "reading %s: %v", p, err)
+			}
+		}
+	}
+	return status.Errorf(codes.NotFound, "node %s has no binary with sha256 %s", r.cfg.NodeID.Short(), sum)
+}
+
+// syncJobs ends the jobs of other nodes' drivers that finished.
+func (r *Raylet) syncJobs(ctx context.Context) {
+	r.mu.Lock()
+	remote := 0
+	for _, j := range r.jobs {
+		if j.remote {
+			remote++
+		}
+	}
+	r.mu.Unlock()
+	if remote == 0 {
+		return
+	}
+	rep, err := r.cfg.GCS.GetAllJobs(ctx, &gorayv1.GetAllJobsRequest{})
+	if err != nil {
+		return
+	}
+	for _, info := range rep.GetJobs() {
+		if info.GetState() != "FINISHED" {
+			continue
+		}
+		id, err := ids.FromBytes(info.GetJobId())
+		if err != nil {
+			continue
+		}
+		r.mu.Lock()
+		j := r.jobs[id]
+		r.mu.Unlock()
+		if j != nil && j.remote {
+			r.endJob(j)
+		}
+	}
+}
+
+// ------------------------------------------------------- objects between nodes
+
+// pull is a transfer of an object from another node in flight.
+type pull struct {
+	done chan struct{}
+	err  error
+}
+
+// PullObject copies an object from the node holding it into this node's
+// store. Concurrent pulls of one object share one transfer.
+func (r *Raylet) PullObject(ctx context.Context, req *gorayv1.PullObjectRequest) (*gorayv1.PullObjectReply, error) {
+	oid, err := ids.ObjectIDFromBytes(req.GetObjectId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "pull object: %v", err)
+	}
+	node, err := ids.FromBytes(req.GetNodeId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "pull object %s: node id: %v", oid, err)
+	}
+	if node == r.cfg.NodeID || r.cfg.Store.Contains(oid) {
+		return &gorayv1.PullObjectReply{}, nil
+	}
+	r.mu.Lock()
+	p := r.pulls[oid]
+	if p == nil {
+		p = &pull{done: make(chan struct{})}
+		r.pulls[oid] = p
+		owner := proto.Clone(req.GetOwner()).(*gorayv1.Address)
+		go func() {
+			p.err = r.runPull(oid, node, owner)
+			r.mu.Lock()
+			delete(r.pulls, oid)
+			r.mu.Unlock()
+			close(p.done)
+		}()
+	}
+	r.mu.Unlock()
+	select {
+	case <-p.done:
+		if p.err != nil {
+			var nd *NodeDeadError
+			if errors.As(p.err, &nd) {
+				return nil, status.Error(codes.FailedPrecondition, p.err.Error())
+			}
+			return nil, status.Errorf(codes.Unavailable, "pulling object %s from node %s: %v", oid, node.Short(), p.err)
+		}
+		return &gorayv1.PullObjectReply{}, nil
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+}
+
+// runPull reads the object from node in parallel ranged streams straight
+// into a new object of this store, sealed once complete; on failure the
+// partial object is discarded.
+func (r *Raylet) runPull(oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) error {
+	cli, _, err := r.peerClient(node)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
+	defer cancel()
+	go func() {
+		select {
+		case <-r.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	start := time.Now()
+	first, err := cli.ReadObject(ctx, &gorayv1.ReadObjectRequest{ObjectId: oid[:], Offset: 0, Length: firstPart})
+	if err != nil {
+		return err
+	}
+	c, err := first.Recv()
+	if err != nil {
+		return err
+	}
+	size := c.GetDataSize()
+	creator := ids.New()
+	off, err := r.cfg.Store.Create(oid, size, c.GetMetadata(), creator)
+	if err != nil {
+		if r.cfg.Store.Contains(oid) {
+			return nil // arrived meanwhile (for example pulled by an owner's put)
+		}
+		return fmt.Errorf("making room for object %s (%d bytes): %w", oid, size, err)
+	}
+	dst := r.cfg.Store.Data(off, size)
+	ok := false
+	defer func() {
+		if !ok {
+			_ = r.cfg.Store.Abort(oid)
+		}
+	}()
+	write := func(c *gorayv1.ObjectChunk) error {
+		o, d := c.GetOffset(), c.GetData()
+		if o < 0 || o+int64(len(d)) > size {
+			return fmt.Errorf("chunk [%d, %d) outside object %s of %d bytes", o, o+int64(len(d)), oid, size)
+		}
+		copy(dst[o:], d)
+		return nil
+	}
+	if err := write(c); err != nil {
+		return err
+	}
+	drain := func(st gorayv1.Raylet_ReadObjectClient) error {
+		for {
+			c, err := st.Recv()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := write(c); err != nil {
+				return err
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, pullStreams+1)
+	wg.Add(1)
+	go func() { defer wg.Done(); errs <- drain(first) }()
+	if rest := size - firstPart; rest > 0 {
+		n := int64(min(pullStreams, max(1, int(rest/minStreamBytes))))
+		per := (rest + n - 1) / n
+		for i := int64(0); i < n; i++ {
+			o := firstPart + i*per
+			l := min(per, size-o)
+			if l <= 0 {
+				break
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st, err := cli.ReadObject(ctx, &gorayv1.ReadObjectRequest{ObjectId: oid[:], Offset: o, Length: l})
+				if err == nil {
+					err = drain(st)
+				}
+				if err != nil {
+					cancel()
+				}
+				errs <- err
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	if err := r.cfg.Store.Seal(oid, creator, true); err != nil {
+		return err
+	}
+	ok = true
+	ownerID, _ := ids.FromBytes(owner.GetWorkerId())
+	ownerNode, _ := ids.FromBytes(owner.GetNodeId())
+	r.mu.Lock()
+	r.trackOwnerLocked(oid, ownerID, ownerNode)
+	r.mu.Unlock()
+	if d := time.Since(start); size > 0 {
+		r.log.Debug("object pulled", "object_id", oid, "from", node, "bytes", size, "took", d,
+			"gbps", float64(size)/d.Seconds()/1e9)
+	}
+	return nil
+}
+
+// ReadObject streams a byte range of a sealed object of this store, pinned
+// while it is read. The first chunk carries the object's size and metadata.
+func (r *Raylet) ReadObject(req *gorayv1.ReadObjectRequest, stream gorayv1.Raylet_ReadObjectServer) error {
+	oid, err := ids.ObjectIDFromBytes(req.GetObjectId())
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "read object: %v", err)
+	}
+	client := ids.New()
+	es := r.cfg.Store.GetEntries([]ids.ObjectID{oid}, client)
+	if len(es) != 1 || !es[0].Found || !es[0].Sealed {
+		return status.Errorf(codes.NotFound, "object %s is not in the store of node %s", oid, r.cfg.NodeID.Short())
+	}
+	defer r.cfg.Store.Release([]ids.ObjectID{oid}, client)
+	e := es[0]
+	off, length := req.GetOffset(), req.GetLength()
+	if off < 0 || off > e.DataSize {
+		return status.Errorf(codes.OutOfRange, "object %s has %d bytes; offset %d is outside", oid, e.DataSize, off)
+	}
+	if length < 0 || off+length > e.DataSize {
+		length = e.DataSize - off
+	}
+	data := r.cfg.Store.Data(e.Offset, e.DataSize)
+	first := true
+	for pos := off; first || pos < off+length; {
+		n := min(int64(chunkSize), off+length-pos)
+		c := &gorayv1.ObjectChunk{Offset: pos, Data: data[pos : pos+n]}
+		if first {
+			c.DataSize, c.Metadata, first = e.DataSize, e.Metadata, false
+		}
+		if err := stream.Send(c); err != nil {
+			return err
+		}
+		pos += n
+	}
+	return nil
+}
+
+// --------------------------------------------------------- deaths between nodes
+
+// WorkersDied handles the death of drivers or workers of another node: the
+// objects they owned are freed here and local processes drop them as
+// borrowers.
+func (r *Raylet) WorkersDied(ctx context.Context, req *gorayv1.WorkersDiedRequest) (*gorayv1.WorkersDiedReply, error) {
+	var aborts, frees []ids.ObjectID
+	r.mu.Lock()
+	for _, b := range req.GetWorkerIds() {
+		id, err := ids.FromBytes(b)
+		if err != nil {
+			continue
+		}
+		a, f := r.objectsOfDeadLocked(id)
+		aborts, frees = append(aborts, a...), append(frees, f...)
+		r.broadcastDiedLocked(id)
+	}
+	r.mu.Unlock()
+	for _, o := range aborts {
+		_ = r.cfg.Store.Abort(o)
+	}
+	if len(frees) > 0 {
+		r.cfg.Store.Free(frees)
+	}
+	return &gorayv1.WorkersDiedReply{}, nil
+}
+
+// tellPeers runs call against every alive other node's raylet, in the
+// background, bounded by gcsTimeout each.
+func (r *Raylet) tellPeers(what string, call func(context.Context, gorayv1.RayletClient) error) {
+	r.mu.Lock()
+	var addrs []string
+	for _, p := range r.peers {
+		if p.alive && p.info.GetRayletTcp() != "" {
+			addrs = append(addrs, p.info.GetRayletTcp())
+		}
+	}
+	r.mu.Unlock()
+	for _, a := range addrs {
+		cli, err := r.peerConn(a)
+		if err != nil {
+			continue
+		}
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
+			defer cancel()
+			if err := call(ctx, cli); err != nil {
+				r.log.Debug("telling another node failed", "what", what, "raylet", a, "error", err)
+			}
+		}()
+	}
+}
+
+// notifyPeersDied tells the other nodes that a local driver or worker died.
+func (r *Raylet) notifyPeersDied(id ids.ID) {
+	r.tellPeers("worker died", func(ctx context.Context, c gorayv1.RayletClient) error {
+		_, err := c.WorkersDied(ctx, &gorayv1.WorkersDiedRequest{WorkerIds: [][]byte{id.Bytes()}, NodeId: r.cfg.NodeID.Bytes()})
+		return err
+	})
+}
