@@ -28,6 +28,7 @@ var (
 	gorayBin      string
 	quickstartBin string
 	testjobBin    string
+	clusterBin    string
 	// pluginDir holds the plugin binaries built for the tests.
 	pluginDir string
 )
@@ -56,11 +57,13 @@ func runMain(m *testing.M) int {
 	gorayBin = filepath.Join(dir, "goray")
 	quickstartBin = filepath.Join(dir, "quickstart")
 	testjobBin = filepath.Join(dir, "testjob")
+	clusterBin = filepath.Join(dir, "cluster")
 	pluginDir = filepath.Join(dir, "plugins")
 	for _, b := range []struct{ out, pkg string }{
 		{gorayBin, "./cmd/goray"},
 		{quickstartBin, "./examples/quickstart"},
 		{testjobBin, "./acceptance/internal/testjob"},
+		{clusterBin, "./examples/cluster"},
 		{filepath.Join(pluginDir, "goray-transport-shm"), "./plugins/shm"},
 	} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
@@ -218,6 +221,8 @@ type statusJSON struct {
 		IsHead     bool   `json:"is_head"`
 		Pid        int    `json:"pid"`
 		SessionDir string `json:"session_dir"`
+		// ObjectStoreUsed is in bytes.
+		ObjectStoreUsed int64 `json:"object_store_used"`
 	} `json:"nodes"`
 }
 

@@ -373,6 +373,13 @@ func (r *Raylet) peerClient(id ids.ID) (gorayv1.RayletClient, *gorayv1.NodeInfo,
 	r.mu.Lock()
 	p := r.peers[id]
 	r.mu.Unlock()
+	if p == nil && r.cfg.GCS != nil {
+		// Joined since the last refresh, perhaps.
+		r.syncCluster(context.Background())
+		r.mu.Lock()
+		p = r.peers[id]
+		r.mu.Unlock()
+	}
 	if p == nil {
 		return nil, nil, fmt.Errorf("node %s is not in the cluster", id.Short())
 	}

@@ -316,6 +316,7 @@ func (r *Raylet) Run(ctx context.Context) error {
 		defer t.Stop()
 		hb = t.C
 		r.log.Info("node registered", "node_id", r.cfg.NodeID, "heartbeat_period", period)
+		r.syncCluster(ctx)
 	}
 	reapEvery := min(r.pool.idleTimeout/4, time.Second)
 	reapEvery = max(reapEvery, 10*time.Millisecond)

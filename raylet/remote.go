@@ -259,11 +259,19 @@ func (r *Raylet) FetchBinary(req *gorayv1.FetchBinaryRequest, stream gorayv1.Ray
 	for _, j := range r.jobs {
 		if j.info.GetBinarySha256() == sum {
 			paths = append(paths, j.info.GetBinaryPath())
+			if !j.remote && j.driverPID > 0 {
+				// The running driver's executable, even if its file was
+				// replaced or removed since.
+				paths = append(paths, fmt.Sprintf("/proc/%d/exe", j.driverPID))
+			}
 		}
 	}
 	r.mu.Unlock()
 	paths = append(paths, filepath.Join(r.cfg.BinaryCacheDir, sum))
 	for _, p := range paths {
+		if got, err := fileSHA256(p); err != nil || got != sum {
+			continue // gone, or replaced by another build
+		}
 		f, err := os.Open(p)
 		if err != nil {
 			continue

@@ -212,6 +212,16 @@ func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error 
 			return status.Errorf(status.Code(err), "adding job %s to the GCS: %v", jobID, err)
 		}
 	}
+	if r.cfg.GCS != nil {
+		// The job will schedule here: start from a fresh view of the
+		// cluster, not one up to a report period old.
+		r.syncCluster(stream.Context())
+	}
+	// Ready before the reply: the driver leases workers as soon as it has
+	// it.
+	r.mu.Lock()
+	j.ready = true
+	r.mu.Unlock()
 	if err := stream.Send(&gorayv1.RayletCommand{
 		Kind:       gorayv1.RayletCommand_REGISTERED,
 		Node:       r.nodeInfo(),
@@ -223,7 +233,6 @@ func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error 
 		return err
 	}
 	r.mu.Lock()
-	j.ready = true
 	if !r.shuttingDown {
 		for range r.pool.prestart {
 			r.startWorkerLocked(j)
@@ -337,6 +346,14 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 	if rid := string(req.GetRequestId()); rid != "" && r.tombstones.take(rid, time.Now()) {
 		r.mu.Unlock()
 		return nil, toStatus(&LeaseCancelledError{RequestID: req.GetRequestId()})
+	}
+	if st := req.GetStrategy(); st.GetKind() == gorayv1.SchedulingStrategy_NODE_AFFINITY && r.cfg.GCS != nil {
+		if target, err := ids.FromBytes(st.GetNodeId()); err == nil && target != r.cfg.NodeID && r.peers[target] == nil {
+			// A node that joined since the last refresh: look again.
+			r.mu.Unlock()
+			r.syncCluster(ctx)
+			r.mu.Lock()
+		}
 	}
 	d := r.scheduleLocked(res, req.GetStrategy(), req.GetSpillbackCount())
 	switch {

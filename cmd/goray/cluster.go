@@ -64,15 +64,20 @@ func (p procFS) sessions(root string) ([]session, error) {
 var ErrNoCluster = errors.New("no running goray cluster found")
 
 // findHead returns the running head node under root: the one
-// session_latest points at when it runs, else the newest running head.
+// session_latest points at when it runs, else the newest running head, else
+// the newest running node that joined a cluster (its node.json names the
+// cluster's GCS), so that status and list work on every node.
 func (p procFS) findHead(root string) (*node.Info, error) {
 	ss, err := p.sessions(root)
 	if err != nil {
 		return nil, err
 	}
 	latest, _ := filepath.EvalSymlinks(filepath.Join(root, "session_latest"))
-	var newest *node.Info
+	var newest, member *node.Info
 	for _, s := range ss {
+		if s.Running && !s.Info.Head {
+			member = s.Info
+		}
 		if !s.Running || !s.Info.Head {
 			continue
 		}
@@ -80,6 +85,9 @@ func (p procFS) findHead(root string) (*node.Info, error) {
 			return s.Info, nil
 		}
 		newest = s.Info
+	}
+	if newest == nil && member != nil {
+		return member, nil
 	}
 	if newest == nil {
 		return nil, fmt.Errorf("%w: no --address, $%s is not set and no head node runs under %s (start one with `goray start --head`)", ErrNoCluster, envAddress, root)

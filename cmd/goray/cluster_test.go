@@ -112,10 +112,16 @@ func TestResolveAddress(t *testing.T) {
 				setLatest(t, root, failed)
 			},
 			want: "127.0.0.1:7000"},
-		{name: "dead head and worker node only",
+		{name: "dead head, running worker node: its cluster",
 			setup: func(t *testing.T, root string) {
 				makeSession(t, root, "session_a", &node.Info{NodeID: "aa", Head: true, Pid: deadPid, GCSAddress: "127.0.0.1:7000"})
-				makeSession(t, root, "session_b", &node.Info{NodeID: "bb", Head: false, Pid: self, GCSAddress: "127.0.0.1:7000"})
+				makeSession(t, root, "session_b", &node.Info{NodeID: "bb", Head: false, Pid: self, GCSAddress: "127.0.0.1:7001"})
+			},
+			want: "127.0.0.1:7001"},
+		{name: "dead nodes only",
+			setup: func(t *testing.T, root string) {
+				makeSession(t, root, "session_a", &node.Info{NodeID: "aa", Head: true, Pid: deadPid, GCSAddress: "127.0.0.1:7000"})
+				makeSession(t, root, "session_b", &node.Info{NodeID: "bb", Head: false, Pid: deadPid, GCSAddress: "127.0.0.1:7000"})
 			},
 			wantErr: ErrNoCluster},
 		{name: "nothing", wantErr: ErrNoCluster},

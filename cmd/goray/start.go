@@ -387,6 +387,7 @@ func writeStarted(w io.Writer, info node.Info, pid int) {
 	t.row("  node name:", orDash(info.NodeName))
 	t.row("  GCS address:", info.GCSAddress)
 	t.row("  raylet socket:", info.RayletSocket)
+	t.row("  raylet address:", info.RayletAddress)
 	t.row("  session dir:", info.SessionDir)
 	t.row("  log file:", orDash(info.LogFile))
 	_ = t.flush()

@@ -173,6 +173,16 @@ func run(ctx context.Context) error {
 	if res.Sum != want || res.From != src || res.Node != dst {
 		return fmt.Errorf("block: sum %d from %s on %s, want %d from %s on %s", res.Sum, res.From, res.Node, want, src, dst)
 	}
+	// 3. Locality: with the default strategy a task runs where its
+	// argument's bytes are.
+	loc, err := SumBlk.Remote(ctx, blk).Get(ctx)
+	if err != nil {
+		return fmt.Errorf("summing the block where it is: %w", err)
+	}
+	if loc.Node != src || loc.Sum != want {
+		return fmt.Errorf("locality: the task ran on %s (sum %d), want the block's node %s", names[loc.Node], loc.Sum, names[src])
+	}
+	fmt.Printf("locality: ran on the block's node %s\n", names[loc.Node])
 	got, err := blk.Get(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the block in the driver: %w", err)

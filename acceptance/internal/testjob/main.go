@@ -12,6 +12,8 @@
 //	testjob hold DIR NAME    a named actor, objects and a running task held
 //	                         until DIR/release exists
 //
+// and the multi-node jobs of cluster.go.
+//
 // It connects to $GORAY_ADDRESS, or runs an embedded node when that is
 // unset. Tasks that the test must kill write their pid to
 // DIR/<name>.<attempt>.pid. Results are printed as "key: value" lines; the
@@ -152,6 +154,14 @@ func main() {
 		runErr = runBigArgs(ctx)
 	case "hold":
 		runErr = runHold(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "ship":
+		runErr = runShip(ctx)
+	case "where":
+		runErr = runWhere(ctx, arg(rt, args, 0))
+	case "pending":
+		runErr = runPending(ctx, arg(rt, args, 0))
+	case "nodekill":
+		runErr = runNodeKill(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	default:
 		runErr = fmt.Errorf("unknown mode %q", mode)
 	}

@@ -1,0 +1,242 @@
+package acceptance
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fastHealth makes the head declare a silent node dead after about two
+// seconds (4 missed checks of 500ms) instead of Ray's 15.
+const fastHealth = `
+health_check {
+  period            = "500ms"
+  failure_threshold = 4
+}
+`
+
+// clusterNode is a non-head node started with `goray start --address`.
+type clusterNode struct {
+	tempDir string
+	ip      string
+	id      string
+	pid     int
+	session string
+}
+
+// startClusterHead starts a head with fast health checks and 2 CPUs.
+func startClusterHead(t *testing.T, ctx context.Context) *head {
+	t.Helper()
+	cfg := writeConfig(t, shortTempDir(t), fastHealth)
+	return startHead(t, ctx, "--config", cfg, "--num-cpus", "2", "--node-name", "head")
+}
+
+// joinNode starts a node that joins h's cluster, listening on ip (a
+// distinct loopback address per node), and stops it when the test ends.
+func joinNode(t *testing.T, ctx context.Context, h *head, ip, tempDir string, extra ...string) *clusterNode {
+	t.Helper()
+	n := &clusterNode{tempDir: tempDir, ip: ip}
+	if n.tempDir == "" {
+		n.tempDir = shortTempDir(t)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		runGoray(t, ctx, "stop", "--temp-dir", n.tempDir, "--force")
+	})
+	args := append([]string{"start", "--address", h.addr, "--temp-dir", n.tempDir, "--node-ip", ip, "--num-cpus", "2"}, extra...)
+	r := runGoray(t, ctx, args...)
+	if r.code != 0 {
+		t.Fatalf("goray start --address: %s", r)
+	}
+	field := func(name string) string {
+		return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(lineWith(r.stdout, name)), name))
+	}
+	n.id, n.session = field("node id:"), field("session dir:")
+	if addr := field("raylet address:"); !strings.HasPrefix(addr, ip+":") {
+		t.Fatalf("raylet listens on %q, want %s:*\n%s", addr, ip, r)
+	}
+	n.pid = readNodeJSON(t, n.session).Pid
+	return n
+}
+
+// waitNodeState waits until `goray status` shows node id in state.
+func waitNodeState(t *testing.T, ctx context.Context, h *head, id, state string, d time.Duration) {
+	t.Helper()
+	waitFor(t, d, "node "+id[:8]+" "+state, func() bool {
+		s, r := h.status(ctx)
+		if r.code != 0 {
+			return false
+		}
+		for _, n := range s.Nodes {
+			if n.NodeID == id {
+				return n.State == state
+			}
+		}
+		return false
+	})
+}
+
+// TestClusterExample runs examples/cluster on a head and two more nodes:
+// Spread uses every node, an object made on one node is read on another
+// and by the driver, and every node shows in `goray status`.
+func TestClusterExample(t *testing.T) {
+	ctx := testCtx(t)
+	h := startClusterHead(t, ctx)
+	n1 := joinNode(t, ctx, h, "127.0.0.2", "")
+	n2 := joinNode(t, ctx, h, "127.0.0.3", "")
+	s, r := h.status(ctx)
+	if r.code != 0 || s.AliveNodes != 3 {
+		t.Fatalf("status after two joins: %d alive\n%s", s.AliveNodes, r)
+	}
+	// Every node sees the same cluster.
+	for _, n := range []*clusterNode{n1, n2} {
+		r := runGoray(t, ctx, "status", "--temp-dir", n.tempDir)
+		if r.code != 0 || !strings.Contains(r.stdout, "3 nodes alive") {
+			t.Fatalf("goray status on node %s:\n%s", n.id[:8], r)
+		}
+	}
+	j := startJob(t, jobOptions{addr: h.addr}, clusterBin, "--min-nodes", "3", "--tasks", "12", "--darts", "200000", "--block-mib", "48")
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("examples/cluster exited %d:\n%s", code, out)
+	}
+	wantLines(t, out, "cluster: 3 alive nodes", "OK")
+	for _, id := range []string{n1.id[:8], n2.id[:8]} {
+		if !strings.Contains(out, id+" ran ") {
+			t.Errorf("no sampling task ran on node %s:\n%s", id, out)
+		}
+	}
+	if !strings.Contains(out, "summed on") || !strings.Contains(out, "locality: ran on the block's node") {
+		t.Errorf("block transfer lines missing:\n%s", out)
+	}
+	// Freed everywhere: no object is left in any store.
+	waitFor(t, 10*time.Second, "every store empty after the job", func() bool {
+		s, r := h.status(ctx)
+		if r.code != 0 {
+			return false
+		}
+		for _, n := range s.Nodes {
+			if n.State == "ALIVE" && n.ObjectStoreUsed != 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestClusterShipsBinary: a driver whose executable is gone still gets its
+// workers on other nodes, which run a copy fetched by sha256 and cached in
+// the node's binary cache.
+func TestClusterShipsBinary(t *testing.T) {
+	ctx := testCtx(t)
+	h := startClusterHead(t, ctx)
+	n1 := joinNode(t, ctx, h, "127.0.0.2", "")
+	bin := filepath.Join(shortTempDir(t), "shipjob")
+	copyFile(t, testjobBin, bin)
+	j := startJob(t, jobOptions{addr: h.addr}, bin, "ship")
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("ship job exited %d:\n%s", code, out)
+	}
+	sum := strings.TrimSpace(strings.TrimPrefix(lineWith(out, "driver sha256:"), "driver sha256:"))
+	want := filepath.Join(n1.tempDir, "binaries", sum)
+	if !strings.Contains(out, "exe "+n1.id+" "+want+" "+sum) {
+		t.Fatalf("the worker on node %s did not run the cached copy %s:\n%s", n1.id[:8], want, out)
+	}
+	if st, err := os.Stat(want); err != nil || st.Mode()&0o111 == 0 {
+		t.Fatalf("cached binary %s: %v", want, err)
+	}
+}
+
+// TestClusterPendingDemand: a task asking for a resource no node has waits,
+// shows as pending demand, and runs once a node with it joins.
+func TestClusterPendingDemand(t *testing.T) {
+	ctx := testCtx(t)
+	h := startClusterHead(t, ctx)
+	dir := shortTempDir(t)
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "pending", dir)
+	waitFile(t, j, 20*time.Second, filepath.Join(dir, "submitted"))
+	waitFor(t, 10*time.Second, "pending demand for special in goray status", func() bool {
+		r := runGoray(t, ctx, "status", "--json", "--temp-dir", h.tempDir)
+		var s struct {
+			Pending []struct {
+				Resources  map[string]float64 `json:"resources"`
+				Count      int                `json:"count"`
+				Infeasible bool               `json:"infeasible"`
+			} `json:"pending_demand"`
+		}
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &s) != nil {
+			return false
+		}
+		for _, p := range s.Pending {
+			if p.Resources["special"] == 1 && p.Count == 1 && p.Infeasible {
+				return true
+			}
+		}
+		return false
+	})
+	r := runGoray(t, ctx, "status", "--temp-dir", h.tempDir)
+	if !strings.Contains(r.stdout, "special") {
+		t.Errorf("goray status does not show the pending demand:\n%s", r)
+	}
+	n := joinNode(t, ctx, h, "127.0.0.2", "", "--resources", "special=1")
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("pending job exited %d:\n%s", code, out)
+	}
+	wantLines(t, out, "special ran on: "+n.id)
+}
+
+// TestClusterNodeKilled: kill -9 of a node mid-job. Its tasks rerun
+// elsewhere, callers of its actor get ActorDiedError, its object is lost
+// (typed), a hard affinity to it is unschedulable, and the job finishes.
+// The node restarted on the same temp dir rejoins and runs work.
+func TestClusterNodeKilled(t *testing.T) {
+	ctx := testCtx(t)
+	h := startClusterHead(t, ctx)
+	_ = joinNode(t, ctx, h, "127.0.0.2", "")
+	victim := joinNode(t, ctx, h, "127.0.0.3", "")
+	dir := shortTempDir(t)
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "nodekill", dir, victim.id)
+	waitFile(t, j, 30*time.Second, filepath.Join(dir, "ready"))
+	if err := syscall.Kill(victim.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("nodekill job exited %d:\n%s", code, out)
+	}
+	wantLines(t, out, "PASS nodekill")
+	waitNodeState(t, ctx, h, victim.id, "DEAD", 10*time.Second)
+	// Its workers and plugins died with it.
+	waitNoProcs(t, 10*time.Second, "processes of the killed node", func(p proc) bool { return p.mentions(victim.session) })
+
+	// The node restarted on the same temp dir and address rejoins (with a
+	// new id) and runs work.
+	back := joinNode(t, ctx, h, victim.ip, victim.tempDir)
+	if back.id == victim.id {
+		t.Fatalf("the restarted node kept the dead node's id %s", back.id)
+	}
+	waitNodeState(t, ctx, h, back.id, "ALIVE", 10*time.Second)
+	j2 := startJob(t, jobOptions{addr: h.addr}, testjobBin, "where", back.id)
+	if code, out := j2.wait(ctx); code != 0 {
+		t.Fatalf("job on the restarted node exited %d:\n%s", code, out)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	if out, err := exec.Command("cp", from, to).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v\n%s", err, out)
+	}
+	if err := os.Chmod(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
