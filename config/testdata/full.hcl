@@ -8,6 +8,7 @@ head {
 
 port        = 6380
 raylet_port = 7001
+node_ip     = "127.0.0.1"
 temp_dir    = "/var/tmp/goray"
 log_level   = "debug"
 labels = { zone = "a", rack = "r7" }
