@@ -85,9 +85,9 @@ func TestLoadFullFile(t *testing.T) {
 		Head:        true,
 		Address:     "127.0.0.1:6390",
 		Port:        6380,
-		RayletPort:  7001,
-		TempDir:     "/var/tmp/goray",
-		LogLevel:    "debug",
+		RayletPort:  7001, NodeIP: "127.0.0.1",
+		TempDir:  "/var/tmp/goray",
+		LogLevel: "debug",
 		Resources: Resources{
 			CPU:    ptr(2.0),
 			GPU:    ptr(1.0),
