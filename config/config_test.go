@@ -85,9 +85,10 @@ func TestLoadFullFile(t *testing.T) {
 		Head:        true,
 		Address:     "127.0.0.1:6390",
 		Port:        6380,
-		RayletPort:  7001, NodeIP: "127.0.0.1",
-		TempDir:  "/var/tmp/goray",
-		LogLevel: "debug",
+		RayletPort:  7001,
+		NodeIP:      "127.0.0.1",
+		TempDir:     "/var/tmp/goray",
+		LogLevel:    "debug",
 		Resources: Resources{
 			CPU:    ptr(2.0),
 			GPU:    ptr(1.0),
@@ -140,8 +141,8 @@ func TestLoadFullFile(t *testing.T) {
 		line, col  int
 		wantHeader string
 	}{
-		{"plugin shm", n.Plugins[0].DeclRange, 42, 1, `plugin "transport" "shm"`},
-		{"plugin s3", n.Plugins[1].DeclRange, 44, 1, `plugin "storage" "s3"`},
+		{"plugin shm", n.Plugins[0].DeclRange, 43, 1, `plugin "transport" "shm"`},
+		{"plugin s3", n.Plugins[1].DeclRange, 45, 1, `plugin "storage" "s3"`},
 		{"node_type cpu-small", n.NodeTypes[0].DeclRange, 52, 1, `node_type "cpu-small"`},
 		{"node_type gpu", n.NodeTypes[1].DeclRange, 58, 1, `node_type "gpu"`},
 	}
