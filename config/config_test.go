@@ -143,8 +143,8 @@ func TestLoadFullFile(t *testing.T) {
 	}{
 		{"plugin shm", n.Plugins[0].DeclRange, 43, 1, `plugin "transport" "shm"`},
 		{"plugin s3", n.Plugins[1].DeclRange, 45, 1, `plugin "storage" "s3"`},
-		{"node_type cpu-small", n.NodeTypes[0].DeclRange, 52, 1, `node_type "cpu-small"`},
-		{"node_type gpu", n.NodeTypes[1].DeclRange, 58, 1, `node_type "gpu"`},
+		{"node_type cpu-small", n.NodeTypes[0].DeclRange, 53, 1, `node_type "cpu-small"`},
+		{"node_type gpu", n.NodeTypes[1].DeclRange, 59, 1, `node_type "gpu"`},
 	}
 	src := n.Files()[path].Bytes
 	for _, r := range ranges {
