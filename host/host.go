@@ -108,6 +108,9 @@ type Options struct {
 	// the host speaks; go-plugin picks the highest one the plugin speaks
 	// too. Nil means DefaultSupported. A block of a kind not listed fails.
 	Supported map[string][]int
+	// Env is added to every plugin's environment ("NAME=value"), for
+	// example plugin.EnvGCSAddress, plugin.EnvNodeID and plugin.EnvNodeIP.
+	Env []string
 	// SocketDir is where go-plugin creates the plugins' unix sockets
 	// (default: the system's temporary directory). Keep it short: socket
 	// paths are limited to 107 bytes.
@@ -464,6 +467,7 @@ func (in *instance) spec() launchSpec {
 		log:          in.log,
 		socketDir:    in.m.opts.SocketDir,
 		startTimeout: in.m.opts.StartTimeout,
+		env:          in.m.opts.Env,
 	}
 }
 

@@ -32,6 +32,7 @@ type launchSpec struct {
 	log          hclog.Logger
 	socketDir    string
 	startTimeout time.Duration
+	env          []string // added to the plugin's environment
 }
 
 // proc is one running plugin process and the gRPC connection to it.
@@ -109,7 +110,7 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 				return nil, context.Canceled
 			}
 			var err error
-			r, err = newProcRunner(l, s.path, cmd.Env)
+			r, err = newProcRunner(l, s.path, append(cmd.Env, s.env...))
 			return r, err
 		},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},

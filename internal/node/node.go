@@ -125,12 +125,6 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, fmt.Errorf("starting the object store: %w", err)
 	}
 
-	// Plugins start before the raylet serves, so every configured transport
-	// is registered before any actor can be created on this node.
-	if err := n.startPlugins(ctx); err != nil {
-		return nil, err
-	}
-
 	gcsAddr := cfg.Address
 	if cfg.Head {
 		if gcsAddr, err = n.startGCS(); err != nil {
@@ -141,6 +135,14 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, errors.New("no GCS address: start a head node or give --address")
 	}
 	n.info.GCSAddress = gcsAddr
+
+	// Plugins start before the raylet serves, so every configured transport
+	// is registered before any actor can be created on this node. They
+	// learn the GCS (for rendezvous through its KV store), the node id and
+	// the node IP from their environment.
+	if err := n.startPlugins(ctx); err != nil {
+		return nil, err
+	}
 	if n.gcsCC, err = core.Dial(gcsAddr); err != nil {
 		return nil, fmt.Errorf("connecting to GCS %s: %w", gcsAddr, err)
 	}
@@ -151,10 +153,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		name, _ = os.Hostname()
 	}
 	n.info.NodeName = name
-	nodeIP := cfg.NodeIP
-	if nodeIP == "" {
-		nodeIP = "127.0.0.1"
-	}
+	nodeIP := nodeIPOf(cfg)
 	tcpLis, err := net.Listen("tcp", net.JoinHostPort(nodeIP, strconv.Itoa(cfg.RayletPort)))
 	if err != nil {
 		return nil, fmt.Errorf("the raylet cannot listen on %s:%d (raylet_port / --raylet-port): %w", nodeIP, cfg.RayletPort, err)
@@ -251,6 +250,8 @@ func (n *Node) startPlugins(ctx context.Context) error {
 	n.plugins = host.New(host.Options{
 		PluginDir: dir, Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
 		SocketDir: filepath.Join(n.info.SessionDir, "sockets"),
+		Env: []string{plugin.EnvGCSAddress + "=" + n.info.GCSAddress, plugin.EnvNodeID + "=" + n.id.String(),
+			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg)},
 		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}},
 	})
 	if diags := n.plugins.Start(ctx); diags.HasErrors() {
@@ -543,4 +544,12 @@ func (a storeAdapter) ListEntries() []raylet.StoreEntry {
 func (a storeAdapter) Usage() raylet.StoreUsage {
 	u := a.Store.Usage()
 	return raylet.StoreUsage{Used: u.Used, Capacity: u.Capacity, Objects: u.Objects}
+}
+
+// nodeIPOf is the node's IP: the config's, else 127.0.0.1.
+func nodeIPOf(cfg *config.Node) string {
+	if cfg.NodeIP != "" {
+		return cfg.NodeIP
+	}
+	return "127.0.0.1"
 }
