@@ -401,4 +401,7 @@ func (r *Raylet) closePeerConns() {
 		_ = c.Close()
 		delete(r.conns, k)
 	}
+	for c := range r.dataConns {
+		_ = c.Close()
+	}
 }

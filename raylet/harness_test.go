@@ -71,6 +71,7 @@ type fakeStore struct {
 	freed     []ids.ObjectID
 	releases  map[ids.ID][]ids.ObjectID // Release calls by client
 	getClient []ids.ID
+	arena     []byte // object bytes, by offset
 }
 
 func newFakeStore() *fakeStore {
@@ -92,6 +93,7 @@ func (s *fakeStore) Create(id ids.ObjectID, size int64, md []byte, client ids.ID
 	}
 	off := s.next
 	s.next += size
+	s.arena = append(s.arena, make([]byte, size)...)
 	s.objs[id] = &fakeObject{entry: StoreEntry{ID: id, Found: true, Offset: off, DataSize: size, Metadata: md, Pins: 1}, client: client}
 	return off, nil
 }
@@ -183,7 +185,11 @@ func (s *fakeStore) Contains(id ids.ObjectID) bool {
 	return ok
 }
 
-func (s *fakeStore) Data(offset, size int64) []byte { return make([]byte, size) }
+func (s *fakeStore) Data(offset, size int64) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.arena[offset : offset+size : offset+size]
+}
 
 func (s *fakeStore) releasedClient(id ids.ID) bool {
 	s.mu.Lock()

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -65,6 +66,9 @@ type Config struct {
 	// TCPAddress is where the raylet serves other nodes (host:port; empty
 	// in single-node unit tests).
 	TCPAddress string
+	// ObjectAddress is where ServeData serves objects to other nodes
+	// (host:port).
+	ObjectAddress string
 	// NodeIP is the address workers listen on for other nodes (default
 	// 127.0.0.1).
 	NodeIP string
@@ -174,8 +178,9 @@ type Raylet struct {
 	pulls      map[ids.ObjectID]*pull // transfers from other nodes in flight
 	binaries   map[string]*binaryFetch
 
-	connMu sync.Mutex
-	conns  map[string]*grpc.ClientConn // to other raylets, by address
+	connMu    sync.Mutex
+	conns     map[string]*grpc.ClientConn // to other raylets, by address
+	dataConns map[net.Conn]struct{}       // served object data connections
 }
 
 // New validates cfg, creates the session's sockets and logs directories and
@@ -441,6 +446,7 @@ func (r *Raylet) nodeInfo() *gorayv1.NodeInfo {
 		NodeName:    r.cfg.NodeName,
 		RayletUnix:  r.cfg.SocketPath,
 		RayletTcp:   r.cfg.TCPAddress,
+		ObjectAddr:  r.cfg.ObjectAddress,
 		Total:       resourcesProto(r.cfg.Resources),
 		Labels:      r.cfg.Labels,
 		State:       "ALIVE",

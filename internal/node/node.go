@@ -83,6 +83,7 @@ type Node struct {
 	gcsCC      *grpc.ClientConn
 	raylet     *raylet.Raylet
 	rayletGRPC *grpc.Server
+	dataLis    net.Listener // the raylet's object data plane
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -159,8 +160,14 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, fmt.Errorf("the raylet cannot listen on %s:%d (raylet_port / --raylet-port): %w", nodeIP, cfg.RayletPort, err)
 	}
 	n.info.RayletAddress = tcpLis.Addr().String()
+	dataLis, err := net.Listen("tcp", net.JoinHostPort(nodeIP, "0"))
+	if err != nil {
+		_ = tcpLis.Close()
+		return nil, fmt.Errorf("the raylet cannot listen on %s for object transfers: %w", nodeIP, err)
+	}
+	n.dataLis = dataLis
 	n.raylet, err = raylet.New(raylet.Config{
-		TCPAddress: n.info.RayletAddress, NodeIP: nodeIP, BinaryCacheDir: filepath.Join(cfg.TempDir, "binaries"),
+		TCPAddress: n.info.RayletAddress, ObjectAddress: dataLis.Addr().String(), NodeIP: nodeIP, BinaryCacheDir: filepath.Join(cfg.TempDir, "binaries"),
 		NodeID: n.id, NodeName: name, SessionDir: n.info.SessionDir, SocketPath: n.info.RayletSocket,
 		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
 		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
@@ -181,6 +188,8 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); _ = n.rayletGRPC.Serve(lis) }()
 	go func() { defer n.wg.Done(); _ = n.rayletGRPC.Serve(tcpLis) }()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.raylet.ServeData(dataLis) }()
 	go func() {
 		defer n.wg.Done()
 		if err := n.raylet.Run(n.ctx); err != nil && n.ctx.Err() == nil {
@@ -447,6 +456,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 	}
 	n.cancel()
+	if n.dataLis != nil {
+		_ = n.dataLis.Close()
+	}
 	for _, s := range []*grpc.Server{n.rayletGRPC, n.gcsGRPC} {
 		if s != nil {
 			stopGRPC(s)

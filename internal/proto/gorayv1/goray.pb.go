@@ -3053,137 +3053,6 @@ func (*PullObjectReply) Descriptor() ([]byte, []int) {
 	return file_goray_proto_rawDescGZIP(), []int{43}
 }
 
-type ReadObjectRequest struct {
-	state    protoimpl.MessageState `protogen:"open.v1"`
-	ObjectId []byte                 `protobuf:"bytes,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
-	Offset   int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	// Bytes to read; -1 means to the end.
-	Length        int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReadObjectRequest) Reset() {
-	*x = ReadObjectRequest{}
-	mi := &file_goray_proto_msgTypes[44]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReadObjectRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReadObjectRequest) ProtoMessage() {}
-
-func (x *ReadObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReadObjectRequest.ProtoReflect.Descriptor instead.
-func (*ReadObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
-}
-
-func (x *ReadObjectRequest) GetObjectId() []byte {
-	if x != nil {
-		return x.ObjectId
-	}
-	return nil
-}
-
-func (x *ReadObjectRequest) GetOffset() int64 {
-	if x != nil {
-		return x.Offset
-	}
-	return 0
-}
-
-func (x *ReadObjectRequest) GetLength() int64 {
-	if x != nil {
-		return x.Length
-	}
-	return 0
-}
-
-// ObjectChunk is one piece of a ReadObject stream. The first chunk also
-// carries the object's size and metadata.
-type ObjectChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Offset        int64                  `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	DataSize      int64                  `protobuf:"varint,3,opt,name=data_size,json=dataSize,proto3" json:"data_size,omitempty"`
-	Metadata      []byte                 `protobuf:"bytes,4,opt,name=metadata,proto3" json:"metadata,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ObjectChunk) Reset() {
-	*x = ObjectChunk{}
-	mi := &file_goray_proto_msgTypes[45]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ObjectChunk) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ObjectChunk) ProtoMessage() {}
-
-func (x *ObjectChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ObjectChunk.ProtoReflect.Descriptor instead.
-func (*ObjectChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
-}
-
-func (x *ObjectChunk) GetOffset() int64 {
-	if x != nil {
-		return x.Offset
-	}
-	return 0
-}
-
-func (x *ObjectChunk) GetData() []byte {
-	if x != nil {
-		return x.Data
-	}
-	return nil
-}
-
-func (x *ObjectChunk) GetDataSize() int64 {
-	if x != nil {
-		return x.DataSize
-	}
-	return 0
-}
-
-func (x *ObjectChunk) GetMetadata() []byte {
-	if x != nil {
-		return x.Metadata
-	}
-	return nil
-}
-
 type FetchBinaryRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Sha256        string                 `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
@@ -3193,7 +3062,7 @@ type FetchBinaryRequest struct {
 
 func (x *FetchBinaryRequest) Reset() {
 	*x = FetchBinaryRequest{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3205,7 +3074,7 @@ func (x *FetchBinaryRequest) String() string {
 func (*FetchBinaryRequest) ProtoMessage() {}
 
 func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3218,7 +3087,7 @@ func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBinaryRequest.ProtoReflect.Descriptor instead.
 func (*FetchBinaryRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *FetchBinaryRequest) GetSha256() string {
@@ -3238,7 +3107,7 @@ type BinaryChunk struct {
 
 func (x *BinaryChunk) Reset() {
 	*x = BinaryChunk{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3119,7 @@ func (x *BinaryChunk) String() string {
 func (*BinaryChunk) ProtoMessage() {}
 
 func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3132,7 @@ func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
 func (*BinaryChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BinaryChunk) GetData() []byte {
@@ -3290,7 +3159,7 @@ type WorkersDiedRequest struct {
 
 func (x *WorkersDiedRequest) Reset() {
 	*x = WorkersDiedRequest{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3171,7 @@ func (x *WorkersDiedRequest) String() string {
 func (*WorkersDiedRequest) ProtoMessage() {}
 
 func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3184,7 @@ func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
 func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
@@ -3340,7 +3209,7 @@ type WorkersDiedReply struct {
 
 func (x *WorkersDiedReply) Reset() {
 	*x = WorkersDiedReply{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3352,7 +3221,7 @@ func (x *WorkersDiedReply) String() string {
 func (*WorkersDiedReply) ProtoMessage() {}
 
 func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3365,7 +3234,7 @@ func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
 func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 type FreeObjectsRequest struct {
@@ -3379,7 +3248,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3260,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3273,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -3429,7 +3298,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3441,7 +3310,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3454,7 +3323,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 type GetNodeStatsRequest struct {
@@ -3465,7 +3334,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3346,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3359,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 type WorkerStats struct {
@@ -3507,7 +3376,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3519,7 +3388,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3532,7 +3401,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -3588,7 +3457,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3600,7 +3469,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3613,7 +3482,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -3658,7 +3527,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +3539,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +3552,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -3774,7 +3643,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +3655,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +3668,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -3874,7 +3743,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +3755,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +3768,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -3917,7 +3786,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +3798,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +3811,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 type NodeInfo struct {
@@ -3950,25 +3819,28 @@ type NodeInfo struct {
 	NodeId   []byte                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	NodeName string                 `protobuf:"bytes,2,opt,name=node_name,json=nodeName,proto3" json:"node_name,omitempty"`
 	// Raylet addresses.
-	RayletUnix    string            `protobuf:"bytes,3,opt,name=raylet_unix,json=rayletUnix,proto3" json:"raylet_unix,omitempty"`
-	RayletTcp     string            `protobuf:"bytes,4,opt,name=raylet_tcp,json=rayletTcp,proto3" json:"raylet_tcp,omitempty"`
-	Total         *Resources        `protobuf:"bytes,5,opt,name=total,proto3" json:"total,omitempty"`
-	Labels        map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	State         string            `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"` // ALIVE, DEAD
-	StartTimeMs   int64             `protobuf:"varint,8,opt,name=start_time_ms,json=startTimeMs,proto3" json:"start_time_ms,omitempty"`
-	EndTimeMs     int64             `protobuf:"varint,9,opt,name=end_time_ms,json=endTimeMs,proto3" json:"end_time_ms,omitempty"`
-	DeathReason   string            `protobuf:"bytes,10,opt,name=death_reason,json=deathReason,proto3" json:"death_reason,omitempty"`
-	IsHead        bool              `protobuf:"varint,11,opt,name=is_head,json=isHead,proto3" json:"is_head,omitempty"`
-	Pid           int32             `protobuf:"varint,12,opt,name=pid,proto3" json:"pid,omitempty"`
-	SessionDir    string            `protobuf:"bytes,13,opt,name=session_dir,json=sessionDir,proto3" json:"session_dir,omitempty"`
-	Hostname      string            `protobuf:"bytes,14,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	RayletUnix  string            `protobuf:"bytes,3,opt,name=raylet_unix,json=rayletUnix,proto3" json:"raylet_unix,omitempty"`
+	RayletTcp   string            `protobuf:"bytes,4,opt,name=raylet_tcp,json=rayletTcp,proto3" json:"raylet_tcp,omitempty"`
+	Total       *Resources        `protobuf:"bytes,5,opt,name=total,proto3" json:"total,omitempty"`
+	Labels      map[string]string `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	State       string            `protobuf:"bytes,7,opt,name=state,proto3" json:"state,omitempty"` // ALIVE, DEAD
+	StartTimeMs int64             `protobuf:"varint,8,opt,name=start_time_ms,json=startTimeMs,proto3" json:"start_time_ms,omitempty"`
+	EndTimeMs   int64             `protobuf:"varint,9,opt,name=end_time_ms,json=endTimeMs,proto3" json:"end_time_ms,omitempty"`
+	DeathReason string            `protobuf:"bytes,10,opt,name=death_reason,json=deathReason,proto3" json:"death_reason,omitempty"`
+	IsHead      bool              `protobuf:"varint,11,opt,name=is_head,json=isHead,proto3" json:"is_head,omitempty"`
+	Pid         int32             `protobuf:"varint,12,opt,name=pid,proto3" json:"pid,omitempty"`
+	SessionDir  string            `protobuf:"bytes,13,opt,name=session_dir,json=sessionDir,proto3" json:"session_dir,omitempty"`
+	Hostname    string            `protobuf:"bytes,14,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	// host:port of the raylet's object data plane (raw TCP; see
+	// raylet/dataplane.go), where other nodes read objects.
+	ObjectAddr    string `protobuf:"bytes,15,opt,name=object_addr,json=objectAddr,proto3" json:"object_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3980,7 +3852,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3993,7 +3865,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -4094,6 +3966,13 @@ func (x *NodeInfo) GetHostname() string {
 	return ""
 }
 
+func (x *NodeInfo) GetObjectAddr() string {
+	if x != nil {
+		return x.ObjectAddr
+	}
+	return ""
+}
+
 type JobInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId []byte                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -4113,7 +3992,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4125,7 +4004,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4138,7 +4017,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -4232,7 +4111,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4123,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +4136,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -4360,7 +4239,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4372,7 +4251,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4385,7 +4264,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -4405,7 +4284,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4417,7 +4296,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4430,7 +4309,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -4450,7 +4329,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4341,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4354,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -4500,7 +4379,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4512,7 +4391,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4525,7 +4404,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 type HeartbeatRequest struct {
@@ -4541,7 +4420,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4553,7 +4432,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4566,7 +4445,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -4615,7 +4494,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4627,7 +4506,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4640,7 +4519,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -4658,7 +4537,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4670,7 +4549,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4683,7 +4562,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 type NodeView struct {
@@ -4700,7 +4579,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4712,7 +4591,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4725,7 +4604,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -4779,7 +4658,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4791,7 +4670,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4804,7 +4683,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -4823,7 +4702,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4835,7 +4714,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4848,7 +4727,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -4866,7 +4745,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4878,7 +4757,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4891,7 +4770,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 type MarkJobFinishedRequest struct {
@@ -4903,7 +4782,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4915,7 +4794,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4928,7 +4807,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -4946,7 +4825,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4958,7 +4837,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4971,7 +4850,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 type GetAllJobsRequest struct {
@@ -4982,7 +4861,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4994,7 +4873,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5007,7 +4886,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 type GetAllJobsReply struct {
@@ -5019,7 +4898,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5031,7 +4910,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5044,7 +4923,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -5063,7 +4942,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +4954,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +4967,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -5106,7 +4985,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5118,7 +4997,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5131,7 +5010,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 type UpdateActorRequest struct {
@@ -5143,7 +5022,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5155,7 +5034,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5168,7 +5047,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -5186,7 +5065,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5198,7 +5077,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5211,7 +5090,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 type GetActorRequest struct {
@@ -5225,7 +5104,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5237,7 +5116,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5250,7 +5129,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -5283,7 +5162,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5295,7 +5174,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5308,7 +5187,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -5326,7 +5205,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5338,7 +5217,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5351,7 +5230,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 type ListActorsReply struct {
@@ -5363,7 +5242,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5375,7 +5254,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5388,7 +5267,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -5409,7 +5288,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5421,7 +5300,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5434,7 +5313,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -5466,7 +5345,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5478,7 +5357,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5491,7 +5370,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 type KVPutRequest struct {
@@ -5506,7 +5385,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5518,7 +5397,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5531,7 +5410,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -5571,7 +5450,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5583,7 +5462,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5596,7 +5475,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -5616,7 +5495,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5628,7 +5507,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5641,7 +5520,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -5668,7 +5547,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5680,7 +5559,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5693,7 +5572,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -5721,7 +5600,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5733,7 +5612,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5746,7 +5625,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -5779,7 +5658,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5791,7 +5670,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5804,7 +5683,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -5824,7 +5703,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5836,7 +5715,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5849,7 +5728,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -5875,7 +5754,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5887,7 +5766,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5900,7 +5779,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -6131,16 +6010,7 @@ const file_goray_proto_rawDesc = "" +
 	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12'\n" +
 	"\x05owner\x18\x03 \x01(\v2\x11.goray.v1.AddressR\x05owner\"\x11\n" +
-	"\x0fPullObjectReply\"`\n" +
-	"\x11ReadObjectRequest\x12\x1b\n" +
-	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x16\n" +
-	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
-	"\x06length\x18\x03 \x01(\x03R\x06length\"r\n" +
-	"\vObjectChunk\x12\x16\n" +
-	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\x12\x1b\n" +
-	"\tdata_size\x18\x03 \x01(\x03R\bdataSize\x12\x1a\n" +
-	"\bmetadata\x18\x04 \x01(\fR\bmetadata\",\n" +
+	"\x0fPullObjectReply\",\n" +
 	"\x12FetchBinaryRequest\x12\x16\n" +
 	"\x06sha256\x18\x01 \x01(\tR\x06sha256\"5\n" +
 	"\vBinaryChunk\x12\x12\n" +
@@ -6197,7 +6067,7 @@ const file_goray_proto_rawDesc = "" +
 	"last_error\x18\t \x01(\tR\tlastError\"-\n" +
 	"\x13ShutdownNodeRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x13\n" +
-	"\x11ShutdownNodeReply\"\x83\x04\n" +
+	"\x11ShutdownNodeReply\"\xa4\x04\n" +
 	"\bNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x1f\n" +
@@ -6216,7 +6086,9 @@ const file_goray_proto_rawDesc = "" +
 	"\x03pid\x18\f \x01(\x05R\x03pid\x12\x1f\n" +
 	"\vsession_dir\x18\r \x01(\tR\n" +
 	"sessionDir\x12\x1a\n" +
-	"\bhostname\x18\x0e \x01(\tR\bhostname\x1a9\n" +
+	"\bhostname\x18\x0e \x01(\tR\bhostname\x12\x1f\n" +
+	"\vobject_addr\x18\x0f \x01(\tR\n" +
+	"objectAddr\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x02\n" +
@@ -6351,8 +6223,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x0fGetObjectStatus\x12 .goray.v1.GetObjectStatusRequest\x1a\x1e.goray.v1.GetObjectStatusReply\x12S\n" +
 	"\x0fUpdateBorrowers\x12 .goray.v1.UpdateBorrowersRequest\x1a\x1e.goray.v1.UpdateBorrowersReply\x122\n" +
 	"\x04Exit\x12\x15.goray.v1.ExitRequest\x1a\x13.goray.v1.ExitReply\x12A\n" +
-	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xc0\n" +
-	"\n" +
+	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xfc\t\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
 	"\rDriverSession\x12\x17.goray.v1.DriverMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12B\n" +
@@ -6370,9 +6241,7 @@ const file_goray_proto_rawDesc = "" +
 	"\vFreeObjects\x12\x1c.goray.v1.FreeObjectsRequest\x1a\x1a.goray.v1.FreeObjectsReply\x12J\n" +
 	"\fGetNodeStats\x12\x1d.goray.v1.GetNodeStatsRequest\x1a\x1b.goray.v1.GetNodeStatsReply\x12D\n" +
 	"\n" +
-	"PullObject\x12\x1b.goray.v1.PullObjectRequest\x1a\x19.goray.v1.PullObjectReply\x12B\n" +
-	"\n" +
-	"ReadObject\x12\x1b.goray.v1.ReadObjectRequest\x1a\x15.goray.v1.ObjectChunk0\x01\x12D\n" +
+	"PullObject\x12\x1b.goray.v1.PullObjectRequest\x1a\x19.goray.v1.PullObjectReply\x12D\n" +
 	"\vFetchBinary\x12\x1c.goray.v1.FetchBinaryRequest\x1a\x15.goray.v1.BinaryChunk0\x01\x12G\n" +
 	"\vWorkersDied\x12\x1c.goray.v1.WorkersDiedRequest\x1a\x1a.goray.v1.WorkersDiedReply\x12J\n" +
 	"\fShutdownNode\x12\x1d.goray.v1.ShutdownNodeRequest\x1a\x1b.goray.v1.ShutdownNodeReply2\xe8\b\n" +
@@ -6409,7 +6278,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                      // 0: goray.v1.TaskKind
 	(ActorState)(0),                    // 1: goray.v1.ActorState
@@ -6460,202 +6329,198 @@ var file_goray_proto_goTypes = []any{
 	(*ReleaseObjectsReply)(nil),        // 46: goray.v1.ReleaseObjectsReply
 	(*PullObjectRequest)(nil),          // 47: goray.v1.PullObjectRequest
 	(*PullObjectReply)(nil),            // 48: goray.v1.PullObjectReply
-	(*ReadObjectRequest)(nil),          // 49: goray.v1.ReadObjectRequest
-	(*ObjectChunk)(nil),                // 50: goray.v1.ObjectChunk
-	(*FetchBinaryRequest)(nil),         // 51: goray.v1.FetchBinaryRequest
-	(*BinaryChunk)(nil),                // 52: goray.v1.BinaryChunk
-	(*WorkersDiedRequest)(nil),         // 53: goray.v1.WorkersDiedRequest
-	(*WorkersDiedReply)(nil),           // 54: goray.v1.WorkersDiedReply
-	(*FreeObjectsRequest)(nil),         // 55: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),           // 56: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),        // 57: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                // 58: goray.v1.WorkerStats
-	(*PendingDemand)(nil),              // 59: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),          // 60: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),               // 61: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),        // 62: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),          // 63: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                   // 64: goray.v1.NodeInfo
-	(*JobInfo)(nil),                    // 65: goray.v1.JobInfo
-	(*ActorInfo)(nil),                  // 66: goray.v1.ActorInfo
-	(*RegisterNodeRequest)(nil),        // 67: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),          // 68: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),      // 69: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),        // 70: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),           // 71: goray.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),             // 72: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),         // 73: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                   // 74: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),           // 75: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),              // 76: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                // 77: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),     // 78: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),       // 79: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),          // 80: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),            // 81: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),       // 82: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),         // 83: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),         // 84: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),           // 85: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),            // 86: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),              // 87: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),          // 88: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),            // 89: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil), // 90: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),   // 91: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),               // 92: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                 // 93: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),               // 94: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                 // 95: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),               // 96: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                 // 97: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),              // 98: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                // 99: goray.v1.KVKeysReply
-	nil,                                // 100: goray.v1.Resources.AmountsEntry
-	nil,                                // 101: goray.v1.NodeInfo.LabelsEntry
+	(*FetchBinaryRequest)(nil),         // 49: goray.v1.FetchBinaryRequest
+	(*BinaryChunk)(nil),                // 50: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),         // 51: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),           // 52: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),         // 53: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),           // 54: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),        // 55: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                // 56: goray.v1.WorkerStats
+	(*PendingDemand)(nil),              // 57: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),          // 58: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),               // 59: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),        // 60: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),          // 61: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                   // 62: goray.v1.NodeInfo
+	(*JobInfo)(nil),                    // 63: goray.v1.JobInfo
+	(*ActorInfo)(nil),                  // 64: goray.v1.ActorInfo
+	(*RegisterNodeRequest)(nil),        // 65: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),          // 66: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),      // 67: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),        // 68: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),           // 69: goray.v1.HeartbeatRequest
+	(*HeartbeatReply)(nil),             // 70: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),         // 71: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                   // 72: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),           // 73: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),              // 74: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                // 75: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),     // 76: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),       // 77: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),          // 78: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),            // 79: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),       // 80: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),         // 81: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),         // 82: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),           // 83: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),            // 84: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),              // 85: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),          // 86: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),            // 87: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil), // 88: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),   // 89: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),               // 90: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                 // 91: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),               // 92: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                 // 93: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),               // 94: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                 // 95: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),              // 96: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                // 97: goray.v1.KVKeysReply
+	nil,                                // 98: goray.v1.Resources.AmountsEntry
+	nil,                                // 99: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	100, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
-	5,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
-	7,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
-	7,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
-	0,   // 4: goray.v1.TaskSpec.kind:type_name -> goray.v1.TaskKind
-	8,   // 5: goray.v1.TaskSpec.args:type_name -> goray.v1.TaskArg
-	5,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
-	6,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
-	7,   // 8: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
-	9,   // 9: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
-	10,  // 10: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
-	2,   // 11: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
-	10,  // 12: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
-	5,   // 13: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
-	5,   // 14: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
-	20,  // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
-	21,  // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	5,   // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	65,  // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
-	5,   // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
-	3,   // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	64,  // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	26,  // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
-	6,   // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	28,  // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
-	4,   // 25: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
-	5,   // 26: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	5,   // 27: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	43,  // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
-	5,   // 29: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
-	5,   // 30: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
-	6,   // 31: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	64,  // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
-	6,   // 33: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	58,  // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	59,  // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	43,  // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
-	5,   // 37: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	61,  // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	6,   // 39: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	101, // 40: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
-	1,   // 41: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
-	5,   // 42: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
-	5,   // 43: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
-	6,   // 44: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	64,  // 45: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	6,   // 46: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	59,  // 47: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	64,  // 48: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	6,   // 49: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	59,  // 50: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	74,  // 51: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	65,  // 52: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	65,  // 53: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	66,  // 54: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	66,  // 55: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	66,  // 56: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	66,  // 57: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	11,  // 58: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	13,  // 59: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	15,  // 60: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	17,  // 61: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	19,  // 62: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	23,  // 63: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	24,  // 64: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	27,  // 65: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	36,  // 66: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	29,  // 67: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	31,  // 68: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	33,  // 69: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	38,  // 70: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	40,  // 71: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	42,  // 72: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	45,  // 73: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	55,  // 74: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	57,  // 75: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	47,  // 76: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	49,  // 77: goray.v1.Raylet.ReadObject:input_type -> goray.v1.ReadObjectRequest
-	51,  // 78: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	53,  // 79: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	62,  // 80: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	67,  // 81: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	69,  // 82: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	71,  // 83: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	73,  // 84: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	76,  // 85: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	78,  // 86: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	80,  // 87: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	82,  // 88: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	84,  // 89: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	86,  // 90: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	88,  // 91: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	90,  // 92: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	92,  // 93: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	94,  // 94: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	96,  // 95: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	98,  // 96: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	12,  // 97: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	14,  // 98: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	16,  // 99: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	18,  // 100: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	22,  // 101: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	25,  // 102: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	25,  // 103: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	35,  // 104: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	37,  // 105: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	30,  // 106: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	32,  // 107: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	34,  // 108: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	39,  // 109: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	41,  // 110: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	44,  // 111: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	46,  // 112: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	56,  // 113: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	60,  // 114: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	48,  // 115: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	50,  // 116: goray.v1.Raylet.ReadObject:output_type -> goray.v1.ObjectChunk
-	52,  // 117: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	54,  // 118: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	63,  // 119: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	68,  // 120: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	70,  // 121: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	72,  // 122: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	75,  // 123: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	77,  // 124: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	79,  // 125: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	81,  // 126: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	83,  // 127: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	85,  // 128: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	87,  // 129: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	89,  // 130: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	91,  // 131: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	93,  // 132: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	95,  // 133: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	97,  // 134: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	99,  // 135: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	97,  // [97:136] is the sub-list for method output_type
-	58,  // [58:97] is the sub-list for method input_type
-	58,  // [58:58] is the sub-list for extension type_name
-	58,  // [58:58] is the sub-list for extension extendee
-	0,   // [0:58] is the sub-list for field type_name
+	98, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	5,  // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
+	7,  // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
+	7,  // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
+	0,  // 4: goray.v1.TaskSpec.kind:type_name -> goray.v1.TaskKind
+	8,  // 5: goray.v1.TaskSpec.args:type_name -> goray.v1.TaskArg
+	5,  // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
+	6,  // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
+	7,  // 8: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
+	9,  // 9: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
+	10, // 10: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
+	2,  // 11: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
+	10, // 12: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
+	5,  // 13: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
+	5,  // 14: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
+	20, // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
+	21, // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
+	5,  // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
+	63, // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	5,  // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
+	3,  // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
+	62, // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	26, // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	6,  // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
+	28, // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	4,  // 25: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
+	5,  // 26: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
+	5,  // 27: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
+	43, // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	5,  // 29: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
+	5,  // 30: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
+	6,  // 31: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
+	62, // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	6,  // 33: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
+	56, // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	57, // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	43, // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	5,  // 37: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
+	59, // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	6,  // 39: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
+	99, // 40: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	1,  // 41: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
+	5,  // 42: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
+	5,  // 43: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
+	6,  // 44: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
+	62, // 45: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	6,  // 46: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	57, // 47: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	62, // 48: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	6,  // 49: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	57, // 50: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	72, // 51: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	63, // 52: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	63, // 53: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	64, // 54: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	64, // 55: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	64, // 56: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	64, // 57: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	11, // 58: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	13, // 59: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	15, // 60: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	17, // 61: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	19, // 62: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	23, // 63: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	24, // 64: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	27, // 65: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	36, // 66: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	29, // 67: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	31, // 68: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	33, // 69: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	38, // 70: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	40, // 71: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	42, // 72: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	45, // 73: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	53, // 74: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	55, // 75: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	47, // 76: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	49, // 77: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	51, // 78: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	60, // 79: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	65, // 80: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	67, // 81: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	69, // 82: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	71, // 83: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	74, // 84: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	76, // 85: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	78, // 86: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	80, // 87: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	82, // 88: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	84, // 89: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	86, // 90: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	88, // 91: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	90, // 92: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	92, // 93: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	94, // 94: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	96, // 95: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	12, // 96: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	14, // 97: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	16, // 98: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	18, // 99: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	22, // 100: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	25, // 101: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	25, // 102: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	35, // 103: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	37, // 104: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	30, // 105: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	32, // 106: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	34, // 107: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	39, // 108: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	41, // 109: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	44, // 110: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	46, // 111: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	54, // 112: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	58, // 113: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	48, // 114: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	50, // 115: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	52, // 116: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	61, // 117: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	66, // 118: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	68, // 119: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	70, // 120: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	73, // 121: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	75, // 122: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	77, // 123: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	79, // 124: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	81, // 125: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	83, // 126: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	85, // 127: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	87, // 128: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	89, // 129: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	91, // 130: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	93, // 131: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	95, // 132: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	97, // 133: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	96, // [96:134] is the sub-list for method output_type
+	58, // [58:96] is the sub-list for method input_type
+	58, // [58:58] is the sub-list for extension type_name
+	58, // [58:58] is the sub-list for extension extendee
+	0,  // [0:58] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }
@@ -6669,7 +6534,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   97,
+			NumMessages:   95,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -309,7 +309,6 @@ const (
 	Raylet_FreeObjects_FullMethodName        = "/goray.v1.Raylet/FreeObjects"
 	Raylet_GetNodeStats_FullMethodName       = "/goray.v1.Raylet/GetNodeStats"
 	Raylet_PullObject_FullMethodName         = "/goray.v1.Raylet/PullObject"
-	Raylet_ReadObject_FullMethodName         = "/goray.v1.Raylet/ReadObject"
 	Raylet_FetchBinary_FullMethodName        = "/goray.v1.Raylet/FetchBinary"
 	Raylet_WorkersDied_FullMethodName        = "/goray.v1.Raylet/WorkersDied"
 	Raylet_ShutdownNode_FullMethodName       = "/goray.v1.Raylet/ShutdownNode"
@@ -356,8 +355,6 @@ type RayletClient interface {
 	// PullObject makes a copy of an object held by another node in this
 	// node's store (concurrent pulls of one object share one transfer).
 	PullObject(ctx context.Context, in *PullObjectRequest, opts ...grpc.CallOption) (*PullObjectReply, error)
-	// ReadObject streams a byte range of a sealed object of this node's store.
-	ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObjectChunk], error)
 	// FetchBinary streams a job binary this node has, by sha256.
 	FetchBinary(ctx context.Context, in *FetchBinaryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BinaryChunk], error)
 	// WorkersDied tells this node that drivers or workers of another node
@@ -520,28 +517,9 @@ func (c *rayletClient) PullObject(ctx context.Context, in *PullObjectRequest, op
 	return out, nil
 }
 
-func (c *rayletClient) ReadObject(ctx context.Context, in *ReadObjectRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObjectChunk], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Raylet_ServiceDesc.Streams[2], Raylet_ReadObject_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[ReadObjectRequest, ObjectChunk]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Raylet_ReadObjectClient = grpc.ServerStreamingClient[ObjectChunk]
-
 func (c *rayletClient) FetchBinary(ctx context.Context, in *FetchBinaryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BinaryChunk], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Raylet_ServiceDesc.Streams[3], Raylet_FetchBinary_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Raylet_ServiceDesc.Streams[2], Raylet_FetchBinary_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -619,8 +597,6 @@ type RayletServer interface {
 	// PullObject makes a copy of an object held by another node in this
 	// node's store (concurrent pulls of one object share one transfer).
 	PullObject(context.Context, *PullObjectRequest) (*PullObjectReply, error)
-	// ReadObject streams a byte range of a sealed object of this node's store.
-	ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ObjectChunk]) error
 	// FetchBinary streams a job binary this node has, by sha256.
 	FetchBinary(*FetchBinaryRequest, grpc.ServerStreamingServer[BinaryChunk]) error
 	// WorkersDied tells this node that drivers or workers of another node
@@ -678,9 +654,6 @@ func (UnimplementedRayletServer) GetNodeStats(context.Context, *GetNodeStatsRequ
 }
 func (UnimplementedRayletServer) PullObject(context.Context, *PullObjectRequest) (*PullObjectReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method PullObject not implemented")
-}
-func (UnimplementedRayletServer) ReadObject(*ReadObjectRequest, grpc.ServerStreamingServer[ObjectChunk]) error {
-	return status.Error(codes.Unimplemented, "method ReadObject not implemented")
 }
 func (UnimplementedRayletServer) FetchBinary(*FetchBinaryRequest, grpc.ServerStreamingServer[BinaryChunk]) error {
 	return status.Error(codes.Unimplemented, "method FetchBinary not implemented")
@@ -942,17 +915,6 @@ func _Raylet_PullObject_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Raylet_ReadObject_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(ReadObjectRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(RayletServer).ReadObject(m, &grpc.GenericServerStream[ReadObjectRequest, ObjectChunk]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Raylet_ReadObjectServer = grpc.ServerStreamingServer[ObjectChunk]
-
 func _Raylet_FetchBinary_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(FetchBinaryRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -1076,11 +1038,6 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Raylet_DriverSession_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
-		},
-		{
-			StreamName:    "ReadObject",
-			Handler:       _Raylet_ReadObject_Handler,
-			ServerStreams: true,
 		},
 		{
 			StreamName:    "FetchBinary",

@@ -1,0 +1,90 @@
+package raylet
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/goray-dev/goray/internal/ids"
+)
+
+func TestDataPlaneRanges(t *testing.T) {
+	store := newFakeStore()
+	r := &Raylet{cfg: Config{NodeID: ids.New(), Store: store}, log: hclog.NewNullLogger()}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { r.ServeData(lis); close(done) }()
+	defer func() { lis.Close(); r.closePeerConns(); <-done }()
+
+	oid := ids.ObjectIDFor(ids.New(), 1)
+	const size = 3<<20 + 7
+	off, err := store.Create(oid, size, []byte("M"), ids.New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := store.Data(off, size)
+	for i := range src {
+		src[i] = byte(i * 7)
+	}
+	if err := store.Seal(oid, ids.New(), true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rr, err := dialData(ctx, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr.Close()
+	// Several requests on one connection, including an empty and a clamped range.
+	for _, c := range []struct{ off, length, want int64 }{{0, 1 << 20, 1 << 20}, {size - 10, -1, 10}, {5, 0, 0}, {size - 3, 100, 3}} {
+		gotSize, meta, err := rr.request(oid, c.off, c.length)
+		if err != nil {
+			t.Fatalf("range %+v: %v", c, err)
+		}
+		if gotSize != size || string(meta) != "M" {
+			t.Fatalf("header: size %d meta %q", gotSize, meta)
+		}
+		dst := make([]byte, c.want)
+		if err := rr.readInto(dst); err != nil {
+			t.Fatal(err)
+		}
+		for i, b := range dst {
+			if b != src[c.off+int64(i)] {
+				t.Fatalf("range %+v: byte %d = %d, want %d", c, i, b, src[c.off+int64(i)])
+			}
+		}
+	}
+	// Refusals name the problem and keep the connection usable.
+	_, _, err = rr.request(ids.ObjectIDFor(ids.New(), 1), 0, -1)
+	var de *dataError
+	if !errors.As(err, &de) || de.status != dataNotFound || !strings.Contains(de.msg, "is not in the store") {
+		t.Fatalf("unknown object: %v", err)
+	}
+	_, _, err = rr.request(oid, size+1, 1)
+	if !errors.As(err, &de) || de.status != dataBadRange || !strings.Contains(de.msg, "outside") {
+		t.Fatalf("bad offset: %v", err)
+	}
+	if _, _, err := rr.request(oid, 0, 1); err != nil {
+		t.Fatalf("after refusals: %v", err)
+	}
+	// A cancelled context unblocks a read.
+	cctx, ccancel := context.WithCancel(context.Background())
+	rr2, err := dialData(cctx, lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rr2.Close()
+	ccancel()
+	if err := rr2.readInto(make([]byte, 1)); err == nil {
+		t.Fatal("read after cancel succeeded")
+	}
+}
