@@ -207,6 +207,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: starting goray: %w", err)
 		}
+		e.gcsAddress = rt.GCSAddress()
 		defer func() {
 			rt.Shutdown(context.Background())
 			cleanup()

@@ -184,6 +184,7 @@ func TestMetricNames(t *testing.T) {
 		{"n_n_async_actor_calls_async", 20000},
 		{"placement_group_create/removal", 100},
 		{"tensor_transfer_shm_actor_to_actor", float64(64<<20) / 1e9},
+		{"object_transfer_node_to_node", float64(256<<20) / 1e9},
 	}
 	got := e.metrics()
 	if len(got) != len(want) {
@@ -201,12 +202,19 @@ func TestMetricNames(t *testing.T) {
 	if m := quick[3]; m.mult >= 0.8 || !strings.Contains(m.note, "quick mode") {
 		t.Errorf("quick %s: multiplier %v note %q, want a smaller size said in the note", m.name, m.mult, m.note)
 	}
-	tensor := got[len(got)-1]
+	tensor := got[len(got)-2]
 	if tensor.transport != "shm" || tensor.limit != LimitMemcpy || tensor.ratio == nil {
 		t.Errorf("%s: transport %q limit %q, want shm and %s with a ratio", tensor.name, tensor.transport, tensor.limit, LimitMemcpy)
 	}
-	if m := quick[len(quick)-1]; abs(m.mult-float64(8<<20)/1e9) > 1e-12 || !strings.Contains(m.note, "quick mode") {
+	if m := quick[len(quick)-2]; abs(m.mult-float64(8<<20)/1e9) > 1e-12 || !strings.Contains(m.note, "quick mode") {
 		t.Errorf("quick %s: multiplier %v note %q, want 8 MiB said in the note", m.name, m.mult, m.note)
+	}
+	nodes := got[len(got)-1]
+	if nodes.transport != "" || nodes.limit != LimitTCP || nodes.ratio == nil {
+		t.Errorf("%s: transport %q limit %q, want none and %s with a ratio", nodes.name, nodes.transport, nodes.limit, LimitTCP)
+	}
+	if m := quick[len(quick)-1]; abs(m.mult-float64(32<<20)/1e9) > 1e-12 || !strings.Contains(m.note, "quick mode") {
+		t.Errorf("quick %s: multiplier %v note %q, want 32 MiB said in the note", m.name, m.mult, m.note)
 	}
 }
 

@@ -36,6 +36,8 @@ type env struct {
 	logger hclog.Logger
 	// shmUnavailable, when set, says why the node has no shm transport.
 	shmUnavailable string
+	// gcsAddress is the cluster's GCS, where a second node can join.
+	gcsAddress string
 }
 
 // limits returns the machine limits, measured before the metrics.

@@ -552,6 +552,7 @@ func (e *env) metrics() []workload {
 		{name: MetricPlacementGroup, unit: UnitPerSecond, mult: 100, unavailable: placementGroupUnavailable},
 		// Beyond Ray's list.
 		e.tensorTransferMetric(),
+		e.nodeTransferMetric(),
 	}
 }
 

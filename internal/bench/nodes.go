@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/node"
+	"github.com/goray-dev/goray/sdk/ray"
+)
+
+// MetricObjectTransferNodes is the object transfer metric between two
+// nodes (not one of Ray's metrics).
+const MetricObjectTransferNodes = "object_transfer_node_to_node"
+
+// remoteLen returns the length of a byte slice it received as an argument
+// (on the node the object was pulled to).
+func remoteLen(ctx context.Context, b []byte) (int, error) { return len(b), nil }
+
+var remoteLenTask = ray.Task1(remoteLen)
+
+// nodeTransferSetup finds another node (or starts one in this process,
+// joining the cluster) and returns a call that puts a fresh size-byte
+// object on this node and runs a task pinned to the other node that takes
+// it as an argument, so its raylet pulls it.
+func (e *env) nodeTransferSetup(size int) setupFunc {
+	return func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
+		nodes, err := ray.Nodes(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		other, teardown := "", func(context.Context) {}
+		for _, n := range nodes {
+			if n.Alive && n.ID != ray.NodeID() {
+				other = n.ID
+			}
+		}
+		if other == "" {
+			if e.gcsAddress == "" {
+				return nil, nil, &notAvailableError{reason: "no second node and no GCS address to start one"}
+			}
+			cfg := config.Default()
+			cfg.Address = e.gcsAddress
+			one := 1.0
+			cfg.Resources.CPU = &one
+			cfg.ObjectStore.Memory = int64(4*size + 64<<20)
+			dir, err := os.MkdirTemp("", "goray-bench-node-")
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg.TempDir = dir
+			nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true})
+			if err != nil {
+				os.RemoveAll(dir)
+				return nil, nil, fmt.Errorf("starting a second node: %w", err)
+			}
+			other = nd.ID().String()
+			teardown = func(ctx context.Context) {
+				_ = nd.Stop(ctx)
+				os.RemoveAll(dir)
+			}
+		}
+		blob := make([]byte, size)
+		for i := 0; i < size; i += 4096 {
+			blob[i] = byte(i >> 12)
+		}
+		fn := func(ctx context.Context) error {
+			ref, err := ray.Put(ctx, blob)
+			if err != nil {
+				return err
+			}
+			defer ref.Release()
+			n, err := remoteLenTask.Options(ray.NodeAffinity(other, false), ray.CPUs(0)).Remote(ctx, ref).Get(ctx)
+			if err == nil && n != size {
+				err = fmt.Errorf("the other node read %d bytes, want %d", n, size)
+			}
+			return err
+		}
+		// One warm-up call here: the first pull also starts a worker there.
+		if err := fn(ctx); err != nil {
+			teardown(ctx)
+			if errors.Is(err, ray.ErrUnschedulable) {
+				return nil, nil, &notAvailableError{reason: err.Error()}
+			}
+			return nil, nil, err
+		}
+		return fn, teardown, nil
+	}
+}
+
+// nodeTransferMetric is object_transfer_node_to_node.
+func (e *env) nodeTransferMetric() workload {
+	size, sizeNote := 256<<20, ""
+	if e.quick {
+		size, sizeNote = 32<<20, "; quick mode: smaller object"
+	}
+	return workload{
+		name: MetricObjectTransferNodes, unit: UnitGBps, mult: float64(size) / 1e9,
+		note: fmt.Sprintf("per call the driver puts a fresh %s object on its node and a task pinned to a second node (another node of the cluster, "+
+			"or one started in this process on loopback) takes it as an argument, so that node's raylet pulls it over the object data plane; "+
+			"the time includes the put (about memcpy speed) and the task; figure = object bytes ÷ time (GB = 10^9 bytes); ratio = ÷ TCP loopback bandwidth%s",
+			humanize.IBytes(uint64(size)), sizeNote),
+		limit: LimitTCP, ratio: func(mean, limit float64) float64 { return mean / limit },
+		setup: e.nodeTransferSetup(size),
+	}
+}
