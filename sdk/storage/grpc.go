@@ -1,0 +1,687 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"runtime/debug"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
+
+	pb "github.com/goray-dev/goray/internal/proto/storagev1"
+)
+
+// APIVersion is the newest version of the storage plugin protocol this SDK
+// speaks.
+const APIVersion = 1
+
+// listBatch is how many objects one List message carries, and deleteBatch
+// how many keys one Delete call sends.
+const (
+	listBatch   = 1000
+	deleteBatch = 1000
+)
+
+// Register registers impl as the Storage gRPC service (API version 1) on s.
+// Serve does this for plugins; tests and embedders can use it with their
+// own server.
+func Register(s *grpc.Server, impl Storage) {
+	pb.RegisterStorageServer(s, &server{impl: impl})
+}
+
+// NewClient returns a Storage backed by a storage plugin reachable over
+// conn, which speaks the negotiated apiVersion. Errors keep their identity:
+// errors.Is(err, ErrNotFound) works on a key missing in the plugin, a
+// *StorageError names the operation and key, and a plugin that is gone or
+// restarting gives ErrUnavailable. Context cancellation and deadlines
+// travel to the plugin. Object bytes stream in chunks of ChunkSize.
+//
+// conn is usually the *grpc.ClientConn of a plugin; any
+// grpc.ClientConnInterface works.
+func NewClient(conn grpc.ClientConnInterface, apiVersion int) Storage {
+	return &client{c: pb.NewStorageClient(conn), version: apiVersion}
+}
+
+// ---------------------------------------------------------------- errors
+
+const (
+	kindNotFound     = "not_found"
+	kindBadKey       = "bad_key"
+	kindUnavailable  = "unavailable"
+	kindPermission   = "permission"
+	kindSizeMismatch = "size_mismatch"
+	kindInvalidRange = "invalid_range"
+	kindCanceled     = "canceled"
+	kindDeadline     = "deadline"
+)
+
+func errorKind(err error) (string, codes.Code) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return kindNotFound, codes.NotFound
+	case errors.Is(err, ErrBadKey):
+		return kindBadKey, codes.InvalidArgument
+	case errors.Is(err, ErrSizeMismatch):
+		return kindSizeMismatch, codes.FailedPrecondition
+	case errors.Is(err, ErrInvalidRange):
+		return kindInvalidRange, codes.OutOfRange
+	case errors.Is(err, ErrPermission):
+		return kindPermission, codes.PermissionDenied
+	case errors.Is(err, ErrUnavailable):
+		return kindUnavailable, codes.Unavailable
+	case errors.Is(err, context.DeadlineExceeded):
+		return kindDeadline, codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return kindCanceled, codes.Canceled
+	}
+	return "", codes.Unknown
+}
+
+func kindErrors(kind string) []error {
+	switch kind {
+	case kindNotFound:
+		return []error{ErrNotFound}
+	case kindBadKey:
+		return []error{ErrBadKey}
+	case kindSizeMismatch:
+		return []error{ErrSizeMismatch}
+	case kindInvalidRange:
+		return []error{ErrInvalidRange}
+	case kindPermission:
+		return []error{ErrPermission}
+	case kindUnavailable:
+		return []error{ErrUnavailable}
+	case kindDeadline:
+		return []error{context.DeadlineExceeded}
+	case kindCanceled:
+		return []error{context.Canceled}
+	}
+	return nil
+}
+
+func codeKind(c codes.Code) string {
+	switch c {
+	case codes.NotFound:
+		return kindNotFound
+	case codes.InvalidArgument:
+		return kindBadKey
+	case codes.FailedPrecondition:
+		return kindSizeMismatch
+	case codes.OutOfRange:
+		return kindInvalidRange
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return kindPermission
+	case codes.Unavailable:
+		return kindUnavailable
+	case codes.DeadlineExceeded:
+		return kindDeadline
+	case codes.Canceled:
+		return kindCanceled
+	}
+	return ""
+}
+
+// toStatus turns an implementation's error into a gRPC status error that
+// carries an ErrorInfo detail.
+func toStatus(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		return err // already a status (a panic turned into Internal)
+	}
+	kind, code := errorKind(err)
+	msg := err.Error()
+	var se *StorageError
+	if errors.As(err, &se) {
+		if se.Op != "" {
+			op = se.Op
+		}
+		if se.Key != "" {
+			key = se.Key
+		}
+		if se.Err != nil {
+			msg = se.Err.Error()
+		}
+	}
+	info := &pb.ErrorInfo{Kind: kind, Op: op, Key: key, Message: msg}
+	full := (&StorageError{Op: op, Key: key, Err: errors.New(msg)}).Error()
+	st := status.New(code, full)
+	if withInfo, derr := st.WithDetails(protoadapt.MessageV1Of(info)); derr == nil {
+		st = withInfo
+	}
+	return st.Err()
+}
+
+// remoteError is an error that crossed the plugin boundary.
+type remoteError struct {
+	msg   string
+	kinds []error
+}
+
+func (e *remoteError) Error() string   { return e.msg }
+func (e *remoteError) Unwrap() []error { return e.kinds }
+
+// fromStatus turns a gRPC error from the plugin back into a *StorageError
+// whose cause matches the original sentinel errors.
+func fromStatus(op, key string, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return &StorageError{Op: op, Key: key, Err: err}
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*pb.ErrorInfo); ok {
+			if info.Op != "" {
+				op = info.Op
+			}
+			if info.Key != "" {
+				key = info.Key
+			}
+			kinds := kindErrors(info.Kind)
+			if len(kinds) == 0 {
+				kinds = []error{err}
+			}
+			return &StorageError{Op: op, Key: key, Err: &remoteError{msg: info.Message, kinds: kinds}}
+		}
+	}
+	kinds := kindErrors(codeKind(st.Code()))
+	if len(kinds) == 0 {
+		return &StorageError{Op: op, Key: key, Err: err}
+	}
+	// No detail: the plugin is gone or restarting (Unavailable), an older
+	// plugin, a deadline hit on the way. Keep the status error in the chain
+	// so callers can still inspect its code.
+	return &StorageError{Op: op, Key: key,
+		Err: &remoteError{msg: fmt.Sprintf("%s (%s)", st.Message(), st.Code()), kinds: append(kinds, err)}}
+}
+
+// ---------------------------------------------------------------- server
+
+// server adapts a Storage to the generated gRPC service. A panic in the
+// implementation becomes an Internal error instead of killing the plugin.
+type server struct {
+	pb.UnimplementedStorageServer
+	impl Storage
+}
+
+func recoverTo(op, key string, err *error) {
+	if r := recover(); r != nil {
+		*err = status.Errorf(codes.Internal, "storage %s of %q panicked: %v\n%s", op, key, r, debug.Stack())
+	}
+}
+
+func (s *server) Info(ctx context.Context, _ *pb.InfoRequest) (_ *pb.InfoResponse, err error) {
+	defer recoverTo(OpInfo, "", &err)
+	r, err := s.impl.Info(ctx, &InfoRequest{})
+	if err != nil {
+		return nil, toStatus(OpInfo, "", err)
+	}
+	if r == nil {
+		r = &InfoResponse{}
+	}
+	return &pb.InfoResponse{Name: r.Name, Location: r.Location}, nil
+}
+
+func (s *server) Write(stream pb.Storage_WriteServer) (err error) {
+	first, err := stream.Recv()
+	if err != nil {
+		return toStatus(OpWrite, "", err)
+	}
+	h := first.GetHeader()
+	if h == nil {
+		return status.Error(codes.InvalidArgument, "storage write: the first message must be a header")
+	}
+	key := h.GetKey()
+	defer recoverTo(OpWrite, key, &err)
+	body := &streamBody{stream: stream, size: h.GetSize(), left: h.GetSize()}
+	r, err := s.impl.Write(stream.Context(), &WriteRequest{Key: key, Size: h.GetSize(), Body: body})
+	if err != nil {
+		return toStatus(OpWrite, key, err)
+	}
+	if r == nil {
+		r = &WriteResponse{}
+	}
+	return stream.SendAndClose(&pb.WriteResponse{Url: r.URL})
+}
+
+// errClientAborted is the cause a Write's Body fails with when the client
+// gave up on the write.
+var errClientAborted = errors.New("the client aborted the write")
+
+// streamBody is a Write's Body on the plugin side: the chunks of the stream.
+// It hands out the last byte only once the client has confirmed the end of
+// the object (closed its side of the stream without an abort), so an
+// implementation that stores what it read never stores an aborted object.
+type streamBody struct {
+	stream pb.Storage_WriteServer
+	size   int64
+	left   int64 // bytes not yet received
+	cur    []byte
+	ended  bool // the client confirmed the end of the object
+	err    error
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	for len(b.cur) == 0 {
+		if b.err != nil {
+			return 0, b.err
+		}
+		if b.left == 0 {
+			if !b.ended { // an empty object
+				if b.err = b.end(); b.err != nil {
+					return 0, b.err
+				}
+			}
+			return 0, io.EOF
+		}
+		b.cur, b.err = b.next()
+		if b.err != nil {
+			b.cur = nil
+			return 0, b.err
+		}
+	}
+	n := copy(p, b.cur)
+	b.cur = b.cur[n:]
+	return n, nil
+}
+
+// next receives the next chunk; with the last one it also receives the end
+// of the stream.
+func (b *streamBody) next() ([]byte, error) {
+	for {
+		chunk, err := b.recv()
+		if err != nil {
+			return nil, err
+		}
+		if int64(len(chunk)) > b.left {
+			return nil, fmt.Errorf("%w: the client sent more than %d bytes", ErrSizeMismatch, b.size)
+		}
+		if len(chunk) == 0 {
+			continue
+		}
+		b.left -= int64(len(chunk))
+		if b.left > 0 {
+			return chunk, nil
+		}
+		if err := b.end(); err != nil {
+			return nil, err
+		}
+		return chunk, nil
+	}
+}
+
+// end receives the end of the stream once every byte has arrived: nil if
+// the client closed its side, else why the write must fail.
+func (b *streamBody) end() error {
+	for {
+		extra, err := b.recv()
+		if err == io.EOF {
+			b.ended = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if len(extra) > 0 {
+			return fmt.Errorf("%w: the client sent more than %d bytes", ErrSizeMismatch, b.size)
+		}
+	}
+}
+
+// recv returns the next chunk, io.EOF at the end of the stream, or why the
+// write cannot go on.
+func (b *streamBody) recv() ([]byte, error) {
+	m, err := b.stream.Recv()
+	if err == io.EOF {
+		if b.left > 0 {
+			return nil, fmt.Errorf("%w: the client sent %d of %d bytes", ErrSizeMismatch, b.size-b.left, b.size)
+		}
+		return nil, io.EOF
+	}
+	if err != nil {
+		if ctxErr := b.stream.Context().Err(); ctxErr != nil {
+			return nil, fmt.Errorf("the client went away: %w", ctxErr)
+		}
+		return nil, fmt.Errorf("receiving the object: %w", err)
+	}
+	switch msg := m.GetMsg().(type) {
+	case *pb.WriteRequest_Chunk:
+		return msg.Chunk, nil
+	case *pb.WriteRequest_Abort:
+		cause := errClientAborted
+		if kinds := kindErrors(msg.Abort.GetKind()); len(kinds) > 0 {
+			cause = kinds[0]
+		}
+		return nil, fmt.Errorf("%w: %s", cause, msg.Abort.GetMessage())
+	}
+	return nil, fmt.Errorf("%w: unexpected %T message in a write stream", errClientAborted, m.GetMsg())
+}
+
+func (s *server) Read(req *pb.ReadRequest, stream pb.Storage_ReadServer) (err error) {
+	key := req.GetKey()
+	defer recoverTo(OpRead, key, &err)
+	ctx := stream.Context()
+	r, err := s.impl.Read(ctx, &ReadRequest{Key: key, Offset: req.GetOffset(), Length: req.GetLength()})
+	if err != nil {
+		return toStatus(OpRead, key, err)
+	}
+	if r == nil || r.Body == nil {
+		if r != nil && r.Size != 0 {
+			return status.Errorf(codes.Internal, "storage read of %q: the implementation returned no body for %d bytes", key, r.Size)
+		}
+		return stream.Send(&pb.ReadResponse{Msg: &pb.ReadResponse_Header{Header: &pb.ReadHeader{Size: 0}}})
+	}
+	defer r.Body.Close()
+	if err := stream.Send(&pb.ReadResponse{Msg: &pb.ReadResponse_Header{Header: &pb.ReadHeader{Size: r.Size}}}); err != nil {
+		return err
+	}
+	buf := make([]byte, min(r.Size, ChunkSize))
+	var sent int64
+	for sent < r.Size {
+		n, rerr := io.ReadFull(r.Body, buf[:min(int64(len(buf)), r.Size-sent)])
+		if n > 0 {
+			if err := stream.Send(&pb.ReadResponse{Msg: &pb.ReadResponse_Chunk{Chunk: buf[:n]}}); err != nil {
+				return err
+			}
+			sent += int64(n)
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			if sent < r.Size {
+				return status.Errorf(codes.DataLoss, "storage read of %q: the body ended after %d of %d bytes", key, sent, r.Size)
+			}
+			break
+		}
+		if rerr != nil {
+			return toStatus(OpRead, key, rerr)
+		}
+	}
+	return nil
+}
+
+func (s *server) Delete(ctx context.Context, req *pb.DeleteRequest) (_ *pb.DeleteResponse, err error) {
+	defer recoverTo(OpDelete, "", &err)
+	_, err = s.impl.Delete(ctx, &DeleteRequest{Keys: req.GetKeys()})
+	if err != nil {
+		return nil, toStatus(OpDelete, "", err)
+	}
+	return &pb.DeleteResponse{}, nil
+}
+
+func (s *server) List(req *pb.ListRequest, stream pb.Storage_ListServer) (err error) {
+	prefix := req.GetPrefix()
+	defer recoverTo(OpList, prefix, &err)
+	r, err := s.impl.List(stream.Context(), &ListRequest{Prefix: prefix})
+	if err != nil {
+		return toStatus(OpList, prefix, err)
+	}
+	if r == nil {
+		r = &ListResponse{}
+	}
+	objs := r.Objects
+	for first := true; first || len(objs) > 0; first = false {
+		n := min(len(objs), listBatch)
+		batch := make([]*pb.ObjectInfo, n)
+		for i, o := range objs[:n] {
+			batch[i] = &pb.ObjectInfo{Key: o.Key, Size: o.Size}
+		}
+		if err := stream.Send(&pb.ListResponse{Objects: batch}); err != nil {
+			return err
+		}
+		objs = objs[n:]
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- client
+
+type client struct {
+	c       pb.StorageClient
+	version int
+}
+
+func (c *client) Info(ctx context.Context, _ *InfoRequest) (*InfoResponse, error) {
+	r, err := c.c.Info(ctx, &pb.InfoRequest{})
+	if err != nil {
+		return nil, fromStatus(OpInfo, "", err)
+	}
+	return &InfoResponse{Name: r.GetName(), Location: r.GetLocation()}, nil
+}
+
+func (c *client) Write(ctx context.Context, req *WriteRequest) (*WriteResponse, error) {
+	if req == nil {
+		req = &WriteRequest{}
+	}
+	key := req.Key
+	// Keys that break the rules may not even encode (invalid UTF-8).
+	if err := ValidKey(key); err != nil {
+		return nil, &StorageError{Op: OpWrite, Key: key, Err: err}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.c.Write(ctx)
+	if err != nil {
+		return nil, fromStatus(OpWrite, key, err)
+	}
+	// A failed Send means the stream is over: the plugin's answer (or the
+	// reason) is in the status.
+	failed := func() (*WriteResponse, error) {
+		_, err := stream.CloseAndRecv()
+		if err == nil {
+			err = status.Error(codes.Internal, "the plugin ended the write before receiving the whole object")
+		}
+		return nil, fromStatus(OpWrite, key, err)
+	}
+	if err := stream.Send(&pb.WriteRequest{Msg: &pb.WriteRequest_Header{Header: &pb.WriteHeader{Key: key, Size: req.Size}}}); err != nil {
+		return failed()
+	}
+	body := ExactReader(req.Body, req.Size)
+	buf := make([]byte, min(max(req.Size, 1), ChunkSize))
+	for {
+		n, rerr := io.ReadFull(body, buf)
+		if rerr == nil || rerr == io.ErrUnexpectedEOF {
+			if err := stream.Send(&pb.WriteRequest{Msg: &pb.WriteRequest_Chunk{Chunk: buf[:n]}}); err != nil {
+				return failed()
+			}
+		}
+		if rerr == nil {
+			continue
+		}
+		if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+			break
+		}
+		// The body failed or has the wrong size: abort, wait until the
+		// plugin has cleaned up, and report why.
+		return nil, c.abort(stream, key, rerr)
+	}
+	// The whole object is sent. A context that ended meanwhile must not let
+	// the plugin commit it.
+	if err := ctx.Err(); err != nil {
+		return nil, c.abort(stream, key, err)
+	}
+	r, err := stream.CloseAndRecv()
+	if err != nil {
+		return nil, fromStatus(OpWrite, key, err)
+	}
+	return &WriteResponse{URL: r.GetUrl()}, nil
+}
+
+// abort ends a write whose body failed with cause: it tells the plugin, waits
+// for its answer (it has discarded the object by then) and returns cause.
+func (c *client) abort(stream pb.Storage_WriteClient, key string, cause error) error {
+	kind, _ := errorKind(cause)
+	if stream.Send(&pb.WriteRequest{Msg: &pb.WriteRequest_Abort{Abort: &pb.WriteAbort{Kind: kind, Message: cause.Error()}}}) == nil {
+		_, _ = stream.CloseAndRecv()
+	}
+	return wrap(OpWrite, key, cause)
+}
+
+func (c *client) Read(ctx context.Context, req *ReadRequest) (*ReadResponse, error) {
+	if req == nil {
+		req = &ReadRequest{}
+	}
+	key := req.Key
+	if err := ValidKey(key); err != nil {
+		return nil, &StorageError{Op: OpRead, Key: key, Err: err}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	stream, err := c.c.Read(ctx, &pb.ReadRequest{Key: key, Offset: req.Offset, Length: req.Length})
+	if err != nil {
+		cancel()
+		return nil, fromStatus(OpRead, key, err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		cancel()
+		return nil, fromStatus(OpRead, key, err)
+	}
+	h := first.GetHeader()
+	if h == nil || h.GetSize() < 0 {
+		cancel()
+		return nil, Errorf(OpRead, key, "the plugin sent %T instead of a header", first.GetMsg())
+	}
+	return &ReadResponse{Size: h.GetSize(), Body: &readBody{ctx: ctx, stream: stream, cancel: cancel, key: key, size: h.GetSize(), left: h.GetSize()}}, nil
+}
+
+// readBody is a Read's Body on the host side.
+type readBody struct {
+	ctx    context.Context
+	stream pb.Storage_ReadClient
+	cancel context.CancelFunc
+	key    string
+	size   int64
+	left   int64 // bytes not yet received
+	cur    []byte
+	err    error
+}
+
+func (b *readBody) fill() error {
+	for len(b.cur) == 0 {
+		if b.err != nil {
+			return b.err
+		}
+		if b.left == 0 {
+			b.err = io.EOF
+			b.cancel()
+			return b.err
+		}
+		// Chunks the connection has buffered do not outlive the context.
+		if err := b.ctx.Err(); err != nil {
+			b.err = &StorageError{Op: OpRead, Key: b.key, Err: err}
+			b.cancel()
+			return b.err
+		}
+		m, err := b.stream.Recv()
+		switch {
+		case err == io.EOF:
+			b.err = Errorf(OpRead, b.key, "%w: the plugin ended the stream after %d of %d bytes", ErrUnavailable, b.size-b.left, b.size)
+		case err != nil:
+			b.err = fromStatus(OpRead, b.key, err)
+		case int64(len(m.GetChunk())) > b.left:
+			b.err = Errorf(OpRead, b.key, "the plugin sent more than the %d bytes it announced", b.size)
+		default:
+			b.cur = m.GetChunk()
+			b.left -= int64(len(b.cur))
+			continue
+		}
+		b.cancel()
+		return b.err
+	}
+	return nil
+}
+
+func (b *readBody) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if err := b.fill(); err != nil {
+		return 0, err
+	}
+	n := copy(p, b.cur)
+	b.cur = b.cur[n:]
+	return n, nil
+}
+
+// WriteTo writes the chunks as they arrive, without copying them through an
+// intermediate buffer (io.Copy uses it).
+func (b *readBody) WriteTo(w io.Writer) (int64, error) {
+	var total int64
+	for {
+		if err := b.fill(); err != nil {
+			if err == io.EOF {
+				return total, nil
+			}
+			return total, err
+		}
+		n, err := w.Write(b.cur)
+		total += int64(n)
+		b.cur = b.cur[n:]
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// Close abandons what is left of the range.
+func (b *readBody) Close() error {
+	if b.err == nil {
+		b.err = errors.New("storage read: body closed")
+	}
+	b.cur = nil
+	b.cancel()
+	return nil
+}
+
+func (c *client) Delete(ctx context.Context, req *DeleteRequest) (*DeleteResponse, error) {
+	if req == nil {
+		req = &DeleteRequest{}
+	}
+	for _, k := range req.Keys {
+		if err := ValidKey(k); err != nil {
+			return nil, &StorageError{Op: OpDelete, Key: k, Err: err}
+		}
+	}
+	keys := req.Keys
+	for first := true; first || len(keys) > 0; first = false {
+		n := min(len(keys), deleteBatch)
+		if _, err := c.c.Delete(ctx, &pb.DeleteRequest{Keys: keys[:n]}); err != nil {
+			return nil, fromStatus(OpDelete, "", err)
+		}
+		keys = keys[n:]
+	}
+	return &DeleteResponse{}, nil
+}
+
+func (c *client) List(ctx context.Context, req *ListRequest) (*ListResponse, error) {
+	if req == nil {
+		req = &ListRequest{}
+	}
+	if err := ValidPrefix(req.Prefix); err != nil {
+		return nil, &StorageError{Op: OpList, Key: req.Prefix, Err: err}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := c.c.List(ctx, &pb.ListRequest{Prefix: req.Prefix})
+	if err != nil {
+		return nil, fromStatus(OpList, req.Prefix, err)
+	}
+	out := &ListResponse{}
+	for {
+		m, err := stream.Recv()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fromStatus(OpList, req.Prefix, err)
+		}
+		for _, o := range m.GetObjects() {
+			out.Objects = append(out.Objects, ObjectInfo{Key: o.GetKey(), Size: o.GetSize()})
+		}
+	}
+}
