@@ -1,0 +1,8 @@
+// Package collectivev1 holds the generated protobuf and gRPC code of the
+// collective protocol (collective.proto), the optional service a transport
+// plugin serves next to Transport when it implements transport.Collective.
+// Plugin authors use sdk/transport instead. Regenerate with
+// `go generate ./...`.
+package collectivev1
+
+//go:generate sh -c "PATH=\"$(cd ../../.. && pwd)/.tools:$PATH\" protoc --go_out=. --go_opt=paths=source_relative --go-grpc_out=. --go-grpc_opt=paths=source_relative collective.proto"

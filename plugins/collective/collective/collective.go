@@ -1,0 +1,583 @@
+// Package collective is goray's "collective" tensor transport: collective
+// communication among the ranks of named groups (all-reduce, broadcast,
+// all-gather, reduce-scatter, barrier) in the style of NCCL and Gloo, on CPU
+// tensors in shared memory, over the transport's own TCP connections. It is
+// also a two-sided Transport that moves an object's tensors between two
+// actors (members of a common group, or any two processes).
+//
+// # Groups
+//
+// Every rank calls CreateGroup through its node's plugin instance; one
+// instance may host several ranks of several groups. Ranks meet through
+// the cluster's key-value store (plugin.ClusterKV, or the KV given with
+// WithKV): each rank publishes a record (its nonce and the instance's data
+// address) under the group's key; ranks 1..n-1 read rank 0's record and
+// connect to it (the control connections, a star around rank 0), rank 0
+// checks that everybody agrees on the world size and the members, draws the
+// group's epoch and sends everyone the roster (addresses and nonces of this
+// incarnation, taken from the live ranks, never from possibly stale
+// records); then every rank connects to the next one (the ring), and
+// CreateGroup returns on every rank once rank 0 has seen all of them
+// connected. Connections name the group, the epoch and the nonces, so
+// records or connections of an earlier incarnation of a group name are
+// never used.
+//
+// # Collectives
+//
+// All collectives run on the ring. AllReduce is the bandwidth-optimal
+// ring: a reduce-scatter then an all-gather, 2(n-1) steps, each moving one
+// of n contiguous parts of the tensor (their sizes differ by at most one
+// element, see transport.ReduceScatterCount); every step is split into
+// chunks of chunk_size bytes and pipelined: a sender goroutine forwards
+// chunk j of step t as soon as the receiver has reduced chunk j of step t-1,
+// while the receiver reads the next chunk. Bytes are written from and read
+// into the caller's shared memory directly; only the reduce-scatter phase
+// reads into a chunk-sized scratch buffer. Broadcast is a pipelined chain
+// along the ring from the root, AllGather and ReduceScatter are the two
+// halves of the ring all-reduce, and Barrier is an all-gather of nothing.
+// Every collective starts with a header (sequence number, operation,
+// dtype, count, shape, reduction, root) on each ring connection, so ranks
+// whose arguments differ fail with transport.ErrBadMetadata.
+//
+// # Failures
+//
+// A rank whose collective fails (its deadline or context, invalid
+// arguments, a broken connection) breaks the group: it tells rank 0 over
+// its control connection, rank 0 tells everyone, and every rank closes its
+// ring connections, so pending collectives fail at once with
+// transport.ErrRankFailed naming the group and the failed rank. A rank
+// whose process dies is noticed by rank 0 (its control connection closes)
+// and by its ring neighbours; the death of rank 0 by everybody. A broken
+// group stays broken until it is destroyed and created again.
+//
+// # Point to point
+//
+// As a Transport, ExtractMetadata pins the source tensors and returns
+// transport data naming this instance's data address; Receive, on the
+// destination, connects to the source and Send pushes the bytes over that
+// connection straight from shared memory into the destination's
+// segments. CommunicatorMetadata names the group and the two ranks when the
+// source and the destination actors are members of a common group (found
+// through the KV); Send and Receive then check that their instance hosts
+// those ranks and fail with ErrRankFailed as soon as the peer rank fails.
+// Without a common group (or without a KV) the two ends pair through a
+// token only.
+package collective
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/goray-dev/goray/sdk/plugin"
+	"github.com/goray-dev/goray/sdk/transport"
+	"github.com/goray-dev/goray/sdk/transport/shmem"
+)
+
+// Name is the backend name; the binary is installed as
+// <plugin_dir>/goray-transport-collective.
+const Name = "collective"
+
+// Version is the release reported to the host.
+const Version = "0.1.0"
+
+// Defaults of Config.
+const (
+	DefaultTimeout       = 30 * time.Second
+	DefaultChunkSize     = 1 << 20
+	DefaultKVNamespace   = "transport/collective"
+	DefaultSegmentPrefix = shmem.Prefix + "coll-"
+	// MinChunkSize and MaxChunkSize bound chunk_size.
+	MinChunkSize = 4 << 10
+	MaxChunkSize = 64 << 20
+)
+
+// ErrClosed is returned by calls made after Close.
+var ErrClosed = errors.New("collective transport is closed")
+
+// Config is the transport's configuration, the Go form of its
+// `config { ... }` block.
+type Config struct {
+	// Timeout bounds every collective call (and, unless the request says
+	// otherwise, CreateGroup's rendezvous); the caller's context may bound
+	// it further.
+	Timeout time.Duration
+	// ChunkSize is the pipeline chunk of the ring algorithms, in bytes.
+	ChunkSize int64
+	// Listen is the data listener's host:port; empty means
+	// plugin.NodeIP() on a free port. Peers on other nodes connect to it,
+	// so it must be reachable from them; a listener on every interface
+	// ("0.0.0.0:7070") is advertised as plugin.NodeIP() with its port.
+	Listen string
+	// KVNamespace is the cluster KV namespace of the rendezvous records.
+	KVNamespace string
+	// SegmentPrefix starts the names of the segments a Receive allocates
+	// for its caller; it must start with shmem.Prefix.
+	SegmentPrefix string
+}
+
+// DefaultConfig returns the configuration used when nothing is set.
+func DefaultConfig() Config {
+	return Config{Timeout: DefaultTimeout, ChunkSize: DefaultChunkSize, KVNamespace: DefaultKVNamespace, SegmentPrefix: DefaultSegmentPrefix}
+}
+
+// Validate checks the configuration; its error names the setting.
+func (c Config) Validate() error {
+	if c.Timeout <= 0 {
+		return fmt.Errorf("timeout must be positive, got %v", c.Timeout)
+	}
+	if c.ChunkSize < MinChunkSize || c.ChunkSize > MaxChunkSize {
+		return fmt.Errorf("chunk_size %d outside [%d, %d]", c.ChunkSize, MinChunkSize, MaxChunkSize)
+	}
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			return fmt.Errorf("listen %q: want host:port: %v", c.Listen, err)
+		}
+	}
+	if c.KVNamespace == "" {
+		return errors.New("kv_namespace must not be empty")
+	}
+	if !strings.HasPrefix(c.SegmentPrefix, shmem.Prefix) {
+		return fmt.Errorf("segment_prefix %q must start with %q", c.SegmentPrefix, shmem.Prefix)
+	}
+	if err := shmem.ValidName(shmem.NewName(c.SegmentPrefix)); err != nil {
+		return fmt.Errorf("segment_prefix %q cannot start a segment name: %v", c.SegmentPrefix, err)
+	}
+	return nil
+}
+
+// listenAddr is the address to bind.
+func (c Config) listenAddr() string {
+	if c.Listen != "" {
+		return c.Listen
+	}
+	return net.JoinHostPort(plugin.NodeIP(), "0")
+}
+
+// Option configures New.
+type Option func(*Transport)
+
+// WithConfig sets the configuration (default DefaultConfig()).
+func WithConfig(c Config) Option { return func(t *Transport) { t.cfg = c } }
+
+// WithKV sets the key-value store groups meet through, instead of the
+// cluster's (plugin.ClusterKV on first use). Tests share one
+// plugin.NewMemoryKV between instances.
+func WithKV(kv plugin.KV) Option { return func(t *Transport) { t.kv = kv } }
+
+// WithLogger sets the logger (nil: no logging).
+func WithLogger(l hclog.Logger) Option { return func(t *Transport) { t.SetLogger(l) } }
+
+// Transport is one instance: in a node, the plugin process serving every
+// actor of the node, hosting their ranks. Methods may be called
+// concurrently. Create it with New.
+type Transport struct {
+	aborts transport.Aborts
+	wg     sync.WaitGroup // accept loop, connection handlers
+
+	mu        sync.Mutex
+	log       hclog.Logger
+	cfg       Config
+	kv        plugin.KV
+	kvClose   func() error
+	ln        net.Listener
+	addr      string
+	acceptErr error
+	closed    bool
+	conns     map[net.Conn]string
+	objects   map[string]*object
+	segs      map[string]*segRef
+	members   map[memberKey]*member
+}
+
+// New returns a transport; nothing listens before Configure or first use.
+func New(opts ...Option) *Transport {
+	t := &Transport{
+		log:     hclog.NewNullLogger(),
+		cfg:     DefaultConfig(),
+		conns:   map[net.Conn]string{},
+		objects: map[string]*object{},
+		segs:    map[string]*segRef{},
+		members: map[memberKey]*member{},
+	}
+	for _, o := range opts {
+		o(t)
+	}
+	return t
+}
+
+var (
+	_ transport.Transport     = (*Transport)(nil)
+	_ transport.Collective    = (*Transport)(nil)
+	_ transport.Configurable  = (*Transport)(nil)
+	_ transport.HealthChecker = (*Transport)(nil)
+	_ transport.Versioned     = (*Transport)(nil)
+	_ transport.LoggerSetter  = (*Transport)(nil)
+)
+
+// ---------------------------------------------------------------- plugin plumbing
+
+// Schema implements transport.Configurable.
+func (t *Transport) Schema() plugin.Schema {
+	return plugin.Schema{Attributes: map[string]plugin.Attribute{
+		"timeout": {Type: plugin.TypeDuration, Optional: true, Default: DefaultTimeout.String(),
+			Description: "Bound on every collective call and on a group's rendezvous; a rank that does not take part in time breaks the group."},
+		"chunk_size": {Type: plugin.TypeSize, Optional: true, Default: "1MiB",
+			Description: "Pipeline chunk of the ring algorithms (4KiB to 64MiB)."},
+		"listen": {Type: plugin.TypeString, Optional: true,
+			Description: "host:port of the data listener peers connect to; default the node's IP (GORAY_NODE_IP) on a free port."},
+		"kv_namespace": {Type: plugin.TypeString, Optional: true, Default: DefaultKVNamespace,
+			Description: "Namespace of the rendezvous records in the cluster KV store."},
+		"segment_prefix": {Type: plugin.TypeString, Optional: true, Default: DefaultSegmentPrefix,
+			Description: "Name prefix of the shared-memory segments receives allocate; must start with " + shmem.Prefix + "."},
+	}}
+}
+
+// Configure implements transport.Configurable; it binds the listener so a
+// bad or busy address is reported at start.
+func (t *Transport) Configure(_ context.Context, raw map[string]any) error {
+	c := DefaultConfig()
+	if v, ok := raw["timeout"].(string); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("timeout: %v", err)
+		}
+		c.Timeout = d
+	}
+	switch v := raw["chunk_size"].(type) {
+	case int64:
+		c.ChunkSize = v
+	case float64:
+		c.ChunkSize = int64(v)
+	case string:
+		n, err := plugin.ParseSize(v)
+		if err != nil {
+			return fmt.Errorf("chunk_size: %v", err)
+		}
+		c.ChunkSize = n
+	}
+	if v, ok := raw["listen"].(string); ok {
+		c.Listen = v
+	}
+	if v, ok := raw["kv_namespace"].(string); ok {
+		c.KVNamespace = v
+	}
+	if v, ok := raw["segment_prefix"].(string); ok {
+		c.SegmentPrefix = v
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if t.ln != nil && c.Listen != t.cfg.Listen {
+		t.mu.Unlock()
+		return fmt.Errorf("listen cannot change from %q while serving on %s; restart the plugin", t.cfg.Listen, t.addr)
+	}
+	if t.kvClose != nil && c.KVNamespace != t.cfg.KVNamespace {
+		t.mu.Unlock()
+		return fmt.Errorf("kv_namespace cannot change from %q while groups use it; restart the plugin", t.cfg.KVNamespace)
+	}
+	t.cfg = c
+	t.mu.Unlock()
+	_, err := t.listen()
+	return err
+}
+
+// Health implements transport.HealthChecker: healthy while the data
+// listener accepts connections.
+func (t *Transport) Health(context.Context) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.closed:
+		return ErrClosed
+	case t.acceptErr != nil:
+		return fmt.Errorf("data listener %s stopped accepting: %w", t.addr, t.acceptErr)
+	}
+	return nil
+}
+
+// Version implements transport.Versioned.
+func (t *Transport) Version() string { return Version }
+
+// SetLogger implements transport.LoggerSetter.
+func (t *Transport) SetLogger(l hclog.Logger) {
+	if l == nil {
+		l = hclog.NewNullLogger()
+	}
+	t.mu.Lock()
+	t.log = l
+	t.mu.Unlock()
+}
+
+func (t *Transport) logger() hclog.Logger {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.log
+}
+
+func (t *Transport) config() Config {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg
+}
+
+// Addr returns the data listener's address ("" before it starts).
+func (t *Transport) Addr() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.addr
+}
+
+// store returns the KV groups meet through, connecting to the cluster's on
+// first use. Its error matches ErrNotSupported when there is none.
+func (t *Transport) store() (plugin.KV, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	if t.kv != nil {
+		return t.kv, nil
+	}
+	kv, closeFn, err := plugin.ClusterKV(t.cfg.KVNamespace)
+	if err != nil {
+		return nil, fmt.Errorf("%w: collective groups need the cluster KV store: %v", transport.ErrNotSupported, err)
+	}
+	t.kv, t.kvClose = kv, closeFn
+	return kv, nil
+}
+
+// Stats counts what the instance holds, for tests and debugging.
+type Stats struct {
+	// Groups is the number of (group, rank) members hosted here.
+	Groups int
+	// Objects extracted here and not yet collected, and the buffers they pin.
+	Objects, PinnedBuffers int
+	// WaitingDestinations are destinations connected here waiting for a Send.
+	WaitingDestinations int
+	// OpenConns are open TCP connections of every kind.
+	OpenConns int
+}
+
+// Stats reports what the instance holds.
+func (t *Transport) Stats() Stats {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := Stats{Groups: len(t.members), Objects: len(t.objects), OpenConns: len(t.conns)}
+	for _, o := range t.objects {
+		s.WaitingDestinations += len(o.peers)
+		for _, tn := range o.tensors {
+			if tn.Buffer.Length > 0 {
+				s.PinnedBuffers++
+			}
+		}
+	}
+	return s
+}
+
+// Close destroys every group member hosted here (their peers see them
+// leave), stops the listener, closes every connection and unpins every
+// object. It does not unlink owned segments. The plugin binary never calls
+// it; in-process users and tests do.
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	members := make([]*member, 0, len(t.members))
+	for _, m := range t.members {
+		members = append(members, m)
+	}
+	t.mu.Unlock()
+	for _, m := range members {
+		_ = m.stopJoining(context.Background())
+		t.removeMember(m, failure{rank: m.rank, kind: kindDestroyed, msg: "the transport was closed"})
+	}
+	t.mu.Lock()
+	ln, conns, objs, kvClose := t.ln, t.conns, t.objects, t.kvClose
+	t.conns, t.objects, t.segs = map[net.Conn]string{}, map[string]*object{}, map[string]*segRef{}
+	t.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	for c := range conns {
+		_ = c.Close()
+	}
+	for _, o := range objs {
+		close(o.arrived)
+		unpin(o.tensors)
+	}
+	t.wg.Wait()
+	if kvClose != nil {
+		_ = kvClose()
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- identity
+
+// Info implements transport.Transport.
+func (t *Transport) Info(context.Context, *transport.InfoRequest) (*transport.InfoResponse, error) {
+	return &transport.InfoResponse{Name: Name, OneSided: false, CanAbort: true, SameNode: false}, nil
+}
+
+// ActorHasTransport implements transport.Transport: every actor whose node
+// runs the plugin can use it.
+func (t *Transport) ActorHasTransport(context.Context, *transport.ActorHasTransportRequest) (*transport.ActorHasTransportResponse, error) {
+	return &transport.ActorHasTransportResponse{HasTransport: true}, nil
+}
+
+// ---------------------------------------------------------------- connections
+
+// listen starts the data listener if needed and returns its address.
+func (t *Transport) listen() (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return "", ErrClosed
+	}
+	if t.ln != nil {
+		return t.addr, nil
+	}
+	ln, err := net.Listen("tcp", t.cfg.listenAddr())
+	if err != nil {
+		return "", fmt.Errorf("data listener on %q: %w", t.cfg.listenAddr(), err)
+	}
+	t.ln, t.addr = ln, advertised(ln.Addr().String())
+	t.log.Info("data listener started", "addr", t.addr)
+	t.wg.Add(1)
+	go t.serve(ln)
+	return t.addr, nil
+}
+
+// serve accepts connections until the listener closes.
+func (t *Transport) serve(ln net.Listener) {
+	defer t.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			t.mu.Lock()
+			if !t.closed {
+				t.acceptErr = err
+				t.log.Error("data listener failed", "addr", t.addr, "error", err)
+			}
+			t.mu.Unlock()
+			return
+		}
+		if t.track(c, "accepted from "+c.RemoteAddr().String()) != nil {
+			continue
+		}
+		t.wg.Add(1)
+		go t.handle(c)
+	}
+}
+
+// handle reads a connection's hello and hands it to whoever it is for.
+func (t *Transport) handle(c net.Conn) {
+	defer t.wg.Done()
+	var h hello
+	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
+	if err := readFrame(c, &h); err != nil {
+		t.logger().Debug("bad connection", "from", c.RemoteAddr().String(), "error", err)
+		t.closeConn(c)
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	if h.V != wireVersion {
+		t.refuse(c, reply{Kind: replyBad, Error: fmt.Sprintf("protocol version %d, want %d", h.V, wireVersion)})
+		return
+	}
+	switch h.Type {
+	case helloFetch:
+		t.handleFetch(c, &h)
+	case helloJoin, helloRing:
+		t.routeGroup(c, &h)
+	default:
+		t.refuse(c, reply{Kind: replyBad, Error: fmt.Sprintf("unknown connection type %q", h.Type)})
+	}
+}
+
+// dial connects to a peer's data listener and tracks the connection.
+func (t *Transport) dial(ctx context.Context, addr, what string) (net.Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.track(c, what); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// track registers an open connection so Close can end it.
+func (t *Transport) track(c net.Conn, what string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		_ = c.Close()
+		return ErrClosed
+	}
+	t.conns[c] = what
+	return nil
+}
+
+// closeConn closes a tracked connection.
+func (t *Transport) closeConn(c net.Conn) {
+	if c == nil {
+		return
+	}
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+	_ = c.Close()
+}
+
+// refuse answers a hello with a refusal and hangs up.
+func (t *Transport) refuse(c net.Conn, r reply) {
+	_ = c.SetWriteDeadline(time.Now().Add(refuseTimeout))
+	_ = writeFrame(c, r)
+	t.closeConn(c)
+}
+
+// advertised is the address peers are told: a listener bound to every
+// interface (0.0.0.0, ::) is reached at the node's IP.
+func advertised(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return net.JoinHostPort(plugin.NodeIP(), port)
+	}
+	return addr
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-ctx.Done():
+		return transport.ContextError(ctx)
+	}
+}
