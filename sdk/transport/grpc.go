@@ -46,6 +46,10 @@ const (
 	kindNotSupported = "not_supported"
 	kindTimeout      = "timeout"
 	kindCanceled     = "canceled"
+	// Kinds of collective errors (collective.go).
+	kindGroupNotFound = "group_not_found"
+	kindGroupExists   = "group_exists"
+	kindRankFailed    = "rank_failed"
 )
 
 func errorKind(err error) (string, codes.Code) {
@@ -60,6 +64,12 @@ func errorKind(err error) (string, codes.Code) {
 		return kindTimeout, codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		return kindCanceled, codes.Canceled
+	case errors.Is(err, ErrGroupNotFound):
+		return kindGroupNotFound, codes.NotFound
+	case errors.Is(err, ErrGroupExists):
+		return kindGroupExists, codes.AlreadyExists
+	case errors.Is(err, ErrRankFailed):
+		return kindRankFailed, codes.Aborted
 	}
 	return "", codes.Unknown
 }
@@ -114,6 +124,12 @@ func kindErrors(kind string) []error {
 		return []error{ErrTimeout, context.DeadlineExceeded}
 	case kindCanceled:
 		return []error{context.Canceled}
+	case kindGroupNotFound:
+		return []error{ErrGroupNotFound}
+	case kindGroupExists:
+		return []error{ErrGroupExists}
+	case kindRankFailed:
+		return []error{ErrRankFailed}
 	}
 	return nil
 }
@@ -130,6 +146,10 @@ func codeKind(c codes.Code) string {
 		return kindTimeout
 	case codes.Canceled:
 		return kindCanceled
+	case codes.NotFound:
+		return kindGroupNotFound
+	case codes.AlreadyExists:
+		return kindGroupExists
 	}
 	return ""
 }

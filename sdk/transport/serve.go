@@ -44,7 +44,8 @@ type LoggerSetter interface {
 // registers the Transport gRPC service (API version 1) and serves it with
 // plugin.Serve under the name impl.Info reports. Optional interfaces add a
 // config block (Configurable), health checks (HealthChecker), a version
-// (Versioned) and a logger (LoggerSetter).
+// (Versioned), a logger (LoggerSetter) and the Collective gRPC service
+// (Collective, served next to Transport under the same API version).
 func Serve(impl Transport) {
 	plugin.Serve(serveConfig(impl))
 }
@@ -61,7 +62,12 @@ func serveConfig(impl Transport) plugin.ServeConfig {
 		Kind: plugin.KindTransport,
 		Name: info.Name,
 		APIVersions: map[int]func(*grpc.Server){
-			1: func(s *grpc.Server) { Register(s, impl) },
+			1: func(s *grpc.Server) {
+				Register(s, impl)
+				if c, ok := impl.(Collective); ok {
+					RegisterCollective(s, c)
+				}
+			},
 		},
 	}
 	if v, ok := impl.(Versioned); ok {
