@@ -48,6 +48,7 @@ type Node struct {
 	ObjectStore ObjectStore
 	WorkerPool  WorkerPool
 	HealthCheck HealthCheck
+	Spilling    Spilling
 
 	// Labels are attached to the node and shown in status.
 	Labels map[string]string
@@ -117,6 +118,31 @@ type HealthCheck struct {
 	// FailureThreshold is how many missed periods mark a node dead
 	// (default 5).
 	FailureThreshold int
+}
+
+// Spilling configures how the object store spills primary copies to
+// storage when it passes object_store.spill_threshold or a put does not
+// fit, and restores them when they are read.
+type Spilling struct {
+	// Storage names a `plugin "storage" "<name>"` block to spill to; empty
+	// means local disk (the fs backend in-process, under Directory).
+	Storage string
+	// Directory is where the default local-disk backend writes (default:
+	// the session's spill directory).
+	Directory string
+	// MinFileSize: small objects are fused into files of at least this
+	// size when there are enough (default 100 MiB).
+	MinFileSize int64
+	// MaxObjectsPerFile caps the objects fused into one file (default
+	// 1000).
+	MaxObjectsPerFile int
+	// KeepFiles keeps the stored files when the node stops.
+	KeepFiles bool
+	// Wait is how long a put that does not fit waits for spilling before
+	// it fails (default 60s).
+	Wait time.Duration
+	// Disabled turns spilling off: a put that does not fit fails at once.
+	Disabled bool
 }
 
 // Plugin is one `plugin "<kind>" "<name>" { ... }` block.

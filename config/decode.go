@@ -167,6 +167,21 @@ func (d *decoder) toFloat(a *hcl.Attribute, rng hcl.Range, what string, v cty.Va
 	return f, true
 }
 
+// boolVal decodes a true/false attribute.
+func (d *decoder) boolVal(a *hcl.Attribute, key string, dst *bool) bool {
+	v, ok := d.value(a)
+	if !ok {
+		return false
+	}
+	if v.Type() != cty.Bool {
+		d.typeErr(a, a.Expr.Range(), attrName(a), "true or false", v)
+		return false
+	}
+	*dst = v.True()
+	d.n.ranges[key] = a.Expr.Range()
+	return true
+}
+
 // intVal decodes a whole-number attribute.
 func (d *decoder) intVal(a *hcl.Attribute, key string, dst *int) bool {
 	v, ok := d.value(a)

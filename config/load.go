@@ -131,6 +131,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "object_store"},
 		{Type: "worker_pool"},
 		{Type: "health_check"},
+		{Type: "spilling"},
 		{Type: "plugin", LabelNames: []string{"kind", "name"}},
 		{Type: "node_type", LabelNames: []string{"name"}},
 	},
@@ -163,6 +164,18 @@ var workerPoolSchema = &hcl.BodySchema{
 		{Name: "max_idle"},
 		{Name: "idle_timeout"},
 		{Name: "start_timeout"},
+	},
+}
+
+var spillingSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "storage"},
+		{Name: "directory"},
+		{Name: "min_file_size"},
+		{Name: "max_objects_per_file"},
+		{Name: "keep_files"},
+		{Name: "wait"},
+		{Name: "enabled"},
 	},
 }
 
@@ -214,6 +227,13 @@ const (
 	keyStartTimeout   = "worker_pool.start_timeout"
 	keyPeriod         = "health_check.period"
 	keyFailThreshold  = "health_check.failure_threshold"
+	keySpillStorage   = "spilling.storage"
+	keySpillDir       = "spilling.directory"
+	keySpillMinFile   = "spilling.min_file_size"
+	keySpillMaxObjs   = "spilling.max_objects_per_file"
+	keySpillKeep      = "spilling.keep_files"
+	keySpillWait      = "spilling.wait"
+	keySpillEnabled   = "spilling.enabled"
 )
 
 // declKey identifies a labelled block (plugin, node_type) by where it was
@@ -251,7 +271,7 @@ func (d *decoder) root(body hcl.Body) {
 		}
 	}
 
-	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check")
+	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling")
 
 	topAddr := c.Attributes["address"]
 	if hb := single["head"]; hb != nil {
@@ -312,6 +332,20 @@ func (d *decoder) root(body hcl.Body) {
 		}
 		d.duration(wc.Attributes["idle_timeout"], keyIdleTimeout, &n.WorkerPool.IdleTimeout)
 		d.duration(wc.Attributes["start_timeout"], keyStartTimeout, &n.WorkerPool.StartTimeout)
+	}
+
+	if b := single["spilling"]; b != nil {
+		sc := d.content(b.Body, spillingSchema)
+		d.str(sc.Attributes["storage"], keySpillStorage, &n.Spilling.Storage)
+		d.str(sc.Attributes["directory"], keySpillDir, &n.Spilling.Directory)
+		d.size(sc.Attributes["min_file_size"], keySpillMinFile, &n.Spilling.MinFileSize)
+		d.intVal(sc.Attributes["max_objects_per_file"], keySpillMaxObjs, &n.Spilling.MaxObjectsPerFile)
+		d.boolVal(sc.Attributes["keep_files"], keySpillKeep, &n.Spilling.KeepFiles)
+		d.duration(sc.Attributes["wait"], keySpillWait, &n.Spilling.Wait)
+		enabled := true
+		if d.boolVal(sc.Attributes["enabled"], keySpillEnabled, &enabled) {
+			n.Spilling.Disabled = !enabled
+		}
 	}
 
 	if b := single["health_check"]; b != nil {

@@ -89,6 +89,7 @@ func (v *validator) node() {
 
 	v.resources()
 	v.objectStore()
+	v.spilling()
 
 	wp := n.WorkerPool
 	if wp.Prestart != nil && *wp.Prestart < 0 {
@@ -283,4 +284,36 @@ func (v *validator) nodeTypes() {
 				"min_workers (%d) of node type %q must not exceed max_workers (%d).", t.MinWorkers, t.Name, t.MaxWorkers)
 		}
 	}
+}
+
+func (v *validator) spilling() {
+	sp := v.n.Spilling
+	if sp.MinFileSize < 0 {
+		v.errorf(keySpillMinFile, "Invalid size", "spilling.min_file_size must not be negative, got %d.", sp.MinFileSize)
+	}
+	if sp.MaxObjectsPerFile < 0 {
+		v.errorf(keySpillMaxObjs, "Invalid value", "spilling.max_objects_per_file must not be negative, got %d.", sp.MaxObjectsPerFile)
+	}
+	if sp.Wait < 0 {
+		v.errorf(keySpillWait, "Invalid duration", "spilling.wait must not be negative, got %s.", sp.Wait)
+	}
+	if sp.Storage == "" {
+		return
+	}
+	var names []string
+	for _, p := range v.n.Plugins {
+		if p.Kind == "storage" {
+			if p.Name == sp.Storage {
+				return
+			}
+			names = append(names, p.Name)
+		}
+	}
+	if len(names) == 0 {
+		v.errorf(keySpillStorage, "Unknown storage plugin",
+			"spilling.storage is %q, but no plugin \"storage\" %q block is configured; add one (for example plugin \"storage\" \"s3\" { config { bucket = \"...\" } }) or remove storage to spill to local disk.", sp.Storage, sp.Storage)
+		return
+	}
+	v.errorf(keySpillStorage, "Unknown storage plugin",
+		"spilling.storage is %q, but the configured storage plugins are %s.%s", sp.Storage, strings.Join(names, ", "), didYouMean(sp.Storage, names))
 }

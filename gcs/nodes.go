@@ -15,6 +15,7 @@ type nodeEntry struct {
 	storeUsed     int64
 	storeCapacity int64
 	pending       []*gorayv1.PendingDemand
+	spill         *gorayv1.SpillStats
 	lastHeartbeat time.Time
 }
 
@@ -28,6 +29,9 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 	}
 	if n.available != nil {
 		v.Available = cloneMsg(n.available)
+	}
+	if n.spill != nil {
+		v.Spill = cloneMsg(n.spill)
 	}
 	for _, p := range n.pending {
 		v.Pending = append(v.Pending, cloneMsg(p))
@@ -118,6 +122,10 @@ func (s *Server) ReportHeartbeat(_ context.Context, req *gorayv1.HeartbeatReques
 	n.available = nil
 	if req.GetAvailable() != nil {
 		n.available = cloneMsg(req.GetAvailable())
+	}
+	n.spill = nil
+	if req.GetSpill() != nil {
+		n.spill = cloneMsg(req.GetSpill())
 	}
 	n.storeUsed = req.GetStoreUsed()
 	n.storeCapacity = req.GetStoreCapacity()

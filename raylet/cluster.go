@@ -308,7 +308,7 @@ func (r *Raylet) freeObjectsOfDeadNodes(nodes []ids.ID) {
 	}
 	r.mu.Unlock()
 	if len(frees) > 0 {
-		r.cfg.Store.Free(frees)
+		r.freeObjects(frees)
 		r.log.Info("freed objects owned on dead nodes", "objects", len(frees))
 	}
 }

@@ -101,6 +101,14 @@ func (r *Raylet) serveRange(c net.Conn, oid ids.ObjectID, off, length int64) err
 		_, err := c.Write(b)
 		return err
 	}
+	if r.spill.has(oid) && !r.cfg.Store.Contains(oid) {
+		ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
+		err := r.spill.restoreObject(ctx, oid)
+		cancel()
+		if err != nil {
+			return refuse(dataNotFound, "object %s is spilled on node %s and could not be restored: %v", oid, r.cfg.NodeID.Short(), err)
+		}
+	}
 	client := ids.New()
 	es := r.cfg.Store.GetEntries([]ids.ObjectID{oid}, client)
 	if len(es) != 1 || !es[0].Found || !es[0].Sealed {

@@ -463,7 +463,7 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 		_ = r.cfg.Store.Abort(o)
 	}
 	if len(frees) > 0 {
-		r.cfg.Store.Free(frees)
+		r.freeObjects(frees)
 	}
 	if w.addr != nil {
 		removeStaleSocket(w.addr.GetUnixPath())
@@ -560,6 +560,7 @@ func (r *Raylet) forgetObjectLocked(o ids.ObjectID) {
 	}
 	delete(r.owners, o)
 	delete(r.ownerNodes, o)
+	delete(r.secondary, o)
 	if objs := r.owned[owner]; objs != nil {
 		delete(objs, o)
 		if len(objs) == 0 {

@@ -114,6 +114,9 @@ type Config struct {
 	// Transports connects to the node's transport plugins for
 	// TransportInvoke (nil: the node has none).
 	Transports TransportConnFunc
+	// Spill configures spilling objects to storage (off when
+	// Spill.Storage is nil).
+	Spill SpillConfig
 }
 
 // poolSettings are the resolved worker pool settings.
@@ -176,6 +179,8 @@ type Raylet struct {
 	peers      map[ids.ID]*peerNode
 	spreadNext int
 	pulls      map[ids.ObjectID]*pull // transfers from other nodes in flight
+	secondary  map[ids.ObjectID]bool  // copies pulled from other nodes
+	spill      *spiller
 	binaries   map[string]*binaryFetch
 
 	connMu    sync.Mutex
@@ -242,12 +247,14 @@ func New(cfg Config) (*Raylet, error) {
 		ownerNodes: map[ids.ObjectID]ids.ID{},
 		peers:      map[ids.ID]*peerNode{},
 		pulls:      map[ids.ObjectID]*pull{},
+		secondary:  map[ids.ObjectID]bool{},
 		binaries:   map[string]*binaryFetch{},
 		conns:      map[string]*grpc.ClientConn{},
 	}
 	if r.hbPeriod <= 0 {
 		r.hbPeriod = DefaultHeartbeatPeriod
 	}
+	r.spill = newSpiller(r, cfg.Spill)
 	go r.spawnLoop()
 	return r, nil
 }
@@ -323,6 +330,18 @@ func (r *Raylet) Run(ctx context.Context) error {
 		r.log.Info("node registered", "node_id", r.cfg.NodeID, "heartbeat_period", period)
 		r.syncCluster(ctx)
 	}
+	if r.spill.enabled() {
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-r.closing:
+				cancel()
+			case <-sctx.Done():
+			}
+		}()
+		go r.spill.run(sctx)
+	}
 	reapEvery := min(r.pool.idleTimeout/4, time.Second)
 	reapEvery = max(reapEvery, 10*time.Millisecond)
 	reap := time.NewTicker(reapEvery)
@@ -354,6 +373,7 @@ func (r *Raylet) heartbeat(ctx context.Context) {
 	r.mu.Unlock()
 	u := r.cfg.Store.Usage()
 	req.StoreUsed, req.StoreCapacity = u.Used, u.Capacity
+	req.Spill = r.spill.statsProto()
 	ctx, cancel := context.WithTimeout(ctx, max(r.hbPeriod, gcsTimeout))
 	defer cancel()
 	reply, err := r.cfg.GCS.ReportHeartbeat(ctx, req)
@@ -416,6 +436,7 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 	r.wg.Wait()
 	close(r.spawnStop)
 	<-r.spawnDone
+	r.spill.deleteAll(ctx)
 
 	if r.cfg.GCS != nil && hadActors {
 		fctx, cancel := context.WithTimeout(ctx, gcsTimeout)

@@ -490,6 +490,7 @@ func (r *Raylet) runPull(oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) 
 	ownerNode, _ := ids.FromBytes(owner.GetNodeId())
 	r.mu.Lock()
 	r.trackOwnerLocked(oid, ownerID, ownerNode)
+	r.secondary[oid] = true
 	r.mu.Unlock()
 	if d := time.Since(start); size > 0 {
 		r.log.Debug("object pulled", "object_id", oid, "from", node, "bytes", size, "took", d,
@@ -529,7 +530,7 @@ func (r *Raylet) WorkersDied(ctx context.Context, req *gorayv1.WorkersDiedReques
 		_ = r.cfg.Store.Abort(o)
 	}
 	if len(frees) > 0 {
-		r.cfg.Store.Free(frees)
+		r.freeObjects(frees)
 	}
 	return &gorayv1.WorkersDiedReply{}, nil
 }

@@ -2,6 +2,7 @@ package raylet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -295,7 +296,7 @@ func (r *Raylet) endJob(j *job) {
 			_ = r.cfg.Store.Abort(o)
 		}
 		if len(frees) > 0 {
-			r.cfg.Store.Free(frees)
+			r.freeObjects(frees)
 		}
 	}
 	if r.cfg.GCS != nil && !j.remote {
@@ -558,6 +559,17 @@ func (r *Raylet) CreateObject(ctx context.Context, req *gorayv1.CreateObjectRequ
 		}
 	}
 	off, err := r.cfg.Store.Create(oid, req.GetDataSize(), req.GetMetadata(), creator)
+	var full interface{ StoreFull() bool }
+	if err != nil && errors.As(err, &full) && r.spill.enabled() {
+		// Wait for spilling to make room (bounded), then try again.
+		first := err
+		if werr := r.spill.waitForRoom(ctx, req.GetDataSize(), func() error {
+			off, err = r.cfg.Store.Create(oid, req.GetDataSize(), req.GetMetadata(), creator)
+			return err
+		}); werr != nil {
+			return nil, status.Errorf(codes.ResourceExhausted, "%v; %v", first, werr)
+		}
+	}
 	if err != nil {
 		return nil, storeStatus(err)
 	}
@@ -595,6 +607,13 @@ func (r *Raylet) GetObjects(ctx context.Context, req *gorayv1.GetObjectsRequest)
 	if err != nil {
 		return nil, err
 	}
+	for _, o := range objs {
+		if r.spill.has(o) && !r.cfg.Store.Contains(o) {
+			if err := r.spill.restoreObject(ctx, o); err != nil {
+				return nil, status.Errorf(codes.Unavailable, "object %s is spilled and could not be restored: %v", o, err)
+			}
+		}
+	}
 	entries := r.cfg.Store.GetEntries(objs, ids.MustFromBytes(req.GetClientId()))
 	out := make([]*gorayv1.StoreObject, 0, len(entries))
 	for _, e := range entries {
@@ -619,7 +638,7 @@ func (r *Raylet) FreeObjects(ctx context.Context, req *gorayv1.FreeObjectsReques
 	if err != nil {
 		return nil, err
 	}
-	r.cfg.Store.Free(objs)
+	r.freeObjects(objs)
 	r.mu.Lock()
 	for _, o := range objs {
 		delete(r.creates, o)
@@ -673,6 +692,7 @@ func (r *Raylet) GetNodeStats(ctx context.Context, req *gorayv1.GetNodeStatsRequ
 	if r.cfg.Plugins != nil {
 		reply.Plugins = r.cfg.Plugins()
 	}
+	reply.Spill, reply.Spilled = r.spill.statsProto(), r.spill.listProto()
 	return reply, nil
 }
 

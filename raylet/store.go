@@ -62,6 +62,8 @@ type StoreEntry struct {
 	Metadata []byte
 	Pins     int
 	Sealed   bool
+	// Freed (ListEntries only): freed, reclaimed at the last release.
+	Freed bool
 }
 
 // StoreUsage is the store's occupancy.

@@ -77,7 +77,10 @@ type objectRow struct {
 	// Where is "inline" or "store".
 	Where string `json:"where"`
 	// StoreNodes are the nodes whose store holds the object.
-	StoreNodes    []string `json:"store_nodes"`
+	StoreNodes []string `json:"store_nodes"`
+	// Spilled is where the object's bytes are stored when it was spilled
+	// ("s3://bucket/prefix/file.spill@offset", one per node).
+	Spilled       []string `json:"spilled,omitempty"`
 	OwnerWorkerID string   `json:"owner_worker_id"`
 	OwnerNodeID   string   `json:"owner_node_id"`
 	LocalRefs     int64    `json:"local_refs"`
@@ -124,6 +127,8 @@ type ownedData struct {
 	Owned []*pb.ListOwnedReply
 	// Stores maps a node id (hex) to its store's objects.
 	Stores map[string][]*pb.StoreObject
+	// Spilled maps a node id (hex) to the objects it spilled.
+	Spilled map[string][]*pb.SpilledObject
 }
 
 // maxFanout bounds concurrent fan-out RPCs.
@@ -182,6 +187,12 @@ func gatherOwned(ctx context.Context, c cluster, views []*pb.NodeView, warn func
 			}
 			mu.Lock()
 			data.Stores[nodeID] = st.GetStoreObjectsList()
+			if sp := st.GetSpilled(); len(sp) > 0 {
+				if data.Spilled == nil {
+					data.Spilled = map[string][]*pb.SpilledObject{}
+				}
+				data.Spilled[nodeID] = sp
+			}
 			var todo []*pb.Address
 			for _, a := range st.GetClients() {
 				key := a.GetUnixPath()
@@ -248,6 +259,16 @@ func objectRows(d ownedData) []objectRow {
 			sizes[id] = o.GetDataSize()
 		}
 	}
+	spilled := map[string][]string{} // object id → file@offset
+	for _, node := range slices.Sorted(maps.Keys(d.Spilled)) {
+		for _, o := range d.Spilled[node] {
+			id := hexID(o.GetObjectId())
+			spilled[id] = append(spilled[id], fmt.Sprintf("%s@%d", o.GetUrl(), o.GetOffset()))
+			if _, ok := sizes[id]; !ok {
+				sizes[id] = o.GetSize()
+			}
+		}
+	}
 	out := []objectRow{}
 	reported := map[string]bool{}
 	for _, r := range d.Owned {
@@ -264,6 +285,7 @@ func objectRows(d ownedData) []objectRow {
 				OwnerWorkerID: hexID(r.GetOwner().GetWorkerId()), OwnerNodeID: hexID(r.GetOwner().GetNodeId()),
 				LocalRefs: o.GetLocalRefs(), SubmittedRefs: o.GetSubmittedRefs(), Borrowers: o.GetBorrowers(), CallSite: o.GetCallSite(),
 			}
+			row.Spilled = spilled[id]
 			if nodes, ok := inStore[id]; ok {
 				row.Where, row.StoreNodes = whereStore, nodes
 			} else if o.GetInStore() {
@@ -279,7 +301,14 @@ func objectRows(d ownedData) []objectRow {
 		if reported[id] {
 			continue
 		}
-		out = append(out, objectRow{ObjectID: id, Size: sizes[id], Where: whereStore, StoreNodes: inStore[id]})
+		reported[id] = true
+		out = append(out, objectRow{ObjectID: id, Size: sizes[id], Where: whereStore, StoreNodes: inStore[id], Spilled: spilled[id]})
+	}
+	for _, id := range slices.Sorted(maps.Keys(spilled)) {
+		if reported[id] {
+			continue
+		}
+		out = append(out, objectRow{ObjectID: id, Size: sizes[id], Where: whereStore, StoreNodes: []string{}, Spilled: spilled[id]})
 	}
 	return out
 }
@@ -337,6 +366,12 @@ func writeObjects(w io.Writer, objs []objectRow) error {
 				nodes[i] = shortHex(n)
 			}
 			where = "store on node " + orDash(strings.Join(nodes, ","))
+			if len(nodes) == 0 && len(o.Spilled) > 0 {
+				where = "spilled"
+			}
+		}
+		if len(o.Spilled) > 0 {
+			where += " (spilled to " + strings.Join(o.Spilled, ", ") + ")"
 		}
 		owner, refs := "-", "-"
 		if o.OwnerWorkerID != "" {

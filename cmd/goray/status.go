@@ -51,6 +51,42 @@ type nodeStatus struct {
 	ObjectStoreUsed     int64             `json:"object_store_used"`
 	ObjectStoreCapacity int64             `json:"object_store_capacity"`
 	PendingDemand       []demand          `json:"pending_demand"`
+	Spill               *spillStatus      `json:"spill,omitempty"`
+}
+
+// spillStatus is a node's spilling to storage.
+type spillStatus struct {
+	Location        string  `json:"location"`
+	SpilledBytes    int64   `json:"spilled_bytes"`
+	SpilledObjects  int64   `json:"spilled_objects"`
+	RestoredBytes   int64   `json:"restored_bytes"`
+	RestoredObjects int64   `json:"restored_objects"`
+	SpillSeconds    float64 `json:"spill_seconds"`
+	RestoreSeconds  float64 `json:"restore_seconds"`
+	StoredObjects   int64   `json:"stored_objects"`
+	StoredBytes     int64   `json:"stored_bytes"`
+	Files           int64   `json:"files"`
+	Failing         string  `json:"failing,omitempty"`
+}
+
+func spillStatusOf(s *pb.SpillStats) *spillStatus {
+	if s == nil {
+		return nil
+	}
+	return &spillStatus{
+		Location: s.GetLocation(), SpilledBytes: s.GetSpilledBytes(), SpilledObjects: s.GetSpilledObjects(),
+		RestoredBytes: s.GetRestoredBytes(), RestoredObjects: s.GetRestoredObjects(), SpillSeconds: s.GetSpillSeconds(),
+		RestoreSeconds: s.GetRestoreSeconds(), StoredObjects: s.GetStoredObjects(), StoredBytes: s.GetStoredBytes(),
+		Files: s.GetFiles(), Failing: s.GetFailing(),
+	}
+}
+
+// rate formats bytes per second of busy time.
+func rate(bytes int64, secs float64) string {
+	if secs <= 0 || bytes <= 0 {
+		return "-"
+	}
+	return humanize.IBytes(uint64(float64(bytes)/secs)) + "/s"
 }
 
 // clusterResources sums resources over alive nodes.
@@ -101,6 +137,7 @@ func nodeStatusOf(v *pb.NodeView) nodeStatus {
 			ns.ObjectStoreCapacity = ns.ResourcesTotal[resources.ObjectStoreMemory] / resources.Unit
 		}
 		ns.PendingDemand = mergeDemand(v.GetPending())
+		ns.Spill = spillStatusOf(v.GetSpill())
 	}
 	return ns
 }
@@ -261,6 +298,20 @@ func writeStatus(w io.Writer, r statusReport) error {
 		return err
 	}
 	fmt.Fprintf(w, "Object store: %s used of %s\n", humanize.IBytes(uint64(max(c.ObjectStoreUsed, 0))), humanize.IBytes(uint64(max(c.ObjectStoreCapacity, 0))))
+
+	for _, n := range r.Nodes {
+		sp := n.Spill
+		if sp == nil {
+			continue
+		}
+		fmt.Fprintf(w, "Spilling on %s to %s: %d objects (%s) spilled at %s, %d (%s) restored at %s; %d objects (%s) stored in %d files\n",
+			shortHex(n.NodeID), sp.Location, sp.SpilledObjects, humanize.IBytes(uint64(sp.SpilledBytes)), rate(sp.SpilledBytes, sp.SpillSeconds),
+			sp.RestoredObjects, humanize.IBytes(uint64(sp.RestoredBytes)), rate(sp.RestoredBytes, sp.RestoreSeconds),
+			sp.StoredObjects, humanize.IBytes(uint64(sp.StoredBytes)), sp.Files)
+		if sp.Failing != "" {
+			fmt.Fprintf(w, "  SPILLING FAILING (retrying): %s\n", sp.Failing)
+		}
+	}
 
 	fmt.Fprintln(w, "\nPending demand:")
 	if len(r.PendingDemand) == 0 {

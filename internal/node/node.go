@@ -31,8 +31,10 @@ import (
 	"github.com/goray-dev/goray/internal/objstore"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/plugins/fs/fsstore"
 	"github.com/goray-dev/goray/raylet"
 	"github.com/goray-dev/goray/sdk/plugin"
+	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -166,7 +168,13 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		return nil, fmt.Errorf("the raylet cannot listen on %s for object transfers: %w", nodeIP, err)
 	}
 	n.dataLis = dataLis
+	spill, err := n.spillConfig(ctx)
+	if err != nil {
+		_ = tcpLis.Close()
+		return nil, err
+	}
 	n.raylet, err = raylet.New(raylet.Config{
+		Spill:      spill,
 		TCPAddress: n.info.RayletAddress, ObjectAddress: dataLis.Addr().String(), NodeIP: nodeIP, BinaryCacheDir: filepath.Join(cfg.TempDir, "binaries"),
 		NodeID: n.id, NodeName: name, SessionDir: n.info.SessionDir, SocketPath: n.info.RayletSocket,
 		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
@@ -261,7 +269,7 @@ func (n *Node) startPlugins(ctx context.Context) error {
 		SocketDir: filepath.Join(n.info.SessionDir, "sockets"),
 		Env: []string{plugin.EnvGCSAddress + "=" + n.info.GCSAddress, plugin.EnvNodeID + "=" + n.id.String(),
 			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg)},
-		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}},
+		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}, plugin.KindStorage: {storage.APIVersion}},
 	})
 	if diags := n.plugins.Start(ctx); diags.HasErrors() {
 		return config.NewDiagnosticsError(diags, n.cfg.Files())
@@ -292,6 +300,50 @@ func (n *Node) transportConn(name string) (grpc.ClientConnInterface, error) {
 		return nil, err
 	}
 	return conn, nil
+}
+
+// spillConfig sets up spilling: to the configured storage plugin, else to
+// local disk through the fs backend run in-process.
+func (n *Node) spillConfig(ctx context.Context) (raylet.SpillConfig, error) {
+	sp := n.cfg.Spilling
+	sc := raylet.SpillConfig{
+		Threshold: n.cfg.ObjectStore.SpillThreshold, MinFileSize: sp.MinFileSize, MaxObjectsPerFile: sp.MaxObjectsPerFile,
+		KeepFiles: sp.KeepFiles, Wait: sp.Wait,
+		Prefix: filepath.Base(n.info.SessionDir) + "/" + n.id.String()[:12] + "/",
+	}
+	if sp.Disabled {
+		return sc, nil
+	}
+	if sp.Storage != "" {
+		name := sp.Storage
+		sc.Storage = func() (storage.Storage, error) {
+			conn, v, err := n.plugins.Client(plugin.KindStorage, name)
+			if err != nil {
+				return nil, err
+			}
+			return storage.NewClient(conn, v), nil
+		}
+		sc.Location = "plugin storage " + strconv.Quote(name)
+		if st, err := sc.Storage(); err == nil {
+			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if info, err := st.Info(ictx, &storage.InfoRequest{}); err == nil && info.Location != "" {
+				sc.Location = info.Location
+			}
+			cancel()
+		}
+		return sc, nil
+	}
+	dir := sp.Directory
+	if dir == "" {
+		dir = filepath.Join(n.info.SessionDir, "spill")
+	}
+	fs, err := fsstore.Open(ctx, dir, false)
+	if err != nil {
+		return sc, fmt.Errorf("spilling to %s: %w", dir, err)
+	}
+	sc.Storage = func() (storage.Storage, error) { return fs, nil }
+	sc.Location = fs.Location()
+	return sc, nil
 }
 
 // Plugins returns the node's plugin host (nil when no plugin is configured).
@@ -532,7 +584,7 @@ func ReadInfo(sessionDir string) (Info, error) {
 type storeAdapter struct{ *objstore.Store }
 
 func convertEntry(e objstore.Entry) raylet.StoreEntry {
-	return raylet.StoreEntry{ID: e.ID, Found: e.Found, Offset: e.Offset, DataSize: e.DataSize, Metadata: e.Metadata, Pins: e.Pins, Sealed: e.Sealed}
+	return raylet.StoreEntry{ID: e.ID, Found: e.Found, Offset: e.Offset, DataSize: e.DataSize, Metadata: e.Metadata, Pins: e.Pins, Sealed: e.Sealed, Freed: e.Freed}
 }
 
 func (a storeAdapter) GetEntries(objs []ids.ObjectID, client ids.ID) []raylet.StoreEntry {

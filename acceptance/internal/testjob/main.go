@@ -160,6 +160,8 @@ func main() {
 		runErr = runWhere(ctx, arg(rt, args, 0))
 	case "pending":
 		runErr = runPending(ctx, arg(rt, args, 0))
+	case "spill":
+		runErr = runSpill(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "nodekill":
 		runErr = runNodeKill(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	default:

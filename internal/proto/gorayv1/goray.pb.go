@@ -3520,7 +3520,10 @@ type GetNodeStatsReply struct {
 	// fan-out queries (list tasks, list objects).
 	Clients []*Address `protobuf:"bytes,9,rep,name=clients,proto3" json:"clients,omitempty"`
 	// The node's plugins.
-	Plugins       []*PluginStatus `protobuf:"bytes,10,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	Plugins []*PluginStatus `protobuf:"bytes,10,rep,name=plugins,proto3" json:"plugins,omitempty"`
+	// Spilling to storage.
+	Spill         *SpillStats      `protobuf:"bytes,11,opt,name=spill,proto3" json:"spill,omitempty"`
+	Spilled       []*SpilledObject `protobuf:"bytes,12,rep,name=spilled,proto3" json:"spilled,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3621,6 +3624,20 @@ func (x *GetNodeStatsReply) GetClients() []*Address {
 func (x *GetNodeStatsReply) GetPlugins() []*PluginStatus {
 	if x != nil {
 		return x.Plugins
+	}
+	return nil
+}
+
+func (x *GetNodeStatsReply) GetSpill() *SpillStats {
+	if x != nil {
+		return x.Spill
+	}
+	return nil
+}
+
+func (x *GetNodeStatsReply) GetSpilled() []*SpilledObject {
+	if x != nil {
+		return x.Spilled
 	}
 	return nil
 }
@@ -4414,6 +4431,7 @@ type HeartbeatRequest struct {
 	StoreUsed     int64                  `protobuf:"varint,3,opt,name=store_used,json=storeUsed,proto3" json:"store_used,omitempty"`
 	StoreCapacity int64                  `protobuf:"varint,4,opt,name=store_capacity,json=storeCapacity,proto3" json:"store_capacity,omitempty"`
 	Pending       []*PendingDemand       `protobuf:"bytes,5,rep,name=pending,proto3" json:"pending,omitempty"`
+	Spill         *SpillStats            `protobuf:"bytes,6,opt,name=spill,proto3" json:"spill,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4483,6 +4501,223 @@ func (x *HeartbeatRequest) GetPending() []*PendingDemand {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetSpill() *SpillStats {
+	if x != nil {
+		return x.Spill
+	}
+	return nil
+}
+
+// SpillStats describes a node's spilling of objects to storage.
+type SpillStats struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where files go ("file:///tmp/...", "s3://bucket/prefix"); empty when
+	// spilling is off.
+	Location        string `protobuf:"bytes,1,opt,name=location,proto3" json:"location,omitempty"`
+	SpilledBytes    int64  `protobuf:"varint,2,opt,name=spilled_bytes,json=spilledBytes,proto3" json:"spilled_bytes,omitempty"`
+	SpilledObjects  int64  `protobuf:"varint,3,opt,name=spilled_objects,json=spilledObjects,proto3" json:"spilled_objects,omitempty"`
+	RestoredBytes   int64  `protobuf:"varint,4,opt,name=restored_bytes,json=restoredBytes,proto3" json:"restored_bytes,omitempty"`
+	RestoredObjects int64  `protobuf:"varint,5,opt,name=restored_objects,json=restoredObjects,proto3" json:"restored_objects,omitempty"`
+	// Time spent writing and reading, for throughput.
+	SpillSeconds   float64 `protobuf:"fixed64,6,opt,name=spill_seconds,json=spillSeconds,proto3" json:"spill_seconds,omitempty"`
+	RestoreSeconds float64 `protobuf:"fixed64,7,opt,name=restore_seconds,json=restoreSeconds,proto3" json:"restore_seconds,omitempty"`
+	// Objects and bytes currently held only in storage, and files stored.
+	StoredObjects int64 `protobuf:"varint,8,opt,name=stored_objects,json=storedObjects,proto3" json:"stored_objects,omitempty"`
+	StoredBytes   int64 `protobuf:"varint,9,opt,name=stored_bytes,json=storedBytes,proto3" json:"stored_bytes,omitempty"`
+	Files         int64 `protobuf:"varint,10,opt,name=files,proto3" json:"files,omitempty"`
+	// The last spill or restore error while it keeps failing (empty once a
+	// spill succeeds again).
+	Failing       string `protobuf:"bytes,11,opt,name=failing,proto3" json:"failing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpillStats) Reset() {
+	*x = SpillStats{}
+	mi := &file_goray_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpillStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpillStats) ProtoMessage() {}
+
+func (x *SpillStats) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
+func (*SpillStats) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *SpillStats) GetLocation() string {
+	if x != nil {
+		return x.Location
+	}
+	return ""
+}
+
+func (x *SpillStats) GetSpilledBytes() int64 {
+	if x != nil {
+		return x.SpilledBytes
+	}
+	return 0
+}
+
+func (x *SpillStats) GetSpilledObjects() int64 {
+	if x != nil {
+		return x.SpilledObjects
+	}
+	return 0
+}
+
+func (x *SpillStats) GetRestoredBytes() int64 {
+	if x != nil {
+		return x.RestoredBytes
+	}
+	return 0
+}
+
+func (x *SpillStats) GetRestoredObjects() int64 {
+	if x != nil {
+		return x.RestoredObjects
+	}
+	return 0
+}
+
+func (x *SpillStats) GetSpillSeconds() float64 {
+	if x != nil {
+		return x.SpillSeconds
+	}
+	return 0
+}
+
+func (x *SpillStats) GetRestoreSeconds() float64 {
+	if x != nil {
+		return x.RestoreSeconds
+	}
+	return 0
+}
+
+func (x *SpillStats) GetStoredObjects() int64 {
+	if x != nil {
+		return x.StoredObjects
+	}
+	return 0
+}
+
+func (x *SpillStats) GetStoredBytes() int64 {
+	if x != nil {
+		return x.StoredBytes
+	}
+	return 0
+}
+
+func (x *SpillStats) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *SpillStats) GetFailing() string {
+	if x != nil {
+		return x.Failing
+	}
+	return ""
+}
+
+// SpilledObject is an object whose bytes are in storage.
+type SpilledObject struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	ObjectId []byte                 `protobuf:"bytes,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
+	// The stored file (URL) and the object's range in it.
+	Url    string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	Offset int64  `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Size   int64  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// Also in memory (restored and not yet released again).
+	InMemory      bool `protobuf:"varint,5,opt,name=in_memory,json=inMemory,proto3" json:"in_memory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpilledObject) Reset() {
+	*x = SpilledObject{}
+	mi := &file_goray_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpilledObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpilledObject) ProtoMessage() {}
+
+func (x *SpilledObject) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
+func (*SpilledObject) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *SpilledObject) GetObjectId() []byte {
+	if x != nil {
+		return x.ObjectId
+	}
+	return nil
+}
+
+func (x *SpilledObject) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *SpilledObject) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *SpilledObject) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *SpilledObject) GetInMemory() bool {
+	if x != nil {
+		return x.InMemory
+	}
+	return false
+}
+
 type HeartbeatReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// True when the GCS has already declared this node dead; the node must
@@ -4494,7 +4729,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4741,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4754,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -4537,7 +4772,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4549,7 +4784,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4562,7 +4797,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 type NodeView struct {
@@ -4573,13 +4808,14 @@ type NodeView struct {
 	StoreCapacity   int64                  `protobuf:"varint,4,opt,name=store_capacity,json=storeCapacity,proto3" json:"store_capacity,omitempty"`
 	Pending         []*PendingDemand       `protobuf:"bytes,5,rep,name=pending,proto3" json:"pending,omitempty"`
 	LastHeartbeatMs int64                  `protobuf:"varint,6,opt,name=last_heartbeat_ms,json=lastHeartbeatMs,proto3" json:"last_heartbeat_ms,omitempty"`
+	Spill           *SpillStats            `protobuf:"bytes,7,opt,name=spill,proto3" json:"spill,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +4827,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +4840,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -4649,6 +4885,13 @@ func (x *NodeView) GetLastHeartbeatMs() int64 {
 	return 0
 }
 
+func (x *NodeView) GetSpill() *SpillStats {
+	if x != nil {
+		return x.Spill
+	}
+	return nil
+}
+
 type GetAllNodesReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         []*NodeView            `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -4658,7 +4901,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4670,7 +4913,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4683,7 +4926,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -4702,7 +4945,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4714,7 +4957,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4727,7 +4970,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -4745,7 +4988,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4757,7 +5000,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4770,7 +5013,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 type MarkJobFinishedRequest struct {
@@ -4782,7 +5025,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4794,7 +5037,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4807,7 +5050,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -4825,7 +5068,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4837,7 +5080,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4850,7 +5093,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 type GetAllJobsRequest struct {
@@ -4861,7 +5104,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4873,7 +5116,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4886,7 +5129,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 type GetAllJobsReply struct {
@@ -4898,7 +5141,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4910,7 +5153,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4923,7 +5166,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -4942,7 +5185,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4954,7 +5197,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4967,7 +5210,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -4985,7 +5228,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4997,7 +5240,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5010,7 +5253,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 type UpdateActorRequest struct {
@@ -5022,7 +5265,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5034,7 +5277,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5047,7 +5290,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -5065,7 +5308,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5077,7 +5320,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5090,7 +5333,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 type GetActorRequest struct {
@@ -5104,7 +5347,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5116,7 +5359,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5129,7 +5372,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -5162,7 +5405,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5174,7 +5417,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5187,7 +5430,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -5205,7 +5448,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5217,7 +5460,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5230,7 +5473,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 type ListActorsReply struct {
@@ -5242,7 +5485,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5254,7 +5497,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5267,7 +5510,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -5288,7 +5531,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5300,7 +5543,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5313,7 +5556,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -5345,7 +5588,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5357,7 +5600,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5370,7 +5613,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 type KVPutRequest struct {
@@ -5385,7 +5628,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5397,7 +5640,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5410,7 +5653,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -5450,7 +5693,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5462,7 +5705,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5475,7 +5718,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -5495,7 +5738,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5507,7 +5750,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5520,7 +5763,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -5547,7 +5790,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5559,7 +5802,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5572,7 +5815,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -5600,7 +5843,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5612,7 +5855,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5625,7 +5868,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -5658,7 +5901,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5670,7 +5913,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5683,7 +5926,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -5703,7 +5946,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5715,7 +5958,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5728,7 +5971,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -5754,7 +5997,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5766,7 +6009,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5779,7 +6022,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -6039,7 +6282,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1e\n" +
 	"\n" +
 	"infeasible\x18\x03 \x01(\bR\n" +
-	"infeasible\"\xe1\x03\n" +
+	"infeasible\"\xc0\x04\n" +
 	"\x11GetNodeStatsReply\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
@@ -6052,7 +6295,9 @@ const file_goray_proto_rawDesc = "" +
 	"\x12store_objects_list\x18\b \x03(\v2\x15.goray.v1.StoreObjectR\x10storeObjectsList\x12+\n" +
 	"\aclients\x18\t \x03(\v2\x11.goray.v1.AddressR\aclients\x120\n" +
 	"\aplugins\x18\n" +
-	" \x03(\v2\x16.goray.v1.PluginStatusR\aplugins\"\xe8\x01\n" +
+	" \x03(\v2\x16.goray.v1.PluginStatusR\aplugins\x12*\n" +
+	"\x05spill\x18\v \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\x121\n" +
+	"\aspilled\x18\f \x03(\v2\x17.goray.v1.SpilledObjectR\aspilled\"\xe8\x01\n" +
 	"\fPluginStatus\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -6130,17 +6375,38 @@ const file_goray_proto_rawDesc = "" +
 	"\x15UnregisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x15\n" +
-	"\x13UnregisterNodeReply\"\xd7\x01\n" +
+	"\x13UnregisterNodeReply\"\x83\x02\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
 	"\n" +
 	"store_used\x18\x03 \x01(\x03R\tstoreUsed\x12%\n" +
 	"\x0estore_capacity\x18\x04 \x01(\x03R\rstoreCapacity\x121\n" +
-	"\apending\x18\x05 \x03(\v2\x17.goray.v1.PendingDemandR\apending\"$\n" +
+	"\apending\x18\x05 \x03(\v2\x17.goray.v1.PendingDemandR\apending\x12*\n" +
+	"\x05spill\x18\x06 \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\"\x90\x03\n" +
+	"\n" +
+	"SpillStats\x12\x1a\n" +
+	"\blocation\x18\x01 \x01(\tR\blocation\x12#\n" +
+	"\rspilled_bytes\x18\x02 \x01(\x03R\fspilledBytes\x12'\n" +
+	"\x0fspilled_objects\x18\x03 \x01(\x03R\x0espilledObjects\x12%\n" +
+	"\x0erestored_bytes\x18\x04 \x01(\x03R\rrestoredBytes\x12)\n" +
+	"\x10restored_objects\x18\x05 \x01(\x03R\x0frestoredObjects\x12#\n" +
+	"\rspill_seconds\x18\x06 \x01(\x01R\fspillSeconds\x12'\n" +
+	"\x0frestore_seconds\x18\a \x01(\x01R\x0erestoreSeconds\x12%\n" +
+	"\x0estored_objects\x18\b \x01(\x03R\rstoredObjects\x12!\n" +
+	"\fstored_bytes\x18\t \x01(\x03R\vstoredBytes\x12\x14\n" +
+	"\x05files\x18\n" +
+	" \x01(\x03R\x05files\x12\x18\n" +
+	"\afailing\x18\v \x01(\tR\afailing\"\x87\x01\n" +
+	"\rSpilledObject\x12\x1b\n" +
+	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x1b\n" +
+	"\tin_memory\x18\x05 \x01(\bR\binMemory\"$\n" +
 	"\x0eHeartbeatReply\x12\x12\n" +
 	"\x04dead\x18\x01 \x01(\bR\x04dead\"\x14\n" +
-	"\x12GetAllNodesRequest\"\x8a\x02\n" +
+	"\x12GetAllNodesRequest\"\xb6\x02\n" +
 	"\bNodeView\x12&\n" +
 	"\x04info\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04info\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
@@ -6148,7 +6414,8 @@ const file_goray_proto_rawDesc = "" +
 	"store_used\x18\x03 \x01(\x03R\tstoreUsed\x12%\n" +
 	"\x0estore_capacity\x18\x04 \x01(\x03R\rstoreCapacity\x121\n" +
 	"\apending\x18\x05 \x03(\v2\x17.goray.v1.PendingDemandR\apending\x12*\n" +
-	"\x11last_heartbeat_ms\x18\x06 \x01(\x03R\x0flastHeartbeatMs\"<\n" +
+	"\x11last_heartbeat_ms\x18\x06 \x01(\x03R\x0flastHeartbeatMs\x12*\n" +
+	"\x05spill\x18\a \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\"<\n" +
 	"\x10GetAllNodesReply\x12(\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x12.goray.v1.NodeViewR\x05nodes\"4\n" +
 	"\rAddJobRequest\x12#\n" +
@@ -6278,7 +6545,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 95)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                      // 0: goray.v1.TaskKind
 	(ActorState)(0),                    // 1: goray.v1.ActorState
@@ -6350,177 +6617,183 @@ var file_goray_proto_goTypes = []any{
 	(*UnregisterNodeRequest)(nil),      // 67: goray.v1.UnregisterNodeRequest
 	(*UnregisterNodeReply)(nil),        // 68: goray.v1.UnregisterNodeReply
 	(*HeartbeatRequest)(nil),           // 69: goray.v1.HeartbeatRequest
-	(*HeartbeatReply)(nil),             // 70: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),         // 71: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                   // 72: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),           // 73: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),              // 74: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                // 75: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),     // 76: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),       // 77: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),          // 78: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),            // 79: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),       // 80: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),         // 81: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),         // 82: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),           // 83: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),            // 84: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),              // 85: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),          // 86: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),            // 87: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil), // 88: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),   // 89: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),               // 90: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                 // 91: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),               // 92: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                 // 93: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),               // 94: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                 // 95: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),              // 96: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                // 97: goray.v1.KVKeysReply
-	nil,                                // 98: goray.v1.Resources.AmountsEntry
-	nil,                                // 99: goray.v1.NodeInfo.LabelsEntry
+	(*SpillStats)(nil),                 // 70: goray.v1.SpillStats
+	(*SpilledObject)(nil),              // 71: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),             // 72: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),         // 73: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                   // 74: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),           // 75: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),              // 76: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                // 77: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),     // 78: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),       // 79: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),          // 80: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),            // 81: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),       // 82: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),         // 83: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),         // 84: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),           // 85: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),            // 86: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),              // 87: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),          // 88: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),            // 89: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil), // 90: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),   // 91: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),               // 92: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                 // 93: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),               // 94: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                 // 95: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),               // 96: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                 // 97: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),              // 98: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                // 99: goray.v1.KVKeysReply
+	nil,                                // 100: goray.v1.Resources.AmountsEntry
+	nil,                                // 101: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	98, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
-	5,  // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
-	7,  // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
-	7,  // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
-	0,  // 4: goray.v1.TaskSpec.kind:type_name -> goray.v1.TaskKind
-	8,  // 5: goray.v1.TaskSpec.args:type_name -> goray.v1.TaskArg
-	5,  // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
-	6,  // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
-	7,  // 8: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
-	9,  // 9: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
-	10, // 10: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
-	2,  // 11: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
-	10, // 12: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
-	5,  // 13: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
-	5,  // 14: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
-	20, // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
-	21, // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	5,  // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	63, // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
-	5,  // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
-	3,  // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	62, // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	26, // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
-	6,  // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	28, // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
-	4,  // 25: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
-	5,  // 26: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	5,  // 27: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	43, // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
-	5,  // 29: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
-	5,  // 30: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
-	6,  // 31: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	62, // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
-	6,  // 33: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	56, // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	57, // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	43, // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
-	5,  // 37: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	59, // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	6,  // 39: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	99, // 40: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
-	1,  // 41: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
-	5,  // 42: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
-	5,  // 43: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
-	6,  // 44: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	62, // 45: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	6,  // 46: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	57, // 47: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	62, // 48: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	6,  // 49: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	57, // 50: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	72, // 51: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	63, // 52: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	63, // 53: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	64, // 54: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	64, // 55: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	64, // 56: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	64, // 57: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	11, // 58: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	13, // 59: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	15, // 60: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	17, // 61: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	19, // 62: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	23, // 63: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	24, // 64: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	27, // 65: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	36, // 66: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	29, // 67: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	31, // 68: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	33, // 69: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	38, // 70: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	40, // 71: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	42, // 72: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	45, // 73: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	53, // 74: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	55, // 75: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	47, // 76: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	49, // 77: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	51, // 78: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	60, // 79: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	65, // 80: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	67, // 81: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	69, // 82: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	71, // 83: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	74, // 84: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	76, // 85: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	78, // 86: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	80, // 87: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	82, // 88: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	84, // 89: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	86, // 90: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	88, // 91: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	90, // 92: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	92, // 93: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	94, // 94: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	96, // 95: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	12, // 96: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	14, // 97: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	16, // 98: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	18, // 99: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	22, // 100: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	25, // 101: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	25, // 102: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	35, // 103: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	37, // 104: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	30, // 105: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	32, // 106: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	34, // 107: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	39, // 108: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	41, // 109: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	44, // 110: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	46, // 111: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	54, // 112: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	58, // 113: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	48, // 114: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	50, // 115: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	52, // 116: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	61, // 117: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	66, // 118: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	68, // 119: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	70, // 120: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	73, // 121: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	75, // 122: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	77, // 123: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	79, // 124: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	81, // 125: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	83, // 126: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	85, // 127: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	87, // 128: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	89, // 129: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	91, // 130: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	93, // 131: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	95, // 132: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	97, // 133: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	96, // [96:134] is the sub-list for method output_type
-	58, // [58:96] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	100, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	5,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
+	7,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
+	7,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
+	0,   // 4: goray.v1.TaskSpec.kind:type_name -> goray.v1.TaskKind
+	8,   // 5: goray.v1.TaskSpec.args:type_name -> goray.v1.TaskArg
+	5,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
+	6,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
+	7,   // 8: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
+	9,   // 9: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
+	10,  // 10: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
+	2,   // 11: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
+	10,  // 12: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
+	5,   // 13: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
+	5,   // 14: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
+	20,  // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
+	21,  // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
+	5,   // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
+	63,  // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	5,   // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
+	3,   // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
+	62,  // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	26,  // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	6,   // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
+	28,  // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	4,   // 25: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
+	5,   // 26: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
+	5,   // 27: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
+	43,  // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	5,   // 29: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
+	5,   // 30: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
+	6,   // 31: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
+	62,  // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	6,   // 33: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
+	56,  // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	57,  // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	43,  // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	5,   // 37: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
+	59,  // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	70,  // 39: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	71,  // 40: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	6,   // 41: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
+	101, // 42: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	1,   // 43: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
+	5,   // 44: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
+	5,   // 45: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
+	6,   // 46: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
+	62,  // 47: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	6,   // 48: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	57,  // 49: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	70,  // 50: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	62,  // 51: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	6,   // 52: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	57,  // 53: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	70,  // 54: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	74,  // 55: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	63,  // 56: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	63,  // 57: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	64,  // 58: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	64,  // 59: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	64,  // 60: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	64,  // 61: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	11,  // 62: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	13,  // 63: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	15,  // 64: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	17,  // 65: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	19,  // 66: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	23,  // 67: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	24,  // 68: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	27,  // 69: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	36,  // 70: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	29,  // 71: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	31,  // 72: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	33,  // 73: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	38,  // 74: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	40,  // 75: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	42,  // 76: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	45,  // 77: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	53,  // 78: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	55,  // 79: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	47,  // 80: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	49,  // 81: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	51,  // 82: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	60,  // 83: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	65,  // 84: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	67,  // 85: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	69,  // 86: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	73,  // 87: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	76,  // 88: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	78,  // 89: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	80,  // 90: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	82,  // 91: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	84,  // 92: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	86,  // 93: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	88,  // 94: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	90,  // 95: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	92,  // 96: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	94,  // 97: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	96,  // 98: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	98,  // 99: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	12,  // 100: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	14,  // 101: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	16,  // 102: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	18,  // 103: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	22,  // 104: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	25,  // 105: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	25,  // 106: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	35,  // 107: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	37,  // 108: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	30,  // 109: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	32,  // 110: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	34,  // 111: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	39,  // 112: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	41,  // 113: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	44,  // 114: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	46,  // 115: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	54,  // 116: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	58,  // 117: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	48,  // 118: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	50,  // 119: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	52,  // 120: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	61,  // 121: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	66,  // 122: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	68,  // 123: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	72,  // 124: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	75,  // 125: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	77,  // 126: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	79,  // 127: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	81,  // 128: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	83,  // 129: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	85,  // 130: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	87,  // 131: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	89,  // 132: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	91,  // 133: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	93,  // 134: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	95,  // 135: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	97,  // 136: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	99,  // 137: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	100, // [100:138] is the sub-list for method output_type
+	62,  // [62:100] is the sub-list for method input_type
+	62,  // [62:62] is the sub-list for extension type_name
+	62,  // [62:62] is the sub-list for extension extendee
+	0,   // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }
@@ -6534,7 +6807,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   95,
+			NumMessages:   97,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -1,0 +1,614 @@
+package raylet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/goray-dev/goray/internal/ids"
+	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/sdk/storage"
+)
+
+// Spilling defaults (see SpillConfig).
+const (
+	DefaultSpillThreshold    = 0.8
+	DefaultMinSpillFileSize  = 100 << 20
+	DefaultMaxObjectsPerFile = 1000
+	DefaultSpillWait         = 60 * time.Second
+	// spillCheck is how often usage is compared with the threshold.
+	spillCheck = 100 * time.Millisecond
+	// spillBackoffMax caps the wait between failed spill attempts.
+	spillBackoffMax = 5 * time.Second
+)
+
+// SpillConfig configures spilling primary copies of objects to storage
+// when the store fills up, and restoring them when they are read.
+type SpillConfig struct {
+	// Storage returns the backend (a storage plugin's client, which may
+	// change when the plugin restarts); nil turns spilling off.
+	Storage func() (storage.Storage, error)
+	// Location names the backend for status output.
+	Location string
+	// Threshold is the fraction of the store above which objects spill
+	// (default 0.8).
+	Threshold float64
+	// MinFileSize: small objects are fused into files of at least this
+	// many bytes when there are enough (default 100 MiB).
+	MinFileSize int64
+	// MaxObjectsPerFile caps the objects fused into one file (default
+	// 1000).
+	MaxObjectsPerFile int
+	// KeepFiles keeps the stored files when the node shuts down.
+	KeepFiles bool
+	// Wait is how long a create that does not fit waits for spilling to
+	// make room before it fails (default 60s; the caller's deadline too).
+	Wait time.Duration
+	// Prefix starts every key this node writes ("<session>/<node id>/").
+	Prefix string
+}
+
+// spillFile is one stored file of fused objects.
+type spillFile struct {
+	key, url string
+	size     int64
+	live     int // objects of the file not freed yet
+}
+
+// spilledObject is where an object's bytes are stored.
+type spilledObject struct {
+	file         *spillFile
+	offset, size int64
+	meta         []byte
+	// inMemory is set while a restored copy is also in the store.
+	inMemory bool
+}
+
+// restore is a restore of an object in flight.
+type restore struct {
+	done chan struct{}
+	err  error
+}
+
+// spiller spills and restores the objects of one raylet.
+type spiller struct {
+	r   *Raylet
+	cfg SpillConfig
+
+	mu       sync.Mutex
+	objs     map[ids.ObjectID]*spilledObject
+	files    map[string]*spillFile
+	busy     map[ids.ObjectID]bool // being written
+	restores map[ids.ObjectID]*restore
+	seq      int
+	need     int64         // bytes a waiting create needs
+	progress chan struct{} // closed and replaced after every spill attempt
+	kick     chan struct{}
+	failing  error
+	// lastFreed is what the last spill round freed.
+	lastFreed int64
+	stats     gorayv1.SpillStats
+}
+
+func newSpiller(r *Raylet, cfg SpillConfig) *spiller {
+	if cfg.Threshold <= 0 || cfg.Threshold > 1 {
+		cfg.Threshold = DefaultSpillThreshold
+	}
+	if cfg.MinFileSize <= 0 {
+		cfg.MinFileSize = DefaultMinSpillFileSize
+	}
+	if cfg.MaxObjectsPerFile <= 0 {
+		cfg.MaxObjectsPerFile = DefaultMaxObjectsPerFile
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = DefaultSpillWait
+	}
+	return &spiller{
+		r: r, cfg: cfg,
+		objs: map[ids.ObjectID]*spilledObject{}, files: map[string]*spillFile{},
+		busy: map[ids.ObjectID]bool{}, restores: map[ids.ObjectID]*restore{},
+		progress: make(chan struct{}), kick: make(chan struct{}, 1),
+	}
+}
+
+func (s *spiller) enabled() bool { return s != nil && s.cfg.Storage != nil }
+
+// run spills whenever the store is above the threshold or a create waits
+// for room, backing off while the storage fails, until ctx ends.
+func (s *spiller) run(ctx context.Context) {
+	t := time.NewTicker(spillCheck)
+	defer t.Stop()
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		for {
+			u := s.r.cfg.Store.Usage()
+			s.mu.Lock()
+			need := s.need
+			s.mu.Unlock()
+			over := u.Used - int64(s.cfg.Threshold*float64(u.Capacity))
+			if over <= 0 && need <= 0 {
+				break
+			}
+			freed, err := s.spillOnce(ctx, max(over, need, 1))
+			s.signal(freed, err)
+			if err != nil {
+				s.r.log.Warn("spilling objects failed; retrying", "error", err, "retry_in", backoff)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, spillBackoffMax)
+				continue
+			}
+			backoff = 100 * time.Millisecond
+			if freed == 0 {
+				break // nothing more to spill
+			}
+		}
+	}
+}
+
+// signal wakes the creates waiting for room and records the outcome.
+func (s *spiller) signal(freed int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing = err
+	s.lastFreed = freed
+	close(s.progress)
+	s.progress = make(chan struct{})
+}
+
+// candidate is an object that may leave memory.
+type candidate struct {
+	id   ids.ObjectID
+	size int64
+	meta []byte
+	// stored: a restored copy whose bytes are still in storage, freed
+	// without writing.
+	stored bool
+}
+
+// candidates lists sealed, unpinned primary copies, oldest id first.
+func (s *spiller) candidates() []candidate {
+	entries := s.r.cfg.Store.ListEntries()
+	sort.Slice(entries, func(i, j int) bool { return string(entries[i].ID[:]) < string(entries[j].ID[:]) })
+	s.r.mu.Lock()
+	primary := func(id ids.ObjectID) bool {
+		_, owned := s.r.owners[id]
+		return owned && !s.r.secondary[id]
+	}
+	var out []candidate
+	s.mu.Lock()
+	for _, e := range entries {
+		if !e.Sealed || e.Freed || e.Pins > 0 || e.DataSize == 0 || s.busy[e.ID] || !primary(e.ID) {
+			continue
+		}
+		so := s.objs[e.ID]
+		out = append(out, candidate{id: e.ID, size: e.DataSize, meta: e.Metadata, stored: so != nil && so.inMemory})
+	}
+	s.mu.Unlock()
+	s.r.mu.Unlock()
+	return out
+}
+
+// spillOnce frees at least need bytes of memory if it can: restored
+// copies whose bytes are still stored first (no write), then one file of
+// fused objects. It returns the bytes freed.
+func (s *spiller) spillOnce(ctx context.Context, need int64) (int64, error) {
+	cands := s.candidates()
+	var freed int64
+	var drop []ids.ObjectID
+	var batch []candidate
+	var batchBytes int64
+	for _, c := range cands {
+		if c.stored {
+			drop = append(drop, c.id)
+			freed += c.size
+		}
+	}
+	for _, c := range cands {
+		if c.stored {
+			continue
+		}
+		if freed+batchBytes >= need && batchBytes >= s.cfg.MinFileSize {
+			break
+		}
+		if len(batch) == s.cfg.MaxObjectsPerFile {
+			break
+		}
+		batch = append(batch, c)
+		batchBytes += c.size
+	}
+	if len(drop) > 0 {
+		s.mu.Lock()
+		for _, id := range drop {
+			if so := s.objs[id]; so != nil {
+				so.inMemory = false
+			}
+		}
+		s.mu.Unlock()
+		s.r.cfg.Store.Free(drop)
+	}
+	if len(batch) == 0 {
+		return freed, nil
+	}
+	n, err := s.writeFile(ctx, batch)
+	return freed + n, err
+}
+
+// writeFile writes the objects into one stored file, then releases them
+// from memory. Objects freed meanwhile are not recorded.
+func (s *spiller) writeFile(ctx context.Context, batch []candidate) (int64, error) {
+	st, err := s.cfg.Storage()
+	if err != nil {
+		return 0, fmt.Errorf("spill storage %s: %w", s.cfg.Location, err)
+	}
+	client := ids.New()
+	objs := make([]ids.ObjectID, len(batch))
+	for i, c := range batch {
+		objs[i] = c.id
+	}
+	entries := s.r.cfg.Store.GetEntries(objs, client) // pinned while written
+	defer s.r.cfg.Store.Release(objs, client)
+	var parts []io.Reader
+	var offsets []int64
+	var total int64
+	var pinned []candidate
+	for i, e := range entries {
+		if !e.Found {
+			continue // freed meanwhile
+		}
+		parts = append(parts, sliceReader(s.r.cfg.Store.Data(e.Offset, e.DataSize)))
+		offsets = append(offsets, total)
+		total += e.DataSize
+		pinned = append(pinned, batch[i])
+	}
+	if len(pinned) == 0 {
+		return 0, nil
+	}
+	s.mu.Lock()
+	s.seq++
+	key := fmt.Sprintf("%s%06d.spill", s.cfg.Prefix, s.seq)
+	for _, c := range pinned {
+		s.busy[c.id] = true
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		for _, c := range pinned {
+			delete(s.busy, c.id)
+		}
+		s.mu.Unlock()
+	}()
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	rep, err := st.Write(wctx, &storage.WriteRequest{Key: key, Size: total, Body: io.MultiReader(parts...)})
+	if err != nil {
+		return 0, fmt.Errorf("writing %d objects (%d bytes) to %s: %w", len(pinned), total, s.cfg.Location, err)
+	}
+	took := time.Since(start)
+	// Stored: record, then let the memory go. An object the owner freed
+	// while it was written is not recorded.
+	f := &spillFile{key: key, url: rep.URL, size: total}
+	var release []ids.ObjectID
+	s.r.mu.Lock()
+	s.mu.Lock()
+	for i, c := range pinned {
+		if _, alive := s.r.owners[c.id]; !alive {
+			continue
+		}
+		s.objs[c.id] = &spilledObject{file: f, offset: offsets[i], size: c.size, meta: c.meta}
+		f.live++
+		release = append(release, c.id)
+	}
+	s.files[key] = f
+	s.stats.SpilledBytes += total
+	s.stats.SpilledObjects += int64(len(pinned))
+	s.stats.SpillSeconds += took.Seconds()
+	empty := f.live == 0
+	if empty {
+		delete(s.files, key)
+	}
+	s.mu.Unlock()
+	s.r.mu.Unlock()
+	s.r.cfg.Store.Free(release)
+	if empty {
+		s.deleteFiles([]string{key})
+	}
+	s.r.log.Debug("objects spilled", "objects", len(release), "bytes", total, "url", rep.URL, "took", took)
+	return total, nil
+}
+
+// freeObjects frees objects from the store and their stored copies.
+func (r *Raylet) freeObjects(objs []ids.ObjectID) {
+	r.cfg.Store.Free(objs)
+	r.spill.forget(objs)
+}
+
+// sliceReader reads a byte slice without copying it first.
+func sliceReader(b []byte) io.Reader { return &byteReader{b: b} }
+
+type byteReader struct{ b []byte }
+
+func (r *byteReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	return n, nil
+}
+
+func (r *byteReader) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(r.b)
+	r.b = r.b[n:]
+	return int64(n), err
+}
+
+// waitForRoom makes room for a create of size bytes: it asks the spill
+// loop for it and waits for progress until the create fits, ctx ends, or
+// the wait bound passes. It returns the last spill error, if any.
+func (s *spiller) waitForRoom(ctx context.Context, size int64, try func() error) error {
+	if size > s.r.cfg.Store.Capacity() {
+		return fmt.Errorf("the object (%d bytes) is larger than the whole store (%d bytes)", size, s.r.cfg.Store.Capacity())
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Wait)
+	defer cancel()
+	s.mu.Lock()
+	s.need += size
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.need -= size
+		s.mu.Unlock()
+	}()
+	for {
+		s.mu.Lock()
+		progress := s.progress
+		s.mu.Unlock()
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			s.mu.Lock()
+			failing := s.failing
+			s.mu.Unlock()
+			if failing != nil {
+				return fmt.Errorf("spilling is failing because %w", failing)
+			}
+			return fmt.Errorf("spilling could not make room within %s: %w", s.cfg.Wait, ctx.Err())
+		}
+		err := try()
+		if err == nil {
+			return nil
+		}
+		s.mu.Lock()
+		stuck := s.failing == nil && s.lastFreed == 0
+		s.mu.Unlock()
+		if stuck {
+			// A round that worked but found nothing to spill: the rest is
+			// in use (pinned by readers) or not spillable.
+			return errors.New("nothing more can be spilled: the objects in memory are in use")
+		}
+	}
+}
+
+// has reports whether the object's bytes are stored (and not in memory).
+func (s *spiller) has(id ids.ObjectID) bool {
+	if !s.enabled() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	so := s.objs[id]
+	return so != nil
+}
+
+// restoreObject brings a spilled object back into the store (concurrent
+// restores of one object share the work). It is a no-op for objects that
+// are in memory or not spilled.
+func (s *spiller) restoreObject(ctx context.Context, id ids.ObjectID) error {
+	s.mu.Lock()
+	so := s.objs[id]
+	if so == nil || so.inMemory {
+		s.mu.Unlock()
+		return nil
+	}
+	rs := s.restores[id]
+	if rs == nil {
+		rs = &restore{done: make(chan struct{})}
+		s.restores[id] = rs
+		file, off, size, meta := so.file, so.offset, so.size, so.meta
+		go func() {
+			rs.err = s.doRestore(id, file, off, size, meta)
+			s.mu.Lock()
+			delete(s.restores, id)
+			if rs.err == nil {
+				if cur := s.objs[id]; cur != nil {
+					cur.inMemory = true
+				}
+			}
+			s.mu.Unlock()
+			close(rs.done)
+		}()
+	}
+	s.mu.Unlock()
+	select {
+	case <-rs.done:
+		return rs.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	creator := ids.New()
+	var arenaOff int64
+	create := func() error {
+		var err error
+		arenaOff, err = s.r.cfg.Store.Create(id, size, meta, creator)
+		return err
+	}
+	if err := create(); err != nil {
+		if s.r.cfg.Store.Contains(id) {
+			return nil
+		}
+		var full interface{ StoreFull() bool }
+		if !errors.As(err, &full) {
+			return err
+		}
+		if werr := s.waitForRoom(ctx, size, create); werr != nil {
+			return fmt.Errorf("restoring object %s: %w: %v", id, err, werr)
+		}
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = s.r.cfg.Store.Abort(id)
+		}
+	}()
+	st, err := s.cfg.Storage()
+	if err != nil {
+		return fmt.Errorf("restoring object %s: %w", id, err)
+	}
+	rep, err := st.Read(ctx, &storage.ReadRequest{Key: f.key, Offset: off, Length: size})
+	if err != nil {
+		return fmt.Errorf("restoring object %s from %s: %w", id, f.url, err)
+	}
+	defer rep.Body.Close()
+	if _, err := io.ReadFull(rep.Body, s.r.cfg.Store.Data(arenaOff, size)); err != nil {
+		return fmt.Errorf("restoring object %s from %s: %w", id, f.url, err)
+	}
+	if err := s.r.cfg.Store.Seal(id, creator, true); err != nil {
+		return err
+	}
+	ok = true
+	s.mu.Lock()
+	s.stats.RestoredBytes += size
+	s.stats.RestoredObjects++
+	s.stats.RestoreSeconds += time.Since(start).Seconds()
+	s.mu.Unlock()
+	return nil
+}
+
+// forget drops the stored copies of freed objects and deletes files none
+// of whose objects is alive.
+func (s *spiller) forget(objs []ids.ObjectID) {
+	if !s.enabled() {
+		return
+	}
+	var dead []string
+	s.mu.Lock()
+	for _, id := range objs {
+		so := s.objs[id]
+		if so == nil {
+			continue
+		}
+		delete(s.objs, id)
+		so.file.live--
+		if so.file.live == 0 {
+			delete(s.files, so.file.key)
+			dead = append(dead, so.file.key)
+		}
+	}
+	s.mu.Unlock()
+	if len(dead) > 0 {
+		go s.deleteFiles(dead)
+	}
+}
+
+// deleteFiles deletes stored files, logging failures.
+func (s *spiller) deleteFiles(keys []string) {
+	st, err := s.cfg.Storage()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err = st.Delete(ctx, &storage.DeleteRequest{Keys: keys})
+	}
+	if err != nil {
+		s.r.log.Warn("deleting spilled files failed", "files", len(keys), "error", err)
+	}
+}
+
+// deleteAll deletes every file this node stored (shutdown).
+func (s *spiller) deleteAll(ctx context.Context) {
+	if !s.enabled() || s.cfg.KeepFiles {
+		return
+	}
+	s.mu.Lock()
+	var keys []string
+	for k := range s.files {
+		keys = append(keys, k)
+	}
+	s.files = map[string]*spillFile{}
+	s.objs = map[ids.ObjectID]*spilledObject{}
+	s.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	st, err := s.cfg.Storage()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err = st.Delete(ctx, &storage.DeleteRequest{Keys: keys})
+	}
+	if err != nil {
+		s.r.log.Warn("deleting spilled files at shutdown failed", "files", len(keys), "error", err)
+	}
+}
+
+// statsProto reports the spill counters.
+func (s *spiller) statsProto() *gorayv1.SpillStats {
+	if !s.enabled() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &gorayv1.SpillStats{
+		Location: s.cfg.Location, SpilledBytes: s.stats.SpilledBytes, SpilledObjects: s.stats.SpilledObjects,
+		RestoredBytes: s.stats.RestoredBytes, RestoredObjects: s.stats.RestoredObjects,
+		SpillSeconds: s.stats.SpillSeconds, RestoreSeconds: s.stats.RestoreSeconds, Files: int64(len(s.files)),
+	}
+	for _, so := range s.objs {
+		if !so.inMemory {
+			st.StoredObjects++
+			st.StoredBytes += so.size
+		}
+	}
+	if s.failing != nil {
+		st.Failing = s.failing.Error()
+	}
+	return st
+}
+
+// listProto lists the spilled objects.
+func (s *spiller) listProto() []*gorayv1.SpilledObject {
+	if !s.enabled() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*gorayv1.SpilledObject, 0, len(s.objs))
+	for id, so := range s.objs {
+		out = append(out, &gorayv1.SpilledObject{ObjectId: id.Bytes(), Url: so.file.url, Offset: so.offset, Size: so.size, InMemory: so.inMemory})
+	}
+	return out
+}
