@@ -103,6 +103,7 @@ func TestLoadFullFile(t *testing.T) {
 			StartTimeout: 45 * time.Second,
 		},
 		HealthCheck: HealthCheck{Period: 500 * time.Millisecond, FailureThreshold: 3},
+		Spilling:    Spilling{Storage: "s3", MinFileSize: 64 << 20, MaxObjectsPerFile: 500, KeepFiles: true, Wait: 30 * time.Second},
 		Labels:      map[string]string{"zone": "a", "rack": "r7"},
 		PluginDir:   "./bin/plugins",
 		Plugins: []Plugin{
@@ -530,6 +531,10 @@ func TestValidate(t *testing.T) {
 		{diagCase: diagCase{
 			name: "negative raylet port", src: base + "raylet_port = -1\n",
 			line: 2, col: 15, want: []string{"raylet_port", "-1"},
+		}},
+		{diagCase: diagCase{
+			name: "spilling to an unknown storage plugin", src: base + "spilling {\n  storage = \"s4\"\n}\n",
+			line: 3, col: 13, want: []string{"Unknown storage plugin", `no plugin "storage" "s4" block`},
 		}},
 		{diagCase: diagCase{
 			name: "bad node ip", src: base + "node_ip = \"10.0.0\"\n",

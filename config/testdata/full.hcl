@@ -61,3 +61,11 @@ node_type "gpu" {
   min_workers = 1
   max_workers = 2
 }
+
+spilling {
+  storage              = "s3"
+  min_file_size        = "64MiB"
+  max_objects_per_file = 500
+  keep_files           = true
+  wait                 = "30s"
+}
