@@ -59,12 +59,18 @@ func runMain(m *testing.M) int {
 	testjobBin = filepath.Join(dir, "testjob")
 	clusterBin = filepath.Join(dir, "cluster")
 	pluginDir = filepath.Join(dir, "plugins")
+	allreduceBin = filepath.Join(dir, "allreduce")
+	weightSyncBin = filepath.Join(dir, "weight-sync")
 	for _, b := range []struct{ out, pkg string }{
 		{gorayBin, "./cmd/goray"},
 		{quickstartBin, "./examples/quickstart"},
 		{testjobBin, "./acceptance/internal/testjob"},
 		{clusterBin, "./examples/cluster"},
 		{filepath.Join(pluginDir, "goray-transport-shm"), "./plugins/shm"},
+		{filepath.Join(pluginDir, "goray-transport-collective"), "./plugins/collective"},
+		{filepath.Join(pluginDir, "goray-transport-onesided"), "./plugins/onesided"},
+		{allreduceBin, "./examples/allreduce"},
+		{weightSyncBin, "./examples/weight-sync"},
 	} {
 		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
 		cmd.Dir = root

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	_ "github.com/goray-dev/goray/internal/proto/collectivev1" // registers the Collective service's types
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	_ "github.com/goray-dev/goray/internal/proto/transportv1" // registers the Transport service's types
 	"google.golang.org/grpc"
@@ -14,16 +15,25 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
-// transportService is the gRPC service of transport plugins.
-const transportService = "goray.transport.v1.Transport"
+// Services of transport plugins the raylet forwards: the Transport
+// service every transport serves and the Collective service of transports
+// that implement collectives (sdk/transport.CollectiveService).
+const (
+	transportService  = "goray.transport.v1.Transport"
+	collectiveService = "goray.collective.v1.Collective"
+)
 
 // TransportConnFunc returns a connection to the node's transport plugin
 // name (see Config.Transports).
 type TransportConnFunc func(name string) (grpc.ClientConnInterface, error)
 
-// TransportInvoke forwards one call to a transport plugin of this node.
-// Workers use it so that they never hold connections to plugin processes,
-// which change when a plugin restarts. Only handles and metadata pass here.
+// TransportInvoke forwards one call to a transport plugin of this node: a
+// method of the Transport service, or of the Collective service for
+// transports with collectives. Workers use it so that they never hold
+// connections to plugin processes, which change when a plugin restarts;
+// processes on other nodes use it to reach this node's plugins (the source
+// side of a cross-node transfer, its garbage collection). Only handles and
+// metadata pass here.
 func (r *Raylet) TransportInvoke(ctx context.Context, req *gorayv1.TransportInvokeRequest) (*gorayv1.TransportInvokeReply, error) {
 	if r.cfg.Transports == nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s has no transport plugins", r.cfg.NodeID.Short())
@@ -50,19 +60,23 @@ func (r *Raylet) TransportInvoke(ctx context.Context, req *gorayv1.TransportInvo
 }
 
 // transportMessages returns fresh request and reply messages for a full
-// method name of the Transport service.
+// method name ("/service/Method") of the Transport or Collective service;
+// any other method is refused.
 func transportMessages(method string) (proto.Message, proto.Message, error) {
 	svc, name, ok := strings.Cut(strings.TrimPrefix(method, "/"), "/")
-	if !ok || svc != transportService {
-		return nil, nil, status.Errorf(codes.InvalidArgument, "method %q is not a method of %s", method, transportService)
+	if !ok || (svc != transportService && svc != collectiveService) || !strings.HasPrefix(method, "/") {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "method %q is not a method of %s or %s", method, transportService, collectiveService)
 	}
 	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
 	if err != nil {
-		return nil, nil, status.Errorf(codes.Internal, "transport service descriptor: %v", err)
+		return nil, nil, status.Errorf(codes.Internal, "%s service descriptor: %v", svc, err)
 	}
 	m := d.(protoreflect.ServiceDescriptor).Methods().ByName(protoreflect.Name(name))
 	if m == nil {
-		return nil, nil, status.Errorf(codes.Unimplemented, "transport method %q does not exist", name)
+		return nil, nil, status.Errorf(codes.Unimplemented, "%s method %q does not exist", svc, name)
+	}
+	if m.IsStreamingClient() || m.IsStreamingServer() {
+		return nil, nil, status.Errorf(codes.Unimplemented, "%s method %q streams; only unary calls are forwarded", svc, name)
 	}
 	in, err := protoregistry.GlobalTypes.FindMessageByName(m.Input().FullName())
 	if err != nil {

@@ -51,6 +51,7 @@ func main() {
 	// echo plugin and the workers of its embedded node: all re-execute this
 	// binary.
 	bench.MaybeServeTransport()
+	bench.MaybeServeTransportPlugins() // and the collective and onesided transport plugins
 	bench.MaybeServePlugin()
 	if ray.IsWorker() {
 		_, _ = ray.Init(context.Background()) // serves tasks; never returns

@@ -21,6 +21,8 @@ var testRuntime *ray.Runtime
 func TestMain(m *testing.M) {
 	MaybeServeTransport() // the node runs this binary as the shm transport plugin
 	MaybeServePlugin()    // the go_plugin_round_trip limit re-executes this binary
+
+	MaybeServeTransportPlugins() // the transport plugin metrics' nodes run this binary as their plugins
 	if ray.IsWorker() {
 		ray.Init(context.Background()) // serves tasks; never returns
 	}
@@ -185,6 +187,16 @@ func TestMetricNames(t *testing.T) {
 		{"placement_group_create/removal", 100},
 		{"tensor_transfer_shm_actor_to_actor", float64(64<<20) / 1e9},
 		{"object_transfer_node_to_node", float64(256<<20) / 1e9},
+		{"allreduce_bus_bandwidth_2_ranks_1MiB", float64(1<<20) / 1e9},
+		{"allreduce_bus_bandwidth_2_ranks_64MiB", float64(64<<20) / 1e9},
+		{"allreduce_bus_bandwidth_2_ranks_256MiB", float64(256<<20) / 1e9},
+		{"allreduce_bus_bandwidth_4_ranks_1MiB", 1.5 * float64(1<<20) / 1e9},
+		{"allreduce_bus_bandwidth_4_ranks_64MiB", 1.5 * float64(64<<20) / 1e9},
+		{"allreduce_bus_bandwidth_4_ranks_256MiB", 1.5 * float64(256<<20) / 1e9},
+		{"onesided_read_within_node_64MiB", float64(64<<20) / 1e9},
+		{"onesided_read_across_nodes_64MiB", float64(64<<20) / 1e9},
+		{"onesided_register_64MiB", 0},
+		{"onesided_register_64MiB_reused", 0},
 	}
 	got := e.metrics()
 	if len(got) != len(want) {
@@ -202,19 +214,50 @@ func TestMetricNames(t *testing.T) {
 	if m := quick[3]; m.mult >= 0.8 || !strings.Contains(m.note, "quick mode") {
 		t.Errorf("quick %s: multiplier %v note %q, want a smaller size said in the note", m.name, m.mult, m.note)
 	}
-	tensor := got[len(got)-2]
+	byName := func(ws []workload, name string) workload {
+		for _, w := range ws {
+			if w.name == name {
+				return w
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return workload{}
+	}
+	tensor := byName(got, MetricTensorTransferShm)
 	if tensor.transport != "shm" || tensor.limit != LimitMemcpy || tensor.ratio == nil {
 		t.Errorf("%s: transport %q limit %q, want shm and %s with a ratio", tensor.name, tensor.transport, tensor.limit, LimitMemcpy)
 	}
-	if m := quick[len(quick)-2]; abs(m.mult-float64(8<<20)/1e9) > 1e-12 || !strings.Contains(m.note, "quick mode") {
+	if m := byName(quick, MetricTensorTransferShm); abs(m.mult-float64(8<<20)/1e9) > 1e-12 || !strings.Contains(m.note, "quick mode") {
 		t.Errorf("quick %s: multiplier %v note %q, want 8 MiB said in the note", m.name, m.mult, m.note)
 	}
-	nodes := got[len(got)-1]
+	nodes := byName(got, MetricObjectTransferNodes)
 	if nodes.transport != "" || nodes.limit != LimitTCP || nodes.ratio == nil {
 		t.Errorf("%s: transport %q limit %q, want none and %s with a ratio", nodes.name, nodes.transport, nodes.limit, LimitTCP)
 	}
-	if m := quick[len(quick)-1]; abs(m.mult-float64(32<<20)/1e9) > 1e-12 || !strings.Contains(m.note, "quick mode") {
+	if m := byName(quick, MetricObjectTransferNodes); abs(m.mult-float64(32<<20)/1e9) > 1e-12 || !strings.Contains(m.note, "quick mode") {
 		t.Errorf("quick %s: multiplier %v note %q, want 32 MiB said in the note", m.name, m.mult, m.note)
+	}
+	// The transport plugin metrics: bandwidths compared with the ring's and
+	// the copies' limits, registrations as latencies.
+	for _, c := range []struct {
+		name, limit string
+		latency     bool
+	}{
+		{allReduceMetricName(2, 1<<20), LimitTCP, false},
+		{allReduceMetricName(4, 256<<20), LimitTCP, false},
+		{MetricOneSidedReadNode, LimitMemcpy, false},
+		{MetricOneSidedReadNodes, LimitTCP, false},
+		{MetricOneSidedRegister, LimitMemcpy, true},
+		{MetricOneSidedRegisterReused, LimitPlugin, true},
+	} {
+		m := byName(got, c.name)
+		if m.limit != c.limit || m.ratio == nil || m.latency != c.latency || m.setup == nil {
+			t.Errorf("%s: limit %q latency %v, want %s with a ratio, latency %v", m.name, m.limit, m.latency, c.limit, c.latency)
+		}
+	}
+	// A register's ratio is its time over memcpy's for the same bytes.
+	if r := byName(got, MetricOneSidedRegister).ratio(float64(64<<20)/1e4, 10); abs(r-1) > 1e-9 {
+		t.Errorf("register ratio for 6.7 ms against 10 GB/s memcpy of 64 MiB = %v, want about 1", r)
 	}
 }
 

@@ -365,7 +365,7 @@ func (e *env) metrics() []workload {
 	half := e.half
 	smallTaskRemote := func(ctx context.Context, _ int) ray.Ref[[]byte] { return smallValueTask.Remote(ctx) }
 
-	return []workload{
+	return append([]workload{
 		{
 			name: MetricGetCalls, unit: UnitPerSecond, mult: 1, note: inlineNote,
 			setup: func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
@@ -553,7 +553,7 @@ func (e *env) metrics() []workload {
 		// Beyond Ray's list.
 		e.tensorTransferMetric(),
 		e.nodeTransferMetric(),
-	}
+	}, e.transportPluginMetrics()...)
 }
 
 // oneToN is Ray's 1:n test: one client actor makes 5000 calls on each of

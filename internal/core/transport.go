@@ -1,10 +1,10 @@
 package core
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 	"time"
 
@@ -12,6 +12,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/sdk/transport"
+	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -59,12 +60,14 @@ type tensorEnvelope struct {
 	Node          []byte                 `msgpack:"n"`
 }
 
-// transportProxy is a grpc.ClientConnInterface that reaches the node's
-// transport plugin through the raylet (TransportInvoke), so workers never
-// hold connections to plugin processes that may restart.
+// transportProxy is a grpc.ClientConnInterface that reaches a node's
+// transport plugin through that node's raylet (TransportInvoke), so workers
+// never hold connections to plugin processes that may restart. node is the
+// plugin's node; nil (or this process's node) means the local raylet.
 type transportProxy struct {
 	cw   *CoreWorker
 	name string
+	node ids.ID
 }
 
 func (p *transportProxy) Invoke(ctx context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
@@ -77,7 +80,14 @@ func (p *transportProxy) Invoke(ctx context.Context, method string, args, reply 
 	if err != nil {
 		return err
 	}
-	rep, err := p.cw.raylet.TransportInvoke(ctx, &pb.TransportInvokeRequest{Name: p.name, Method: method, Payload: payload})
+	r := p.cw.raylet
+	if !p.node.IsNil() && p.node != p.cw.nodeID {
+		if r, err = p.cw.rayletOf(ctx, p.node); err != nil {
+			// The node is dead or unknown: nothing there will answer.
+			return status.Errorf(codes.Unavailable, "transport %q on node %s: %v", p.name, p.node.Short(), err)
+		}
+	}
+	rep, err := r.TransportInvoke(ctx, &pb.TransportInvokeRequest{Name: p.name, Method: method, Payload: payload})
 	if err != nil {
 		return err
 	}
@@ -90,8 +100,18 @@ func (p *transportProxy) NewStream(context.Context, *grpc.StreamDesc, string, ..
 
 type transportClients struct {
 	mu    sync.Mutex
-	m     map[string]transport.Transport
+	m     map[transportKey]transport.Transport
 	infos map[string]*transport.InfoResponse
+	// allocated are the segments receives allocated for this process
+	// (ReceiveResponse.Allocated) that ReleaseTensors has not freed yet.
+	allocated map[string]struct{}
+}
+
+// transportKey names a transport plugin of a node (the nil id: this
+// process's node).
+type transportKey struct {
+	name string
+	node ids.ID
 }
 
 // transportInfo returns (and caches) what a transport says about itself.
@@ -117,17 +137,42 @@ func (cw *CoreWorker) transportInfo(ctx context.Context, name string) (*transpor
 
 // transport returns a client of the node's transport plugin name.
 func (cw *CoreWorker) transport(name string) transport.Transport {
+	return cw.transportOn(name, ids.ID{})
+}
+
+// transportOn returns a client of transport plugin name on node (the nil
+// id or this process's node: the local plugin), reached through that
+// node's raylet.
+func (cw *CoreWorker) transportOn(name string, node ids.ID) transport.Transport {
+	if node == cw.nodeID {
+		node = ids.ID{}
+	}
+	k := transportKey{name: name, node: node}
 	cw.transports.mu.Lock()
 	defer cw.transports.mu.Unlock()
 	if cw.transports.m == nil {
-		cw.transports.m = map[string]transport.Transport{}
+		cw.transports.m = map[transportKey]transport.Transport{}
 	}
-	t := cw.transports.m[name]
+	t := cw.transports.m[k]
 	if t == nil {
-		t = transport.NewClient(&transportProxy{cw: cw, name: name}, transport.APIVersion)
-		cw.transports.m[name] = t
+		t = transport.NewClient(&transportProxy{cw: cw, name: name, node: node}, transport.APIVersion)
+		cw.transports.m[k] = t
 	}
 	return t
+}
+
+// envelopeNode returns the node holding an envelope's tensors (the node
+// whose plugin ran ExtractMetadata): the nil id when it is this process's
+// node or not recorded.
+func (cw *CoreWorker) envelopeNode(env *tensorEnvelope) ids.ID {
+	if len(env.Node) == 0 {
+		return ids.ID{}
+	}
+	n, err := ids.FromBytes(env.Node)
+	if err != nil || n == cw.nodeID {
+		return ids.ID{}
+	}
+	return n
 }
 
 func (cw *CoreWorker) transferTimeout() time.Duration {
@@ -184,10 +229,7 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 		return nil, fmt.Errorf("goray: undecodable tensor metadata: %w", err)
 	}
 	id, _ := ids.ParseObjectID(env.ObjectID)
-	if len(env.Node) > 0 && !bytes.Equal(env.Node, cw.nodeID[:]) {
-		return nil, &TransferError{ObjectID: id, Transport: env.Transport, Op: "receive",
-			Err: fmt.Errorf("the tensors are on node %s and this process runs on node %s; transfers across nodes are not supported yet", ids.MustFromBytes(env.Node).Short(), cw.nodeID.Short())}
-	}
+	srcNode := cw.envelopeNode(&env)
 	tr := cw.transport(env.Transport)
 	rctx, cancel := context.WithTimeout(ctx, cw.transferTimeout())
 	defer cancel()
@@ -198,17 +240,32 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 	sendCtx, stopSend := context.WithCancel(rctx)
 	defer stopSend()
 	info, err := cw.transportInfo(rctx, env.Transport)
+	sameNode := err == nil && info.SameNode
+	if err != nil && !srcNode.IsNil() {
+		// This node may not even run the transport: the source's node
+		// says whether it could ever work from here.
+		if si, serr := cw.transportOn(env.Transport, srcNode).Info(rctx, &transport.InfoRequest{}); serr == nil && si.SameNode {
+			sameNode = true
+		}
+	}
+	if !srcNode.IsNil() && sameNode {
+		return nil, &TransferError{ObjectID: id, Transport: env.Transport, Op: "receive",
+			Err: fmt.Errorf("the tensors are on node %s and this process runs on node %s; transport %q only moves tensors within a node (use a transport that works across nodes, such as \"onesided\" or \"collective\")",
+				srcNode.Short(), cw.nodeID.Short(), env.Transport)}
+	}
 	if err == nil && info.TwoSided() {
-		// A two-sided transport needs the source to send. On one node one
-		// plugin process acts for every actor, so the receiver orchestrates
-		// both duties: communicator metadata, then Send and Receive together.
+		// A two-sided transport needs the source to send. The receiver
+		// orchestrates both duties: communicator metadata, then Send on the
+		// source's node (its plugin holds the tensors; on this node one
+		// plugin process acts for every actor) and Receive here, together.
+		src := cw.transportOn(env.Transport, srcNode)
 		var cm *transport.CommunicatorMetadataResponse
 		cm, err = tr.CommunicatorMetadata(rctx, &transport.CommunicatorMetadataRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String()})
 		if err == nil {
 			req.CommunicatorData = cm.Data
 			sendErr = make(chan error, 1)
 			go func() {
-				_, err := tr.Send(sendCtx, &transport.SendRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String(), Tensors: env.Tensors, TransportData: env.TransportData, CommunicatorData: cm.Data})
+				_, err := src.Send(sendCtx, &transport.SendRequest{ObjectID: env.ObjectID, Source: env.Source, Destination: cw.id.String(), Tensors: env.Tensors, TransportData: env.TransportData, CommunicatorData: cm.Data})
 				if err != nil {
 					stopRecv() // the receive cannot complete
 				}
@@ -250,7 +307,46 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 		}
 		return nil, &TransferError{ObjectID: id, Transport: env.Transport, Op: "receive", Err: err}
 	}
+	if len(rep.Allocated) > 0 {
+		cw.transports.mu.Lock()
+		if cw.transports.allocated == nil {
+			cw.transports.allocated = map[string]struct{}{}
+		}
+		for _, s := range rep.Allocated {
+			cw.transports.allocated[s] = struct{}{}
+		}
+		cw.transports.mu.Unlock()
+	}
 	return rep.Tensors, nil
+}
+
+// ReleaseTensors says the program is done with tensors it received from a
+// transport (a Get or a task argument): segments a receive allocated for
+// this process (ReceiveResponse.Allocated, for example a copy that came
+// from another node) are unlinked; tensors that share a source's memory
+// (zero copy) are left to their source, and only this process's idle
+// mapping of them is dropped. Tensors this process did not receive are
+// never unlinked. It returns the first unlink error.
+func (cw *CoreWorker) ReleaseTensors(ts []transport.Tensor) error {
+	var first error
+	for _, t := range ts {
+		seg := t.Buffer.Segment
+		if seg == "" {
+			continue
+		}
+		cw.transports.mu.Lock()
+		_, mine := cw.transports.allocated[seg]
+		delete(cw.transports.allocated, seg)
+		cw.transports.mu.Unlock()
+		if !mine {
+			shmem.Default.Forget(seg)
+			continue
+		}
+		if err := t.Free(); err != nil && !errors.Is(err, fs.ErrNotExist) && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // collectTensors tells the transport that an object's last reference is
@@ -263,12 +359,27 @@ func (cw *CoreWorker) collectTensors(ctx context.Context, data []byte) (retry bo
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_, err := cw.transport(env.Transport).GarbageCollect(ctx, &transport.GarbageCollectRequest{ObjectID: env.ObjectID, TransportData: env.TransportData})
+	// The source's node collects: its plugin instance registered (pinned,
+	// owns) the tensors, whichever node the owner runs on.
+	node := cw.envelopeNode(&env)
+	if !node.IsNil() {
+		if dead, _ := cw.nodeDead(node); dead {
+			return false // its plugin and memory went with it
+		}
+	}
+	_, err := cw.transportOn(env.Transport, node).GarbageCollect(ctx, &transport.GarbageCollectRequest{ObjectID: env.ObjectID, TransportData: env.TransportData})
 	if err == nil {
 		return false
 	}
 	c := status.Code(err)
 	retry = c == codes.Unavailable || errors.Is(err, transport.ErrTimeout) || errors.Is(err, context.DeadlineExceeded)
+	if retry && !node.IsNil() {
+		if _, nerr := cw.nodeInfo(ctx, node); nerr != nil {
+			retry = false // the node left the cluster
+		} else if dead, _ := cw.nodeDead(node); dead {
+			retry = false
+		}
+	}
 	cw.log.Warn("tensor garbage collection failed", "object", env.ObjectID, "transport", env.Transport, "retry", retry, "error", err)
 	return retry
 }

@@ -164,6 +164,16 @@ func main() {
 		runErr = runSpill(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "nodekill":
 		runErr = runNodeKill(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "coll-ops":
+		runErr = runCollOps(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "coll-p2p":
+		runErr = runCollP2P(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "coll-kill":
+		runErr = runCollKill(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
+	case "os-reads":
+		runErr = runOneSidedReads(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
+	case "os-abort":
+		runErr = runOneSidedAbort(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	default:
 		runErr = fmt.Errorf("unknown mode %q", mode)
 	}
