@@ -23,7 +23,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +35,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
 
@@ -513,16 +513,11 @@ func checkPin(path, pin string) error {
 	if b, err := hex.DecodeString(want); err != nil || len(b) != sha256.Size {
 		return fmt.Errorf("the sha256 pin %q is not 64 hexadecimal digits", pin)
 	}
-	f, err := os.Open(path)
+	got, err := digest.FileSHA256(path)
 	if err != nil {
 		return fmt.Errorf("checksumming plugin binary: %w", err)
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return fmt.Errorf("checksumming plugin binary %s: %w", path, err)
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != want {
+	if got != want {
 		return &ChecksumError{Path: path, Want: want, Got: got}
 	}
 	return nil

@@ -320,36 +320,28 @@ func (r *Raylet) respillLocked(now time.Time) {
 	if len(r.peers) == 0 {
 		return
 	}
-	for i := 0; i < len(r.order); {
-		c := r.order[i]
-		c.queue = slices.DeleteFunc(c.queue, func(p *pendingLease) bool {
-			if now.Sub(p.queued) < respillAfter || r.available.Fits(p.res) && r.cfg.Resources.Fits(p.res) {
-				return false
-			}
-			st := p.strategy
-			if st.GetKind() == gorayv1.SchedulingStrategy_NODE_AFFINITY && !st.GetSoft() {
-				return false // pinned here
-			}
-			var target *peerNode
-			for _, peer := range r.peerList() {
-				if peer.alive && peer.available.Fits(p.res) && (target == nil ||
-					utilization(peer.total, peer.available, p.res) < utilization(target.total, target.available, p.res)) {
-					target = peer
-				}
-			}
-			if target == nil {
-				return false
-			}
-			p.spill = target
-			close(p.ready)
-			return true
-		})
-		if len(c.queue) == 0 {
-			r.removeClassLocked(i)
-			continue
+	r.takeQueuedLocked(func(p *pendingLease) bool {
+		if now.Sub(p.queued) < respillAfter || r.available.Fits(p.res) && r.cfg.Resources.Fits(p.res) {
+			return false
 		}
-		i++
-	}
+		st := p.strategy
+		if st.GetKind() == gorayv1.SchedulingStrategy_NODE_AFFINITY && !st.GetSoft() {
+			return false // pinned here
+		}
+		var target *peerNode
+		for _, peer := range r.peerList() {
+			if peer.alive && peer.available.Fits(p.res) && (target == nil ||
+				utilization(peer.total, peer.available, p.res) < utilization(target.total, target.available, p.res)) {
+				target = peer
+			}
+		}
+		if target == nil {
+			return false
+		}
+		p.spill = target
+		close(p.ready)
+		return true
+	})
 }
 
 // peerConn returns a cached connection to another node's raylet.

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 )
@@ -171,10 +172,10 @@ func (r *Raylet) jobBinary(ctx context.Context, info *gorayv1.JobInfo) (string, 
 func (r *Raylet) fetchBinary(info *gorayv1.JobInfo, cached string) (string, error) {
 	sum := info.GetBinarySha256()
 	// The driver's path, when the same file is visible here (one machine).
-	if got, err := fileSHA256(info.GetBinaryPath()); err == nil && got == sum {
+	if got, err := digest.FileSHA256(info.GetBinaryPath()); err == nil && got == sum {
 		return info.GetBinaryPath(), nil
 	}
-	if got, err := fileSHA256(cached); err == nil {
+	if got, err := digest.FileSHA256(cached); err == nil {
 		if got == sum {
 			return cached, nil
 		}
@@ -238,19 +239,6 @@ func (r *Raylet) fetchBinary(info *gorayv1.JobInfo, cached string) (string, erro
 	return cached, nil
 }
 
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 // FetchBinary streams a job binary this node has (a local driver's, or one
 // in the cache) by its sha256.
 func (r *Raylet) FetchBinary(req *gorayv1.FetchBinaryRequest, stream gorayv1.Raylet_FetchBinaryServer) error {
@@ -270,7 +258,7 @@ func (r *Raylet) FetchBinary(req *gorayv1.FetchBinaryRequest, stream gorayv1.Ray
 	r.mu.Unlock()
 	paths = append(paths, filepath.Join(r.cfg.BinaryCacheDir, sum))
 	for _, p := range paths {
-		if got, err := fileSHA256(p); err != nil || got != sum {
+		if got, err := digest.FileSHA256(p); err != nil || got != sum {
 			continue // gone, or replaced by another build
 		}
 		f, err := os.Open(p)

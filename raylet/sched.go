@@ -284,16 +284,22 @@ func (r *Raylet) returnLeaseLocked(l *lease, disconnect bool) {
 
 // failJobLocked fails every waiting request of j with err.
 func (r *Raylet) failJobLocked(j *job, err error) {
+	r.takeQueuedLocked(func(p *pendingLease) bool {
+		if p.job != j {
+			return false
+		}
+		p.err = err
+		close(p.ready)
+		return true
+	})
+}
+
+// takeQueuedLocked removes the waiting requests for which take reports true
+// (take answers them) and drops the classes it empties.
+func (r *Raylet) takeQueuedLocked(take func(*pendingLease) bool) {
 	for i := 0; i < len(r.order); {
 		c := r.order[i]
-		c.queue = slices.DeleteFunc(c.queue, func(p *pendingLease) bool {
-			if p.job != j {
-				return false
-			}
-			p.err = err
-			close(p.ready)
-			return true
-		})
+		c.queue = slices.DeleteFunc(c.queue, take)
 		if len(c.queue) == 0 {
 			r.removeClassLocked(i)
 			continue

@@ -1,6 +1,7 @@
 package raylet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -269,7 +270,7 @@ func (s *spiller) writeFile(ctx context.Context, batch []candidate) (int64, erro
 		if !e.Found {
 			continue // freed meanwhile
 		}
-		parts = append(parts, sliceReader(s.r.cfg.Store.Data(e.Offset, e.DataSize)))
+		parts = append(parts, bytes.NewReader(s.r.cfg.Store.Data(e.Offset, e.DataSize)))
 		offsets = append(offsets, total)
 		total += e.DataSize
 		pinned = append(pinned, batch[i])
@@ -335,26 +336,6 @@ func (s *spiller) writeFile(ctx context.Context, batch []candidate) (int64, erro
 func (r *Raylet) freeObjects(objs []ids.ObjectID) {
 	r.cfg.Store.Free(objs)
 	r.spill.forget(objs)
-}
-
-// sliceReader reads a byte slice without copying it first.
-func sliceReader(b []byte) io.Reader { return &byteReader{b: b} }
-
-type byteReader struct{ b []byte }
-
-func (r *byteReader) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	return n, nil
-}
-
-func (r *byteReader) WriteTo(w io.Writer) (int64, error) {
-	n, err := w.Write(r.b)
-	r.b = r.b[n:]
-	return int64(n), err
 }
 
 // waitForRoom makes room for a create of size bytes: it asks the spill

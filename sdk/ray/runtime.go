@@ -2,8 +2,6 @@ package ray
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/node"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -276,7 +275,7 @@ func jobInfo(extraEnv ...string) (*pb.JobInfo, error) {
 	if r, err := filepath.EvalSymlinks(exe); err == nil {
 		exe = r
 	}
-	sum, err := fileSHA256(exe)
+	sum, err := digest.FileSHA256(exe)
 	if err != nil {
 		return nil, err
 	}
@@ -289,19 +288,6 @@ func jobInfo(extraEnv ...string) (*pb.JobInfo, error) {
 	}
 	env = append(env, extraEnv...)
 	return &pb.JobInfo{JobId: ids.New().Bytes(), BinaryPath: exe, BinarySha256: sum, WorkingDir: wd, Env: env, DriverPid: int32(os.Getpid())}, nil
-}
-
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Shutdown stops what Init started: the driver disconnects (its job's

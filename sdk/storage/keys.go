@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -163,4 +164,21 @@ func (e *exactReader) checkEnd() error {
 		}
 	}
 	return io.ErrNoProgress
+}
+
+// ContextReader returns a reader that yields r's bytes until ctx is done
+// and then fails with ctx's error, so that a copy from a body honours the
+// caller's context between reads.
+func ContextReader(ctx context.Context, r io.Reader) io.Reader { return ctxReader{ctx, r} }
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
 }

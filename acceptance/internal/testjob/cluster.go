@@ -13,15 +13,13 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/sdk/ray"
 )
 
@@ -40,7 +38,7 @@ func whereAmI(ctx context.Context, sleep time.Duration) (Where, error) {
 		return Where{}, err
 	}
 	exe, _ = filepath.EvalSymlinks(exe)
-	sum, err := sha256File(exe)
+	sum, err := digest.FileSHA256(exe)
 	if err != nil {
 		return Where{}, err
 	}
@@ -53,19 +51,6 @@ func whereAmI(ctx context.Context, sleep time.Duration) (Where, error) {
 
 // makeBlob returns n bytes (kept in its node's object store).
 func makeBlob(ctx context.Context, n int) ([]byte, error) { return make([]byte, n), nil }
-
-func sha256File(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
 
 var (
 	// WhereAmI reports where a task ran.
@@ -95,7 +80,7 @@ func runShip(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sum, err := sha256File(exe)
+	sum, err := digest.FileSHA256(exe)
 	if err != nil {
 		return err
 	}

@@ -311,7 +311,7 @@ func (s *Store) write(ctx context.Context, req *storage.WriteRequest) (string, e
 		f.Close()
 	}()
 	buf := make([]byte, copyBuffer)
-	if _, err := io.CopyBuffer(onlyWriter{f}, ctxReader{ctx, storage.ExactReader(req.Body, req.Size)}, buf); err != nil {
+	if _, err := io.CopyBuffer(onlyWriter{f}, storage.ContextReader(ctx, storage.ExactReader(req.Body, req.Size)), buf); err != nil {
 		return "", err
 	}
 	if fsync {
@@ -435,19 +435,6 @@ func syncDir(dir string) error {
 type onlyWriter struct{ w io.Writer }
 
 func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
-
-// ctxReader fails reads once ctx is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
-}
 
 // ---------------------------------------------------------------- read
 

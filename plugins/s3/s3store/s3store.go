@@ -489,7 +489,7 @@ func (s *Store) write(ctx context.Context, req *storage.WriteRequest) (string, e
 	}
 	object := c.prefix + req.Key
 	url := "s3://" + c.bucket + "/" + object
-	body := ctxReader{ctx, storage.ExactReader(req.Body, req.Size)}
+	body := storage.ContextReader(ctx, storage.ExactReader(req.Body, req.Size))
 	partSize := max(c.partSize, (req.Size+maxParts-1)/maxParts)
 	if req.Size <= partSize {
 		return url, c.putSmall(ctx, object, body, req.Size)
@@ -641,19 +641,6 @@ func (c *config) putMultipart(ctx context.Context, object string, body io.Reader
 		return uploadID, fmt.Errorf("completing the upload: %w", err)
 	}
 	return "", nil
-}
-
-// ctxReader fails reads once ctx is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // ---------------------------------------------------------------- read

@@ -60,7 +60,7 @@ func (s *Store) Write(ctx context.Context, req *storage.WriteRequest) (*storage.
 	if req.Size > 0 {
 		buf.Grow(int(min(req.Size, 64<<20)))
 	}
-	if _, err := io.Copy(&buf, ctxReader{ctx, storage.ExactReader(req.Body, req.Size)}); err != nil {
+	if _, err := io.Copy(&buf, storage.ContextReader(ctx, storage.ExactReader(req.Body, req.Size))); err != nil {
 		return nil, &storage.StorageError{Op: storage.OpWrite, Key: req.Key, Err: err}
 	}
 	if err := s.check(ctx); err != nil {
@@ -97,7 +97,7 @@ func (s *Store) Read(ctx context.Context, req *storage.ReadRequest) (*storage.Re
 		return fail(err)
 	}
 	r := bytes.NewReader(b[req.Offset : req.Offset+n])
-	return &storage.ReadResponse{Body: io.NopCloser(ctxReader{ctx, r}), Size: n}, nil
+	return &storage.ReadResponse{Body: io.NopCloser(storage.ContextReader(ctx, r)), Size: n}, nil
 }
 
 // Delete implements storage.Storage.
@@ -142,17 +142,4 @@ func (s *Store) List(ctx context.Context, req *storage.ListRequest) (*storage.Li
 	s.mu.Unlock()
 	slices.SortFunc(out.Objects, func(a, b storage.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
 	return out, nil
-}
-
-// ctxReader fails reads once ctx is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }

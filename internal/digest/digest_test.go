@@ -1,0 +1,21 @@
+package digest
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestFileSHA256(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := FileSHA256(p)
+	if want := "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"; err != nil || got != want {
+		t.Fatalf("FileSHA256 = %q, %v; want %q", got, err, want)
+	}
+	if _, err := FileSHA256(filepath.Join(t.TempDir(), "missing")); !os.IsNotExist(err) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
