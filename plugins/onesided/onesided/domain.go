@@ -1,11 +1,13 @@
 package onesided
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -39,12 +41,23 @@ func pidNamespace() string {
 	return ns
 }
 
-// processGone reports whether no process with this id exists.
+// processGone reports whether no live process with this id exists. A
+// zombie (killed, not yet reaped by its parent) counts as gone: it holds
+// nothing and will never serve again.
 func processGone(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	return errors.Is(unix.Kill(pid, 0), unix.ESRCH)
+	if errors.Is(unix.Kill(pid, 0), unix.ESRCH) {
+		return true
+	}
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name.
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
 }
 
 func randomHex(n int) string {
