@@ -167,8 +167,10 @@ func (e *remoteError) Error() string   { return e.msg }
 func (e *remoteError) Unwrap() []error { return e.kinds }
 
 // fromStatus turns a gRPC error from the plugin back into a *StorageError
-// whose cause matches the original sentinel errors.
-func fromStatus(op, key string, err error) error {
+// whose cause matches the original sentinel errors. ctx is the caller's: a
+// call cancelled while ctx is alive lost its connection (the plugin died and
+// the host is restarting it), which is ErrUnavailable.
+func fromStatus(ctx context.Context, op, key string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -191,7 +193,11 @@ func fromStatus(op, key string, err error) error {
 			return &StorageError{Op: op, Key: key, Err: &remoteError{msg: info.Message, kinds: kinds}}
 		}
 	}
-	kinds := kindErrors(codeKind(st.Code()))
+	kind := codeKind(st.Code())
+	if kind == kindCanceled && ctx.Err() == nil {
+		kind = kindUnavailable
+	}
+	kinds := kindErrors(kind)
 	if len(kinds) == 0 {
 		return &StorageError{Op: op, Key: key, Err: err}
 	}
@@ -449,7 +455,7 @@ type client struct {
 func (c *client) Info(ctx context.Context, _ *InfoRequest) (*InfoResponse, error) {
 	r, err := c.c.Info(ctx, &pb.InfoRequest{})
 	if err != nil {
-		return nil, fromStatus(OpInfo, "", err)
+		return nil, fromStatus(ctx, OpInfo, "", err)
 	}
 	return &InfoResponse{Name: r.GetName(), Location: r.GetLocation()}, nil
 }
@@ -467,7 +473,7 @@ func (c *client) Write(ctx context.Context, req *WriteRequest) (*WriteResponse, 
 	defer cancel()
 	stream, err := c.c.Write(ctx)
 	if err != nil {
-		return nil, fromStatus(OpWrite, key, err)
+		return nil, fromStatus(ctx, OpWrite, key, err)
 	}
 	// A failed Send means the stream is over: the plugin's answer (or the
 	// reason) is in the status.
@@ -476,7 +482,7 @@ func (c *client) Write(ctx context.Context, req *WriteRequest) (*WriteResponse, 
 		if err == nil {
 			err = status.Error(codes.Internal, "the plugin ended the write before receiving the whole object")
 		}
-		return nil, fromStatus(OpWrite, key, err)
+		return nil, fromStatus(ctx, OpWrite, key, err)
 	}
 	if err := stream.Send(&pb.WriteRequest{Msg: &pb.WriteRequest_Header{Header: &pb.WriteHeader{Key: key, Size: req.Size}}}); err != nil {
 		return failed()
@@ -507,7 +513,7 @@ func (c *client) Write(ctx context.Context, req *WriteRequest) (*WriteResponse, 
 	}
 	r, err := stream.CloseAndRecv()
 	if err != nil {
-		return nil, fromStatus(OpWrite, key, err)
+		return nil, fromStatus(ctx, OpWrite, key, err)
 	}
 	return &WriteResponse{URL: r.GetUrl()}, nil
 }
@@ -534,12 +540,12 @@ func (c *client) Read(ctx context.Context, req *ReadRequest) (*ReadResponse, err
 	stream, err := c.c.Read(ctx, &pb.ReadRequest{Key: key, Offset: req.Offset, Length: req.Length})
 	if err != nil {
 		cancel()
-		return nil, fromStatus(OpRead, key, err)
+		return nil, fromStatus(ctx, OpRead, key, err)
 	}
 	first, err := stream.Recv()
 	if err != nil {
 		cancel()
-		return nil, fromStatus(OpRead, key, err)
+		return nil, fromStatus(ctx, OpRead, key, err)
 	}
 	h := first.GetHeader()
 	if h == nil || h.GetSize() < 0 {
@@ -582,7 +588,7 @@ func (b *readBody) fill() error {
 		case err == io.EOF:
 			b.err = Errorf(OpRead, b.key, "%w: the plugin ended the stream after %d of %d bytes", ErrUnavailable, b.size-b.left, b.size)
 		case err != nil:
-			b.err = fromStatus(OpRead, b.key, err)
+			b.err = fromStatus(b.ctx, OpRead, b.key, err)
 		case int64(len(m.GetChunk())) > b.left:
 			b.err = Errorf(OpRead, b.key, "the plugin sent more than the %d bytes it announced", b.size)
 		default:
@@ -651,7 +657,7 @@ func (c *client) Delete(ctx context.Context, req *DeleteRequest) (*DeleteRespons
 	for first := true; first || len(keys) > 0; first = false {
 		n := min(len(keys), deleteBatch)
 		if _, err := c.c.Delete(ctx, &pb.DeleteRequest{Keys: keys[:n]}); err != nil {
-			return nil, fromStatus(OpDelete, "", err)
+			return nil, fromStatus(ctx, OpDelete, "", err)
 		}
 		keys = keys[n:]
 	}
@@ -669,7 +675,7 @@ func (c *client) List(ctx context.Context, req *ListRequest) (*ListResponse, err
 	defer cancel()
 	stream, err := c.c.List(ctx, &pb.ListRequest{Prefix: req.Prefix})
 	if err != nil {
-		return nil, fromStatus(OpList, req.Prefix, err)
+		return nil, fromStatus(ctx, OpList, req.Prefix, err)
 	}
 	out := &ListResponse{}
 	for {
@@ -678,7 +684,7 @@ func (c *client) List(ctx context.Context, req *ListRequest) (*ListResponse, err
 			return out, nil
 		}
 		if err != nil {
-			return nil, fromStatus(OpList, req.Prefix, err)
+			return nil, fromStatus(ctx, OpList, req.Prefix, err)
 		}
 		for _, o := range m.GetObjects() {
 			out.Objects = append(out.Objects, ObjectInfo{Key: o.GetKey(), Size: o.GetSize()})

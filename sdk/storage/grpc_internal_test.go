@@ -36,8 +36,11 @@ func TestFromStatusByCode(t *testing.T) {
 		{codes.DeadlineExceeded, context.DeadlineExceeded},
 		{codes.Canceled, context.Canceled},
 	}
+	// The caller's context has ended, as when its own cancel ended the call.
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
 	for _, tc := range tests {
-		err := fromStatus(OpRead, "k", status.Error(tc.code, "x"))
+		err := fromStatus(done, OpRead, "k", status.Error(tc.code, "x"))
 		if !errors.Is(err, tc.match) {
 			t.Errorf("code %v: %v does not match %v", tc.code, err, tc.match)
 		}
@@ -49,13 +52,13 @@ func TestFromStatusByCode(t *testing.T) {
 			t.Errorf("code %v: %v is not a StorageError for read of k", tc.code, err)
 		}
 	}
-	err := fromStatus(OpWrite, "k", status.Error(codes.Unimplemented, "no such method"))
+	err := fromStatus(context.Background(), OpWrite, "k", status.Error(codes.Unimplemented, "no such method"))
 	for _, s := range []error{ErrNotFound, ErrBadKey, ErrUnavailable, ErrPermission, ErrSizeMismatch, ErrInvalidRange} {
 		if errors.Is(err, s) {
 			t.Errorf("Unimplemented matches %v", s)
 		}
 	}
-	if err := fromStatus(OpInfo, "", errors.New("plain")); err == nil || err.Error() != "storage info: plain" {
+	if err := fromStatus(context.Background(), OpInfo, "", errors.New("plain")); err == nil || err.Error() != "storage info: plain" {
 		t.Errorf("non-status error became %v", err)
 	}
 }
@@ -63,7 +66,7 @@ func TestFromStatusByCode(t *testing.T) {
 func TestToStatusRoundTrip(t *testing.T) {
 	for _, e := range []error{ErrNotFound, ErrBadKey, ErrUnavailable, ErrPermission, ErrSizeMismatch, ErrInvalidRange, context.Canceled, context.DeadlineExceeded} {
 		in := Errorf(OpWrite, "a/b", "%w: details", e)
-		out := fromStatus(OpRead, "other", toStatus(OpRead, "other", in))
+		out := fromStatus(context.Background(), OpRead, "other", toStatus(OpRead, "other", in))
 		if !errors.Is(out, e) {
 			t.Errorf("%v became %v", e, out)
 		}
@@ -235,4 +238,13 @@ func (r *exactSizeReader) Write(_ context.Context, req *WriteRequest) (*WriteRes
 	_, err := io.ReadFull(req.Body, make([]byte, req.Size))
 	r.done <- err
 	return nil, errors.New("stop")
+}
+
+// A call cancelled while the caller's context is alive lost its connection:
+// the plugin died and the host restarts it.
+func TestCanceledWithLiveContextIsUnavailable(t *testing.T) {
+	err := fromStatus(context.Background(), OpWrite, "k", status.Error(codes.Canceled, "grpc: the client connection is closing"))
+	if !errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) {
+		t.Fatalf("%v: want ErrUnavailable, not context.Canceled", err)
+	}
 }
