@@ -223,7 +223,9 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return nil
+				if err = s.iamReady(); err == nil {
+					return nil
+				}
 			}
 		}
 		select {
@@ -236,6 +238,26 @@ func (s *Server) waitReady(exited <-chan struct{}) error {
 		}
 		time.Sleep(25 * time.Millisecond) // polling interval
 	}
+}
+
+// iamReady reports whether the server judges credentials yet: a live
+// server answers requests with unknown keys "IAM sub-system not initialized"
+// for a while after it starts, which tests of wrong credentials must not see.
+func (s *Server) iamReady() error {
+	c, err := minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4("goray-readiness-probe", "goray-readiness-probe", "")})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err = c.ListBuckets(ctx)
+	if err == nil {
+		return nil
+	}
+	if code := minio.ToErrorResponse(err).Code; code == "InvalidAccessKeyId" || code == "AccessDenied" || code == "SignatureDoesNotMatch" {
+		return nil // credentials are judged
+	}
+	return err
 }
 
 func (s *Server) logTail() string {
