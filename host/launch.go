@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 
+	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
 
@@ -313,7 +313,7 @@ func logLevelName(l hclog.Logger) string {
 }
 
 func (r *procRunner) Start(context.Context) error {
-	if err := spawn(r.cmd); err != nil {
+	if err := spawn.Start(r.cmd); err != nil {
 		return fmt.Errorf("executing %s: %w", r.path, err)
 	}
 	r.mu.Lock()
@@ -387,33 +387,4 @@ func (r *procRunner) PluginToHost(network, addr string) (string, string, error) 
 
 func (r *procRunner) HostToPlugin(network, addr string) (string, string, error) {
 	return network, addr, nil
-}
-
-type spawnRequest struct {
-	cmd  *exec.Cmd
-	done chan error
-}
-
-var (
-	spawnOnce sync.Once
-	spawnCh   chan spawnRequest
-)
-
-// spawn starts cmd from one goroutine locked to its OS thread for the life
-// of the process. Pdeathsig is delivered when the *thread* that forked the
-// child exits; since this thread never exits, it fires only when the host
-// process dies (even by kill -9).
-func spawn(cmd *exec.Cmd) error {
-	spawnOnce.Do(func() {
-		spawnCh = make(chan spawnRequest)
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread must not exit
-			for req := range spawnCh {
-				req.done <- req.cmd.Start()
-			}
-		}()
-	})
-	req := spawnRequest{cmd: cmd, done: make(chan error, 1)}
-	spawnCh <- req
-	return <-req.done
 }

@@ -1,0 +1,50 @@
+package spawn
+
+import (
+	"os/exec"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startLocked runs start in a goroutine locked to its thread that then
+// exits, which terminates the thread.
+func startLocked(t *testing.T, start func(*exec.Cmd) error) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // not unlocked: the thread exits with the goroutine
+		done <- start(cmd)
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
+// A child started by Start survives the exit of the thread its caller ran
+// on; a control child forked by that kind of thread itself is killed, which
+// shows the thread exits did happen.
+func TestChildSurvivesThreadExit(t *testing.T) {
+	child := startLocked(t, Start)
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	control := startLocked(t, (*exec.Cmd).Start)
+	exited := make(chan error, 1)
+	go func() { exited <- control.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = control.Process.Kill()
+		t.Fatal("the control child was not killed when its thread exited")
+	}
+	if err := child.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("the child started by Start died with a thread: %v", err)
+	}
+	var ws syscall.WaitStatus
+	if pid, err := syscall.Wait4(child.Process.Pid, &ws, syscall.WNOHANG, nil); err != nil || pid != 0 {
+		t.Fatalf("the child started by Start has exited (%v, %v)", ws, err)
+	}
+}
