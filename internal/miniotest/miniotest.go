@@ -1,103 +1,37 @@
 package miniotest
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/goray-dev/goray/internal/minioserver"
 )
 
 // EnvBinary names the environment variable that overrides where the MinIO
 // server binary is.
-const EnvBinary = "GORAY_MINIO"
-
-// readyTimeout bounds how long a starting server may take to answer its
-// health check.
-const readyTimeout = 60 * time.Second
+const EnvBinary = minioserver.EnvBinary
 
 // Binary returns the path of the MinIO server binary: $GORAY_MINIO, else
 // <module root>/.tools/minio (`make tools` installs it there). The error
 // says how to get it.
-func Binary() (string, error) {
-	if p := os.Getenv(EnvBinary); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("the MinIO server binary named by $%s: %w", EnvBinary, err)
-		}
-		return p, nil
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		return "", fmt.Errorf("finding the MinIO server binary: %w (set $%s to its path)", err, EnvBinary)
-	}
-	p := filepath.Join(root, ".tools", "minio")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("the MinIO server binary %s is missing: run `make tools` in %s to install it (or set $%s)", p, root, EnvBinary)
-	}
-	return p, nil
-}
-
-// moduleRoot walks up from the working directory to the directory holding
-// go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+func Binary() (string, error) { return minioserver.Binary() }
 
 // Option configures Start.
-type Option func(*options)
-
-type options struct {
-	region string
-}
+type Option func(*minioserver.Options)
 
 // Region sets the server's region (MINIO_SITE_REGION); the default is
 // us-east-1.
-func Region(r string) Option { return func(o *options) { o.region = r } }
+func Region(r string) Option { return func(o *minioserver.Options) { o.Region = r } }
 
-// Server is a running MinIO server of a test, listening on 127.0.0.1.
+// startTimeout bounds starting (and restarting) a server.
+const startTimeout = 2 * time.Minute
+
+// Server is a running MinIO server of a test, listening on 127.0.0.1 (see
+// minioserver.Server for its fields and methods).
 type Server struct {
-	// Endpoint is host:port of the S3 API.
-	Endpoint string
-	// AccessKey and SecretKey are the root credentials (random per server).
-	AccessKey, SecretKey string
-	// Region is the server's region.
-	Region string
-
-	t       testing.TB
-	bin     string
-	dataDir string
-	logPath string
-	console string
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
+	*minioserver.Server
+	t testing.TB
 }
 
 // Start starts a MinIO server with a fresh data directory, free ports and
@@ -106,240 +40,38 @@ type Server struct {
 // binary fails t with a message that says to run `make tools`.
 func Start(t testing.TB, opts ...Option) *Server {
 	t.Helper()
-	o := options{region: "us-east-1"}
+	var o minioserver.Options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	bin, err := Binary()
-	if err != nil {
-		t.Fatalf("miniotest: %v", err)
-	}
-	dataDir, err := os.MkdirTemp("", "gminio")
-	if err != nil {
-		t.Fatalf("miniotest: %v", err)
-	}
-	logDir, err := os.MkdirTemp("", "gminiolog")
-	if err != nil {
-		_ = os.RemoveAll(dataDir)
-		t.Fatalf("miniotest: %v", err)
-	}
-	s := &Server{
-		AccessKey: "test-" + randHex(6),
-		SecretKey: randHex(20),
-		Region:    o.region,
-		t:         t,
-		bin:       bin,
-		dataDir:   dataDir,
-		logPath:   filepath.Join(logDir, "minio.log"),
-	}
-	t.Cleanup(func() {
-		s.Stop()
-		_ = os.RemoveAll(dataDir)
-		_ = os.RemoveAll(logDir)
-	})
-	ports, err := freePorts(2)
-	if err != nil {
-		t.Fatalf("miniotest: %v", err)
-	}
-	s.Endpoint, s.console = ports[0], ports[1]
-	if err := s.start(); err != nil {
-		t.Fatalf("miniotest: %v", err)
-	}
-	return s
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
-// freePorts returns n distinct free 127.0.0.1 addresses.
-func freePorts(n int) ([]string, error) {
-	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
-}
-
-// start runs the server process and waits until it is ready.
-func (s *Server) start() error {
-	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	cmd := exec.Command(s.bin, "server", s.dataDir, "--address", s.Endpoint, "--console-address", s.console)
-	cmd.Env = append(os.Environ(),
-		"MINIO_ROOT_USER="+s.AccessKey,
-		"MINIO_ROOT_PASSWORD="+s.SecretKey,
-		"MINIO_SITE_REGION="+s.Region,
-		"MINIO_UPDATE=off",
-		"MINIO_BROWSER=off",
-	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// The server dies with the test binary, even if that is killed.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", s.bin, err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	s.mu.Lock()
-	s.cmd, s.exited = cmd, exited
-	s.mu.Unlock()
-	if err := s.waitReady(exited); err != nil {
-		s.Stop()
-		return fmt.Errorf("%w\nMinIO log (%s):\n%s", err, s.logPath, s.logTail())
-	}
-	return nil
-}
-
-// waitReady polls the liveness endpoint until the server answers.
-func (s *Server) waitReady(exited <-chan struct{}) error {
-	deadline := time.Now().Add(readyTimeout)
-	url := "http://" + s.Endpoint + "/minio/health/live"
-	client := &http.Client{Timeout: time.Second}
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := client.Do(req)
-		cancel()
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				if err = s.iamReady(); err == nil {
-					return nil
-				}
-			}
-		}
-		select {
-		case <-exited:
-			return fmt.Errorf("the MinIO server exited before it was ready")
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the MinIO server at %s was not ready within %v (last: %v)", s.Endpoint, readyTimeout, err)
-		}
-		time.Sleep(25 * time.Millisecond) // polling interval
-	}
-}
-
-// iamReady reports whether the server judges credentials yet: a live
-// server answers requests with unknown keys "IAM sub-system not initialized"
-// for a while after it starts, which tests of wrong credentials must not see.
-func (s *Server) iamReady() error {
-	c, err := minio.New(s.Endpoint, &minio.Options{Creds: credentials.NewStaticV4("goray-readiness-probe", "goray-readiness-probe", "")})
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	_, err = c.ListBuckets(ctx)
-	if err == nil {
-		return nil
-	}
-	if code := minio.ToErrorResponse(err).Code; code == "InvalidAccessKeyId" || code == "AccessDenied" || code == "SignatureDoesNotMatch" {
-		return nil // credentials are judged
-	}
-	return err
-}
-
-func (s *Server) logTail() string {
-	b, err := os.ReadFile(s.logPath)
+	s, err := minioserver.Start(ctx, o)
 	if err != nil {
-		return err.Error()
+		t.Fatalf("miniotest: %v", err)
 	}
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
-	}
-	return string(bytes.TrimSpace(b))
-}
-
-// Stop kills the server (SIGKILL, as a crash or a lost machine would) and
-// waits until it has exited. Its data stays for Restart. Stopping a stopped
-// server does nothing.
-func (s *Server) Stop() {
-	s.mu.Lock()
-	cmd, exited := s.cmd, s.exited
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-exited
+	t.Cleanup(s.Close)
+	return &Server{Server: s, t: t}
 }
 
 // Restart stops the server if it runs and starts it again with the same
-// data directory, address and credentials, and waits until it is ready.
+// data directory, address and credentials, and waits until it is ready;
+// failing t if it does not come back.
 func (s *Server) Restart() {
 	s.t.Helper()
-	s.Stop()
-	if err := s.start(); err != nil {
-		s.t.Fatalf("miniotest: restarting: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if err := s.Server.Restart(ctx); err != nil {
+		s.t.Fatalf("miniotest: %v", err)
 	}
-}
-
-// Running reports whether the server process is running.
-func (s *Server) Running() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return false
-	}
-	select {
-	case <-s.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// Pid returns the server's process id (0 when stopped).
-func (s *Server) Pid() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.cmd == nil {
-		return 0
-	}
-	return s.cmd.Process.Pid
-}
-
-// Client returns a minio-go client of the server with the root
-// credentials.
-func (s *Server) Client() (*minio.Client, error) {
-	return minio.New(s.Endpoint, &minio.Options{
-		Creds:  credentials.NewStaticV4(s.AccessKey, s.SecretKey, ""),
-		Region: s.Region,
-	})
 }
 
 // CreateBucket creates a bucket, failing t on error.
 func (s *Server) CreateBucket(t testing.TB, name string) {
 	t.Helper()
-	c, err := s.Client()
-	if err != nil {
-		t.Fatalf("miniotest: %v", err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := c.MakeBucket(ctx, name, minio.MakeBucketOptions{Region: s.Region}); err != nil {
-		t.Fatalf("miniotest: creating bucket %q: %v", name, err)
+	if err := s.Server.CreateBucket(ctx, name); err != nil {
+		t.Fatalf("miniotest: %v", err)
 	}
 }
