@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/sdk/storage"
@@ -182,8 +184,10 @@ type candidate struct {
 
 // candidates lists sealed, unpinned primary copies, oldest id first.
 func (s *spiller) candidates() []candidate {
+	// Oldest first, as Ray does: the newest objects are the likeliest to
+	// be read soon.
 	entries := s.r.cfg.Store.ListEntries()
-	sort.Slice(entries, func(i, j int) bool { return string(entries[i].ID[:]) < string(entries[j].ID[:]) })
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
 	s.r.mu.Lock()
 	primary := func(id ids.ObjectID) bool {
 		_, owned := s.r.owners[id]
@@ -470,12 +474,7 @@ func (s *spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta
 	if err != nil {
 		return fmt.Errorf("restoring object %s: %w", id, err)
 	}
-	rep, err := st.Read(ctx, &storage.ReadRequest{Key: f.key, Offset: off, Length: size})
-	if err != nil {
-		return fmt.Errorf("restoring object %s from %s: %w", id, f.url, err)
-	}
-	defer rep.Body.Close()
-	if _, err := io.ReadFull(rep.Body, s.r.cfg.Store.Data(arenaOff, size)); err != nil {
+	if err := readRanges(ctx, st, f.key, off, s.r.cfg.Store.Data(arenaOff, size)); err != nil {
 		return fmt.Errorf("restoring object %s from %s: %w", id, f.url, err)
 	}
 	if err := s.r.cfg.Store.Seal(id, creator, true); err != nil {
@@ -488,6 +487,42 @@ func (s *spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta
 	s.stats.RestoreSeconds += time.Since(start).Seconds()
 	s.mu.Unlock()
 	return nil
+}
+
+// Parallel restore reads: an object of at least 2×restoreRange bytes is
+// read by up to restoreStreams ranged reads at once (as S3 transfer
+// managers do: one stream rarely fills the link).
+const (
+	restoreRange   = 8 << 20
+	restoreStreams = 4
+)
+
+// readRanges reads len(dst) bytes of the stored file key from offset off
+// into dst, by parallel ranged reads when dst is large.
+func readRanges(ctx context.Context, st storage.Storage, key string, off int64, dst []byte) error {
+	n := min(restoreStreams, len(dst)/restoreRange)
+	if n <= 1 {
+		return readRange(ctx, st, key, off, dst)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	per := (len(dst) + n - 1) / n
+	for lo := 0; lo < len(dst); lo += per {
+		part := dst[lo:min(lo+per, len(dst))]
+		at := off + int64(lo)
+		g.Go(func() error { return readRange(ctx, st, key, at, part) })
+	}
+	return g.Wait()
+}
+
+// readRange reads len(dst) bytes of the stored file key from offset off.
+func readRange(ctx context.Context, st storage.Storage, key string, off int64, dst []byte) error {
+	rep, err := st.Read(ctx, &storage.ReadRequest{Key: key, Offset: off, Length: int64(len(dst))})
+	if err != nil {
+		return err
+	}
+	defer rep.Body.Close()
+	_, err = io.ReadFull(rep.Body, dst)
+	return err
 }
 
 // forget drops the stored copies of freed objects and deletes files none

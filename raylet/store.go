@@ -64,6 +64,8 @@ type StoreEntry struct {
 	Sealed   bool
 	// Freed (ListEntries only): freed, reclaimed at the last release.
 	Freed bool
+	// Seq orders objects by creation (larger is newer).
+	Seq int64
 }
 
 // StoreUsage is the store's occupancy.

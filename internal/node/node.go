@@ -488,6 +488,12 @@ func (n *Node) writeInfo() error {
 	return os.Rename(path+".tmp", path)
 }
 
+// Stats returns the node's raylet statistics (what `goray status` shows
+// of it, and more).
+func (n *Node) Stats(ctx context.Context) (*pb.GetNodeStatsReply, error) {
+	return n.raylet.GetNodeStats(ctx, &pb.GetNodeStatsRequest{})
+}
+
 // Info returns where the node serves.
 func (n *Node) Info() Info { return n.info }
 
@@ -584,7 +590,7 @@ func ReadInfo(sessionDir string) (Info, error) {
 type storeAdapter struct{ *objstore.Store }
 
 func convertEntry(e objstore.Entry) raylet.StoreEntry {
-	return raylet.StoreEntry{ID: e.ID, Found: e.Found, Offset: e.Offset, DataSize: e.DataSize, Metadata: e.Metadata, Pins: e.Pins, Sealed: e.Sealed, Freed: e.Freed}
+	return raylet.StoreEntry{ID: e.ID, Found: e.Found, Offset: e.Offset, DataSize: e.DataSize, Metadata: e.Metadata, Pins: e.Pins, Sealed: e.Sealed, Freed: e.Freed, Seq: e.Seq}
 }
 
 func (a storeAdapter) GetEntries(objs []ids.ObjectID, client ids.ID) []raylet.StoreEntry {

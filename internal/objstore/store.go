@@ -65,6 +65,8 @@ type Entry struct {
 	Sealed   bool
 	Freed    bool   // List only: Free was called; reclaimed at the last Release
 	Client   ids.ID // creator
+	// Seq orders objects by creation: it grows with every create.
+	Seq int64
 }
 
 // Usage reports the arena's occupancy.
@@ -109,6 +111,7 @@ type object struct {
 	sealed    bool
 	freed     bool
 	creator   ids.ID
+	seq       int64 // createdTotal when it was created
 	pins      map[ids.ID]int
 	npins     int
 }
@@ -270,6 +273,7 @@ func (s *Store) Create(id ids.ObjectID, dataSize int64, metadata []byte, client 
 	s.objects[id] = o
 	s.pin(o, client)
 	s.createdTotal++
+	o.seq = s.createdTotal
 	return o.offset, nil
 }
 
@@ -564,6 +568,7 @@ func (o *object) entry() Entry {
 		Sealed:   o.sealed,
 		Freed:    o.freed,
 		Client:   o.creator,
+		Seq:      o.seq,
 	}
 }
 

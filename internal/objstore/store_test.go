@@ -380,6 +380,9 @@ func TestList(t *testing.T) {
 	if !l[0].Sealed || l[0].Pins != 0 || l[0].DataSize != 20 || string(l[0].Metadata) != "m" || l[1].Sealed || l[1].Pins != 1 {
 		t.Fatalf("List: %+v", l)
 	}
+	if l[1].Seq >= l[0].Seq || l[1].Seq <= 0 { // oid(3) was created first
+		t.Fatalf("Seq does not follow creation order: oid(3) %d, oid(1) %d", l[1].Seq, l[0].Seq)
+	}
 	l[0].Metadata[0] = 'z' // a copy
 	if e := s.Get([]ids.ObjectID{oid(1)}, c)[0]; string(e.Metadata) != "m" {
 		t.Fatal("List returned the store's metadata slice")
