@@ -47,11 +47,12 @@ const defaultTempDir = "/tmp/goray"
 
 func main() {
 	// The goray binary is also, for `goray microbenchmark`, the shm tensor
-	// transport plugin (when run as goray-transport-shm), the go-plugin
-	// echo plugin and the workers of its embedded node: all re-execute this
-	// binary.
+	// transport plugin (when run as goray-transport-shm), the other
+	// transport plugins, the s3 storage plugin, the go-plugin echo plugin
+	// and the workers of its embedded node: all re-execute this binary.
 	bench.MaybeServeTransport()
 	bench.MaybeServeTransportPlugins() // and the collective and onesided transport plugins
+	bench.MaybeServeStoragePlugin()    // and the s3 storage plugin
 	bench.MaybeServePlugin()
 	if ray.IsWorker() {
 		_, _ = ray.Init(context.Background()) // serves tasks; never returns

@@ -187,6 +187,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		stall = quickStallTimeout
 	}
 	e := &env{quick: opts.Quick, half: max(1, runtime.NumCPU()/2), logger: logger}
+	defer e.closeS3()
 	limits := selectWorkloads(e.limits(), opts.Filter)
 	metrics := selectWorkloads(e.metrics(), opts.Filter)
 
@@ -321,6 +322,10 @@ type workload struct {
 	// the comparison from the two means.
 	limit string
 	ratio func(mean, limit float64) float64
+	// report, when set, is called after a successful measurement (before
+	// the clean-up) and what it returns is added to the note: figures the
+	// system measured itself during the run.
+	report func(context.Context) string
 	// setup prepares the workload and returns one unit of work and the
 	// clean-up.
 	setup func(ctx context.Context) (fn func(context.Context) error, teardown func(context.Context), err error)
@@ -432,6 +437,9 @@ func (r runner) run(ctx context.Context, w workload) (res Result) {
 	if err != nil {
 		res.Status, res.Error = StatusError, withCause(mctx, err).Error()
 		return res
+	}
+	if w.report != nil {
+		res.Note = joinNotes(res.Note, w.report(ctx))
 	}
 	var figures []float64
 	if w.latency {

@@ -23,6 +23,7 @@ func TestMain(m *testing.M) {
 	MaybeServePlugin()    // the go_plugin_round_trip limit re-executes this binary
 
 	MaybeServeTransportPlugins() // the transport plugin metrics' nodes run this binary as their plugins
+	MaybeServeStoragePlugin()    // the spilling metrics' node runs this binary as its s3 plugin
 	if ray.IsWorker() {
 		ray.Init(context.Background()) // serves tasks; never returns
 	}
@@ -197,6 +198,8 @@ func TestMetricNames(t *testing.T) {
 		{"onesided_read_across_nodes_64MiB", float64(64<<20) / 1e9},
 		{"onesided_register_64MiB", 0},
 		{"onesided_register_64MiB_reused", 0},
+		{"spill_to_s3", float64(32<<20) / 1e9},
+		{"restore_from_s3", float64(32<<20) / 1e9},
 	}
 	got := e.metrics()
 	if len(got) != len(want) {
@@ -249,6 +252,8 @@ func TestMetricNames(t *testing.T) {
 		{MetricOneSidedReadNodes, LimitTCP, false},
 		{MetricOneSidedRegister, LimitMemcpy, true},
 		{MetricOneSidedRegisterReused, LimitPlugin, true},
+		{MetricSpillS3, LimitS3Upload, false},
+		{MetricRestoreS3, LimitS3Download, false},
 	} {
 		m := byName(got, c.name)
 		if m.limit != c.limit || m.ratio == nil || m.latency != c.latency || m.setup == nil {

@@ -92,22 +92,48 @@ func sizeLabel(size int64) string {
 
 // ------------------------------------------------------------ nodes
 
-// transportNode is a node started in this process whose plugins are this
+// pluginNode is a node started in this process whose plugins are this
 // binary.
-type transportNode struct {
+type pluginNode struct {
 	id   string
+	node *node.Node
 	stop func(context.Context)
 }
 
-// pluginBlock is one transport plugin of a transport node, with its config
-// block's body in HCL ("" for none).
-type pluginBlock struct{ name, body string }
+// pluginBlock is one plugin of a plugin node, with its config block's body
+// in HCL ("" for none). Kind "" is "transport".
+type pluginBlock struct{ kind, name, body string }
+
+// nodeSpec describes a node startPluginNode starts.
+type nodeSpec struct {
+	cpus       float64
+	storeBytes int64
+	// spilling configures spilling (nil: the default, local disk).
+	spilling *config.Spilling
+	plugins  []pluginBlock
+}
 
 // startTransportNode starts a node in this process that joins the cluster
 // and runs the given transport plugins from this binary.
-func startTransportNode(ctx context.Context, plugins ...pluginBlock) (*transportNode, error) {
-	if !transportPluginsHook.Load() {
-		return nil, &notAvailableError{reason: "this binary does not call bench.MaybeServeTransportPlugins, so it cannot serve as the collective and onesided transport plugins"}
+func startTransportNode(ctx context.Context, plugins ...pluginBlock) (*pluginNode, error) {
+	return startPluginNode(ctx, nodeSpec{cpus: 2, storeBytes: 64 << 20, plugins: plugins}) // tensors live in their own segments
+}
+
+// startPluginNode starts a node in this process that joins the cluster and
+// runs the given plugins from this binary (linked under the plugin names
+// into a temporary plugin_dir, busybox style).
+func startPluginNode(ctx context.Context, spec nodeSpec) (*pluginNode, error) {
+	for _, p := range spec.plugins {
+		switch p.kind {
+		case "", "transport":
+			if !transportPluginsHook.Load() {
+				return nil, &notAvailableError{reason: "this binary does not call bench.MaybeServeTransportPlugins, so it cannot serve as the collective and onesided transport plugins"}
+			}
+		case "storage":
+			if !storagePluginHook.Load() {
+				return nil, &notAvailableError{reason: "this binary does not call bench.MaybeServeStoragePlugin, so it cannot serve as the s3 storage plugin"}
+			}
+		}
 	}
 	cw := core.Current()
 	if cw == nil {
@@ -115,22 +141,25 @@ func startTransportNode(ctx context.Context, plugins ...pluginBlock) (*transport
 	}
 	gcs := cw.GCSAddress()
 	if gcs == "" {
-		return nil, &notAvailableError{reason: "no GCS address to start a node with the transport plugins"}
+		return nil, &notAvailableError{reason: "no GCS address to start a node with plugins"}
 	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, &notAvailableError{reason: "cannot find this program's executable: " + err.Error()}
 	}
-	dir, err := os.MkdirTemp("", "goray-bench-tnode-")
+	dir, err := os.MkdirTemp("", "goray-bench-pnode-")
 	if err != nil {
 		return nil, err
 	}
 	pluginDir := filepath.Join(dir, "plugins")
 	cfg := config.Default()
 	cfg.Address = gcs
-	cpus := 2.0
+	cpus := spec.cpus
 	cfg.Resources.CPU = &cpus
-	cfg.ObjectStore.Memory = 64 << 20 // tensors live in their own segments
+	cfg.ObjectStore.Memory = spec.storeBytes
+	if spec.spilling != nil {
+		cfg.Spilling = *spec.spilling
+	}
 	cfg.TempDir = filepath.Join(dir, "tmp")
 	cfg.PluginDir = pluginDir
 	for _, d := range []string{pluginDir, cfg.TempDir} {
@@ -139,13 +168,17 @@ func startTransportNode(ctx context.Context, plugins ...pluginBlock) (*transport
 			return nil, err
 		}
 	}
-	for _, p := range plugins {
-		bin := "goray-transport-" + p.name
+	for _, p := range spec.plugins {
+		kind := p.kind
+		if kind == "" {
+			kind = "transport"
+		}
+		bin := "goray-" + kind + "-" + p.name
 		if err := os.Symlink(exe, filepath.Join(pluginDir, bin)); err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("linking %s as %s: %w", exe, bin, err)
 		}
-		block := config.Plugin{Kind: "transport", Name: p.name}
+		block := config.Plugin{Kind: kind, Name: p.name}
 		if p.body != "" {
 			f, diags := hclsyntax.ParseConfig([]byte(p.body), "bench-"+p.name+".hcl", hcl.InitialPos)
 			if diags.HasErrors() {
@@ -162,9 +195,9 @@ func startTransportNode(ctx context.Context, plugins ...pluginBlock) (*transport
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		return nil, &notAvailableError{reason: "a node running this binary as the transport plugins could not start: " + err.Error()}
+		return nil, &notAvailableError{reason: "a node running this binary as its plugins could not start: " + err.Error()}
 	}
-	return &transportNode{id: nd.ID().String(), stop: func(ctx context.Context) {
+	return &pluginNode{id: nd.ID().String(), node: nd, stop: func(ctx context.Context) {
 		_ = nd.Stop(ctx)
 		os.RemoveAll(dir)
 	}}, nil

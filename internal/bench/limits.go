@@ -38,6 +38,8 @@ type env struct {
 	shmUnavailable string
 	// gcsAddress is the cluster's GCS, where a second node can join.
 	gcsAddress string
+	// minio is the MinIO server of the spilling workloads.
+	minio s3Server
 }
 
 // limits returns the machine limits, measured before the metrics.
@@ -46,7 +48,7 @@ func (e *env) limits() []workload {
 	if e.quick {
 		memcpySize, streamChunk = 64<<20, 16<<20
 	}
-	return []workload{
+	return append([]workload{
 		{
 			name: LimitMemcpy, unit: UnitGBps, mult: float64(memcpySize) / 1e9,
 			note:  fmt.Sprintf("copy() between two warm %s buffers, one goroutine (GB = 10^9 bytes)", humanize.IBytes(uint64(memcpySize))),
@@ -72,7 +74,7 @@ func (e *env) limits() []workload {
 			note:  "unary echo call to a go-plugin gRPC plugin (this binary re-executed as the plugin)",
 			setup: e.pluginSetup,
 		},
-	}
+	}, e.s3Limits()...)
 }
 
 // fill writes a non-zero pattern into every page of b, so copies read real

@@ -553,7 +553,7 @@ func (e *env) metrics() []workload {
 		// Beyond Ray's list.
 		e.tensorTransferMetric(),
 		e.nodeTransferMetric(),
-	}, e.transportPluginMetrics()...)
+	}, append(e.transportPluginMetrics(), e.spillMetrics()...)...)
 }
 
 // oneToN is Ray's 1:n test: one client actor makes 5000 calls on each of
