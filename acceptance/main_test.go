@@ -229,6 +229,9 @@ type statusJSON struct {
 		SessionDir string `json:"session_dir"`
 		// ObjectStoreUsed is in bytes.
 		ObjectStoreUsed int64 `json:"object_store_used"`
+		Spill           *struct {
+			StoredObjects int64 `json:"stored_objects"`
+		} `json:"spill"`
 	} `json:"nodes"`
 }
 

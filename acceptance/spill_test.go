@@ -64,9 +64,22 @@ func spillHead(t *testing.T, ctx context.Context, secret string) (*head, *miniot
 	if secret == "" {
 		secret = srv.SecretKey
 	}
-	cfg := writeConfig(t, shortTempDir(t), fmt.Sprintf(`
+	cfg := s3SpillConfig(t, srv, bucket, secret, "256MiB", "64MiB", "")
+	if secret != srv.SecretKey {
+		return nil, srv, cfg
+	}
+	return startHead(t, ctx, "--config", cfg), srv, bucket
+}
+
+// s3SpillConfig writes a node config whose store of memory bytes spills
+// to bucket on srv through the s3 plugin (with secret as the secret key),
+// plus extra HCL, and returns its path. The s3 plugin block starts on
+// line 6 (TestSpillWrongCredentials names it).
+func s3SpillConfig(t *testing.T, srv *miniotest.Server, bucket, secret, memory, minFile, extra string) string {
+	t.Helper()
+	return writeConfig(t, shortTempDir(t), fmt.Sprintf(`
 object_store {
-  memory = "256MiB"
+  memory = %q
 }
 plugin_dir = %q
 plugin "storage" "s3" {
@@ -82,14 +95,10 @@ plugin "storage" "s3" {
 }
 spilling {
   storage       = "s3"
-  min_file_size = "64MiB"
+  min_file_size = %q
   wait          = "40s"
 }
-`, spillPluginDir, srv.Endpoint, bucket, srv.AccessKey, secret))
-	if secret != srv.SecretKey {
-		return nil, srv, cfg
-	}
-	return startHead(t, ctx, "--config", cfg), srv, bucket
+%s`, memory, spillPluginDir, srv.Endpoint, bucket, srv.AccessKey, secret, minFile, extra))
 }
 
 // bucketFiles lists the stored spill files (name → size).
@@ -246,5 +255,60 @@ func TestSpillWrongCredentials(t *testing.T) {
 	msg := r.stdout + r.stderr
 	if !strings.Contains(msg, filepath.Base(cfg)+":6") || !strings.Contains(msg, srv.AccessKey) || strings.Contains(msg, "not-the-secret") {
 		t.Fatalf("the error should name %s:6 and the access key (never the secret):\n%s", filepath.Base(cfg), r)
+	}
+}
+
+// TestSpillRestoredAfterNodeDeath: objects a node spilled to S3 outlive
+// the node. A head and two nodes spill to one bucket; a node holding a
+// driver's objects, several of them spilled, is killed; once the cluster
+// declares it dead a task on the other node and the driver read them: the
+// spilled ones come back (restored from the dead node's files through the
+// GCS's spill records), the ones only in its memory are ErrObjectLost.
+func TestSpillRestoredAfterNodeDeath(t *testing.T) {
+	ctx := testCtx(t)
+	buildSpillBinaries(t)
+	srv := miniotest.Start(t)
+	bucket := "spill"
+	srv.CreateBucket(t, bucket)
+	cfg := s3SpillConfig(t, srv, bucket, srv.SecretKey, "64MiB", "32MiB", fastHealth)
+	h := startHead(t, ctx, "--config", cfg, "--num-cpus", "2", "--node-name", "head")
+	other := joinNode(t, ctx, h, "127.0.0.2", "", "--config", cfg)
+	victim := joinNode(t, ctx, h, "127.0.0.3", "", "--config", cfg)
+	dir := shortTempDir(t)
+	const objects = 8
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "spill-nodekill", dir, victim.id, other.id, fmt.Sprint(objects), "16")
+	waitFile(t, j, 40*time.Second, filepath.Join(dir, "ready"))
+	var stored int64
+	waitFor(t, 20*time.Second, "the victim to spill some of the objects", func() bool {
+		s, r := h.status(ctx)
+		if r.code != 0 {
+			return false
+		}
+		for _, n := range s.Nodes {
+			if n.NodeID == victim.id && n.Spill != nil {
+				stored = n.Spill.StoredObjects
+			}
+		}
+		return stored >= 3
+	})
+	if err := syscall.Kill(victim.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeState(t, ctx, h, victim.id, "DEAD", 15*time.Second)
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("spill-nodekill exited %d:\n%s", code, out)
+	}
+	wantLines(t, out, "object 0 read by a task on another node", "PASS spill-nodekill")
+	var restored, lost int
+	if _, err := fmt.Sscanf(strings.TrimSpace(lineWith(out, "restored ")), "restored %d lost %d", &restored, &lost); err != nil {
+		t.Fatalf("no restored/lost counts in the job's output: %v\n%s", err, out)
+	}
+	t.Logf("restored %d, lost %d of %d objects; the victim had %d stored in S3 when it was killed", restored, lost, objects, stored)
+	if restored < int(stored) || restored+lost != objects {
+		t.Errorf("restored %d, lost %d of %d objects; the victim had %d stored in S3 when it was killed", restored, lost, objects, stored)
 	}
 }

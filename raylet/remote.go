@@ -353,6 +353,16 @@ func (r *Raylet) PullObject(ctx context.Context, req *gorayv1.PullObjectRequest)
 		owner := proto.Clone(req.GetOwner()).(*gorayv1.Address)
 		go func() {
 			p.err = r.runPull(oid, node, owner)
+			if p.err != nil && r.nodeDied(node, p.err) {
+				// Its node is gone: restore the copy it spilled to shared
+				// storage, if any.
+				if err := r.spill.restoreFromRecord(oid, node, owner); err == nil {
+					p.err = nil
+				} else if !errors.Is(err, errNoSpilledCopy) {
+					r.log.Warn("restoring a dead node's object from its spilled copy failed", "object_id", oid, "node", node, "error", err)
+					p.err = fmt.Errorf("%w; restoring its spilled copy: %v", p.err, err)
+				}
+			}
 			r.mu.Lock()
 			delete(r.pulls, oid)
 			r.mu.Unlock()
@@ -373,6 +383,21 @@ func (r *Raylet) PullObject(ctx context.Context, req *gorayv1.PullObjectRequest)
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+}
+
+// nodeDied reports whether a pull from node failed because the node is
+// dead (err says so, or the cluster view does once refreshed).
+func (r *Raylet) nodeDied(node ids.ID, err error) bool {
+	var nd *NodeDeadError
+	if errors.As(err, &nd) {
+		return true
+	}
+	if r.cfg.GCS == nil || r.isClosing() {
+		return false
+	}
+	r.syncCluster(context.Background())
+	_, _, perr := r.peerClient(node)
+	return errors.As(perr, &nd)
 }
 
 // runPull reads the object from node's data plane in parallel ranged

@@ -3,6 +3,7 @@ package raylet
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -53,13 +54,41 @@ type SpillConfig struct {
 	Wait time.Duration
 	// Prefix starts every key this node writes ("<session>/<node id>/").
 	Prefix string
+	// Shared names the storage plugin when every node can read what this
+	// node stores ("" for node-local storage). Each spilled object is then
+	// recorded in the GCS (node, object → plugin, file, range), so that
+	// after this node dies another node spilling to the same plugin
+	// restores the object from storage instead of losing it.
+	Shared string
 }
+
+// spillRecordNS is the GCS KV namespace of the spill records; keys are
+// recordKey(node, object).
+const spillRecordNS = "spill"
+
+// spillRecord says where a node spilled an object, for other nodes.
+type spillRecord struct {
+	Storage string `json:"storage"`
+	Key     string `json:"key"`
+	URL     string `json:"url"`
+	Offset  int64  `json:"offset"`
+	Size    int64  `json:"size"`
+	Meta    []byte `json:"meta,omitempty"`
+}
+
+func recordKey(node ids.ID, oid ids.ObjectID) string { return node.String() + "/" + oid.String() }
+
+// errNoSpilledCopy: no node recorded a spilled copy of the object.
+var errNoSpilledCopy = errors.New("no spilled copy was recorded")
 
 // spillFile is one stored file of fused objects.
 type spillFile struct {
 	key, url string
 	size     int64
 	live     int // objects of the file not freed yet
+	// foreign: a dead node's file this node restored objects from; never
+	// deleted here (other nodes may still need it).
+	foreign bool
 }
 
 // spilledObject is where an object's bytes are stored.
@@ -69,6 +98,8 @@ type spilledObject struct {
 	meta         []byte
 	// inMemory is set while a restored copy is also in the store.
 	inMemory bool
+	// record is the object's GCS spill record key ("" for none).
+	record string
 }
 
 // restore is a restore of an object in flight.
@@ -304,17 +335,23 @@ func (s *spiller) writeFile(ctx context.Context, batch []candidate) (int64, erro
 		return 0, fmt.Errorf("writing %d objects (%d bytes) to %s: %w", len(pinned), total, s.cfg.Location, err)
 	}
 	took := time.Since(start)
-	// Stored: record, then let the memory go. An object the owner freed
-	// while it was written is not recorded.
+	// Stored: tell the cluster where (shared storage), record, then let
+	// the memory go. An object the owner freed while it was written is not
+	// recorded.
+	records := s.publish(ctx, key, rep.URL, pinned, offsets)
 	f := &spillFile{key: key, url: rep.URL, size: total}
 	var release []ids.ObjectID
+	var unrecord []string
 	s.r.mu.Lock()
 	s.mu.Lock()
 	for i, c := range pinned {
 		if _, alive := s.r.owners[c.id]; !alive {
+			if records[i] != "" {
+				unrecord = append(unrecord, records[i])
+			}
 			continue
 		}
-		s.objs[c.id] = &spilledObject{file: f, offset: offsets[i], size: c.size, meta: c.meta}
+		s.objs[c.id] = &spilledObject{file: f, offset: offsets[i], size: c.size, meta: c.meta, record: records[i]}
 		f.live++
 		release = append(release, c.id)
 	}
@@ -331,6 +368,9 @@ func (s *spiller) writeFile(ctx context.Context, batch []candidate) (int64, erro
 	s.r.cfg.Store.Free(release)
 	if empty {
 		s.deleteFiles([]string{key})
+	}
+	if len(unrecord) > 0 {
+		go s.unpublish(unrecord)
 	}
 	s.r.log.Debug("objects spilled", "objects", len(release), "bytes", total, "url", rep.URL, "took", took)
 	return total, nil
@@ -531,7 +571,7 @@ func (s *spiller) forget(objs []ids.ObjectID) {
 	if !s.enabled() {
 		return
 	}
-	var dead []string
+	var dead, records []string
 	s.mu.Lock()
 	for _, id := range objs {
 		so := s.objs[id]
@@ -539,8 +579,11 @@ func (s *spiller) forget(objs []ids.ObjectID) {
 			continue
 		}
 		delete(s.objs, id)
+		if so.record != "" {
+			records = append(records, so.record)
+		}
 		so.file.live--
-		if so.file.live == 0 {
+		if so.file.live == 0 && !so.file.foreign {
 			delete(s.files, so.file.key)
 			dead = append(dead, so.file.key)
 		}
@@ -548,6 +591,9 @@ func (s *spiller) forget(objs []ids.ObjectID) {
 	s.mu.Unlock()
 	if len(dead) > 0 {
 		go s.deleteFiles(dead)
+	}
+	if len(records) > 0 {
+		go s.unpublish(records)
 	}
 }
 
@@ -570,13 +616,19 @@ func (s *spiller) deleteAll(ctx context.Context) {
 		return
 	}
 	s.mu.Lock()
-	var keys []string
+	var keys, records []string
 	for k := range s.files {
 		keys = append(keys, k)
+	}
+	for _, so := range s.objs {
+		if so.record != "" {
+			records = append(records, so.record)
+		}
 	}
 	s.files = map[string]*spillFile{}
 	s.objs = map[ids.ObjectID]*spilledObject{}
 	s.mu.Unlock()
+	s.unpublish(records)
 	if len(keys) == 0 {
 		return
 	}
@@ -589,6 +641,92 @@ func (s *spiller) deleteAll(ctx context.Context) {
 	if err != nil {
 		s.r.log.Warn("deleting spilled files at shutdown failed", "files", len(keys), "error", err)
 	}
+}
+
+// publish records in the GCS where the objects of a stored file are, when
+// the storage is shared, and returns the record keys (by batch index; ""
+// when not recorded). Failures are logged: the object is then only
+// reachable through this node, as with node-local storage.
+func (s *spiller) publish(ctx context.Context, key, url string, batch []candidate, offsets []int64) []string {
+	out := make([]string, len(batch))
+	if s.cfg.Shared == "" || s.r.cfg.GCS == nil {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, gcsTimeout)
+	defer cancel()
+	for i, c := range batch {
+		v, err := json.Marshal(spillRecord{Storage: s.cfg.Shared, Key: key, URL: url, Offset: offsets[i], Size: c.size, Meta: c.meta})
+		if err == nil {
+			rk := recordKey(s.r.cfg.NodeID, c.id)
+			if _, err = s.r.cfg.GCS.KVPut(ctx, &gorayv1.KVPutRequest{Ns: spillRecordNS, Key: rk, Value: v, Overwrite: true}); err == nil {
+				out[i] = rk
+				continue
+			}
+		}
+		s.r.log.Warn("recording a spilled object in the GCS failed; it is lost if this node dies", "object_id", c.id, "error", err)
+	}
+	return out
+}
+
+// unpublish deletes spill records.
+func (s *spiller) unpublish(records []string) {
+	if len(records) == 0 || s.r.cfg.GCS == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
+	defer cancel()
+	for _, k := range records {
+		if _, err := s.r.cfg.GCS.KVDel(ctx, &gorayv1.KVDelRequest{Ns: spillRecordNS, Key: k}); err != nil {
+			s.r.log.Debug("deleting a spill record failed", "key", k, "error", err)
+			return
+		}
+	}
+}
+
+// restoreFromRecord restores an object whose node died from the copy that
+// node spilled to shared storage, when it recorded one and this node
+// spills to the same storage plugin. The restored object is a primary copy
+// of this node owned by owner; it keeps the dead node's file as its stored
+// copy (dropped again without writing), and the file is never deleted
+// here. errNoSpilledCopy when there is no record.
+func (s *spiller) restoreFromRecord(oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) error {
+	if !s.enabled() || s.r.cfg.GCS == nil {
+		return errNoSpilledCopy
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
+	rk := recordKey(node, oid)
+	rep, err := s.r.cfg.GCS.KVGet(ctx, &gorayv1.KVGetRequest{Ns: spillRecordNS, Key: rk})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("looking up a spilled copy: %w", err)
+	}
+	if !rep.GetFound() {
+		return errNoSpilledCopy
+	}
+	var rec spillRecord
+	if err := json.Unmarshal(rep.GetValue(), &rec); err != nil {
+		return fmt.Errorf("spill record %s: %w", rk, err)
+	}
+	if rec.Storage != s.cfg.Shared {
+		return fmt.Errorf("its spilled copy %s is in storage plugin %q, which this node does not spill to", rec.URL, rec.Storage)
+	}
+	f := &spillFile{key: rec.Key, url: rec.URL, foreign: true}
+	if err := s.doRestore(oid, f, rec.Offset, rec.Size, rec.Meta); err != nil {
+		return err
+	}
+	ownerID, _ := ids.FromBytes(owner.GetWorkerId())
+	ownerNode, _ := ids.FromBytes(owner.GetNodeId())
+	s.r.mu.Lock()
+	s.r.trackOwnerLocked(oid, ownerID, ownerNode)
+	s.mu.Lock()
+	if _, ok := s.objs[oid]; !ok {
+		f.live++
+		s.objs[oid] = &spilledObject{file: f, offset: rec.Offset, size: rec.Size, meta: rec.Meta, inMemory: true, record: rk}
+	}
+	s.mu.Unlock()
+	s.r.mu.Unlock()
+	s.r.log.Info("object of a dead node restored from its spilled copy", "object_id", oid, "node", node, "url", rec.URL)
+	return nil
 }
 
 // statsProto reports the spill counters.

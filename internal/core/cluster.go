@@ -219,14 +219,16 @@ func (cw *CoreWorker) cancelLeaseAt(cli pb.RayletClient, requestID []byte) {
 }
 
 // pullObject makes a copy of an object held by another node in the local
-// store. Failures that mean the copy is gone (its node died) are
-// ErrObjectLost.
+// store. When that node died, the local raylet restores the copy it spilled
+// to shared storage, if any (the object's primary copy is then on this
+// node, which its owner, when it is this process, records). Failures that
+// mean the copy is gone are ErrObjectLost.
 func (cw *CoreWorker) pullObject(ctx context.Context, id ids.ObjectID, node ids.ID, owner *pb.Address) error {
-	if dead, reason := cw.nodeDead(node); dead {
-		return &ObjectError{ObjectID: id, Kind: ErrObjectLost, Detail: fmt.Sprintf("its node %s died (%s)", node.Short(), reason)}
-	}
 	_, err := cw.raylet.PullObject(ctx, &pb.PullObjectRequest{ObjectId: id[:], NodeId: node.Bytes(), Owner: owner})
 	if err == nil {
+		if dead, _ := cw.nodeDead(node); dead {
+			cw.objects.relocate(id, node, cw.nodeID)
+		}
 		return nil
 	}
 	if ctx.Err() != nil {

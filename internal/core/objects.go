@@ -17,6 +17,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // object is one entry of the object table. An owned entry holds the value
@@ -525,6 +526,21 @@ func (t *objectTable) borrowerDied(worker []byte) {
 	}
 	t.mu.Unlock()
 	t.signal()
+}
+
+// relocate records that an owned object's primary copy moved from node
+// from to node to (restored there from a dead node's spilled copy), so
+// later readers pull it from there.
+func (t *objectTable) relocate(id ids.ObjectID, from, to ids.ID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o := t.objs[id]
+	if o == nil || !o.owned || o.ret == nil || string(o.ret.NodeId) != string(from.Bytes()) {
+		return
+	}
+	ret := proto.Clone(o.ret).(*pb.ReturnObject)
+	ret.NodeId = to.Bytes()
+	o.ret = ret
 }
 
 // nodeDied drops every borrow by a process of a dead node.

@@ -7,10 +7,12 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/goray-dev/goray/sdk/ray"
 )
@@ -67,5 +69,79 @@ func runSpill(ctx context.Context, dir, count, mib string) error {
 		}
 	}
 	fmt.Println("every value read back correctly")
+	return nil
+}
+
+// makeSpillBlock returns spill block i of size bytes (made where it runs).
+func makeSpillBlock(ctx context.Context, i, size int) ([]byte, error) {
+	return spillBlock(i, size), nil
+}
+
+// fnvOf returns the FNV-1a sum of its argument.
+func fnvOf(ctx context.Context, b []byte) (uint64, error) { return fnvSum(b), nil }
+
+var (
+	// MakeSpillBlock makes a spill block.
+	MakeSpillBlock = ray.Task2(makeSpillBlock)
+	// FnvOf sums a byte slice.
+	FnvOf = ray.Task1(fnvOf)
+)
+
+// testjob spill-nodekill DIR VICTIM OTHER N MIB: makes N objects of MIB MiB
+// one after the other on node VICTIM (tasks pinned there return them; the
+// driver owns them and never reads them yet), writes DIR/ready and waits
+// for DIR/go: meanwhile the test kills VICTIM once it has spilled some of
+// them to shared storage and waits until the cluster declares it dead.
+// Then a task on node OTHER takes object 0 (the oldest, spilled first) as
+// its argument, and the driver reads every object: each must be its exact
+// value (restored from the dead node's spilled copy) or ErrObjectLost (it
+// was only in the victim's memory). Prints "restored K lost L".
+func runSpillNodeKill(ctx context.Context, dir, victim, other, count, mib string) error {
+	n, err := strconv.Atoi(count)
+	if err != nil {
+		return err
+	}
+	m, err := strconv.Atoi(mib)
+	if err != nil {
+		return err
+	}
+	size := m << 20
+	refs := make([]ray.Ref[[]byte], n)
+	for i := range refs {
+		refs[i] = MakeSpillBlock.Options(ray.NodeAffinity(victim, false)).Remote(ctx, ray.V(i), ray.V(size))
+		if _, pending, err := ray.Wait(ctx, refs[i:i+1], 1, 30*time.Second); err != nil || len(pending) > 0 {
+			return fmt.Errorf("making object %d on the victim: %v (pending %d)", i, err, len(pending))
+		}
+	}
+	if err := writeFile(filepath.Join(dir, "ready"), "1"); err != nil {
+		return err
+	}
+	if err := pollFile(ctx, filepath.Join(dir, "go")); err != nil {
+		return err
+	}
+	sum, err := FnvOf.Options(ray.NodeAffinity(other, false)).Remote(ctx, refs[0]).Get(ctx)
+	if err != nil {
+		return fmt.Errorf("task on %s reading object 0 of the dead node: %w", other, err)
+	}
+	if sum != fnvSum(spillBlock(0, size)) {
+		return fmt.Errorf("task on %s read object 0 wrong", other)
+	}
+	fmt.Println("object 0 read by a task on another node")
+	restored, lost := 0, 0
+	for i, r := range refs {
+		got, err := r.Get(ctx)
+		switch {
+		case errors.Is(err, ray.ErrObjectLost):
+			lost++
+			fmt.Printf("object %d lost: %v\n", i, err)
+		case err != nil:
+			return fmt.Errorf("get %d: %w", i, err)
+		case fnvSum(got) != fnvSum(spillBlock(i, size)):
+			return fmt.Errorf("object %d read back wrong", i)
+		default:
+			restored++
+		}
+	}
+	fmt.Printf("restored %d lost %d\n", restored, lost)
 	return nil
 }
