@@ -141,19 +141,28 @@ func (e *env) s3Limits() []workload {
 	}
 }
 
+// rawS3 is what the raw minio-go limits work with: a client of the run's
+// MinIO, a filled size-byte value and a fresh key (name ++ random).
+func (e *env) rawS3(ctx context.Context, name string, size int) (*minio.Client, []byte, string, error) {
+	srv, err := e.s3(ctx)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	c, err := srv.Client()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	blob := make([]byte, size)
+	fill(blob)
+	return c, blob, "raw/" + name + "-" + randomObjectID()[:12], nil
+}
+
 func (e *env) s3UploadSetup(size int) setupFunc {
 	return func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
-		srv, err := e.s3(ctx)
+		c, blob, key, err := e.rawS3(ctx, "upload", size)
 		if err != nil {
 			return nil, nil, err
 		}
-		c, err := srv.Client()
-		if err != nil {
-			return nil, nil, err
-		}
-		blob := make([]byte, size)
-		fill(blob)
-		key := "raw/upload-" + randomObjectID()[:12]
 		fn := func(ctx context.Context) error {
 			_, err := c.PutObject(ctx, benchBucket, key, bytes.NewReader(blob), int64(size), rawPutOptions())
 			return err
@@ -164,17 +173,10 @@ func (e *env) s3UploadSetup(size int) setupFunc {
 
 func (e *env) s3DownloadSetup(size int) setupFunc {
 	return func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
-		srv, err := e.s3(ctx)
+		c, blob, key, err := e.rawS3(ctx, "download", size)
 		if err != nil {
 			return nil, nil, err
 		}
-		c, err := srv.Client()
-		if err != nil {
-			return nil, nil, err
-		}
-		blob := make([]byte, size)
-		fill(blob)
-		key := "raw/download-" + randomObjectID()[:12]
 		if _, err := c.PutObject(ctx, benchBucket, key, bytes.NewReader(blob), int64(size), rawPutOptions()); err != nil {
 			return nil, nil, err
 		}

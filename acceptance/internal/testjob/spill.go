@@ -31,16 +31,23 @@ func fnvSum(b []byte) uint64 {
 	return h.Sum64()
 }
 
-func runSpill(ctx context.Context, dir, count, mib string) error {
-	n, err := strconv.Atoi(count)
-	if err != nil {
-		return err
+// countAndSize parses a count of objects and their size in MiB.
+func countAndSize(count, mib string) (n, size int, err error) {
+	if n, err = strconv.Atoi(count); err != nil {
+		return 0, 0, fmt.Errorf("count: %w", err)
 	}
 	m, err := strconv.Atoi(mib)
 	if err != nil {
+		return 0, 0, fmt.Errorf("size in MiB: %w", err)
+	}
+	return n, m << 20, nil
+}
+
+func runSpill(ctx context.Context, dir, count, mib string) error {
+	n, size, err := countAndSize(count, mib)
+	if err != nil {
 		return err
 	}
-	size := m << 20
 	refs := make([]ray.Ref[[]byte], n)
 	want := make([]uint64, n)
 	for i := range refs {
@@ -97,15 +104,10 @@ var (
 // value (restored from the dead node's spilled copy) or ErrObjectLost (it
 // was only in the victim's memory). Prints "restored K lost L".
 func runSpillNodeKill(ctx context.Context, dir, victim, other, count, mib string) error {
-	n, err := strconv.Atoi(count)
+	n, size, err := countAndSize(count, mib)
 	if err != nil {
 		return err
 	}
-	m, err := strconv.Atoi(mib)
-	if err != nil {
-		return err
-	}
-	size := m << 20
 	refs := make([]ray.Ref[[]byte], n)
 	for i := range refs {
 		refs[i] = MakeSpillBlock.Options(ray.NodeAffinity(victim, false)).Remote(ctx, ray.V(i), ray.V(size))
