@@ -3,7 +3,9 @@ package acceptance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -145,14 +147,26 @@ func TestTransportsAcrossNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		wait(j, "coll-kill", "killed rank: typed errors within the timeout", "destroyed and re-created: ok")
-		// The killed rank could not free its own tensor (goray does not
-		// collect the segments of killed processes): remove it, and only it.
-		left, _ := filepath.Glob("/dev/shm/goray-t-kill-*")
-		if len(left) > 1 {
-			t.Errorf("segments of the ranks left behind: %v (only the killed rank's may be)", left)
+		// The killed rank could not free its own tensor: its raylet
+		// unlinks it (the segments a process owns are in its ledger).
+		waitFor(t, 10*time.Second, "no segment of the ranks left, the killed rank's included", func() bool {
+			left, _ := filepath.Glob("/dev/shm/goray-t-kill-*")
+			return len(left) == 0
+		})
+	})
+	t.Run("ReceivedSegmentsDieWithTheirProcess", func(t *testing.T) {
+		j := newJob("recv-leak", c.n2.id, c.n3.id)
+		code, out := j.wait(ctx)
+		if code != 0 {
+			t.Fatalf("recv-leak failed (exit %d):\n%s", code, out)
 		}
-		for _, p := range left {
-			_ = os.Remove(p)
+		wantLines(t, out, "received segment of a killed worker: unlinked", "PASS recv-leak")
+		seg := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(lineWith(out, "driver segment ")), "driver segment"))
+		if seg == "" || strings.Contains(seg, "/") {
+			t.Fatalf("no driver segment in the output:\n%s", out)
+		}
+		if _, err := os.Stat(filepath.Join("/dev/shm", seg)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the driver's received segment %s outlived the driver (stat: %v)", seg, err)
 		}
 	})
 	t.Run("OneSidedReads", func(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/recvseg"
 )
 
 // workerState is where a worker is in its life.
@@ -468,6 +469,7 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 	if w.addr != nil {
 		removeStaleSocket(w.addr.GetUnixPath())
 	}
+	r.sweepReceived(w.id)
 	if actor.IsNil() {
 		r.log.Debug("worker exited", "worker_id", w.id, "job_id", j.id, "pid", pid, "reason", reason)
 		return
@@ -566,6 +568,18 @@ func (r *Raylet) forgetObjectLocked(o ids.ObjectID) {
 		if len(objs) == 0 {
 			delete(r.owned, owner)
 		}
+	}
+}
+
+// sweepReceived unlinks the tensor segments receives allocated for a dead
+// driver or worker that it never released (see package recvseg).
+func (r *Raylet) sweepReceived(id ids.ID) {
+	segs, err := recvseg.Sweep(recvseg.Dir(r.cfg.SessionDir, id))
+	if err != nil {
+		r.log.Warn("unlinking a dead process's tensor segments failed", "worker_id", id, "error", err)
+	}
+	if len(segs) > 0 {
+		r.log.Debug("unlinked a dead process's tensor segments", "worker_id", id, "segments", len(segs))
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/recvseg"
 	"github.com/goray-dev/goray/internal/resources"
 )
 
@@ -437,6 +438,9 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 	close(r.spawnStop)
 	<-r.spawnDone
 	r.spill.deleteAll(ctx)
+	if _, err := recvseg.SweepAll(r.cfg.SessionDir); err != nil {
+		r.log.Warn("unlinking received tensor segments at shutdown failed", "error", err)
+	}
 
 	if r.cfg.GCS != nil && hadActors {
 		fctx, cancel := context.WithTimeout(ctx, gcsTimeout)

@@ -291,6 +291,7 @@ func (r *Raylet) endJob(j *job) {
 	r.mu.Unlock()
 
 	if !j.driverID.IsNil() {
+		r.sweepReceived(j.driverID)
 		r.cfg.Store.ReleaseClient(j.driverID)
 		for _, o := range aborts {
 			_ = r.cfg.Store.Abort(o)

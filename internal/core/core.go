@@ -188,6 +188,7 @@ var current atomic.Pointer[CoreWorker]
 func Current() *CoreWorker { return current.Load() }
 
 func (cw *CoreWorker) start(ctx context.Context) error {
+	cw.trackSegments()
 	sockDir := filepath.Join(cw.cfg.SessionDir, "sockets")
 	if err := os.MkdirAll(sockDir, 0o700); err != nil {
 		return fmt.Errorf("goray: creating socket dir: %w", err)
@@ -486,11 +487,13 @@ func (cw *CoreWorker) Close() {
 			// Whatever was released before Close is freed now, not lost
 			// with the background loop.
 			cw.objects.flushFrees()
+			cw.objects.collectAllTensors()
 			// Bounded: a frozen plugin must not hold Close up.
 			gctx, gcancel := context.WithTimeout(context.Background(), 10*time.Second)
 			cw.objects.flushTensorGC(gctx, true)
 			gcancel()
 		}
+		cw.releaseSegments()
 		cw.cancel()
 		if cw.submitter != nil {
 			cw.submitter.close()

@@ -48,6 +48,8 @@ type object struct {
 
 	task *taskRecord // creating task (owned, for list and retries)
 	size int64
+	// collected: its tensors were collected already (the owner closed).
+	collected bool
 }
 
 type ownerKey string
@@ -207,6 +209,21 @@ func (t *objectTable) addContainedLocked(refs []codec.RefInfo, registered bool) 
 	}
 }
 
+// collectAllTensors queues the garbage collection of every tensor object
+// this process owns, live or not: the owner is closing, and its objects die
+// with it (the raylet frees its store objects; the transports holding its
+// tensors learn it here).
+func (t *objectTable) collectAllTensors() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, o := range t.objs {
+		if o.owned && o.done && o.ret != nil && codec.FormatOf(o.ret.Metadata) == codec.FormatTransport {
+			t.tensorGC = append(t.tensorGC, o.ret.Data)
+			o.collected = true
+		}
+	}
+}
+
 // maybeReleaseLocked frees or un-borrows o when nothing references it.
 func (t *objectTable) maybeReleaseLocked(o *object) {
 	total := o.local + o.submitted + o.contained
@@ -222,7 +239,7 @@ func (t *objectTable) maybeReleaseLocked(o *object) {
 		if o.ret != nil && o.ret.InStore {
 			t.frees = append(t.frees, o.id)
 		}
-		if o.ret != nil && codec.FormatOf(o.ret.Metadata) == codec.FormatTransport {
+		if o.ret != nil && codec.FormatOf(o.ret.Metadata) == codec.FormatTransport && !o.collected {
 			t.tensorGC = append(t.tensorGC, o.ret.Data)
 		}
 		nested := o.nested

@@ -11,6 +11,8 @@ import (
 	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/recvseg"
+	"github.com/goray-dev/goray/internal/segtrack"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/vmihailenco/msgpack/v5"
@@ -216,6 +218,7 @@ func (cw *CoreWorker) extractTensors(ctx context.Context, name string, id ids.Ob
 		}
 		return nil, &TransferError{ObjectID: id, Transport: name, Op: "extract metadata", Err: err}
 	}
+	cw.disownTensors(ts) // received ones now belong to the transport
 	env := tensorEnvelope{Transport: name, ObjectID: id.String(), Tensors: rep.Tensors, TransportData: rep.TransportData, Source: cw.id.String(), Node: cw.nodeID.Bytes()}
 	return msgpack.Marshal(&env)
 }
@@ -316,6 +319,13 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 			cw.transports.allocated[s] = struct{}{}
 		}
 		cw.transports.mu.Unlock()
+		// On disk too, so the raylet unlinks them if this process dies
+		// before it releases them.
+		if dir := cw.segLedger(); dir != "" {
+			if err := recvseg.Add(dir, rep.Allocated...); err != nil {
+				cw.log.Warn("recording received tensor segments failed; they leak if this process dies before releasing them", "error", err)
+			}
+		}
 	}
 	return rep.Tensors, nil
 }
@@ -345,8 +355,72 @@ func (cw *CoreWorker) ReleaseTensors(ts []transport.Tensor) error {
 		if err := t.Free(); err != nil && !errors.Is(err, fs.ErrNotExist) && first == nil {
 			first = err
 		}
+		if dir := cw.segLedger(); dir != "" {
+			recvseg.Remove(dir, seg)
+		}
 	}
 	return first
+}
+
+// segLedger is the directory recording the segments receives allocated
+// for this process and it has not released ("" without a session).
+func (cw *CoreWorker) segLedger() string {
+	if cw.cfg.SessionDir == "" {
+		return ""
+	}
+	return recvseg.Dir(cw.cfg.SessionDir, cw.id)
+}
+
+// disownTensors forgets the segments of ts (created or received here):
+// they were handed to a transport, which frees them from now on.
+func (cw *CoreWorker) disownTensors(ts []transport.Tensor) {
+	var gone []string
+	cw.transports.mu.Lock()
+	for _, t := range ts {
+		if t.Buffer.Segment != "" {
+			delete(cw.transports.allocated, t.Buffer.Segment)
+			gone = append(gone, t.Buffer.Segment)
+		}
+	}
+	cw.transports.mu.Unlock()
+	if dir := cw.segLedger(); dir != "" && len(gone) > 0 {
+		recvseg.Remove(dir, gone...)
+	}
+}
+
+// trackSegments records in the ledger the tensor segments this process
+// creates (transport.NewTensor) until it frees or hands them over, so the
+// raylet unlinks them if the process dies first.
+func (cw *CoreWorker) trackSegments() {
+	dir := cw.segLedger()
+	if dir == "" {
+		return
+	}
+	segtrack.Set(func(name string) {
+		if err := recvseg.Add(dir, name); err != nil {
+			cw.log.Warn("recording a tensor segment failed; it leaks if this process dies before freeing it", "segment", name, "error", err)
+		}
+	}, func(name string) { recvseg.Remove(dir, name) })
+}
+
+// releaseSegments unlinks every tensor segment this process still owns —
+// received and never released, or created and never freed or handed to a
+// transport — as it closes: nobody else can use them.
+func (cw *CoreWorker) releaseSegments() {
+	segtrack.Set(nil, nil)
+	cw.transports.mu.Lock()
+	segs := cw.transports.allocated
+	cw.transports.allocated = nil
+	cw.transports.mu.Unlock()
+	for s := range segs {
+		shmem.Default.Forget(s)
+		_ = shmem.Unlink(s)
+	}
+	if dir := cw.segLedger(); dir != "" {
+		if _, err := recvseg.Sweep(dir); err != nil {
+			cw.log.Warn("unlinking received tensor segments failed", "error", err)
+		}
+	}
 }
 
 // collectTensors tells the transport that an object's last reference is

@@ -11,7 +11,8 @@ import "github.com/goray-dev/goray/sdk/transport"
 // source, which frees them when the object's last reference is gone, and
 // only this process's idle mapping of them is dropped. Segments this
 // process did not receive are never unlinked, so it is always safe to call.
-// Do not use the tensors afterwards.
+// Do not use the tensors afterwards. Copies never released are unlinked
+// when the process shuts down, or by its node if the process dies.
 func ReleaseTensors(tensors []transport.Tensor) error {
 	cw, err := current()
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/goray-dev/goray/internal/segtrack"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 )
 
@@ -178,7 +179,9 @@ func (t Tensor) Validate() error {
 // NewTensor allocates a zero-filled CPU tensor in a fresh shared-memory
 // segment named shmem.Prefix+random. The caller owns the segment: it unlinks
 // it with Free, or hands ownership to a transport with
-// ExtractMetadataRequest.TransferOwnership.
+// ExtractMetadataRequest.TransferOwnership. In a goray driver or worker, a
+// segment the process still owns when it closes or dies is unlinked then
+// (by the process, or by its raylet).
 func NewTensor(dtype DType, shape ...int64) (Tensor, error) {
 	return NewTensorIn(shmem.Prefix, dtype, shape...)
 }
@@ -197,6 +200,7 @@ func NewTensorIn(prefix string, dtype DType, shape ...int64) (Tensor, error) {
 		return Tensor{}, fmt.Errorf("transport: new tensor %s: %w", t.Meta(), err)
 	}
 	_ = seg.Close()
+	segtrack.Created(seg.Name()) // a goray process unlinks it if it dies first
 	t.Buffer = Buffer{Segment: seg.Name(), Length: size}
 	return t, nil
 }
@@ -232,5 +236,6 @@ func (t Tensor) Free() error {
 		return nil
 	}
 	shmem.Default.Forget(t.Buffer.Segment)
+	segtrack.Freed(t.Buffer.Segment)
 	return shmem.Unlink(t.Buffer.Segment)
 }

@@ -41,6 +41,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/goray-dev/goray/sdk/ray"
@@ -103,6 +104,19 @@ func (p *Peer) Take(ctx context.Context, ts []transport.Tensor) (Received, error
 		t.Release() // sumTensors mapped them
 	}
 	return r, ray.ReleaseTensors(ts)
+}
+
+// Keep sums received float32 tensors and keeps them (never releases the
+// segments a copying receive allocated for this process).
+func (p *Peer) Keep(ctx context.Context, ts []transport.Tensor) (Received, error) {
+	s, err := sumTensors(ctx, ts)
+	if err != nil {
+		return Received{}, err
+	}
+	for _, t := range ts {
+		t.Release() // sumTensors mapped them
+	}
+	return Received{Sum: s, Segment: ts[0].Buffer.Segment, Node: ray.NodeID()}, nil
 }
 
 // Barrier waits for every member of group.
@@ -290,6 +304,7 @@ var (
 	PeerMakeOS    = PeerMake.TensorTransport(osBackend)
 	PeerLast      = ray.Method0((*Peer).Last)
 	PeerTake      = ray.Method1((*Peer).Take)
+	PeerKeep      = ray.Method1((*Peer).Keep)
 	PeerBarrier   = ray.Method1((*Peer).Barrier)
 	PeerReduce    = ray.Method1((*Peer).Reduce)
 	PeerOps       = ray.Method1((*Peer).Ops)
@@ -805,3 +820,67 @@ func timedOut(err error) bool {
 }
 
 func humanBytes(n int) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+// testjob recv-leak N2 N3: tensors received by copy and never released do
+// not outlive their process. A peer on N3 receives (one-sided, over TCP) a
+// tensor made on N2 and keeps it; its worker is killed with SIGKILL and the
+// copy's segment must disappear (its raylet unlinks it). The driver then
+// receives a tensor of N2 by the collective transport (a copy), keeps it
+// and exits: it prints the segment
+// ("driver segment NAME"), which the test checks is gone after the exit.
+func runRecvLeak(ctx context.Context, n2, n3 string) error {
+	src, err := peerOn(ctx, n2)
+	if err != nil {
+		return err
+	}
+	reader, err := peerOn(ctx, n3)
+	if err != nil {
+		return err
+	}
+	ref := PeerMakeOS.On(src).Remote(ctx, ray.V(1<<18))
+	srcSeg, err := PeerLast.On(src).Remote(ctx).Get(ctx)
+	if err != nil {
+		return err
+	}
+	got, err := PeerKeep.On(reader).Remote(ctx, ref).Get(ctx)
+	if err != nil {
+		return fmt.Errorf("receive on N3: %w", err)
+	}
+	if got.Segment == srcSeg || !shmem.Exists(got.Segment) {
+		return fmt.Errorf("N3 received into %s (source's %s, exists %v), want a copy of its own", got.Segment, srcSeg, shmem.Exists(got.Segment))
+	}
+	pid, err := PeerPid.On(reader).Remote(ctx).Get(ctx)
+	if err != nil {
+		return err
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for shmem.Exists(got.Segment) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the killed reader's received segment %s is still there", got.Segment)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	fmt.Println("received segment of a killed worker: unlinked")
+	ref.Release()
+	// The collective transport always copies into the receiver's memory.
+	ref2 := PeerMakeColl.On(src).Remote(ctx, ray.V(1<<18))
+	if srcSeg, err = PeerLast.On(src).Remote(ctx).Get(ctx); err != nil {
+		return err
+	}
+	ts, err := ref2.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("driver receive: %w", err)
+	}
+	if ts[0].Buffer.Segment == srcSeg || !shmem.Exists(ts[0].Buffer.Segment) {
+		return fmt.Errorf("the driver received into %s (source's %s), want a copy of its own", ts[0].Buffer.Segment, srcSeg)
+	}
+	fmt.Println("driver segment", ts[0].Buffer.Segment)
+	return nil // exits without ReleaseTensors
+}
