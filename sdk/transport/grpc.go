@@ -155,14 +155,21 @@ func codeKind(c codes.Code) string {
 }
 
 // fromStatus turns a gRPC error from the plugin back into a
-// *TransferError whose cause matches the original sentinel errors.
-func fromStatus(op, objectID string, err error) error {
+// *TransferError whose cause matches the original sentinel errors. ctx is
+// the caller's: a call cancelled while ctx is alive lost its connection
+// (the plugin died and the host is restarting it), which keeps an
+// Unavailable status, as for any other lost plugin.
+func fromStatus(ctx context.Context, op, objectID string, err error) error {
 	if err == nil {
 		return nil
 	}
 	st, ok := status.FromError(err)
 	if !ok {
 		return &TransferError{ObjectID: objectID, Op: op, Err: err}
+	}
+	if st.Code() == codes.Canceled && ctx.Err() == nil {
+		err = status.Error(codes.Unavailable, "the plugin connection was lost: "+st.Message())
+		st = status.Convert(err)
 	}
 	for _, d := range st.Details() {
 		if info, ok := d.(*pb.ErrorInfo); ok {
@@ -405,7 +412,7 @@ type client struct {
 func (c *client) Info(ctx context.Context, _ *InfoRequest) (*InfoResponse, error) {
 	r, err := c.c.Info(ctx, &pb.InfoRequest{})
 	if err != nil {
-		return nil, fromStatus(OpInfo, "", err)
+		return nil, fromStatus(ctx, OpInfo, "", err)
 	}
 	return &InfoResponse{Name: r.Name, OneSided: r.OneSided, CanAbort: r.CanAbort, SameNode: r.SameNode}, nil
 }
@@ -416,7 +423,7 @@ func (c *client) ActorHasTransport(ctx context.Context, req *ActorHasTransportRe
 	}
 	r, err := c.c.ActorHasTransport(ctx, &pb.ActorHasTransportRequest{ActorId: req.ActorID, NodeId: req.NodeID})
 	if err != nil {
-		return nil, fromStatus(OpActorHasTransport, "", err)
+		return nil, fromStatus(ctx, OpActorHasTransport, "", err)
 	}
 	return &ActorHasTransportResponse{HasTransport: r.HasTransport}, nil
 }
@@ -432,7 +439,7 @@ func (c *client) ExtractMetadata(ctx context.Context, req *ExtractMetadataReques
 		TransferOwnership: req.TransferOwnership,
 	})
 	if err != nil {
-		return nil, fromStatus(OpExtractMetadata, req.ObjectID, err)
+		return nil, fromStatus(ctx, OpExtractMetadata, req.ObjectID, err)
 	}
 	return &ExtractMetadataResponse{Tensors: metasFromPB(r.Tensors), TransportData: r.TransportData}, nil
 }
@@ -445,7 +452,7 @@ func (c *client) CommunicatorMetadata(ctx context.Context, req *CommunicatorMeta
 		ObjectId: req.ObjectID, Source: req.Source, Destination: req.Destination,
 	})
 	if err != nil {
-		return nil, fromStatus(OpCommunicatorMetadata, req.ObjectID, err)
+		return nil, fromStatus(ctx, OpCommunicatorMetadata, req.ObjectID, err)
 	}
 	return &CommunicatorMetadataResponse{Data: r.Data}, nil
 }
@@ -463,7 +470,7 @@ func (c *client) Send(ctx context.Context, req *SendRequest) (*SendResponse, err
 		CommunicatorData: req.CommunicatorData,
 	})
 	if err != nil {
-		return nil, fromStatus(OpSend, req.ObjectID, err)
+		return nil, fromStatus(ctx, OpSend, req.ObjectID, err)
 	}
 	return &SendResponse{}, nil
 }
@@ -482,7 +489,7 @@ func (c *client) Receive(ctx context.Context, req *ReceiveRequest) (*ReceiveResp
 		Targets:          tensorsToPB(req.Targets),
 	})
 	if err != nil {
-		return nil, fromStatus(OpReceive, req.ObjectID, err)
+		return nil, fromStatus(ctx, OpReceive, req.ObjectID, err)
 	}
 	return &ReceiveResponse{Tensors: tensorsFromPB(r.Tensors), Allocated: r.Allocated}, nil
 }
@@ -493,7 +500,7 @@ func (c *client) GarbageCollect(ctx context.Context, req *GarbageCollectRequest)
 	}
 	_, err := c.c.GarbageCollect(ctx, &pb.GarbageCollectRequest{ObjectId: req.ObjectID, TransportData: req.TransportData})
 	if err != nil {
-		return nil, fromStatus(OpGarbageCollect, req.ObjectID, err)
+		return nil, fromStatus(ctx, OpGarbageCollect, req.ObjectID, err)
 	}
 	return &GarbageCollectResponse{}, nil
 }
@@ -504,7 +511,7 @@ func (c *client) Abort(ctx context.Context, req *AbortRequest) (*AbortResponse, 
 	}
 	_, err := c.c.Abort(ctx, &pb.AbortRequest{ObjectId: req.ObjectID, Reason: req.Reason})
 	if err != nil {
-		return nil, fromStatus(OpAbort, req.ObjectID, err)
+		return nil, fromStatus(ctx, OpAbort, req.ObjectID, err)
 	}
 	return &AbortResponse{}, nil
 }

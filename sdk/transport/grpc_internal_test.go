@@ -21,10 +21,9 @@ func TestFromStatusByCode(t *testing.T) {
 		{codes.Unimplemented, ErrNotSupported},
 		{codes.DeadlineExceeded, ErrTimeout},
 		{codes.DeadlineExceeded, context.DeadlineExceeded},
-		{codes.Canceled, context.Canceled},
 	}
 	for _, tc := range tests {
-		err := fromStatus(OpSend, "0a", status.Error(tc.code, "x"))
+		err := fromStatus(context.Background(), OpSend, "0a", status.Error(tc.code, "x"))
 		if !errors.Is(err, tc.match) {
 			t.Errorf("code %v: %v does not match %v", tc.code, err, tc.match)
 		}
@@ -33,7 +32,17 @@ func TestFromStatusByCode(t *testing.T) {
 			t.Errorf("code %v: %v is not a TransferError for 0a/send", tc.code, err)
 		}
 	}
-	err := fromStatus(OpReceive, "0a", status.Error(codes.Unavailable, "plugin restarting"))
+	// Canceled matches context.Canceled only when the caller's context
+	// ended; otherwise the plugin's connection was lost: Unavailable.
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := fromStatus(cancelled, OpSend, "0a", status.Error(codes.Canceled, "x")); !errors.Is(err, context.Canceled) {
+		t.Errorf("Canceled with the caller's context ended: %v does not match context.Canceled", err)
+	}
+	if err := fromStatus(context.Background(), OpSend, "0a", status.Error(codes.Canceled, "x")); errors.Is(err, context.Canceled) || status.Code(err) != codes.Unavailable {
+		t.Errorf("Canceled with the caller's context alive: %v (code %v), want Unavailable", err, status.Code(err))
+	}
+	err := fromStatus(context.Background(), OpReceive, "0a", status.Error(codes.Unavailable, "plugin restarting"))
 	if status.Code(err) != codes.Unavailable {
 		t.Errorf("Unavailable became %v (code %v)", err, status.Code(err))
 	}
@@ -42,7 +51,7 @@ func TestFromStatusByCode(t *testing.T) {
 			t.Errorf("Unavailable matches %v", s)
 		}
 	}
-	if err := fromStatus(OpInfo, "", errors.New("plain")); err == nil || err.Error() != "transport info: plain" {
+	if err := fromStatus(context.Background(), OpInfo, "", errors.New("plain")); err == nil || err.Error() != "transport info: plain" {
 		t.Errorf("non-status error became %v", err)
 	}
 }
