@@ -25,6 +25,53 @@ type executor struct {
 	maxConc  int
 	serial   sync.Mutex    // serialises calls of a non-concurrent actor
 	sem      chan struct{} // bounds calls of a concurrent actor
+
+	// running are the cancel functions of the tasks running here;
+	// cancelled the tasks cancelled before they started (bounded).
+	running   map[ids.ID]context.CancelFunc
+	cancelled map[ids.ID]bool
+}
+
+// maxEarlyCancels bounds the cancellations kept for tasks not started yet.
+const maxEarlyCancels = 10000
+
+// cancel cancels task id: a running task's context ends; a task not
+// started yet is answered as cancelled when its turn comes. It reports
+// whether the task was running.
+func (e *executor) cancel(id ids.ID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if c := e.running[id]; c != nil {
+		c()
+		return true
+	}
+	if e.cancelled == nil || len(e.cancelled) >= maxEarlyCancels {
+		e.cancelled = map[ids.ID]bool{}
+	}
+	e.cancelled[id] = true
+	return false
+}
+
+// start registers a task about to run and returns its context, or false
+// when it was cancelled before it started.
+func (e *executor) start(ctx context.Context, id ids.ID) (context.Context, context.CancelFunc, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.cancelled[id] {
+		delete(e.cancelled, id)
+		return nil, nil, false
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	if e.running == nil {
+		e.running = map[ids.ID]context.CancelFunc{}
+	}
+	e.running[id] = cancel
+	return ctx, func() {
+		e.mu.Lock()
+		delete(e.running, id)
+		e.mu.Unlock()
+		cancel()
+	}, true
 }
 
 func newExecutor(cw *CoreWorker) *executor { return &executor{cw: cw} }
@@ -159,10 +206,21 @@ func (e *executor) run(ctx context.Context, spec *pb.TaskSpec, self any) *pb.Tas
 		}
 		return e.systemError(spec, kind, err.Error())
 	}
-	tctx := context.WithValue(e.cw.ctx, taskCtxKey{}, TaskInfo{
-		TaskID: ids.MustFromBytes(spec.TaskId), Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Attempt: int(spec.Attempt),
+	taskID := ids.MustFromBytes(spec.TaskId)
+	tctx, done, ok := e.start(e.cw.ctx, taskID)
+	if !ok {
+		release()
+		return e.reply(ctx, spec, nil, &RemoteError{Kind: KindCancelled, Type: "TaskCancelledError", Message: "cancelled by ray.Cancel before it started"})
+	}
+	tctx = context.WithValue(tctx, taskCtxKey{}, TaskInfo{
+		TaskID: taskID, Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Attempt: int(spec.Attempt),
 	})
 	result, err := e.call(tctx, fn, self, args)
+	if err != nil && tctx.Err() != nil && e.cw.ctx.Err() == nil {
+		// ray.Cancel ended its context and it gave up: a cancellation.
+		err = &RemoteError{Kind: KindCancelled, Type: "TaskCancelledError", Message: "cancelled by ray.Cancel while running: " + err.Error()}
+	}
+	done()
 	release()
 	// Borrowers registered while decoding arguments must reach their owners
 	// before the caller drops its hold on the arguments.
@@ -364,6 +422,14 @@ func (s *coreWorkerService) Exit(ctx context.Context, req *pb.ExitRequest) (*pb.
 		os.Exit(0)
 	}()
 	return &pb.ExitReply{}, nil
+}
+
+func (s *coreWorkerService) CancelTask(ctx context.Context, req *pb.CancelTaskRequest) (*pb.CancelTaskReply, error) {
+	id, err := ids.FromBytes(req.GetTaskId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "cancel task: %v", err)
+	}
+	return &pb.CancelTaskReply{Running: s.cw.exec.cancel(id)}, nil
 }
 
 func (s *coreWorkerService) ListOwned(ctx context.Context, req *pb.ListOwnedRequest) (*pb.ListOwnedReply, error) {

@@ -209,6 +209,17 @@ func (t *objectTable) addContainedLocked(refs []codec.RefInfo, registered bool) 
 	}
 }
 
+// taskOf returns the record of the task producing an object this process
+// owns (nil for other objects).
+func (t *objectTable) taskOf(id ids.ObjectID) *taskRecord {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o := t.objs[id]; o != nil && o.owned {
+		return o.task
+	}
+	return nil
+}
+
 // collectAllTensors queues the garbage collection of every tensor object
 // this process owns, live or not: the owner is closing, and its objects die
 // with it (the raylet frees its store objects; the transports holding its

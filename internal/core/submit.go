@@ -73,6 +73,11 @@ type taskRecord struct {
 	// when none is in a store); the lease is asked for there first.
 	argNode  ids.ID
 	argBytes map[ids.ID]int64
+	// cancel ends ctx (ray.Cancel of a task not sent yet; also called when
+	// the task finishes); cancelled is set once ray.Cancel asked for it,
+	// so a crash of its worker is not retried.
+	cancel    context.CancelFunc
+	cancelled bool
 }
 
 // Task states shown by `goray list tasks`.
@@ -160,7 +165,8 @@ func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []Ar
 		Function: function, ReturnId: retID.Bytes(), Owner: cw.addr,
 		Resources: &pb.Resources{Amounts: res}, MaxRetries: int32(retries), Name: opts.Name,
 	}
-	rec := &taskRecord{spec: spec, retID: retID, ctx: ctx, state: statePendingArgs, strategy: strategyProto(opts)}
+	rctx, rcancel := context.WithCancel(ctx)
+	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts)}
 	cw.objects.newOwned(retID, rec, 1)
 	h := cw.wrapHandle(retID, cw.addr)
 	s := cw.submitter
@@ -288,6 +294,9 @@ func (s *submitter) track(rec *taskRecord) {
 // finish records the end of a task and trims history.
 func (s *submitter) finishLocked(rec *taskRecord, state string) {
 	rec.state = state
+	if rec.cancel != nil {
+		rec.cancel() // releases its context
+	}
 	s.done = append(s.done, ids.MustFromBytes(rec.spec.TaskId))
 	for len(s.done) > taskHistory {
 		delete(s.tasks, s.done[0])
@@ -318,6 +327,11 @@ func (s *submitter) enqueue(rec *taskRecord) {
 	if s.closed {
 		s.mu.Unlock()
 		s.fail(rec, ErrShutdown)
+		return
+	}
+	if rec.cancelled {
+		s.mu.Unlock()
+		s.fail(rec, cancelledError(rec.spec.Function, errors.New("ray.Cancel")))
 		return
 	}
 	k := s.keys[key]
@@ -602,7 +616,7 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 	var retry []*taskRecord
 	var fails []*taskRecord
 	for _, rec := range l.inflight {
-		if int(rec.spec.Attempt) < int(rec.spec.MaxRetries) && !s.closed {
+		if int(rec.spec.Attempt) < int(rec.spec.MaxRetries) && !s.closed && !rec.cancelled {
 			// A send of the old spec may still be marshalling it.
 			rec.spec = proto.Clone(rec.spec).(*pb.TaskSpec)
 			rec.spec.Attempt++
@@ -623,6 +637,11 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 	}
 	reason := fmt.Sprintf("connection to worker %s lost: %v", ids.MustFromBytes(l.worker.WorkerId).Short(), cause)
 	for _, rec := range fails {
+		if rec.cancelled {
+			s.fail(rec, &RemoteError{Function: rec.spec.Function, Kind: KindCancelled, Type: "TaskCancelledError",
+				Message: "cancelled by ray.Cancel while running (its worker was stopped: " + reason + ")"})
+			continue
+		}
 		s.fail(rec, &WorkerCrashedError{Function: rec.spec.Function, TaskID: ids.MustFromBytes(rec.spec.TaskId), Attempts: int(rec.spec.Attempt) + 1, Reason: reason})
 	}
 	if len(retry) > 0 {

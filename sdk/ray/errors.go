@@ -41,8 +41,12 @@ var (
 	// ErrActorNotFound matches GetActor of an unknown name.
 	ErrActorNotFound = core.ErrActorNotFound
 	// ErrTaskCancelled matches a task whose submit context ended before it
-	// was sent to a worker.
+	// was sent to a worker, or that Cancel stopped.
 	ErrTaskCancelled = core.ErrTaskCancelled
+	// ErrNotCancellable matches a Cancel that cannot apply: the reference
+	// is not the result of a task or actor call this process submitted, or
+	// Force was asked for an actor call.
+	ErrNotCancellable = core.ErrNotCancellable
 	// ErrTransferFailed matches a tensor transfer that failed or timed out.
 	ErrTransferFailed = core.ErrTransferFailed
 )

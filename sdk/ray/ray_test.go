@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -116,29 +118,74 @@ func crashChild(ctx context.Context, _ int) (int, error) {
 	return 0, err
 }
 
+// untilCancelled writes "<pid>\n" to path (appending: one line per
+// attempt), then waits for its context to end (ray.Cancel) and returns its
+// error; after 30 s it gives up with a different error.
+func untilCancelled(ctx context.Context, path string) (int, error) {
+	if err := appendLine(path, fmt.Sprint(os.Getpid())); err != nil {
+		return 0, err
+	}
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(30 * time.Second):
+		return 0, errors.New("never cancelled")
+	}
+}
+
+// ignoreCancel writes its pid to path like untilCancelled, then sleeps 30 s
+// whatever its context says.
+func ignoreCancel(ctx context.Context, path string) (int, error) {
+	if err := appendLine(path, fmt.Sprint(os.Getpid())); err != nil {
+		return 0, err
+	}
+	time.Sleep(30 * time.Second) // deliberately deaf to ctx
+	return 1, nil
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(f, line)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Wait is untilCancelled as an actor method.
+func (c *Counter) Wait(ctx context.Context, path string) (int, error) {
+	return untilCancelled(ctx, path)
+}
+
 // parent submits a child task and waits for it while holding its CPU.
 func parent(ctx context.Context, x int) (int, error) {
 	return Add.Remote(ctx, ray.V(x), ray.V(1000)).Get(ctx)
 }
 
 var (
-	Parent     = ray.Task1(parent)
-	CrashChild = ray.Task1(crashChild)
-	Add        = ray.Task2(add)
-	Fail       = ray.Task1(fail)
-	Explode    = ray.Task1(explode)
-	SleepFor   = ray.Task1(sleepFor)
-	ByteLen    = ray.Task1(byteLen)
-	MakeBytes  = ray.Task1(makeBytes)
-	CrashUntil = ray.Task1(crashUntil)
-	SumInner   = ray.Task1(sumInner)
-	IncVia     = ray.Task1(incVia)
-	CounterA   = ray.Actor1(NewCounter)
-	Inc        = ray.Method1((*Counter).Inc)
-	Pid        = ray.Method0((*Counter).Pid)
-	Hold       = ray.Method1((*Counter).Hold)
-	Held       = ray.Method0((*Counter).Held)
-	Meet       = ray.Method0((*Counter).Meet)
+	Parent         = ray.Task1(parent)
+	CrashChild     = ray.Task1(crashChild)
+	Add            = ray.Task2(add)
+	Fail           = ray.Task1(fail)
+	Explode        = ray.Task1(explode)
+	SleepFor       = ray.Task1(sleepFor)
+	ByteLen        = ray.Task1(byteLen)
+	MakeBytes      = ray.Task1(makeBytes)
+	CrashUntil     = ray.Task1(crashUntil)
+	SumInner       = ray.Task1(sumInner)
+	IncVia         = ray.Task1(incVia)
+	CounterA       = ray.Actor1(NewCounter)
+	Inc            = ray.Method1((*Counter).Inc)
+	Pid            = ray.Method0((*Counter).Pid)
+	Hold           = ray.Method1((*Counter).Hold)
+	Held           = ray.Method0((*Counter).Held)
+	Meet           = ray.Method0((*Counter).Meet)
+	Wait           = ray.Method1((*Counter).Wait)
+	UntilCancelled = ray.Task1(untilCancelled)
+	IgnoreCancel   = ray.Task1(ignoreCancel)
 )
 
 var rt *ray.Runtime
@@ -565,6 +612,111 @@ func TestCancelledBeforeRun(t *testing.T) {
 	if !errors.Is(err, ray.ErrTaskCancelled) || !strings.Contains(err.Error(), "cancelled before it ran") {
 		t.Fatalf("want ErrTaskCancelled, got %v", err)
 	}
+}
+
+// startedPids waits until path holds n lines and returns them.
+func startedPids(t *testing.T, path string, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if lines := strings.Fields(string(b)); len(lines) >= n {
+			return lines
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: fewer than %d starts after 30s", path, n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval
+	}
+}
+
+func TestCancel(t *testing.T) {
+	ctx := testCtx(t)
+	t.Run("Queued", func(t *testing.T) {
+		// No node has this resource: the task waits for a worker forever.
+		r := Add.Options(ray.Resource("unobtainium", 1)).Remote(ctx, ray.V(1), ray.V(2))
+		if err := ray.Cancel(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Get(ctx); !errors.Is(err, ray.ErrTaskCancelled) {
+			t.Fatalf("Get of a cancelled queued task: %v, want ErrTaskCancelled", err)
+		}
+	})
+	t.Run("Running", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "starts")
+		r := UntilCancelled.Remote(ctx, ray.V(path))
+		startedPids(t, path, 1)
+		if err := ray.Cancel(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		_, err := r.Get(ctx)
+		if !errors.Is(err, ray.ErrTaskCancelled) || !strings.Contains(err.Error(), "while running") || !strings.Contains(err.Error(), "context canceled") {
+			t.Fatalf("Get of a cancelled running task: %v, want ErrTaskCancelled saying it was running", err)
+		}
+	})
+	t.Run("Force", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "starts")
+		r := IgnoreCancel.Remote(ctx, ray.V(path)) // default MaxRetries: 3
+		pid, _ := strconv.Atoi(startedPids(t, path, 1)[0])
+		if err := ray.Cancel(ctx, r, ray.Force()); err != nil {
+			t.Fatal(err)
+		}
+		_, err := r.Get(ctx)
+		if !errors.Is(err, ray.ErrTaskCancelled) || errors.Is(err, ray.ErrWorkerCrashed) {
+			t.Fatalf("Get of a force-cancelled task: %v, want ErrTaskCancelled (not a crash)", err)
+		}
+		waitFor(t, "the force-cancelled task's worker to exit", func() bool { return syscall.Kill(pid, 0) != nil })
+		if b, _ := os.ReadFile(path); strings.Count(string(b), "\n") != 1 {
+			t.Fatalf("the cancelled task ran %d times, want once (never retried):\n%s", strings.Count(string(b), "\n"), b)
+		}
+	})
+	t.Run("Finished", func(t *testing.T) {
+		r := Add.Remote(ctx, ray.V(1), ray.V(2))
+		if v, err := r.Get(ctx); err != nil || v != 3 {
+			t.Fatalf("Add: %v, %v", v, err)
+		}
+		if err := ray.Cancel(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := r.Get(ctx); err != nil || v != 3 {
+			t.Fatalf("Get after cancelling a finished task: %v, %v; want its value", v, err)
+		}
+	})
+	t.Run("ActorCalls", func(t *testing.T) {
+		c := CounterA.Remote(ctx, ray.V(0))
+		defer c.Kill(ctx)
+		path := filepath.Join(t.TempDir(), "starts")
+		running := Wait.On(c).Remote(ctx, ray.V(path))
+		queued := Inc.On(c).Remote(ctx, ray.V(5)) // behind it: the actor runs one call at a time
+		startedPids(t, path, 1)
+		if err := ray.Cancel(ctx, queued); err != nil {
+			t.Fatal(err)
+		}
+		if err := ray.Cancel(ctx, running); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := running.Get(ctx); !errors.Is(err, ray.ErrTaskCancelled) {
+			t.Fatalf("running actor call: %v, want ErrTaskCancelled", err)
+		}
+		if _, err := queued.Get(ctx); !errors.Is(err, ray.ErrTaskCancelled) || !strings.Contains(err.Error(), "before it started") {
+			t.Fatalf("queued actor call: %v, want ErrTaskCancelled before it started", err)
+		}
+		if v, err := Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx); err != nil || v != 1 {
+			t.Fatalf("the actor after the cancellations: %v, %v; want 1 (the cancelled Inc never ran)", v, err)
+		}
+		if err := ray.Cancel(ctx, running, ray.Force()); !errors.Is(err, ray.ErrNotCancellable) {
+			t.Fatalf("Force on an actor call: %v, want ErrNotCancellable", err)
+		}
+	})
+	t.Run("NotATask", func(t *testing.T) {
+		r, err := ray.Put(ctx, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ray.Cancel(ctx, r); !errors.Is(err, ray.ErrNotCancellable) {
+			t.Fatalf("Cancel of a Put: %v, want ErrNotCancellable", err)
+		}
+	})
 }
 
 func TestKillPendingActor(t *testing.T) {

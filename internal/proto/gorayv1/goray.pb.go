@@ -228,7 +228,7 @@ func (x RayletCommand_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RayletCommand_Kind.Descriptor instead.
 func (RayletCommand_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{20, 0}
+	return file_goray_proto_rawDescGZIP(), []int{22, 0}
 }
 
 type SchedulingStrategy_Kind int32
@@ -282,7 +282,7 @@ func (x SchedulingStrategy_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SchedulingStrategy_Kind.Descriptor instead.
 func (SchedulingStrategy_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{23, 0}
+	return file_goray_proto_rawDescGZIP(), []int{25, 0}
 }
 
 // Address is where a process serves gRPC.
@@ -1232,6 +1232,95 @@ func (*ExitReply) Descriptor() ([]byte, []int) {
 	return file_goray_proto_rawDescGZIP(), []int{13}
 }
 
+type CancelTaskRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        []byte                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTaskRequest) Reset() {
+	*x = CancelTaskRequest{}
+	mi := &file_goray_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTaskRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTaskRequest) ProtoMessage() {}
+
+func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
+func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CancelTaskRequest) GetTaskId() []byte {
+	if x != nil {
+		return x.TaskId
+	}
+	return nil
+}
+
+type CancelTaskReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The task was running here (its context is now cancelled).
+	Running       bool `protobuf:"varint,1,opt,name=running,proto3" json:"running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelTaskReply) Reset() {
+	*x = CancelTaskReply{}
+	mi := &file_goray_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelTaskReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelTaskReply) ProtoMessage() {}
+
+func (x *CancelTaskReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelTaskReply.ProtoReflect.Descriptor instead.
+func (*CancelTaskReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *CancelTaskReply) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
 type ListOwnedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1240,7 +1329,7 @@ type ListOwnedRequest struct {
 
 func (x *ListOwnedRequest) Reset() {
 	*x = ListOwnedRequest{}
-	mi := &file_goray_proto_msgTypes[14]
+	mi := &file_goray_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1341,7 @@ func (x *ListOwnedRequest) String() string {
 func (*ListOwnedRequest) ProtoMessage() {}
 
 func (x *ListOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[14]
+	mi := &file_goray_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1354,7 @@ func (x *ListOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnedRequest.ProtoReflect.Descriptor instead.
 func (*ListOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{14}
+	return file_goray_proto_rawDescGZIP(), []int{16}
 }
 
 type TaskState struct {
@@ -1285,7 +1374,7 @@ type TaskState struct {
 
 func (x *TaskState) Reset() {
 	*x = TaskState{}
-	mi := &file_goray_proto_msgTypes[15]
+	mi := &file_goray_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1386,7 @@ func (x *TaskState) String() string {
 func (*TaskState) ProtoMessage() {}
 
 func (x *TaskState) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[15]
+	mi := &file_goray_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1399,7 @@ func (x *TaskState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskState.ProtoReflect.Descriptor instead.
 func (*TaskState) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{15}
+	return file_goray_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TaskState) GetTaskId() []byte {
@@ -1393,7 +1482,7 @@ type ObjectState struct {
 
 func (x *ObjectState) Reset() {
 	*x = ObjectState{}
-	mi := &file_goray_proto_msgTypes[16]
+	mi := &file_goray_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1494,7 @@ func (x *ObjectState) String() string {
 func (*ObjectState) ProtoMessage() {}
 
 func (x *ObjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[16]
+	mi := &file_goray_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1507,7 @@ func (x *ObjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectState.ProtoReflect.Descriptor instead.
 func (*ObjectState) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{16}
+	return file_goray_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ObjectState) GetObjectId() []byte {
@@ -1495,7 +1584,7 @@ type ListOwnedReply struct {
 
 func (x *ListOwnedReply) Reset() {
 	*x = ListOwnedReply{}
-	mi := &file_goray_proto_msgTypes[17]
+	mi := &file_goray_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1507,7 +1596,7 @@ func (x *ListOwnedReply) String() string {
 func (*ListOwnedReply) ProtoMessage() {}
 
 func (x *ListOwnedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[17]
+	mi := &file_goray_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1520,7 +1609,7 @@ func (x *ListOwnedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnedReply.ProtoReflect.Descriptor instead.
 func (*ListOwnedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{17}
+	return file_goray_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListOwnedReply) GetOwner() *Address {
@@ -1559,7 +1648,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_goray_proto_msgTypes[18]
+	mi := &file_goray_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1660,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[18]
+	mi := &file_goray_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1673,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{18}
+	return file_goray_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WorkerMessage) GetWorkerId() []byte {
@@ -1627,7 +1716,7 @@ type DriverMessage struct {
 
 func (x *DriverMessage) Reset() {
 	*x = DriverMessage{}
-	mi := &file_goray_proto_msgTypes[19]
+	mi := &file_goray_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1728,7 @@ func (x *DriverMessage) String() string {
 func (*DriverMessage) ProtoMessage() {}
 
 func (x *DriverMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[19]
+	mi := &file_goray_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1741,7 @@ func (x *DriverMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverMessage.ProtoReflect.Descriptor instead.
 func (*DriverMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{19}
+	return file_goray_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DriverMessage) GetJob() *JobInfo {
@@ -1696,7 +1785,7 @@ type RayletCommand struct {
 
 func (x *RayletCommand) Reset() {
 	*x = RayletCommand{}
-	mi := &file_goray_proto_msgTypes[20]
+	mi := &file_goray_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1797,7 @@ func (x *RayletCommand) String() string {
 func (*RayletCommand) ProtoMessage() {}
 
 func (x *RayletCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[20]
+	mi := &file_goray_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1810,7 @@ func (x *RayletCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RayletCommand.ProtoReflect.Descriptor instead.
 func (*RayletCommand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{20}
+	return file_goray_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RayletCommand) GetKind() RayletCommand_Kind {
@@ -1794,7 +1883,7 @@ type StoreInfo struct {
 
 func (x *StoreInfo) Reset() {
 	*x = StoreInfo{}
-	mi := &file_goray_proto_msgTypes[21]
+	mi := &file_goray_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1895,7 @@ func (x *StoreInfo) String() string {
 func (*StoreInfo) ProtoMessage() {}
 
 func (x *StoreInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[21]
+	mi := &file_goray_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1908,7 @@ func (x *StoreInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreInfo.ProtoReflect.Descriptor instead.
 func (*StoreInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{21}
+	return file_goray_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StoreInfo) GetFdSocket() string {
@@ -1867,7 +1956,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_goray_proto_msgTypes[22]
+	mi := &file_goray_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1879,7 +1968,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[22]
+	mi := &file_goray_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1892,7 +1981,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{22}
+	return file_goray_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaseRequest) GetJobId() []byte {
@@ -1963,7 +2052,7 @@ type SchedulingStrategy struct {
 
 func (x *SchedulingStrategy) Reset() {
 	*x = SchedulingStrategy{}
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2064,7 @@ func (x *SchedulingStrategy) String() string {
 func (*SchedulingStrategy) ProtoMessage() {}
 
 func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2077,7 @@ func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulingStrategy.ProtoReflect.Descriptor instead.
 func (*SchedulingStrategy) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{23}
+	return file_goray_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SchedulingStrategy) GetKind() SchedulingStrategy_Kind {
@@ -2021,7 +2110,7 @@ type CancelLeaseRequest struct {
 
 func (x *CancelLeaseRequest) Reset() {
 	*x = CancelLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2122,7 @@ func (x *CancelLeaseRequest) String() string {
 func (*CancelLeaseRequest) ProtoMessage() {}
 
 func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2135,7 @@ func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CancelLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{24}
+	return file_goray_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelLeaseRequest) GetRequestId() []byte {
@@ -2066,7 +2155,7 @@ type CancelLeaseReply struct {
 
 func (x *CancelLeaseReply) Reset() {
 	*x = CancelLeaseReply{}
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2167,7 @@ func (x *CancelLeaseReply) String() string {
 func (*CancelLeaseReply) ProtoMessage() {}
 
 func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2180,7 @@ func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseReply.ProtoReflect.Descriptor instead.
 func (*CancelLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{25}
+	return file_goray_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CancelLeaseReply) GetReturned() bool {
@@ -2111,7 +2200,7 @@ type TaskBlockedRequest struct {
 
 func (x *TaskBlockedRequest) Reset() {
 	*x = TaskBlockedRequest{}
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2212,7 @@ func (x *TaskBlockedRequest) String() string {
 func (*TaskBlockedRequest) ProtoMessage() {}
 
 func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2225,7 @@ func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedRequest.ProtoReflect.Descriptor instead.
 func (*TaskBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{26}
+	return file_goray_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TaskBlockedRequest) GetWorkerId() []byte {
@@ -2161,7 +2250,7 @@ type TaskBlockedReply struct {
 
 func (x *TaskBlockedReply) Reset() {
 	*x = TaskBlockedReply{}
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2262,7 @@ func (x *TaskBlockedReply) String() string {
 func (*TaskBlockedReply) ProtoMessage() {}
 
 func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2275,7 @@ func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedReply.ProtoReflect.Descriptor instead.
 func (*TaskBlockedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27}
+	return file_goray_proto_rawDescGZIP(), []int{29}
 }
 
 type TransportInvokeRequest struct {
@@ -2201,7 +2290,7 @@ type TransportInvokeRequest struct {
 
 func (x *TransportInvokeRequest) Reset() {
 	*x = TransportInvokeRequest{}
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2213,7 +2302,7 @@ func (x *TransportInvokeRequest) String() string {
 func (*TransportInvokeRequest) ProtoMessage() {}
 
 func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2226,7 +2315,7 @@ func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeRequest.ProtoReflect.Descriptor instead.
 func (*TransportInvokeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{28}
+	return file_goray_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TransportInvokeRequest) GetName() string {
@@ -2259,7 +2348,7 @@ type TransportInvokeReply struct {
 
 func (x *TransportInvokeReply) Reset() {
 	*x = TransportInvokeReply{}
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2360,7 @@ func (x *TransportInvokeReply) String() string {
 func (*TransportInvokeReply) ProtoMessage() {}
 
 func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2373,7 @@ func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeReply.ProtoReflect.Descriptor instead.
 func (*TransportInvokeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{29}
+	return file_goray_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *TransportInvokeReply) GetPayload() []byte {
@@ -2316,7 +2405,7 @@ type LeaseReply struct {
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2328,7 +2417,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2341,7 +2430,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{30}
+	return file_goray_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -2404,7 +2493,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2505,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2518,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31}
+	return file_goray_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -2454,7 +2543,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2555,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2568,7 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{32}
+	return file_goray_proto_rawDescGZIP(), []int{34}
 }
 
 type CreateObjectRequest struct {
@@ -2498,7 +2587,7 @@ type CreateObjectRequest struct {
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2599,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2612,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{33}
+	return file_goray_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -2570,7 +2659,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2671,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2684,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34}
+	return file_goray_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -2616,7 +2705,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2628,7 +2717,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2641,7 +2730,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{35}
+	return file_goray_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -2666,7 +2755,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2678,7 +2767,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2691,7 +2780,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36}
+	return file_goray_proto_rawDescGZIP(), []int{38}
 }
 
 type GetObjectsRequest struct {
@@ -2705,7 +2794,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2717,7 +2806,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2730,7 +2819,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37}
+	return file_goray_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -2760,7 +2849,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +2861,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +2874,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{38}
+	return file_goray_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -2832,7 +2921,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +2933,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +2946,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39}
+	return file_goray_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -2877,7 +2966,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +2978,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +2991,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{40}
+	return file_goray_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -2927,7 +3016,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3028,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3041,7 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{41}
+	return file_goray_proto_rawDescGZIP(), []int{43}
 }
 
 type PullObjectRequest struct {
@@ -2968,7 +3057,7 @@ type PullObjectRequest struct {
 
 func (x *PullObjectRequest) Reset() {
 	*x = PullObjectRequest{}
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2980,7 +3069,7 @@ func (x *PullObjectRequest) String() string {
 func (*PullObjectRequest) ProtoMessage() {}
 
 func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2993,7 +3082,7 @@ func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectRequest.ProtoReflect.Descriptor instead.
 func (*PullObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{42}
+	return file_goray_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PullObjectRequest) GetObjectId() []byte {
@@ -3025,7 +3114,7 @@ type PullObjectReply struct {
 
 func (x *PullObjectReply) Reset() {
 	*x = PullObjectReply{}
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3037,7 +3126,7 @@ func (x *PullObjectReply) String() string {
 func (*PullObjectReply) ProtoMessage() {}
 
 func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3050,7 +3139,7 @@ func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectReply.ProtoReflect.Descriptor instead.
 func (*PullObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{43}
+	return file_goray_proto_rawDescGZIP(), []int{45}
 }
 
 type FetchBinaryRequest struct {
@@ -3062,7 +3151,7 @@ type FetchBinaryRequest struct {
 
 func (x *FetchBinaryRequest) Reset() {
 	*x = FetchBinaryRequest{}
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3163,7 @@ func (x *FetchBinaryRequest) String() string {
 func (*FetchBinaryRequest) ProtoMessage() {}
 
 func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3176,7 @@ func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBinaryRequest.ProtoReflect.Descriptor instead.
 func (*FetchBinaryRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FetchBinaryRequest) GetSha256() string {
@@ -3107,7 +3196,7 @@ type BinaryChunk struct {
 
 func (x *BinaryChunk) Reset() {
 	*x = BinaryChunk{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3119,7 +3208,7 @@ func (x *BinaryChunk) String() string {
 func (*BinaryChunk) ProtoMessage() {}
 
 func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3132,7 +3221,7 @@ func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
 func (*BinaryChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BinaryChunk) GetData() []byte {
@@ -3159,7 +3248,7 @@ type WorkersDiedRequest struct {
 
 func (x *WorkersDiedRequest) Reset() {
 	*x = WorkersDiedRequest{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3171,7 +3260,7 @@ func (x *WorkersDiedRequest) String() string {
 func (*WorkersDiedRequest) ProtoMessage() {}
 
 func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3184,7 +3273,7 @@ func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
 func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
@@ -3209,7 +3298,7 @@ type WorkersDiedReply struct {
 
 func (x *WorkersDiedReply) Reset() {
 	*x = WorkersDiedReply{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +3310,7 @@ func (x *WorkersDiedReply) String() string {
 func (*WorkersDiedReply) ProtoMessage() {}
 
 func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +3323,7 @@ func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
 func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 type FreeObjectsRequest struct {
@@ -3248,7 +3337,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3260,7 +3349,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3273,7 +3362,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -3298,7 +3387,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3310,7 +3399,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3323,7 +3412,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 type GetNodeStatsRequest struct {
@@ -3334,7 +3423,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3435,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3448,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 type WorkerStats struct {
@@ -3376,7 +3465,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3388,7 +3477,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3401,7 +3490,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -3457,7 +3546,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3469,7 +3558,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3482,7 +3571,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -3530,7 +3619,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3542,7 +3631,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3555,7 +3644,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -3660,7 +3749,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3761,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3774,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -3760,7 +3849,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +3861,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +3874,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -3803,7 +3892,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3815,7 +3904,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3828,7 +3917,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 type NodeInfo struct {
@@ -3857,7 +3946,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +3958,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +3971,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -4009,7 +4098,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4021,7 +4110,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4034,7 +4123,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -4128,7 +4217,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4229,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4242,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -4256,7 +4345,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +4357,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +4370,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -4301,7 +4390,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4313,7 +4402,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4326,7 +4415,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -4346,7 +4435,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4358,7 +4447,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4371,7 +4460,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -4396,7 +4485,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4408,7 +4497,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4421,7 +4510,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 type HeartbeatRequest struct {
@@ -4438,7 +4527,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4539,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4552,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -4534,7 +4623,7 @@ type SpillStats struct {
 
 func (x *SpillStats) Reset() {
 	*x = SpillStats{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4546,7 +4635,7 @@ func (x *SpillStats) String() string {
 func (*SpillStats) ProtoMessage() {}
 
 func (x *SpillStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4559,7 +4648,7 @@ func (x *SpillStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
 func (*SpillStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *SpillStats) GetLocation() string {
@@ -4655,7 +4744,7 @@ type SpilledObject struct {
 
 func (x *SpilledObject) Reset() {
 	*x = SpilledObject{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4667,7 +4756,7 @@ func (x *SpilledObject) String() string {
 func (*SpilledObject) ProtoMessage() {}
 
 func (x *SpilledObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4680,7 +4769,7 @@ func (x *SpilledObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
 func (*SpilledObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SpilledObject) GetObjectId() []byte {
@@ -4729,7 +4818,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4741,7 +4830,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4754,7 +4843,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -4772,7 +4861,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4784,7 +4873,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4797,7 +4886,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 type NodeView struct {
@@ -4815,7 +4904,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4827,7 +4916,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4840,7 +4929,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -4901,7 +4990,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4913,7 +5002,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4926,7 +5015,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -4945,7 +5034,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5046,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5059,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -4988,7 +5077,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5000,7 +5089,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5013,7 +5102,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 type MarkJobFinishedRequest struct {
@@ -5025,7 +5114,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5037,7 +5126,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5050,7 +5139,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -5068,7 +5157,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5080,7 +5169,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5093,7 +5182,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 type GetAllJobsRequest struct {
@@ -5104,7 +5193,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5116,7 +5205,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5129,7 +5218,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 type GetAllJobsReply struct {
@@ -5141,7 +5230,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5153,7 +5242,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5166,7 +5255,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -5185,7 +5274,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5197,7 +5286,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5210,7 +5299,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -5228,7 +5317,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5240,7 +5329,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5253,7 +5342,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 type UpdateActorRequest struct {
@@ -5265,7 +5354,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5277,7 +5366,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5290,7 +5379,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -5308,7 +5397,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5320,7 +5409,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5333,7 +5422,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 type GetActorRequest struct {
@@ -5347,7 +5436,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5359,7 +5448,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5372,7 +5461,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -5405,7 +5494,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5417,7 +5506,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5430,7 +5519,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -5448,7 +5537,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5460,7 +5549,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5473,7 +5562,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 type ListActorsReply struct {
@@ -5485,7 +5574,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5497,7 +5586,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5510,7 +5599,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -5531,7 +5620,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5543,7 +5632,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5556,7 +5645,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -5588,7 +5677,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5600,7 +5689,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5613,7 +5702,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 type KVPutRequest struct {
@@ -5628,7 +5717,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5640,7 +5729,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5653,7 +5742,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -5693,7 +5782,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5705,7 +5794,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5718,7 +5807,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -5738,7 +5827,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5750,7 +5839,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5763,7 +5852,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -5790,7 +5879,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5802,7 +5891,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5815,7 +5904,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -5843,7 +5932,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5855,7 +5944,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5868,7 +5957,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -5901,7 +5990,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5913,7 +6002,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5926,7 +6015,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -5946,7 +6035,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5958,7 +6047,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5971,7 +6060,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -5997,7 +6086,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6009,7 +6098,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6022,7 +6111,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -6113,7 +6202,11 @@ const file_goray_proto_rawDesc = "" +
 	"\vExitRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\v\n" +
-	"\tExitReply\"\x12\n" +
+	"\tExitReply\",\n" +
+	"\x11CancelTaskRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\fR\x06taskId\"+\n" +
+	"\x0fCancelTaskReply\x12\x18\n" +
+	"\arunning\x18\x01 \x01(\bR\arunning\"\x12\n" +
 	"\x10ListOwnedRequest\"\xeb\x01\n" +
 	"\tTaskState\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\fR\x06taskId\x12\x12\n" +
@@ -6483,13 +6576,15 @@ const file_goray_proto_rawDesc = "" +
 	"ActorState\x12\x17\n" +
 	"\x13ACTOR_STATE_PENDING\x10\x00\x12\x15\n" +
 	"\x11ACTOR_STATE_ALIVE\x10\x01\x12\x14\n" +
-	"\x10ACTOR_STATE_DEAD\x10\x022\xea\x02\n" +
+	"\x10ACTOR_STATE_DEAD\x10\x022\xb0\x03\n" +
 	"\n" +
 	"CoreWorker\x12;\n" +
 	"\tPushTasks\x12\x15.goray.v1.TaskRequest\x1a\x13.goray.v1.TaskReply(\x010\x01\x12S\n" +
 	"\x0fGetObjectStatus\x12 .goray.v1.GetObjectStatusRequest\x1a\x1e.goray.v1.GetObjectStatusReply\x12S\n" +
 	"\x0fUpdateBorrowers\x12 .goray.v1.UpdateBorrowersRequest\x1a\x1e.goray.v1.UpdateBorrowersReply\x122\n" +
-	"\x04Exit\x12\x15.goray.v1.ExitRequest\x1a\x13.goray.v1.ExitReply\x12A\n" +
+	"\x04Exit\x12\x15.goray.v1.ExitRequest\x1a\x13.goray.v1.ExitReply\x12D\n" +
+	"\n" +
+	"CancelTask\x12\x1b.goray.v1.CancelTaskRequest\x1a\x19.goray.v1.CancelTaskReply\x12A\n" +
 	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xfc\t\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
@@ -6545,7 +6640,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 97)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                      // 0: goray.v1.TaskKind
 	(ActorState)(0),                    // 1: goray.v1.ActorState
@@ -6566,92 +6661,94 @@ var file_goray_proto_goTypes = []any{
 	(*UpdateBorrowersReply)(nil),       // 16: goray.v1.UpdateBorrowersReply
 	(*ExitRequest)(nil),                // 17: goray.v1.ExitRequest
 	(*ExitReply)(nil),                  // 18: goray.v1.ExitReply
-	(*ListOwnedRequest)(nil),           // 19: goray.v1.ListOwnedRequest
-	(*TaskState)(nil),                  // 20: goray.v1.TaskState
-	(*ObjectState)(nil),                // 21: goray.v1.ObjectState
-	(*ListOwnedReply)(nil),             // 22: goray.v1.ListOwnedReply
-	(*WorkerMessage)(nil),              // 23: goray.v1.WorkerMessage
-	(*DriverMessage)(nil),              // 24: goray.v1.DriverMessage
-	(*RayletCommand)(nil),              // 25: goray.v1.RayletCommand
-	(*StoreInfo)(nil),                  // 26: goray.v1.StoreInfo
-	(*LeaseRequest)(nil),               // 27: goray.v1.LeaseRequest
-	(*SchedulingStrategy)(nil),         // 28: goray.v1.SchedulingStrategy
-	(*CancelLeaseRequest)(nil),         // 29: goray.v1.CancelLeaseRequest
-	(*CancelLeaseReply)(nil),           // 30: goray.v1.CancelLeaseReply
-	(*TaskBlockedRequest)(nil),         // 31: goray.v1.TaskBlockedRequest
-	(*TaskBlockedReply)(nil),           // 32: goray.v1.TaskBlockedReply
-	(*TransportInvokeRequest)(nil),     // 33: goray.v1.TransportInvokeRequest
-	(*TransportInvokeReply)(nil),       // 34: goray.v1.TransportInvokeReply
-	(*LeaseReply)(nil),                 // 35: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),         // 36: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),           // 37: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),        // 38: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),          // 39: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),          // 40: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),            // 41: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),          // 42: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                // 43: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),            // 44: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),      // 45: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),        // 46: goray.v1.ReleaseObjectsReply
-	(*PullObjectRequest)(nil),          // 47: goray.v1.PullObjectRequest
-	(*PullObjectReply)(nil),            // 48: goray.v1.PullObjectReply
-	(*FetchBinaryRequest)(nil),         // 49: goray.v1.FetchBinaryRequest
-	(*BinaryChunk)(nil),                // 50: goray.v1.BinaryChunk
-	(*WorkersDiedRequest)(nil),         // 51: goray.v1.WorkersDiedRequest
-	(*WorkersDiedReply)(nil),           // 52: goray.v1.WorkersDiedReply
-	(*FreeObjectsRequest)(nil),         // 53: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),           // 54: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),        // 55: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                // 56: goray.v1.WorkerStats
-	(*PendingDemand)(nil),              // 57: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),          // 58: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),               // 59: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),        // 60: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),          // 61: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                   // 62: goray.v1.NodeInfo
-	(*JobInfo)(nil),                    // 63: goray.v1.JobInfo
-	(*ActorInfo)(nil),                  // 64: goray.v1.ActorInfo
-	(*RegisterNodeRequest)(nil),        // 65: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),          // 66: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),      // 67: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),        // 68: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),           // 69: goray.v1.HeartbeatRequest
-	(*SpillStats)(nil),                 // 70: goray.v1.SpillStats
-	(*SpilledObject)(nil),              // 71: goray.v1.SpilledObject
-	(*HeartbeatReply)(nil),             // 72: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),         // 73: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                   // 74: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),           // 75: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),              // 76: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                // 77: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),     // 78: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),       // 79: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),          // 80: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),            // 81: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),       // 82: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),         // 83: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),         // 84: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),           // 85: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),            // 86: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),              // 87: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),          // 88: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),            // 89: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil), // 90: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),   // 91: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),               // 92: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                 // 93: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),               // 94: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                 // 95: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),               // 96: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                 // 97: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),              // 98: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                // 99: goray.v1.KVKeysReply
-	nil,                                // 100: goray.v1.Resources.AmountsEntry
-	nil,                                // 101: goray.v1.NodeInfo.LabelsEntry
+	(*CancelTaskRequest)(nil),          // 19: goray.v1.CancelTaskRequest
+	(*CancelTaskReply)(nil),            // 20: goray.v1.CancelTaskReply
+	(*ListOwnedRequest)(nil),           // 21: goray.v1.ListOwnedRequest
+	(*TaskState)(nil),                  // 22: goray.v1.TaskState
+	(*ObjectState)(nil),                // 23: goray.v1.ObjectState
+	(*ListOwnedReply)(nil),             // 24: goray.v1.ListOwnedReply
+	(*WorkerMessage)(nil),              // 25: goray.v1.WorkerMessage
+	(*DriverMessage)(nil),              // 26: goray.v1.DriverMessage
+	(*RayletCommand)(nil),              // 27: goray.v1.RayletCommand
+	(*StoreInfo)(nil),                  // 28: goray.v1.StoreInfo
+	(*LeaseRequest)(nil),               // 29: goray.v1.LeaseRequest
+	(*SchedulingStrategy)(nil),         // 30: goray.v1.SchedulingStrategy
+	(*CancelLeaseRequest)(nil),         // 31: goray.v1.CancelLeaseRequest
+	(*CancelLeaseReply)(nil),           // 32: goray.v1.CancelLeaseReply
+	(*TaskBlockedRequest)(nil),         // 33: goray.v1.TaskBlockedRequest
+	(*TaskBlockedReply)(nil),           // 34: goray.v1.TaskBlockedReply
+	(*TransportInvokeRequest)(nil),     // 35: goray.v1.TransportInvokeRequest
+	(*TransportInvokeReply)(nil),       // 36: goray.v1.TransportInvokeReply
+	(*LeaseReply)(nil),                 // 37: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),         // 38: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),           // 39: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),        // 40: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),          // 41: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),          // 42: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),            // 43: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),          // 44: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                // 45: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),            // 46: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),      // 47: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),        // 48: goray.v1.ReleaseObjectsReply
+	(*PullObjectRequest)(nil),          // 49: goray.v1.PullObjectRequest
+	(*PullObjectReply)(nil),            // 50: goray.v1.PullObjectReply
+	(*FetchBinaryRequest)(nil),         // 51: goray.v1.FetchBinaryRequest
+	(*BinaryChunk)(nil),                // 52: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),         // 53: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),           // 54: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),         // 55: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),           // 56: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),        // 57: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                // 58: goray.v1.WorkerStats
+	(*PendingDemand)(nil),              // 59: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),          // 60: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),               // 61: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),        // 62: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),          // 63: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                   // 64: goray.v1.NodeInfo
+	(*JobInfo)(nil),                    // 65: goray.v1.JobInfo
+	(*ActorInfo)(nil),                  // 66: goray.v1.ActorInfo
+	(*RegisterNodeRequest)(nil),        // 67: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),          // 68: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),      // 69: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),        // 70: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),           // 71: goray.v1.HeartbeatRequest
+	(*SpillStats)(nil),                 // 72: goray.v1.SpillStats
+	(*SpilledObject)(nil),              // 73: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),             // 74: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),         // 75: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                   // 76: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),           // 77: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),              // 78: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                // 79: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),     // 80: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),       // 81: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),          // 82: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),            // 83: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),       // 84: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),         // 85: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),         // 86: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),           // 87: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),            // 88: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),              // 89: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),          // 90: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),            // 91: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil), // 92: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),   // 93: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),               // 94: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                 // 95: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),               // 96: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                 // 97: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),               // 98: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                 // 99: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),              // 100: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                // 101: goray.v1.KVKeysReply
+	nil,                                // 102: goray.v1.Resources.AmountsEntry
+	nil,                                // 103: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	100, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	102, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	5,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	7,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	7,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -6666,131 +6763,133 @@ var file_goray_proto_depIdxs = []int32{
 	10,  // 12: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
 	5,   // 13: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
 	5,   // 14: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
-	20,  // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
-	21,  // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
+	22,  // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
+	23,  // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
 	5,   // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	63,  // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	65,  // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
 	5,   // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
 	3,   // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	62,  // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	26,  // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	64,  // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	28,  // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
 	6,   // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	28,  // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	30,  // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
 	4,   // 25: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
 	5,   // 26: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
 	5,   // 27: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	43,  // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	45,  // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
 	5,   // 29: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
 	5,   // 30: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
 	6,   // 31: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	62,  // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	64,  // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
 	6,   // 33: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	56,  // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	57,  // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	43,  // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	58,  // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	59,  // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	45,  // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
 	5,   // 37: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	59,  // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	70,  // 39: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	71,  // 40: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	61,  // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	72,  // 39: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	73,  // 40: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
 	6,   // 41: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	101, // 42: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	103, // 42: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
 	1,   // 43: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
 	5,   // 44: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
 	5,   // 45: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
 	6,   // 46: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	62,  // 47: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	64,  // 47: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
 	6,   // 48: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	57,  // 49: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	70,  // 50: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	62,  // 51: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	59,  // 49: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	72,  // 50: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	64,  // 51: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
 	6,   // 52: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	57,  // 53: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	70,  // 54: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	74,  // 55: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	63,  // 56: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	63,  // 57: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	64,  // 58: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	64,  // 59: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	64,  // 60: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	64,  // 61: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	59,  // 53: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	72,  // 54: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	76,  // 55: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	65,  // 56: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	65,  // 57: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	66,  // 58: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	66,  // 59: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	66,  // 60: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	66,  // 61: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
 	11,  // 62: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
 	13,  // 63: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
 	15,  // 64: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
 	17,  // 65: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	19,  // 66: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	23,  // 67: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	24,  // 68: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	27,  // 69: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	36,  // 70: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	29,  // 71: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	31,  // 72: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	33,  // 73: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	38,  // 74: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	40,  // 75: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	42,  // 76: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	45,  // 77: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	53,  // 78: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	55,  // 79: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	47,  // 80: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	49,  // 81: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	51,  // 82: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	60,  // 83: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	65,  // 84: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	67,  // 85: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	69,  // 86: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	73,  // 87: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	76,  // 88: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	78,  // 89: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	80,  // 90: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	82,  // 91: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	84,  // 92: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	86,  // 93: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	88,  // 94: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	90,  // 95: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	92,  // 96: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	94,  // 97: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	96,  // 98: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	98,  // 99: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	12,  // 100: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	14,  // 101: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	16,  // 102: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	18,  // 103: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	22,  // 104: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	25,  // 105: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	25,  // 106: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	35,  // 107: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	37,  // 108: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	30,  // 109: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	32,  // 110: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	34,  // 111: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	39,  // 112: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	41,  // 113: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	44,  // 114: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	46,  // 115: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	54,  // 116: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	58,  // 117: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	48,  // 118: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	50,  // 119: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	52,  // 120: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	61,  // 121: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	66,  // 122: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	68,  // 123: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	72,  // 124: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	75,  // 125: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	77,  // 126: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	79,  // 127: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	81,  // 128: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	83,  // 129: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	85,  // 130: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	87,  // 131: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	89,  // 132: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	91,  // 133: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	93,  // 134: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	95,  // 135: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	97,  // 136: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	99,  // 137: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	100, // [100:138] is the sub-list for method output_type
-	62,  // [62:100] is the sub-list for method input_type
+	19,  // 66: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
+	21,  // 67: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	25,  // 68: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	26,  // 69: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	29,  // 70: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	38,  // 71: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	31,  // 72: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	33,  // 73: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	35,  // 74: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	40,  // 75: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	42,  // 76: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	44,  // 77: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	47,  // 78: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	55,  // 79: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	57,  // 80: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	49,  // 81: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	51,  // 82: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	53,  // 83: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	62,  // 84: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	67,  // 85: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	69,  // 86: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	71,  // 87: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	75,  // 88: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	78,  // 89: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	80,  // 90: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	82,  // 91: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	84,  // 92: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	86,  // 93: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	88,  // 94: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	90,  // 95: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	92,  // 96: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	94,  // 97: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	96,  // 98: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	98,  // 99: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	100, // 100: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	12,  // 101: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	14,  // 102: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	16,  // 103: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	18,  // 104: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	20,  // 105: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	24,  // 106: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	27,  // 107: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	27,  // 108: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	37,  // 109: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	39,  // 110: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	32,  // 111: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	34,  // 112: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	36,  // 113: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	41,  // 114: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	43,  // 115: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	46,  // 116: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	48,  // 117: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	56,  // 118: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	60,  // 119: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	50,  // 120: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	52,  // 121: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	54,  // 122: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	63,  // 123: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	68,  // 124: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	70,  // 125: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	74,  // 126: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	77,  // 127: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	79,  // 128: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	81,  // 129: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	83,  // 130: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	85,  // 131: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	87,  // 132: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	89,  // 133: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	91,  // 134: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	93,  // 135: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	95,  // 136: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	97,  // 137: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	99,  // 138: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	101, // 139: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	101, // [101:140] is the sub-list for method output_type
+	62,  // [62:101] is the sub-list for method input_type
 	62,  // [62:62] is the sub-list for extension type_name
 	62,  // [62:62] is the sub-list for extension extendee
 	0,   // [0:62] is the sub-list for field type_name
@@ -6807,7 +6906,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   97,
+			NumMessages:   99,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

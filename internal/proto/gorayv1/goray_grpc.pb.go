@@ -30,6 +30,7 @@ const (
 	CoreWorker_GetObjectStatus_FullMethodName = "/goray.v1.CoreWorker/GetObjectStatus"
 	CoreWorker_UpdateBorrowers_FullMethodName = "/goray.v1.CoreWorker/UpdateBorrowers"
 	CoreWorker_Exit_FullMethodName            = "/goray.v1.CoreWorker/Exit"
+	CoreWorker_CancelTask_FullMethodName      = "/goray.v1.CoreWorker/CancelTask"
 	CoreWorker_ListOwned_FullMethodName       = "/goray.v1.CoreWorker/ListOwned"
 )
 
@@ -50,6 +51,10 @@ type CoreWorkerClient interface {
 	UpdateBorrowers(ctx context.Context, in *UpdateBorrowersRequest, opts ...grpc.CallOption) (*UpdateBorrowersReply, error)
 	// Ends the process (actor kill, job end).
 	Exit(ctx context.Context, in *ExitRequest, opts ...grpc.CallOption) (*ExitReply, error)
+	// Cancels a task pushed to this worker (ray.Cancel): a running task's
+	// context is cancelled; one not started yet replies cancelled when its
+	// turn comes.
+	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskReply, error)
 	// Introspection for `goray list tasks|objects`.
 	ListOwned(ctx context.Context, in *ListOwnedRequest, opts ...grpc.CallOption) (*ListOwnedReply, error)
 }
@@ -105,6 +110,16 @@ func (c *coreWorkerClient) Exit(ctx context.Context, in *ExitRequest, opts ...gr
 	return out, nil
 }
 
+func (c *coreWorkerClient) CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelTaskReply)
+	err := c.cc.Invoke(ctx, CoreWorker_CancelTask_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coreWorkerClient) ListOwned(ctx context.Context, in *ListOwnedRequest, opts ...grpc.CallOption) (*ListOwnedReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListOwnedReply)
@@ -132,6 +147,10 @@ type CoreWorkerServer interface {
 	UpdateBorrowers(context.Context, *UpdateBorrowersRequest) (*UpdateBorrowersReply, error)
 	// Ends the process (actor kill, job end).
 	Exit(context.Context, *ExitRequest) (*ExitReply, error)
+	// Cancels a task pushed to this worker (ray.Cancel): a running task's
+	// context is cancelled; one not started yet replies cancelled when its
+	// turn comes.
+	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskReply, error)
 	// Introspection for `goray list tasks|objects`.
 	ListOwned(context.Context, *ListOwnedRequest) (*ListOwnedReply, error)
 	mustEmbedUnimplementedCoreWorkerServer()
@@ -155,6 +174,9 @@ func (UnimplementedCoreWorkerServer) UpdateBorrowers(context.Context, *UpdateBor
 }
 func (UnimplementedCoreWorkerServer) Exit(context.Context, *ExitRequest) (*ExitReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Exit not implemented")
+}
+func (UnimplementedCoreWorkerServer) CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelTask not implemented")
 }
 func (UnimplementedCoreWorkerServer) ListOwned(context.Context, *ListOwnedRequest) (*ListOwnedReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOwned not implemented")
@@ -241,6 +263,24 @@ func _CoreWorker_Exit_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CoreWorker_CancelTask_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelTaskRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoreWorkerServer).CancelTask(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoreWorker_CancelTask_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoreWorkerServer).CancelTask(ctx, req.(*CancelTaskRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _CoreWorker_ListOwned_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListOwnedRequest)
 	if err := dec(in); err != nil {
@@ -277,6 +317,10 @@ var CoreWorker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Exit",
 			Handler:    _CoreWorker_Exit_Handler,
+		},
+		{
+			MethodName: "CancelTask",
+			Handler:    _CoreWorker_CancelTask_Handler,
 		},
 		{
 			MethodName: "ListOwned",
