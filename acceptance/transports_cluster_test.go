@@ -45,7 +45,8 @@ func startTransportCluster(t *testing.T, ctx context.Context) *transportCluster 
 		return writeConfig(t, shortTempDir(t), fmt.Sprintf("plugin_dir = %q\n", pluginDir)+collectivePlugin+body)
 	}
 	headCfg := dir(fastHealth + "plugin \"transport\" \"onesided\" {}\n")
-	n2Cfg := dir("plugin \"transport\" \"onesided\" {\n  config {\n    name = \"n2-agent\"\n  }\n}\n")
+	// Only N2 also runs shm (TransportsCheckedWhereTheActorRuns).
+	n2Cfg := dir("plugin \"transport\" \"onesided\" {\n  config {\n    name = \"n2-agent\"\n  }\n}\nplugin \"transport\" \"shm\" {}\n")
 	n3Cfg := dir("plugin \"transport\" \"onesided\" {\n  config {\n    same_node_shm = false\n  }\n}\n")
 	c := &transportCluster{}
 	c.h = startHead(t, ctx, "--config", headCfg, "--num-cpus", "2", "--node-name", "head")
@@ -111,8 +112,8 @@ func TestTransportsAcrossNodes(t *testing.T) {
 			}
 		}
 	}
-	if len(ps) != 6 {
-		t.Fatalf("want 6 plugins (2 on each of 3 nodes), got %+v", ps)
+	if len(ps) != 7 {
+		t.Fatalf("want 7 plugins (collective and onesided on each of 3 nodes, shm on N2), got %+v", ps)
 	}
 	r := runGoray(t, ctx, "plugins", "list", "--address", c.h.addr)
 	if r.code != 0 || strings.Count(r.stdout, "collective") != 3 || strings.Count(r.stdout, "onesided") != 3 {
@@ -153,6 +154,9 @@ func TestTransportsAcrossNodes(t *testing.T) {
 			left, _ := filepath.Glob("/dev/shm/goray-t-kill-*")
 			return len(left) == 0
 		})
+	})
+	t.Run("TransportsCheckedWhereTheActorRuns", func(t *testing.T) {
+		wait(newJob("transports-where", c.n2.id, c.n3.id), "transports-where", "actor transports checked on the actor's node: ok")
 	})
 	t.Run("ReceivedSegmentsDieWithTheirProcess", func(t *testing.T) {
 		j := newJob("recv-leak", c.n2.id, c.n3.id)

@@ -222,10 +222,6 @@ func (c *actorClient) create(rec *taskRecord) {
 		fail(fmt.Errorf("constructor arguments: %w", err))
 		return
 	}
-	if err := cw.checkTransports(rec.ctx, rec.spec.Transports); err != nil {
-		fail(err)
-		return
-	}
 	reqID := ids.New()
 	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: cw.id.Bytes(), RequestId: reqID.Bytes(), Strategy: rec.strategy}, rec.argNode)
 	if err != nil {

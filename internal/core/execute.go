@@ -327,6 +327,13 @@ func (e *executor) createActor(ctx context.Context, spec *pb.TaskSpec) *pb.TaskR
 		rep.ActorCreationFailed = true
 		return rep
 	}
+	// The transports the actor declares must run on the node it landed on
+	// (checked here, where it runs, not where it was created).
+	if err := e.cw.checkTransports(ctx, spec.Transports); err != nil {
+		rep := e.systemError(spec, KindActorDied, err.Error())
+		rep.ActorCreationFailed = true
+		return rep
+	}
 	args, release, err := e.loadArgs(ctx, spec)
 	if err != nil {
 		rep := e.systemError(spec, KindObjectFreed, err.Error())

@@ -491,7 +491,8 @@ func AssignTensors(ptr any, ts []transport.Tensor) error {
 }
 
 // checkTransports fails when a transport an actor declares is not
-// registered on this node.
+// registered on this process's node (the actor's worker checks it before
+// constructing the actor).
 func (cw *CoreWorker) checkTransports(ctx context.Context, names []string) error {
 	if len(names) == 0 {
 		return nil

@@ -884,3 +884,22 @@ func runRecvLeak(ctx context.Context, n2, n3 string) error {
 	fmt.Println("driver segment", ts[0].Buffer.Segment)
 	return nil // exits without ReleaseTensors
 }
+
+// testjob transports-where N2 N3: an actor's declared transports are
+// checked on the node it runs on, not the driver's. Only N2 runs the shm
+// transport (the head does not): an actor declaring it pinned to N2 works,
+// one pinned to N3 dies naming N3.
+func runTransportsWhere(ctx context.Context, n2, n3 string) error {
+	ok := PeerActor.Options(ray.Transports("shm"), ray.NodeAffinity(n2, false)).Remote(ctx)
+	if node, err := PeerNode.On(ok).Remote(ctx).Get(ctx); err != nil || node != n2 {
+		return fmt.Errorf("actor declaring shm on N2 (which runs it): node %q, %v", node, err)
+	}
+	bad := PeerActor.Options(ray.Transports("shm"), ray.NodeAffinity(n3, false)).Remote(ctx)
+	_, err := PeerNode.On(bad).Remote(ctx).Get(ctx)
+	want := fmt.Sprintf(`transport "shm" is not registered on node %s`, n3[:8])
+	if !errors.Is(err, ray.ErrActorDied) || !strings.Contains(err.Error(), want) {
+		return fmt.Errorf("actor declaring shm on N3 (which does not run it): %v, want ErrActorDied saying %s", err, want)
+	}
+	fmt.Println("actor transports checked on the actor's node: ok")
+	return nil
+}

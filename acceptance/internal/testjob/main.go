@@ -172,6 +172,8 @@ func main() {
 		runErr = runCollP2P(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "coll-kill":
 		runErr = runCollKill(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
+	case "transports-where":
+		runErr = runTransportsWhere(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "recv-leak":
 		runErr = runRecvLeak(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "os-reads":
