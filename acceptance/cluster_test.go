@@ -231,6 +231,21 @@ func TestClusterNodeKilled(t *testing.T) {
 	}
 }
 
+// TestClusterEvictsSecondaryCopies: a node whose store is smaller than the
+// objects it reads from another node evicts the copies it pulled before
+// (their primaries live on the head) to make room; every read is exact.
+func TestClusterEvictsSecondaryCopies(t *testing.T) {
+	ctx := testCtx(t)
+	h := startClusterHead(t, ctx)
+	n2 := joinNode(t, ctx, h, "127.0.0.2", "", "--object-store-memory", "64MiB")
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "secondaries", n2.id, "10", "16")
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("secondaries job exited %d:\n%s", code, out)
+	}
+	wantLines(t, out, "10 objects of 16 MiB read on N2: ok", "PASS secondaries")
+}
+
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
 	if out, err := exec.Command("cp", from, to).CombinedOutput(); err != nil {

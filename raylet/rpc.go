@@ -561,6 +561,9 @@ func (r *Raylet) CreateObject(ctx context.Context, req *gorayv1.CreateObjectRequ
 	}
 	off, err := r.cfg.Store.Create(oid, req.GetDataSize(), req.GetMetadata(), creator)
 	var full interface{ StoreFull() bool }
+	if err != nil && errors.As(err, &full) && r.evictSecondaries(req.GetDataSize()) > 0 {
+		off, err = r.cfg.Store.Create(oid, req.GetDataSize(), req.GetMetadata(), creator)
+	}
 	if err != nil && errors.As(err, &full) && r.spill.enabled() {
 		// Wait for spilling to make room (bounded), then try again.
 		first := err

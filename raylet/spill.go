@@ -203,6 +203,35 @@ func (s *spiller) signal(freed int64, err error) {
 	s.progress = make(chan struct{})
 }
 
+// evictSecondaries frees unpinned copies this node pulled from other nodes
+// (their primary lives elsewhere, so nothing is lost; a reader here pulls
+// again), oldest first, until need bytes are free or none is left. It
+// works whether spilling is on or not, and returns the bytes freed.
+func (r *Raylet) evictSecondaries(need int64) int64 {
+	entries := r.cfg.Store.ListEntries()
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
+	var drop []ids.ObjectID
+	var freed int64
+	r.mu.Lock()
+	for _, e := range entries {
+		if freed >= need {
+			break
+		}
+		if !r.secondary[e.ID] || !e.Sealed || e.Freed || e.Pins > 0 {
+			continue
+		}
+		drop = append(drop, e.ID)
+		freed += e.DataSize
+		r.forgetObjectLocked(e.ID)
+	}
+	r.mu.Unlock()
+	if len(drop) > 0 {
+		r.cfg.Store.Free(drop)
+		r.log.Debug("evicted copies of other nodes' objects", "objects", len(drop), "bytes", freed)
+	}
+	return freed
+}
+
 // candidate is an object that may leave memory.
 type candidate struct {
 	id   ids.ObjectID
@@ -242,8 +271,12 @@ func (s *spiller) candidates() []candidate {
 // copies whose bytes are still stored first (no write), then one file of
 // fused objects. It returns the bytes freed.
 func (s *spiller) spillOnce(ctx context.Context, need int64) (int64, error) {
+	// Copies of other nodes' objects go first: dropping them loses nothing.
+	freed := s.r.evictSecondaries(need)
+	if freed >= need {
+		return freed, nil
+	}
 	cands := s.candidates()
-	var freed int64
 	var drop []ids.ObjectID
 	var batch []candidate
 	var batchBytes int64

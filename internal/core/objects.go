@@ -868,19 +868,29 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, own
 		return &Value{Format: f, Data: ret.Data}, nil
 	}
 	id, _ := ids.ObjectIDFromBytes(ret.ObjectId)
-	if node, err := ids.FromBytes(ret.NodeId); err == nil && !node.IsNil() && node != cw.nodeID {
-		if err := cw.pullObject(ctx, id, node, owner); err != nil {
-			return nil, err
+	node, err := ids.FromBytes(ret.NodeId)
+	remote := err == nil && !node.IsNil() && node != cw.nodeID
+	var so *pb.StoreObject
+	// A pulled copy may be evicted (the node needed room) between the pull
+	// and the read: pull it again, a few times.
+	for attempt := 0; ; attempt++ {
+		if remote {
+			if err := cw.pullObject(ctx, id, node, owner); err != nil {
+				return nil, err
+			}
+		}
+		rep, err := cw.raylet.GetObjects(ctx, &pb.GetObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
+		if err != nil {
+			return nil, fmt.Errorf("goray: reading object %s from the store: %w", id, err)
+		}
+		if len(rep.Objects) == 1 && rep.Objects[0].Found {
+			so = rep.Objects[0]
+			break
+		}
+		if !remote || attempt == 2 {
+			return nil, &ObjectError{ObjectID: id, Kind: ErrObjectFreed, Detail: "not in the node's object store"}
 		}
 	}
-	rep, err := cw.raylet.GetObjects(ctx, &pb.GetObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
-	if err != nil {
-		return nil, fmt.Errorf("goray: reading object %s from the store: %w", id, err)
-	}
-	if len(rep.Objects) != 1 || !rep.Objects[0].Found {
-		return nil, &ObjectError{ObjectID: id, Kind: ErrObjectFreed, Detail: "not in the node's object store"}
-	}
-	so := rep.Objects[0]
 	if len(so.Metadata) > 0 {
 		f = codec.FormatOf(so.Metadata)
 	}

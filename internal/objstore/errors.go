@@ -61,7 +61,7 @@ type StoreFullError struct {
 
 // Error implements error.
 func (e *StoreFullError) Error() string {
-	return fmt.Sprintf("object store full: cannot allocate %s for object %s (used %s of %s, largest free block %s); spilling is not available yet",
+	return fmt.Sprintf("object store full: cannot allocate %s for object %s (used %s of %s, largest free block %s)",
 		humanize.IBytes(uint64(e.Requested)), e.ObjectID,
 		humanize.IBytes(uint64(e.Used)), humanize.IBytes(uint64(e.Capacity)),
 		humanize.IBytes(uint64(e.LargestFree)))

@@ -314,7 +314,7 @@ func TestStoreFullErrorMessage(t *testing.T) {
 		LargestFree: 100 << 20,
 		ObjectID:    id,
 	}
-	want := fmt.Sprintf("object store full: cannot allocate 800 MiB for object %s (used 1.9 GiB of 2.0 GiB, largest free block 100 MiB); spilling is not available yet", id)
+	want := fmt.Sprintf("object store full: cannot allocate 800 MiB for object %s (used 1.9 GiB of 2.0 GiB, largest free block 100 MiB)", id)
 	if err.Error() != want {
 		t.Fatalf("message:\n got %q\nwant %q", err.Error(), want)
 	}

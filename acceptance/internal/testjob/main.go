@@ -162,6 +162,8 @@ func main() {
 		runErr = runPending(ctx, arg(rt, args, 0))
 	case "spill":
 		runErr = runSpill(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
+	case "secondaries":
+		runErr = runSecondaries(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "spill-nodekill":
 		runErr = runSpillNodeKill(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2), arg(rt, args, 3), arg(rt, args, 4))
 	case "nodekill":

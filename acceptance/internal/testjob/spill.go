@@ -147,3 +147,40 @@ func runSpillNodeKill(ctx context.Context, dir, victim, other, count, mib string
 	fmt.Printf("restored %d lost %d\n", restored, lost)
 	return nil
 }
+
+// testjob secondaries N2 COUNT MIB: the driver puts COUNT objects of MIB
+// MiB (more than N2's store holds) and keeps them all; a task pinned to N2
+// reads each in turn (N2 pulls a copy of each), then reads object 0 again.
+// N2 must evict older copies to make room: every read is exact.
+func runSecondaries(ctx context.Context, n2, count, mib string) error {
+	n, size, err := countAndSize(count, mib)
+	if err != nil {
+		return err
+	}
+	refs := make([]ray.Ref[[]byte], n)
+	for i := range refs {
+		if refs[i], err = ray.Put(ctx, spillBlock(i, size)); err != nil {
+			return fmt.Errorf("put %d: %w", i, err)
+		}
+	}
+	read := func(i int) error {
+		sum, err := FnvOf.Options(ray.NodeAffinity(n2, false)).Remote(ctx, refs[i]).Get(ctx)
+		if err != nil {
+			return fmt.Errorf("task on N2 reading object %d: %w", i, err)
+		}
+		if sum != fnvSum(spillBlock(i, size)) {
+			return fmt.Errorf("task on N2 read object %d wrong", i)
+		}
+		return nil
+	}
+	for i := range refs {
+		if err := read(i); err != nil {
+			return err
+		}
+	}
+	if err := read(0); err != nil {
+		return fmt.Errorf("again: %w", err)
+	}
+	fmt.Printf("%d objects of %d MiB read on N2: ok\n", n, size>>20)
+	return nil
+}
