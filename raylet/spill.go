@@ -9,6 +9,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -54,6 +55,10 @@ type SpillConfig struct {
 	Wait time.Duration
 	// Prefix starts every key this node writes ("<session>/<node id>/").
 	Prefix string
+	// ArenaPath, when set, is a path a storage plugin can open to map the
+	// store's arena (/proc/<pid>/fd/<memfd>): restores then have the plugin
+	// write straight into the arena (storage.ReaderInto).
+	ArenaPath string
 	// Shared names the storage plugin when every node can read what this
 	// node stores ("" for node-local storage). Each spilled object is then
 	// recorded in the GCS (node, object → plugin, file, range), so that
@@ -125,6 +130,8 @@ type spiller struct {
 	failing  error
 	// lastFreed is what the last spill round freed.
 	lastFreed int64
+	// noReadInto is set once the plugin answered that it cannot ReadInto.
+	noReadInto atomic.Bool
 	stats     gorayv1.SpillStats
 }
 
@@ -547,7 +554,7 @@ func (s *spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta
 	if err != nil {
 		return fmt.Errorf("restoring object %s: %w", id, err)
 	}
-	if err := readRanges(ctx, st, f.key, off, s.r.cfg.Store.Data(arenaOff, size)); err != nil {
+	if err := s.readIntoArena(ctx, st, f.key, off, arenaOff, size); err != nil {
 		return fmt.Errorf("restoring object %s from %s: %w", id, f.url, err)
 	}
 	if err := s.r.cfg.Store.Seal(id, creator, true); err != nil {
@@ -570,21 +577,50 @@ const (
 	restoreStreams = 4
 )
 
+// splitRanges calls part for [0, size) in up to restoreStreams ranges at
+// once when size is large (one call otherwise), and returns the first
+// error.
+func splitRanges(ctx context.Context, size int64, part func(ctx context.Context, lo, n int64) error) error {
+	n := min(restoreStreams, int(size/restoreRange))
+	if n <= 1 {
+		return part(ctx, 0, size)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	per := (size + int64(n) - 1) / int64(n)
+	for lo := int64(0); lo < size; lo += per {
+		l := min(per, size-lo)
+		g.Go(func() error { return part(ctx, lo, l) })
+	}
+	return g.Wait()
+}
+
 // readRanges reads len(dst) bytes of the stored file key from offset off
 // into dst, by parallel ranged reads when dst is large.
 func readRanges(ctx context.Context, st storage.Storage, key string, off int64, dst []byte) error {
-	n := min(restoreStreams, len(dst)/restoreRange)
-	if n <= 1 {
-		return readRange(ctx, st, key, off, dst)
+	return splitRanges(ctx, int64(len(dst)), func(ctx context.Context, lo, n int64) error {
+		return readRange(ctx, st, key, off+lo, dst[lo:lo+n])
+	})
+}
+
+// readIntoArena reads size bytes of the stored file key from offset off
+// into the arena at arenaOff, in parallel ranges when large: written
+// straight into the arena by the plugin (ReadInto) when the storage is a
+// plugin that can, else streamed back and copied.
+func (s *spiller) readIntoArena(ctx context.Context, st storage.Storage, key string, off, arenaOff, size int64) error {
+	ri, direct := st.(storage.ReaderInto)
+	direct = direct && s.cfg.ArenaPath != "" && !s.noReadInto.Load()
+	if !direct {
+		return readRanges(ctx, st, key, off, s.r.cfg.Store.Data(arenaOff, size))
 	}
-	g, ctx := errgroup.WithContext(ctx)
-	per := (len(dst) + n - 1) / n
-	for lo := 0; lo < len(dst); lo += per {
-		part := dst[lo:min(lo+per, len(dst))]
-		at := off + int64(lo)
-		g.Go(func() error { return readRange(ctx, st, key, at, part) })
+	err := splitRanges(ctx, size, func(ctx context.Context, lo, n int64) error {
+		_, err := ri.ReadInto(ctx, &storage.ReadIntoRequest{Key: key, Offset: off + lo, Length: n, TargetPath: s.cfg.ArenaPath, TargetOffset: arenaOff + lo})
+		return err
+	})
+	if errors.Is(err, storage.ErrNotSupported) {
+		s.noReadInto.Store(true) // a plugin built before ReadInto: stream
+		return readRanges(ctx, st, key, off, s.r.cfg.Store.Data(arenaOff, size))
 	}
-	return g.Wait()
+	return err
 }
 
 // readRange reads len(dst) bytes of the stored file key from offset off.

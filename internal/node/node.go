@@ -325,6 +325,7 @@ func (n *Node) spillConfig(ctx context.Context) (raylet.SpillConfig, error) {
 		}
 		sc.Location = "plugin storage " + strconv.Quote(name)
 		sc.Shared = name // other nodes with the same plugin read its files
+		sc.ArenaPath = n.store.ArenaPath()
 		if st, err := sc.Storage(); err == nil {
 			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if info, err := st.Info(ictx, &storage.InfoRequest{}); err == nil && info.Location != "" {

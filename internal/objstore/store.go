@@ -431,6 +431,12 @@ func (s *Store) List() []Entry {
 	return out
 }
 
+// ArenaPath returns a path another process of the same user (a storage
+// plugin) can open to map the arena read-write: /proc/<pid>/fd/<memfd>.
+func (s *Store) ArenaPath() string {
+	return fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), s.memfd)
+}
+
 // Data returns the arena bytes [offset, offset+size) from the store's own
 // mapping, for direct reads and writes in the raylet's process. It returns
 // nil when the range is outside the arena or the store is closed. Slices

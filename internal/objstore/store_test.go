@@ -406,6 +406,26 @@ func TestData(t *testing.T) {
 	}
 }
 
+// ArenaPath opens the arena itself: bytes written through a mapping of it
+// (as a storage plugin's ReadInto does) are the store's bytes.
+func TestArenaPath(t *testing.T) {
+	s := newTestStore(t, 1<<20)
+	f, err := os.OpenFile(s.ArenaPath(), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || fi.Size() != 1<<20 {
+		t.Fatalf("the arena path's size: %v, %v; want %d", fi, err, 1<<20)
+	}
+	if _, err := f.WriteAt([]byte("through the path"), 8192+3); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(s.Data(8192+3, 16)); got != "through the path" {
+		t.Fatalf("the store reads %q where the path was written", got)
+	}
+}
+
 func TestClosedStore(t *testing.T) {
 	s, err := New(Config{Capacity: 4096, SocketPath: filepath.Join(shortTempDir(t), "s.sock")})
 	if err != nil {

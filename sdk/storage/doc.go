@@ -10,6 +10,11 @@
 // The runtime (the plugin host) talks to it over gRPC through NewClient.
 // Object bytes never travel as one giant message: Write streams them to the
 // plugin in chunks of at most ChunkSize bytes and Read streams them back.
+// Restores go one better: the client's ReadInto (ReaderInto) hands the
+// plugin a shared-memory handle — a path to the object store's memfd — and
+// the SDK's server, answering for every plugin, maps it and copies the
+// plugin's Read body straight into the store, so the bytes never cross the
+// connection. Plugin authors implement only Read.
 //
 // # Keys
 //

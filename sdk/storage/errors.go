@@ -23,6 +23,9 @@ var (
 	ErrSizeMismatch = errors.New("object size mismatch")
 	// ErrInvalidRange means a Read's range does not fit inside the object.
 	ErrInvalidRange = errors.New("invalid byte range")
+	// ErrNotSupported means the plugin predates a method (ReadInto): the
+	// caller falls back to the streaming Read.
+	ErrNotSupported = errors.New("not supported by this storage plugin")
 )
 
 // Operation names used in StorageError.Op.
@@ -32,6 +35,8 @@ const (
 	OpRead   = "read"
 	OpDelete = "delete"
 	OpList   = "list"
+	// OpReadInto is ReaderInto.ReadInto.
+	OpReadInto = "read into"
 )
 
 // StorageError names the operation and the key of a failed storage call.

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -411,6 +413,70 @@ func (s *server) Read(req *pb.ReadRequest, stream pb.Storage_ReadServer) (err er
 	return nil
 }
 
+// ReadInto maps the caller's target range and copies the implementation's
+// Read body into it.
+func (s *server) ReadInto(ctx context.Context, req *pb.ReadIntoRequest) (_ *pb.ReadIntoResponse, err error) {
+	key := req.GetKey()
+	defer recoverTo(OpReadInto, key, &err)
+	length, toff := req.GetLength(), req.GetTargetOffset()
+	if length < 0 || toff < 0 || req.GetTargetPath() == "" {
+		return nil, status.Errorf(codes.InvalidArgument, "storage read into: length %d, target %q at %d", length, req.GetTargetPath(), toff)
+	}
+	r, err := s.impl.Read(ctx, &ReadRequest{Key: key, Offset: req.GetOffset(), Length: length})
+	if err != nil {
+		return nil, toStatus(OpRead, key, err)
+	}
+	if r == nil || r.Body == nil {
+		if length != 0 {
+			return nil, status.Errorf(codes.Internal, "storage read of %q: the implementation returned no body for %d bytes", key, length)
+		}
+		return &pb.ReadIntoResponse{}, nil
+	}
+	defer r.Body.Close()
+	if r.Size != length {
+		return nil, status.Errorf(codes.Internal, "storage read of %q: the implementation returned %d bytes, want %d", key, r.Size, length)
+	}
+	if length == 0 {
+		return &pb.ReadIntoResponse{}, nil
+	}
+	dst, unmap, err := mapTarget(req.GetTargetPath(), toff, length)
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "storage read into %s at %d: %v", req.GetTargetPath(), toff, err)
+	}
+	defer unmap()
+	if _, err := io.ReadFull(ContextReader(ctx, r.Body), dst); err != nil {
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil, status.Errorf(codes.DataLoss, "storage read of %q: the body ended before %d bytes", key, length)
+		}
+		return nil, toStatus(OpRead, key, err)
+	}
+	return &pb.ReadIntoResponse{}, nil
+}
+
+// mapTarget maps [off, off+length) of the file at path read-write (shared)
+// and returns that range and the unmap.
+func mapTarget(path string, off, length int64) ([]byte, func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if off+length > fi.Size() {
+		return nil, nil, fmt.Errorf("range [%d, %d) is past the end of the target (%d bytes)", off, off+length, fi.Size())
+	}
+	page := int64(os.Getpagesize())
+	base := off / page * page
+	m, err := unix.Mmap(int(f.Fd()), base, int(off-base+length), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m[off-base:], func() { _ = unix.Munmap(m) }, nil
+}
+
 func (s *server) Delete(ctx context.Context, req *pb.DeleteRequest) (_ *pb.DeleteResponse, err error) {
 	defer recoverTo(OpDelete, "", &err)
 	_, err = s.impl.Delete(ctx, &DeleteRequest{Keys: req.GetKeys()})
@@ -553,6 +619,22 @@ func (c *client) Read(ctx context.Context, req *ReadRequest) (*ReadResponse, err
 		return nil, Errorf(OpRead, key, "the plugin sent %T instead of a header", first.GetMsg())
 	}
 	return &ReadResponse{Size: h.GetSize(), Body: &readBody{ctx: ctx, stream: stream, cancel: cancel, key: key, size: h.GetSize(), left: h.GetSize()}}, nil
+}
+
+// ReadInto implements ReaderInto. A plugin built before ReadInto existed
+// gives ErrNotSupported.
+func (c *client) ReadInto(ctx context.Context, req *ReadIntoRequest) (*ReadIntoResponse, error) {
+	if err := ValidKey(req.Key); err != nil {
+		return nil, &StorageError{Op: OpReadInto, Key: req.Key, Err: err}
+	}
+	_, err := c.c.ReadInto(ctx, &pb.ReadIntoRequest{Key: req.Key, Offset: req.Offset, Length: req.Length, TargetPath: req.TargetPath, TargetOffset: req.TargetOffset})
+	if status.Code(err) == codes.Unimplemented {
+		return nil, &StorageError{Op: OpReadInto, Key: req.Key, Err: ErrNotSupported}
+	}
+	if err != nil {
+		return nil, fromStatus(ctx, OpReadInto, req.Key, err)
+	}
+	return &ReadIntoResponse{}, nil
 }
 
 // readBody is a Read's Body on the host side.

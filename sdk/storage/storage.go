@@ -32,6 +32,30 @@ type Storage interface {
 	List(ctx context.Context, req *ListRequest) (*ListResponse, error)
 }
 
+// ReaderInto is implemented by the clients NewClient returns: ReadInto has
+// the plugin write a range of an object straight into shared memory the
+// caller names, so the bytes do not travel back over the connection. Plugin
+// authors do not implement it: the SDK's server answers it for every plugin
+// from the plugin's Read.
+type ReaderInto interface {
+	ReadInto(ctx context.Context, req *ReadIntoRequest) (*ReadIntoResponse, error)
+}
+
+// ReadIntoRequest asks for Length bytes of the object under Key from Offset
+// to be written at TargetOffset of the file TargetPath, which the plugin
+// opens and maps read-write (for example /proc/<pid>/fd/<n> of the
+// caller's memfd; the plugin runs as the same user).
+type ReadIntoRequest struct {
+	Key          string
+	Offset       int64
+	Length       int64
+	TargetPath   string
+	TargetOffset int64
+}
+
+// ReadIntoResponse is ReadInto's answer (empty for now; it can grow).
+type ReadIntoResponse struct{}
+
 // ToEnd as a ReadRequest.Length reads to the end of the object.
 const ToEnd = -1
 

@@ -34,6 +34,120 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ReadIntoRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Offset int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// length is the exact number of bytes to read (at least 0).
+	Length int64 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	// target_path is the file to map; target_offset where in it the bytes go.
+	TargetPath    string `protobuf:"bytes,4,opt,name=target_path,json=targetPath,proto3" json:"target_path,omitempty"`
+	TargetOffset  int64  `protobuf:"varint,5,opt,name=target_offset,json=targetOffset,proto3" json:"target_offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIntoRequest) Reset() {
+	*x = ReadIntoRequest{}
+	mi := &file_storage_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIntoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIntoRequest) ProtoMessage() {}
+
+func (x *ReadIntoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIntoRequest.ProtoReflect.Descriptor instead.
+func (*ReadIntoRequest) Descriptor() ([]byte, []int) {
+	return file_storage_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReadIntoRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ReadIntoRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadIntoRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *ReadIntoRequest) GetTargetPath() string {
+	if x != nil {
+		return x.TargetPath
+	}
+	return ""
+}
+
+func (x *ReadIntoRequest) GetTargetOffset() int64 {
+	if x != nil {
+		return x.TargetOffset
+	}
+	return 0
+}
+
+type ReadIntoResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadIntoResponse) Reset() {
+	*x = ReadIntoResponse{}
+	mi := &file_storage_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadIntoResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadIntoResponse) ProtoMessage() {}
+
+func (x *ReadIntoResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadIntoResponse.ProtoReflect.Descriptor instead.
+func (*ReadIntoResponse) Descriptor() ([]byte, []int) {
+	return file_storage_proto_rawDescGZIP(), []int{1}
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -42,7 +156,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_storage_proto_msgTypes[0]
+	mi := &file_storage_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +168,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[0]
+	mi := &file_storage_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +181,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{0}
+	return file_storage_proto_rawDescGZIP(), []int{2}
 }
 
 type InfoResponse struct {
@@ -83,7 +197,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_storage_proto_msgTypes[1]
+	mi := &file_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -95,7 +209,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[1]
+	mi := &file_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -108,7 +222,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{1}
+	return file_storage_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -139,7 +253,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_storage_proto_msgTypes[2]
+	mi := &file_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -151,7 +265,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[2]
+	mi := &file_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -164,7 +278,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{2}
+	return file_storage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WriteRequest) GetMsg() isWriteRequest_Msg {
@@ -239,7 +353,7 @@ type WriteHeader struct {
 
 func (x *WriteHeader) Reset() {
 	*x = WriteHeader{}
-	mi := &file_storage_proto_msgTypes[3]
+	mi := &file_storage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +365,7 @@ func (x *WriteHeader) String() string {
 func (*WriteHeader) ProtoMessage() {}
 
 func (x *WriteHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[3]
+	mi := &file_storage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +378,7 @@ func (x *WriteHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteHeader.ProtoReflect.Descriptor instead.
 func (*WriteHeader) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{3}
+	return file_storage_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WriteHeader) GetKey() string {
@@ -293,7 +407,7 @@ type WriteAbort struct {
 
 func (x *WriteAbort) Reset() {
 	*x = WriteAbort{}
-	mi := &file_storage_proto_msgTypes[4]
+	mi := &file_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +419,7 @@ func (x *WriteAbort) String() string {
 func (*WriteAbort) ProtoMessage() {}
 
 func (x *WriteAbort) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[4]
+	mi := &file_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +432,7 @@ func (x *WriteAbort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAbort.ProtoReflect.Descriptor instead.
 func (*WriteAbort) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{4}
+	return file_storage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WriteAbort) GetKind() string {
@@ -345,7 +459,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_storage_proto_msgTypes[5]
+	mi := &file_storage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -357,7 +471,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[5]
+	mi := &file_storage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -370,7 +484,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{5}
+	return file_storage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WriteResponse) GetUrl() string {
@@ -393,7 +507,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_storage_proto_msgTypes[6]
+	mi := &file_storage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +519,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[6]
+	mi := &file_storage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +532,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{6}
+	return file_storage_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReadRequest) GetKey() string {
@@ -455,7 +569,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_storage_proto_msgTypes[7]
+	mi := &file_storage_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +581,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[7]
+	mi := &file_storage_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -480,7 +594,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{7}
+	return file_storage_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReadResponse) GetMsg() isReadResponse_Msg {
@@ -536,7 +650,7 @@ type ReadHeader struct {
 
 func (x *ReadHeader) Reset() {
 	*x = ReadHeader{}
-	mi := &file_storage_proto_msgTypes[8]
+	mi := &file_storage_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +662,7 @@ func (x *ReadHeader) String() string {
 func (*ReadHeader) ProtoMessage() {}
 
 func (x *ReadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[8]
+	mi := &file_storage_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +675,7 @@ func (x *ReadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadHeader.ProtoReflect.Descriptor instead.
 func (*ReadHeader) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{8}
+	return file_storage_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadHeader) GetSize() int64 {
@@ -580,7 +694,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_storage_proto_msgTypes[9]
+	mi := &file_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -592,7 +706,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[9]
+	mi := &file_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -605,7 +719,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{9}
+	return file_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteRequest) GetKeys() []string {
@@ -623,7 +737,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_storage_proto_msgTypes[10]
+	mi := &file_storage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +749,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[10]
+	mi := &file_storage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +762,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{10}
+	return file_storage_proto_rawDescGZIP(), []int{12}
 }
 
 type ListRequest struct {
@@ -661,7 +775,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_storage_proto_msgTypes[11]
+	mi := &file_storage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -673,7 +787,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[11]
+	mi := &file_storage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -686,7 +800,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{11}
+	return file_storage_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -706,7 +820,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_storage_proto_msgTypes[12]
+	mi := &file_storage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +832,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[12]
+	mi := &file_storage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -731,7 +845,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{12}
+	return file_storage_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetObjects() []*ObjectInfo {
@@ -751,7 +865,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_storage_proto_msgTypes[13]
+	mi := &file_storage_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +877,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[13]
+	mi := &file_storage_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +890,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{13}
+	return file_storage_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ObjectInfo) GetKey() string {
@@ -811,7 +925,7 @@ type ErrorInfo struct {
 
 func (x *ErrorInfo) Reset() {
 	*x = ErrorInfo{}
-	mi := &file_storage_proto_msgTypes[14]
+	mi := &file_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +937,7 @@ func (x *ErrorInfo) String() string {
 func (*ErrorInfo) ProtoMessage() {}
 
 func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[14]
+	mi := &file_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +950,7 @@ func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorInfo.ProtoReflect.Descriptor instead.
 func (*ErrorInfo) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{14}
+	return file_storage_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ErrorInfo) GetKind() string {
@@ -871,7 +985,15 @@ var File_storage_proto protoreflect.FileDescriptor
 
 const file_storage_proto_rawDesc = "" +
 	"\n" +
-	"\rstorage.proto\x12\x10goray.storage.v1\"\r\n" +
+	"\rstorage.proto\x12\x10goray.storage.v1\"\x99\x01\n" +
+	"\x0fReadIntoRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\x03R\x06length\x12\x1f\n" +
+	"\vtarget_path\x18\x04 \x01(\tR\n" +
+	"targetPath\x12#\n" +
+	"\rtarget_offset\x18\x05 \x01(\x03R\ftargetOffset\"\x12\n" +
+	"\x10ReadIntoResponse\"\r\n" +
 	"\vInfoRequest\">\n" +
 	"\fInfoResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
@@ -916,13 +1038,14 @@ const file_storage_proto_rawDesc = "" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\tR\x02op\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\tR\x03key\x12\x18\n" +
-	"\amessage\x18\x04 \x01(\tR\amessage2\xfb\x02\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage2\xce\x03\n" +
 	"\aStorage\x12E\n" +
 	"\x04Info\x12\x1d.goray.storage.v1.InfoRequest\x1a\x1e.goray.storage.v1.InfoResponse\x12J\n" +
 	"\x05Write\x12\x1e.goray.storage.v1.WriteRequest\x1a\x1f.goray.storage.v1.WriteResponse(\x01\x12G\n" +
 	"\x04Read\x12\x1d.goray.storage.v1.ReadRequest\x1a\x1e.goray.storage.v1.ReadResponse0\x01\x12K\n" +
 	"\x06Delete\x12\x1f.goray.storage.v1.DeleteRequest\x1a .goray.storage.v1.DeleteResponse\x12G\n" +
-	"\x04List\x12\x1d.goray.storage.v1.ListRequest\x1a\x1e.goray.storage.v1.ListResponse0\x01B5Z3github.com/goray-dev/goray/internal/proto/storagev1b\x06proto3"
+	"\x04List\x12\x1d.goray.storage.v1.ListRequest\x1a\x1e.goray.storage.v1.ListResponse0\x01\x12Q\n" +
+	"\bReadInto\x12!.goray.storage.v1.ReadIntoRequest\x1a\".goray.storage.v1.ReadIntoResponseB5Z3github.com/goray-dev/goray/internal/proto/storagev1b\x06proto3"
 
 var (
 	file_storage_proto_rawDescOnce sync.Once
@@ -936,41 +1059,45 @@ func file_storage_proto_rawDescGZIP() []byte {
 	return file_storage_proto_rawDescData
 }
 
-var file_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_storage_proto_goTypes = []any{
-	(*InfoRequest)(nil),    // 0: goray.storage.v1.InfoRequest
-	(*InfoResponse)(nil),   // 1: goray.storage.v1.InfoResponse
-	(*WriteRequest)(nil),   // 2: goray.storage.v1.WriteRequest
-	(*WriteHeader)(nil),    // 3: goray.storage.v1.WriteHeader
-	(*WriteAbort)(nil),     // 4: goray.storage.v1.WriteAbort
-	(*WriteResponse)(nil),  // 5: goray.storage.v1.WriteResponse
-	(*ReadRequest)(nil),    // 6: goray.storage.v1.ReadRequest
-	(*ReadResponse)(nil),   // 7: goray.storage.v1.ReadResponse
-	(*ReadHeader)(nil),     // 8: goray.storage.v1.ReadHeader
-	(*DeleteRequest)(nil),  // 9: goray.storage.v1.DeleteRequest
-	(*DeleteResponse)(nil), // 10: goray.storage.v1.DeleteResponse
-	(*ListRequest)(nil),    // 11: goray.storage.v1.ListRequest
-	(*ListResponse)(nil),   // 12: goray.storage.v1.ListResponse
-	(*ObjectInfo)(nil),     // 13: goray.storage.v1.ObjectInfo
-	(*ErrorInfo)(nil),      // 14: goray.storage.v1.ErrorInfo
+	(*ReadIntoRequest)(nil),  // 0: goray.storage.v1.ReadIntoRequest
+	(*ReadIntoResponse)(nil), // 1: goray.storage.v1.ReadIntoResponse
+	(*InfoRequest)(nil),      // 2: goray.storage.v1.InfoRequest
+	(*InfoResponse)(nil),     // 3: goray.storage.v1.InfoResponse
+	(*WriteRequest)(nil),     // 4: goray.storage.v1.WriteRequest
+	(*WriteHeader)(nil),      // 5: goray.storage.v1.WriteHeader
+	(*WriteAbort)(nil),       // 6: goray.storage.v1.WriteAbort
+	(*WriteResponse)(nil),    // 7: goray.storage.v1.WriteResponse
+	(*ReadRequest)(nil),      // 8: goray.storage.v1.ReadRequest
+	(*ReadResponse)(nil),     // 9: goray.storage.v1.ReadResponse
+	(*ReadHeader)(nil),       // 10: goray.storage.v1.ReadHeader
+	(*DeleteRequest)(nil),    // 11: goray.storage.v1.DeleteRequest
+	(*DeleteResponse)(nil),   // 12: goray.storage.v1.DeleteResponse
+	(*ListRequest)(nil),      // 13: goray.storage.v1.ListRequest
+	(*ListResponse)(nil),     // 14: goray.storage.v1.ListResponse
+	(*ObjectInfo)(nil),       // 15: goray.storage.v1.ObjectInfo
+	(*ErrorInfo)(nil),        // 16: goray.storage.v1.ErrorInfo
 }
 var file_storage_proto_depIdxs = []int32{
-	3,  // 0: goray.storage.v1.WriteRequest.header:type_name -> goray.storage.v1.WriteHeader
-	4,  // 1: goray.storage.v1.WriteRequest.abort:type_name -> goray.storage.v1.WriteAbort
-	8,  // 2: goray.storage.v1.ReadResponse.header:type_name -> goray.storage.v1.ReadHeader
-	13, // 3: goray.storage.v1.ListResponse.objects:type_name -> goray.storage.v1.ObjectInfo
-	0,  // 4: goray.storage.v1.Storage.Info:input_type -> goray.storage.v1.InfoRequest
-	2,  // 5: goray.storage.v1.Storage.Write:input_type -> goray.storage.v1.WriteRequest
-	6,  // 6: goray.storage.v1.Storage.Read:input_type -> goray.storage.v1.ReadRequest
-	9,  // 7: goray.storage.v1.Storage.Delete:input_type -> goray.storage.v1.DeleteRequest
-	11, // 8: goray.storage.v1.Storage.List:input_type -> goray.storage.v1.ListRequest
-	1,  // 9: goray.storage.v1.Storage.Info:output_type -> goray.storage.v1.InfoResponse
-	5,  // 10: goray.storage.v1.Storage.Write:output_type -> goray.storage.v1.WriteResponse
-	7,  // 11: goray.storage.v1.Storage.Read:output_type -> goray.storage.v1.ReadResponse
-	10, // 12: goray.storage.v1.Storage.Delete:output_type -> goray.storage.v1.DeleteResponse
-	12, // 13: goray.storage.v1.Storage.List:output_type -> goray.storage.v1.ListResponse
-	9,  // [9:14] is the sub-list for method output_type
-	4,  // [4:9] is the sub-list for method input_type
+	5,  // 0: goray.storage.v1.WriteRequest.header:type_name -> goray.storage.v1.WriteHeader
+	6,  // 1: goray.storage.v1.WriteRequest.abort:type_name -> goray.storage.v1.WriteAbort
+	10, // 2: goray.storage.v1.ReadResponse.header:type_name -> goray.storage.v1.ReadHeader
+	15, // 3: goray.storage.v1.ListResponse.objects:type_name -> goray.storage.v1.ObjectInfo
+	2,  // 4: goray.storage.v1.Storage.Info:input_type -> goray.storage.v1.InfoRequest
+	4,  // 5: goray.storage.v1.Storage.Write:input_type -> goray.storage.v1.WriteRequest
+	8,  // 6: goray.storage.v1.Storage.Read:input_type -> goray.storage.v1.ReadRequest
+	11, // 7: goray.storage.v1.Storage.Delete:input_type -> goray.storage.v1.DeleteRequest
+	13, // 8: goray.storage.v1.Storage.List:input_type -> goray.storage.v1.ListRequest
+	0,  // 9: goray.storage.v1.Storage.ReadInto:input_type -> goray.storage.v1.ReadIntoRequest
+	3,  // 10: goray.storage.v1.Storage.Info:output_type -> goray.storage.v1.InfoResponse
+	7,  // 11: goray.storage.v1.Storage.Write:output_type -> goray.storage.v1.WriteResponse
+	9,  // 12: goray.storage.v1.Storage.Read:output_type -> goray.storage.v1.ReadResponse
+	12, // 13: goray.storage.v1.Storage.Delete:output_type -> goray.storage.v1.DeleteResponse
+	14, // 14: goray.storage.v1.Storage.List:output_type -> goray.storage.v1.ListResponse
+	1,  // 15: goray.storage.v1.Storage.ReadInto:output_type -> goray.storage.v1.ReadIntoResponse
+	10, // [10:16] is the sub-list for method output_type
+	4,  // [4:10] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -981,12 +1108,12 @@ func file_storage_proto_init() {
 	if File_storage_proto != nil {
 		return
 	}
-	file_storage_proto_msgTypes[2].OneofWrappers = []any{
+	file_storage_proto_msgTypes[4].OneofWrappers = []any{
 		(*WriteRequest_Header)(nil),
 		(*WriteRequest_Chunk)(nil),
 		(*WriteRequest_Abort)(nil),
 	}
-	file_storage_proto_msgTypes[7].OneofWrappers = []any{
+	file_storage_proto_msgTypes[9].OneofWrappers = []any{
 		(*ReadResponse_Header)(nil),
 		(*ReadResponse_Chunk)(nil),
 	}
@@ -996,7 +1123,7 @@ func file_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storage_proto_rawDesc), len(file_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

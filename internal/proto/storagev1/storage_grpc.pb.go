@@ -32,11 +32,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Storage_Info_FullMethodName   = "/goray.storage.v1.Storage/Info"
-	Storage_Write_FullMethodName  = "/goray.storage.v1.Storage/Write"
-	Storage_Read_FullMethodName   = "/goray.storage.v1.Storage/Read"
-	Storage_Delete_FullMethodName = "/goray.storage.v1.Storage/Delete"
-	Storage_List_FullMethodName   = "/goray.storage.v1.Storage/List"
+	Storage_Info_FullMethodName     = "/goray.storage.v1.Storage/Info"
+	Storage_Write_FullMethodName    = "/goray.storage.v1.Storage/Write"
+	Storage_Read_FullMethodName     = "/goray.storage.v1.Storage/Read"
+	Storage_Delete_FullMethodName   = "/goray.storage.v1.Storage/Delete"
+	Storage_List_FullMethodName     = "/goray.storage.v1.Storage/List"
+	Storage_ReadInto_FullMethodName = "/goray.storage.v1.Storage/ReadInto"
 )
 
 // StorageClient is the client API for Storage service.
@@ -59,6 +60,12 @@ type StorageClient interface {
 	Delete(ctx context.Context, in *DeleteRequest, opts ...grpc.CallOption) (*DeleteResponse, error)
 	// List streams the objects whose keys start with a prefix, in batches.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListResponse], error)
+	// ReadInto writes a byte range of an object straight into shared memory
+	// the caller names (a file the plugin opens and maps read-write, such as
+	// /proc/<pid>/fd/<n> of the caller's memfd), instead of streaming it
+	// back. Answered by the SDK's server for every plugin (it maps the target
+	// and copies the implementation's Read body into it).
+	ReadInto(ctx context.Context, in *ReadIntoRequest, opts ...grpc.CallOption) (*ReadIntoResponse, error)
 }
 
 type storageClient struct {
@@ -140,6 +147,16 @@ func (c *storageClient) List(ctx context.Context, in *ListRequest, opts ...grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Storage_ListClient = grpc.ServerStreamingClient[ListResponse]
 
+func (c *storageClient) ReadInto(ctx context.Context, in *ReadIntoRequest, opts ...grpc.CallOption) (*ReadIntoResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReadIntoResponse)
+	err := c.cc.Invoke(ctx, Storage_ReadInto_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StorageServer is the server API for Storage service.
 // All implementations must embed UnimplementedStorageServer
 // for forward compatibility.
@@ -160,6 +177,12 @@ type StorageServer interface {
 	Delete(context.Context, *DeleteRequest) (*DeleteResponse, error)
 	// List streams the objects whose keys start with a prefix, in batches.
 	List(*ListRequest, grpc.ServerStreamingServer[ListResponse]) error
+	// ReadInto writes a byte range of an object straight into shared memory
+	// the caller names (a file the plugin opens and maps read-write, such as
+	// /proc/<pid>/fd/<n> of the caller's memfd), instead of streaming it
+	// back. Answered by the SDK's server for every plugin (it maps the target
+	// and copies the implementation's Read body into it).
+	ReadInto(context.Context, *ReadIntoRequest) (*ReadIntoResponse, error)
 	mustEmbedUnimplementedStorageServer()
 }
 
@@ -184,6 +207,9 @@ func (UnimplementedStorageServer) Delete(context.Context, *DeleteRequest) (*Dele
 }
 func (UnimplementedStorageServer) List(*ListRequest, grpc.ServerStreamingServer[ListResponse]) error {
 	return status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedStorageServer) ReadInto(context.Context, *ReadIntoRequest) (*ReadIntoResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReadInto not implemented")
 }
 func (UnimplementedStorageServer) mustEmbedUnimplementedStorageServer() {}
 func (UnimplementedStorageServer) testEmbeddedByValue()                 {}
@@ -271,6 +297,24 @@ func _Storage_List_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Storage_ListServer = grpc.ServerStreamingServer[ListResponse]
 
+func _Storage_ReadInto_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReadIntoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorageServer).ReadInto(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Storage_ReadInto_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorageServer).ReadInto(ctx, req.(*ReadIntoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Storage_ServiceDesc is the grpc.ServiceDesc for Storage service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -285,6 +329,10 @@ var Storage_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Delete",
 			Handler:    _Storage_Delete_Handler,
+		},
+		{
+			MethodName: "ReadInto",
+			Handler:    _Storage_ReadInto_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/sdk/storage"
+	"golang.org/x/sys/unix"
 )
 
 func testInfo(e *env) {
@@ -700,4 +702,55 @@ func testBroken(e *env) {
 		_, err := e.s.List(ctx, &storage.ListRequest{Prefix: e.prefix})
 		return err
 	})
+}
+
+// testReadInto applies to plugin clients (storage.ReaderInto): ranges of a
+// stored file are written straight into a memfd of this process — by
+// another process for a real plugin — at unaligned offsets, and a range
+// past the object's end is ErrInvalidRange with the target untouched.
+func testReadInto(e *env) {
+	ri, ok := e.s.(storage.ReaderInto)
+	if !ok {
+		e.t.Skipf("%T is not a plugin client: ReadInto is the SDK's (run the suite over gRPC or a plugin process)", e.s)
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	const size, seed = 5<<20 + 13, 777
+	key := e.key("readinto/000001.spill")
+	e.mustWrite(ctx, key, seed, size)
+	fd, err := unix.MemfdCreate("storagetest-readinto", unix.MFD_CLOEXEC)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	const targetSize = 8 << 20
+	if err := unix.Ftruncate(fd, targetSize); err != nil {
+		e.t.Fatal(err)
+	}
+	mem, err := unix.Mmap(fd, 0, targetSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	path := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd)
+	for _, c := range []struct{ off, n, at int64 }{
+		{0, size, 0},
+		{storage.ChunkSize + 5, 2<<20 + 1, 4096 + 7},
+		{size - 3, 3, targetSize - 3},
+		{17, 0, 0},
+	} {
+		if _, err := ri.ReadInto(ctx, &storage.ReadIntoRequest{Key: key, Offset: c.off, Length: c.n, TargetPath: path, TargetOffset: c.at}); err != nil {
+			e.t.Errorf("ReadInto [%d, %d) at %d: %v", c.off, c.off+c.n, c.at, err)
+			continue
+		}
+		if !bytes.Equal(mem[c.at:c.at+c.n], content(seed, c.off, c.n)) {
+			e.t.Errorf("ReadInto [%d, %d) at %d: the target holds other bytes", c.off, c.off+c.n, c.at)
+		}
+	}
+	clear(mem[:16])
+	_, err = ri.ReadInto(ctx, &storage.ReadIntoRequest{Key: key, Offset: size - 8, Length: 16, TargetPath: path})
+	wantErr(e.t, "ReadInto past the object's end", err, storage.ErrInvalidRange)
+	if !bytes.Equal(mem[:16], make([]byte, 16)) {
+		e.t.Error("a failed ReadInto wrote into the target")
+	}
 }

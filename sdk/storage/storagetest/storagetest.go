@@ -109,6 +109,7 @@ func Run(t *testing.T, f Factory, opts ...Options) {
 		{"Cancel", testCancel},
 		{"Deadline", testDeadline},
 		{"SizeMismatch", testSizeMismatch},
+		{"ReadInto", testReadInto},
 		{"Broken", testBroken},
 	}
 	for _, tc := range tests {
