@@ -132,7 +132,7 @@ type spiller struct {
 	lastFreed int64
 	// noReadInto is set once the plugin answered that it cannot ReadInto.
 	noReadInto atomic.Bool
-	stats     gorayv1.SpillStats
+	stats      gorayv1.SpillStats
 }
 
 func newSpiller(r *Raylet, cfg SpillConfig) *spiller {
