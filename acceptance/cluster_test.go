@@ -213,7 +213,7 @@ func TestClusterNodeKilled(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("nodekill job exited %d:\n%s", code, out)
 	}
-	wantLines(t, out, "PASS nodekill")
+	wantLines(t, out, "restartable actor restarted elsewhere: ok", "PASS nodekill")
 	waitNodeState(t, ctx, h, victim.id, "DEAD", 10*time.Second)
 	// Its workers and plugins died with it.
 	waitNoProcs(t, 10*time.Second, "processes of the killed node", func(p proc) bool { return p.mentions(victim.session) })

@@ -175,6 +175,36 @@ func (s *Server) markActorDeadLocked(a *actorEntry, reason string) {
 	s.publishLocked(Event{Kind: EventActorStateChanged, Actor: a.info})
 }
 
+// actorFailedLocked handles the death of a's worker (or node): an ALIVE
+// actor with restarts left (max_restarts, -1 for no limit) whose owner's
+// node is alive becomes RESTARTING — its owner creates it again and
+// reports it ALIVE — unless the worker was stopped on purpose (permanent);
+// any other actor dies. s.mu must be held.
+func (s *Server) actorFailedLocked(a *actorEntry, reason string, permanent bool) {
+	switch a.info.GetState() {
+	case gorayv1.ActorState_ACTOR_STATE_DEAD, gorayv1.ActorState_ACTOR_STATE_RESTARTING:
+		return // already handled (a node report after the worker's)
+	}
+	max := a.info.GetMaxRestarts()
+	exhausted := max == 0 || (max > 0 && a.info.GetNumRestarts() >= max)
+	ownerNode, _ := ids.FromBytes(a.info.GetOwner().GetNodeId())
+	n, ok := s.nodes[ownerNode]
+	ownerGone := ok && n.info.GetState() == StateDead
+	if permanent || exhausted || ownerGone || a.info.GetState() != gorayv1.ActorState_ACTOR_STATE_ALIVE {
+		if exhausted && max != 0 {
+			reason = fmt.Sprintf("%s (restarted %d times, max_restarts %d)", reason, a.info.GetNumRestarts(), max)
+		}
+		s.markActorDeadLocked(a, reason)
+		return
+	}
+	a.info.State = gorayv1.ActorState_ACTOR_STATE_RESTARTING
+	a.info.NumRestarts++
+	a.info.DeathReason = reason // the failure it restarts from
+	s.log.Info("actor restarting", "actor", a.id.Short(), "name", a.info.GetName(), "restart", a.info.GetNumRestarts(), "reason", reason)
+	a.notifyLocked()
+	s.publishLocked(Event{Kind: EventActorStateChanged, Actor: a.info})
+}
+
 // lookupActorLocked finds an actor by id, or by name when id is Nil; s.mu
 // must be held.
 func (s *Server) lookupActorLocked(id ids.ID, name string) (*actorEntry, error) {
@@ -231,7 +261,7 @@ func (s *Server) GetActor(ctx context.Context, req *gorayv1.GetActorRequest) (*g
 			return nil, err
 		}
 		st := a.info.GetState()
-		if !req.GetWaitAlive() || st != gorayv1.ActorState_ACTOR_STATE_PENDING {
+		if !req.GetWaitAlive() || (st != gorayv1.ActorState_ACTOR_STATE_PENDING && st != gorayv1.ActorState_ACTOR_STATE_RESTARTING) {
 			info := cloneMsg(a.info)
 			s.mu.Unlock()
 			return &gorayv1.GetActorReply{Actor: info}, nil
@@ -256,9 +286,10 @@ func (s *Server) ListActors(context.Context, *gorayv1.ListActorsRequest) (*goray
 	return &gorayv1.ListActorsReply{Actors: s.Actors()}, nil
 }
 
-// ReportWorkerFailure marks DEAD every actor hosted by worker_id or, when
-// worker_id is empty, every actor on node_id. The node itself is not marked
-// dead.
+// ReportWorkerFailure handles the failure of every actor hosted by
+// worker_id or, when worker_id is empty, every actor on node_id: it dies,
+// or restarts when it may (see actorFailedLocked). The node itself is not
+// marked dead.
 func (s *Server) ReportWorkerFailure(_ context.Context, req *gorayv1.ReportWorkerFailureRequest) (*gorayv1.ReportWorkerFailureReply, error) {
 	worker, err := parseOptionalID("worker_id", req.GetWorkerId())
 	if err != nil {
@@ -285,7 +316,7 @@ func (s *Server) ReportWorkerFailure(_ context.Context, req *gorayv1.ReportWorke
 	defer s.mu.Unlock()
 	for _, aid := range s.actorSeq {
 		if a := s.actors[aid]; match(a) {
-			s.markActorDeadLocked(a, reason)
+			s.actorFailedLocked(a, reason, req.GetPermanent())
 		}
 	}
 	return &gorayv1.ReportWorkerFailureReply{}, nil

@@ -362,3 +362,76 @@ func TestReportWorkerFailure(t *testing.T) {
 	_, err = c.ReportWorkerFailure(ctx, &gorayv1.ReportWorkerFailureRequest{})
 	wantCode(t, err, codes.InvalidArgument, "worker_id or node_id is required")
 }
+
+// TestActorRestarts: a worker failure makes an actor with restarts left
+// RESTARTING (counting the restart) until its owner reports it ALIVE again;
+// waiters wait through it; an exhausted, killed-on-purpose or not yet
+// alive actor dies; -1 never runs out.
+func TestActorRestarts(t *testing.T) {
+	_, c := startServer(t, Options{})
+	ctx := ctxT(t)
+	const restarting = gorayv1.ActorState_ACTOR_STATE_RESTARTING
+	job, node := newID(), newID()
+	type actor struct{ id, worker ids.ID }
+	newActor := func(max int32, state gorayv1.ActorState) actor {
+		a := actor{newID(), newID()}
+		info := actorOn(a.id, job, node, a.worker, "")
+		info.MaxRestarts = max
+		registerActor(t, c, info)
+		if state == alive {
+			setState(t, c, a.id, alive, "")
+		}
+		return a
+	}
+	fail := func(a actor, permanent bool) *gorayv1.ActorInfo {
+		t.Helper()
+		_, err := c.ReportWorkerFailure(ctx, &gorayv1.ReportWorkerFailureRequest{WorkerId: a.worker.Bytes(), Reason: "worker crashed", Permanent: permanent})
+		mustOK(t, err)
+		return getActor(t, c, a.id)
+	}
+	// Back alive on a new worker (what the owner does).
+	revive := func(a *actor) {
+		t.Helper()
+		a.worker = newID()
+		_, err := c.UpdateActor(ctx, &gorayv1.UpdateActorRequest{Actor: &gorayv1.ActorInfo{ActorId: a.id.Bytes(), State: alive,
+			Address: &gorayv1.Address{UnixPath: "/tmp/w2.sock", NodeId: node.Bytes(), WorkerId: a.worker.Bytes()}}})
+		mustOK(t, err)
+	}
+
+	once := newActor(1, alive)
+	waited := make(chan *gorayv1.ActorInfo, 1)
+	if got := fail(once, false); got.GetState() != restarting || got.GetNumRestarts() != 1 || got.GetDeathReason() != "worker crashed" {
+		t.Fatalf("first failure with max_restarts 1: %v, want RESTARTING, 1 restart", got)
+	}
+	go func() {
+		r, err := c.GetActor(ctx, &gorayv1.GetActorRequest{ActorId: once.id.Bytes(), WaitAlive: true})
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- r.GetActor()
+	}()
+	revive(&once)
+	if got := <-waited; got.GetState() != alive || ids.MustFromBytes(got.GetAddress().GetWorkerId()) != once.worker {
+		t.Fatalf("a waiter through RESTARTING got %v, want ALIVE on the new worker", got)
+	}
+	if got := fail(once, false); got.GetState() != dead || got.GetDeathReason() != "worker crashed (restarted 1 times, max_restarts 1)" {
+		t.Fatalf("second failure with max_restarts 1: %v, want DEAD saying the restarts ran out", got)
+	}
+
+	forever := newActor(-1, alive)
+	for i := 1; i <= 3; i++ {
+		if got := fail(forever, false); got.GetState() != restarting || got.GetNumRestarts() != int32(i) {
+			t.Fatalf("failure %d with max_restarts -1: %v", i, got)
+		}
+		revive(&forever)
+	}
+	if got := fail(forever, true); got.GetState() != dead {
+		t.Fatalf("a worker stopped on purpose: %v, want DEAD", got)
+	}
+	if got := fail(newActor(0, alive), false); got.GetState() != dead {
+		t.Fatalf("max_restarts 0: %v, want DEAD", got)
+	}
+	if got := fail(newActor(3, pending), false); got.GetState() != dead {
+		t.Fatalf("a pending actor's worker failed: %v, want DEAD (its owner's creation fails)", got)
+	}
+}

@@ -175,8 +175,13 @@ func (s *Server) markNodeDeadLocked(id ids.ID, n *nodeEntry, reason string) {
 	actorReason := fmt.Sprintf("node %s died: %s", id.Short(), reason)
 	for _, aid := range s.actorSeq {
 		a := s.actors[aid]
-		if a.node() == id {
-			s.markActorDeadLocked(a, actorReason)
+		ownerNode, _ := ids.FromBytes(a.info.GetOwner().GetNodeId())
+		switch {
+		case ownerNode == id:
+			// Its owner died with the node: it dies wherever it runs.
+			s.markActorDeadLocked(a, fmt.Sprintf("its owner's node %s died: %s", id.Short(), reason))
+		case a.node() == id:
+			s.actorFailedLocked(a, actorReason, false)
 		}
 	}
 }

@@ -401,6 +401,9 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 		r.mu.Unlock()
 		return
 	}
+	// Killed on purpose (ray.Kill, its job or lease holder gone, the node
+	// stopping): its actor must not restart.
+	permanent := w.killReason != ""
 	if w.killReason != "" {
 		reason = w.killReason
 	} else if w.sessionReason != "" {
@@ -480,7 +483,7 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 		ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
 		defer cancel()
 		if _, err := r.cfg.GCS.ReportWorkerFailure(ctx, &gorayv1.ReportWorkerFailureRequest{
-			WorkerId: w.id.Bytes(), NodeId: r.cfg.NodeID.Bytes(), Reason: reason,
+			WorkerId: w.id.Bytes(), NodeId: r.cfg.NodeID.Bytes(), Reason: reason, Permanent: permanent,
 		}); err != nil {
 			r.log.Warn("reporting worker failure to the GCS", "worker_id", w.id, "error", err)
 		}

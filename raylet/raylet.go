@@ -445,7 +445,7 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 	if r.cfg.GCS != nil && hadActors {
 		fctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 		_, err := r.cfg.GCS.ReportWorkerFailure(fctx, &gorayv1.ReportWorkerFailureRequest{
-			NodeId: r.cfg.NodeID.Bytes(), Reason: "node shutting down",
+			NodeId: r.cfg.NodeID.Bytes(), Reason: "node shutting down", Permanent: true,
 		})
 		cancel()
 		if err != nil {

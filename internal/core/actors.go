@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"google.golang.org/grpc/codes"
@@ -53,6 +54,20 @@ type actorClient struct {
 	owner    bool
 	// createCancel stops a pending creation (Kill before the actor is up).
 	createCancel context.CancelFunc
+	// Restarts (owner only): the creation record, kept to create the actor
+	// again, whose constructor arguments stay referenced while the actor
+	// may restart (holdsArgs) and are released at its death.
+	createRec   *taskRecord
+	maxRestarts int
+	holdsArgs   bool
+}
+
+// readyChan returns the channel closed when the actor is next alive or
+// dead (a restart replaces it).
+func (c *actorClient) readyChan() chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.ready
 }
 
 // client returns the client for ref, resolving the actor through the GCS
@@ -141,7 +156,13 @@ func (c *actorClient) setDead(reason error) {
 	if c.cancel != nil {
 		c.cancel()
 	}
+	var release []codec.RefInfo
+	if c.holdsArgs {
+		c.holdsArgs = false
+		release = c.createRec.deps
+	}
 	c.mu.Unlock()
+	c.m.cw.objects.removeSubmitted(release)
 	for _, rec := range fails {
 		c.m.cw.submitter.fail(rec, c.diedErr())
 	}
@@ -176,6 +197,7 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 	cctx, cancel := context.WithCancel(ctx)
 	c.mu.Lock()
 	c.createCancel = cancel
+	c.maxRestarts = opts.MaxRestarts
 	c.mu.Unlock()
 	rec := &taskRecord{spec: spec, ctx: cctx, state: statePendingArgs, strategy: strategyProto(opts)}
 	if err := cw.buildArgs(ctx, rec, args); err != nil {
@@ -195,6 +217,10 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 			return ref
 		}
 	}
+	c.mu.Lock()
+	c.createRec = rec
+	c.holdsArgs = c.maxRestarts != 0 // released at its death
+	c.mu.Unlock()
 	go c.create(rec)
 	return ref
 }
@@ -205,14 +231,19 @@ func (c *actorClient) info(rec *taskRecord) *pb.ActorInfo {
 	return &pb.ActorInfo{
 		ActorId: c.ref.ID.Bytes(), JobId: cw.jobID.Bytes(), Name: c.ref.Name, ClassName: c.ref.Class,
 		State: pb.ActorState_ACTOR_STATE_PENDING, Owner: cw.addr, Resources: rec.spec.Resources,
-		MaxConcurrency: rec.spec.MaxConcurrency,
+		MaxConcurrency: rec.spec.MaxConcurrency, MaxRestarts: int32(c.maxRestarts),
 	}
 }
 
 func (c *actorClient) create(rec *taskRecord) {
 	cw := c.m.cw
-	defer cw.objects.removeSubmitted(rec.deps)
-	defer c.createCancel()
+	c.mu.Lock()
+	holds, createCancel := c.holdsArgs, c.createCancel
+	c.mu.Unlock()
+	if !holds {
+		defer cw.objects.removeSubmitted(rec.deps)
+	}
+	defer createCancel()
 	info := c.info(rec)
 	fail := func(reason error) {
 		c.setDead(reason)
@@ -278,6 +309,7 @@ func (c *actorClient) create(rec *taskRecord) {
 		dropLease()
 		return
 	}
+	info = &pb.ActorInfo{ActorId: c.ref.ID.Bytes()} // only what changes
 	info.State = pb.ActorState_ACTOR_STATE_ALIVE
 	info.Address = lrep.Worker
 	info.Pid = lrep.WorkerPid
@@ -356,13 +388,8 @@ func (c *actorClient) run() {
 		c.queue = c.queue[1:]
 		c.mu.Unlock()
 
-		select {
-		case <-c.ready:
-		case <-rec.ctx.Done():
-			cw.submitter.fail(rec, cancelledError(rec.spec.Function, rec.ctx.Err()))
-			continue
-		case <-cw.closed:
-			cw.submitter.fail(rec, ErrShutdown)
+		if err := c.waitUsable(rec); err != nil {
+			cw.submitter.fail(rec, err)
 			continue
 		}
 		if err := c.diedErr(); err != nil {
@@ -404,11 +431,35 @@ func (c *actorClient) run() {
 	}
 }
 
+// waitUsable waits until the actor is alive (again, after a restart) or
+// dead, for rec (whose context or the process's end stop the wait).
+func (c *actorClient) waitUsable(rec *taskRecord) error {
+	cw := c.m.cw
+	for {
+		select {
+		case <-c.readyChan():
+		case <-rec.ctx.Done():
+			return cancelledError(rec.spec.Function, rec.ctx.Err())
+		case <-cw.closed:
+			return ErrShutdown
+		}
+		c.mu.Lock()
+		usable := c.alive || c.dead != nil
+		c.mu.Unlock()
+		if usable {
+			return nil
+		}
+	}
+}
+
 func (c *actorClient) ensureStream() (pb.CoreWorker_PushTasksClient, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.stream != nil {
 		return c.stream, nil
+	}
+	if !c.alive || c.addr == nil {
+		return nil, &ActorUnavailableError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: "its worker died just now"}
 	}
 	cw := c.m.cw
 	cli, err := cw.peer(c.addr)
@@ -463,6 +514,9 @@ func (c *actorClient) recvLoop(st pb.CoreWorker_PushTasksClient) {
 func (c *actorClient) connectionLost(cause error) {
 	cw := c.m.cw
 	reason := fmt.Errorf("connection to the actor's worker lost: %v", status.Convert(cause).Message())
+	c.mu.Lock()
+	lost := c.addr
+	c.mu.Unlock()
 	if cw.gcs != nil {
 		deadline := time.Now().Add(10 * time.Second)
 		for time.Now().Before(deadline) && cw.ctx.Err() == nil {
@@ -472,6 +526,11 @@ func (c *actorClient) connectionLost(cause error) {
 			if err == nil && rep.Actor.State == pb.ActorState_ACTOR_STATE_DEAD {
 				reason = errors.New(rep.Actor.DeathReason)
 				break
+			}
+			if err == nil && (rep.Actor.State == pb.ActorState_ACTOR_STATE_RESTARTING ||
+				rep.Actor.State == pb.ActorState_ACTOR_STATE_ALIVE && string(rep.Actor.Address.GetWorkerId()) != string(lost.GetWorkerId())) {
+				c.restart(rep.Actor.DeathReason)
+				return
 			}
 			select {
 			case <-time.After(50 * time.Millisecond):
@@ -485,12 +544,51 @@ func (c *actorClient) connectionLost(cause error) {
 	}
 }
 
+// restart handles the death of the actor's worker while the GCS restarts
+// it: calls under way fail with ActorUnavailableError, queued ones wait;
+// the owner creates the actor again, other callers wait for the GCS to say
+// where it runs now.
+func (c *actorClient) restart(reason string) {
+	cw := c.m.cw
+	c.mu.Lock()
+	if c.dead != nil || !c.alive {
+		c.mu.Unlock()
+		return
+	}
+	c.alive, c.addr, c.stream = false, nil, nil
+	if c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
+	}
+	c.ready = make(chan struct{})
+	inflight := c.inflight
+	c.inflight = map[ids.ID]*taskRecord{}
+	var rec *taskRecord
+	if c.owner && c.createRec != nil {
+		// A fresh creation context: Kill during the restart cancels it.
+		rec = c.createRec
+		var cancel context.CancelFunc
+		rec.ctx, cancel = context.WithCancel(cw.ctx)
+		c.createCancel = cancel
+	}
+	c.mu.Unlock()
+	cw.log.Warn("actor worker died; the actor restarts", "actor", c.ref.ID.Short(), "reason", reason)
+	for _, r := range inflight {
+		cw.submitter.fail(r, &ActorUnavailableError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: reason})
+	}
+	if rec != nil {
+		go c.create(rec)
+	} else {
+		go c.resolve()
+	}
+}
+
 // Ready waits until the actor is alive; it returns the death error when the
 // actor died first.
 func (cw *CoreWorker) ActorReady(ctx context.Context, ref ActorRef) error {
 	c := cw.actors.client(ref)
 	select {
-	case <-c.ready:
+	case <-c.readyChan():
 		return c.diedErr()
 	case <-ctx.Done():
 		return ctx.Err()
@@ -517,7 +615,7 @@ func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef) error {
 		return nil
 	}
 	select {
-	case <-c.ready:
+	case <-c.readyChan():
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-cw.closed:

@@ -98,7 +98,7 @@ func (cw *CoreWorker) cancelActorCall(ctx context.Context, rec *taskRecord) erro
 	actorID := ids.MustFromBytes(rec.spec.ActorId)
 	c := cw.actors.client(ActorRef{ID: actorID})
 	select {
-	case <-c.ready:
+	case <-c.readyChan():
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-cw.closed:

@@ -14,6 +14,9 @@ var (
 	ErrPanic            = errors.New("task panicked")
 	ErrWorkerCrashed    = errors.New("worker crashed")
 	ErrActorDied        = errors.New("actor died")
+	// ErrActorUnavailable: the call was under way when the actor's worker
+	// died, and the actor is restarting (MaxRestarts).
+	ErrActorUnavailable = errors.New("actor unavailable")
 	ErrObjectFreed      = errors.New("object freed")
 	ErrObjectUnknown    = errors.New("object unknown")
 	ErrOwnerDied        = errors.New("owner died")
@@ -218,6 +221,27 @@ func (e *ActorDiedError) Error() string {
 
 // Is matches ErrActorDied.
 func (e *ActorDiedError) Is(target error) bool { return target == ErrActorDied }
+
+// ActorUnavailableError says a call was sent to an actor whose worker then
+// died while the actor restarts (as Ray's ActorUnavailableError): the call
+// may or may not have run, and it is not retried. Calls made afterwards go
+// to the restarted actor.
+type ActorUnavailableError struct {
+	ActorID ids.ID
+	Name    string
+	Reason  string
+}
+
+func (e *ActorUnavailableError) Error() string {
+	n := e.ActorID.Short()
+	if e.Name != "" {
+		n = fmt.Sprintf("%q (%s)", e.Name, n)
+	}
+	return fmt.Sprintf("actor %s is restarting; the call was under way when its worker died: %s", n, e.Reason)
+}
+
+// Is matches ErrActorUnavailable.
+func (e *ActorUnavailableError) Is(target error) bool { return target == ErrActorUnavailable }
 
 // UnschedulableError says a task or actor can never be scheduled: a hard
 // node affinity names a dead node or one that can never fit it.

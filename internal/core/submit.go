@@ -44,6 +44,9 @@ type TaskOptions struct {
 	Name       string
 	// Actor options.
 	MaxConcurrency int
+	// MaxRestarts: how often an actor is created again after its worker
+	// dies (-1: no limit).
+	MaxRestarts int
 	// Transports an actor uses; they must be registered on its node.
 	Transports []string
 	// TensorTransport makes an actor method's returned tensors travel by

@@ -12,6 +12,9 @@ var (
 	ErrWorkerCrashed = core.ErrWorkerCrashed
 	// ErrActorDied matches calls on a dead actor.
 	ErrActorDied = core.ErrActorDied
+	// ErrActorUnavailable matches a call that was under way when its
+	// actor's worker died, while the actor restarts (MaxRestarts).
+	ErrActorUnavailable = core.ErrActorUnavailable
 	// ErrObjectFreed matches reads of an object whose references are gone.
 	ErrObjectFreed = core.ErrObjectFreed
 	// ErrObjectUnknown matches reads of an object its owner does not know.
@@ -66,6 +69,10 @@ type WorkerCrashedError = core.WorkerCrashedError
 
 // ActorDiedError says an actor is dead and why.
 type ActorDiedError = core.ActorDiedError
+
+// ActorUnavailableError says a call was under way when its actor's worker
+// died and the actor is restarting; the call is not retried.
+type ActorUnavailableError = core.ActorUnavailableError
 
 // ObjectError says an object cannot be read (freed, unknown, owner died).
 type ObjectError = core.ObjectError

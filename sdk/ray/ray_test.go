@@ -719,6 +719,78 @@ func TestCancel(t *testing.T) {
 	})
 }
 
+// callUntil calls Inc on c until the result is not ErrActorUnavailable (a
+// call sent to the dead worker) and returns it.
+func callUntil(t *testing.T, ctx context.Context, c ray.ActorHandle[Counter]) (int, error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v, err := Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx)
+		if !errors.Is(err, ray.ErrActorUnavailable) || time.Now().After(deadline) {
+			return v, err
+		}
+	}
+}
+
+func TestActorRestarts(t *testing.T) {
+	ctx := testCtx(t)
+	t.Run("UntilExhausted", func(t *testing.T) {
+		c := CounterA.Options(ray.MaxRestarts(1)).Remote(ctx, ray.V(10))
+		if v, err := Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx); err != nil || v != 11 {
+			t.Fatalf("Inc: %v, %v", v, err)
+		}
+		pid, err := Pid.On(c).Remote(ctx).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		// Restarted: the constructor ran again (state 10), on a new worker.
+		if v, err := callUntil(t, ctx, c); err != nil || v != 11 {
+			t.Fatalf("Inc after the first crash: %v, %v; want 11 from a restarted actor", v, err)
+		}
+		pid2, err := Pid.On(c).Remote(ctx).Get(ctx)
+		if err != nil || pid2 == pid {
+			t.Fatalf("the restarted actor's pid: %d, %v (first worker %d)", pid2, err, pid)
+		}
+		// A task holding the handle reaches the restarted actor.
+		if v, err := IncVia.Remote(ctx, ray.V(c)).Get(ctx); err != nil || v != 111 {
+			t.Fatalf("a borrower's call after the restart: %v, %v; want 111", v, err)
+		}
+		_ = syscall.Kill(pid2, syscall.SIGKILL)
+		_, err = callUntil(t, ctx, c)
+		var ad *ray.ActorDiedError
+		if !errors.As(err, &ad) || !strings.Contains(ad.Reason, "max_restarts 1") {
+			t.Fatalf("after the restarts ran out: %v, want ActorDiedError saying so", err)
+		}
+	})
+	t.Run("KillDoesNotRestart", func(t *testing.T) {
+		c := CounterA.Options(ray.MaxRestarts(-1)).Remote(ctx, ray.V(0))
+		if _, err := Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx); !errors.Is(err, ray.ErrActorDied) {
+			t.Fatalf("a killed actor with restarts left: %v, want ErrActorDied", err)
+		}
+	})
+	t.Run("Unlimited", func(t *testing.T) {
+		c := CounterA.Options(ray.MaxRestarts(-1)).Remote(ctx, ray.V(0))
+		defer c.Kill(ctx)
+		for i := 0; i < 3; i++ {
+			pid, err := Pid.On(c).Remote(ctx).Get(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if v, err := callUntil(t, ctx, c); err != nil || v != 1 {
+				t.Fatalf("restart %d: %v, %v; want 1", i+1, v, err)
+			}
+		}
+	})
+}
+
 func TestKillPendingActor(t *testing.T) {
 	ctx := testCtx(t)
 	// No node has this resource: the actor stays pending.

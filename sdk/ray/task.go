@@ -20,6 +20,7 @@ type callOptions struct {
 	maxRetries *int
 	name       string
 	maxConc    int
+	maxRestart int
 	transports []string
 	strategy   int
 	affinity   string // hex node id
@@ -83,6 +84,13 @@ func Name(name string) Option { return func(c *callOptions) { c.name = name } }
 // run one at a time in submission order).
 func MaxConcurrency(n int) Option { return func(c *callOptions) { c.maxConc = n } }
 
+// MaxRestarts lets an actor be created again (its constructor run anew,
+// state lost) up to n times when its worker process or node dies; -1 means
+// without limit; the default 0 never. Calls made while it restarts wait for
+// it; calls under way when the worker died fail with ErrActorUnavailable.
+// An actor killed with Kill, or whose owner died, does not restart.
+func MaxRestarts(n int) Option { return func(c *callOptions) { c.maxRestart = n } }
+
 // Transports declares the tensor transports an actor uses. Creating the
 // actor on a node where one of them is not registered fails with an error
 // naming the transport and the node.
@@ -136,7 +144,7 @@ func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
 	if err != nil {
 		return core.TaskOptions{}, fmt.Errorf("goray: %s: %w", b.name, err)
 	}
-	o := core.TaskOptions{Resources: set, MaxRetries: -1, Name: b.opts.name, MaxConcurrency: b.opts.maxConc, Transports: b.opts.transports,
+	o := core.TaskOptions{Resources: set, MaxRetries: -1, Name: b.opts.name, MaxConcurrency: b.opts.maxConc, MaxRestarts: b.opts.maxRestart, Transports: b.opts.transports,
 		Strategy: b.opts.strategy, AffinitySoft: b.opts.soft}
 	if b.opts.strategy == core.StrategyNodeAffinity {
 		if o.AffinityNode, err = ids.Parse(b.opts.affinity); err != nil {

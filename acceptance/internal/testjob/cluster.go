@@ -144,6 +144,11 @@ func runNodeKill(ctx context.Context, dir, victim string) error {
 	if _, err := HolderGet.On(actor).Remote(ctx).Get(ctx); err != nil {
 		return fmt.Errorf("actor on the victim: %w", err)
 	}
+	// Soft affinity: it may restart elsewhere.
+	phoenix := HolderActor.Options(ray.NodeAffinity(victim, true), ray.MaxRestarts(1)).Remote(ctx, ray.V("phoenix"))
+	if _, err := HolderGet.On(phoenix).Remote(ctx).Get(ctx); err != nil {
+		return fmt.Errorf("restartable actor on the victim: %w", err)
+	}
 	blob := MakeBlob.Options(ray.NodeAffinity(victim, false)).Remote(ctx, ray.V(1<<20))
 	if _, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{blob}, 1, 20*time.Second); err != nil {
 		return err
@@ -200,6 +205,18 @@ func runNodeKill(ctx context.Context, dir, victim string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	// The restartable actor comes back on another node (its state anew).
+	for {
+		v, err := HolderGet.On(phoenix).Remote(ctx).Get(ctx)
+		if errors.Is(err, ray.ErrActorUnavailable) {
+			continue
+		}
+		if err != nil || v != "phoenix" {
+			return fmt.Errorf("restartable actor after its node died: %q, %v", v, err)
+		}
+		break
+	}
+	fmt.Println("restartable actor restarted elsewhere: ok")
 	_, err = WhereAmI.Options(ray.NodeAffinity(victim, false)).Remote(ctx, ray.V(time.Duration(0))).Get(ctx)
 	fmt.Println("affinity error:", err)
 	var ue *ray.UnschedulableError

@@ -83,6 +83,8 @@ const (
 	ActorState_ACTOR_STATE_PENDING ActorState = 0
 	ActorState_ACTOR_STATE_ALIVE   ActorState = 1
 	ActorState_ACTOR_STATE_DEAD    ActorState = 2
+	// Its worker died and its owner is creating it again (max_restarts).
+	ActorState_ACTOR_STATE_RESTARTING ActorState = 3
 )
 
 // Enum value maps for ActorState.
@@ -91,11 +93,13 @@ var (
 		0: "ACTOR_STATE_PENDING",
 		1: "ACTOR_STATE_ALIVE",
 		2: "ACTOR_STATE_DEAD",
+		3: "ACTOR_STATE_RESTARTING",
 	}
 	ActorState_value = map[string]int32{
-		"ACTOR_STATE_PENDING": 0,
-		"ACTOR_STATE_ALIVE":   1,
-		"ACTOR_STATE_DEAD":    2,
+		"ACTOR_STATE_PENDING":    0,
+		"ACTOR_STATE_ALIVE":      1,
+		"ACTOR_STATE_DEAD":       2,
+		"ACTOR_STATE_RESTARTING": 3,
 	}
 )
 
@@ -4211,8 +4215,12 @@ type ActorInfo struct {
 	Pid            int32                  `protobuf:"varint,11,opt,name=pid,proto3" json:"pid,omitempty"`
 	Resources      *Resources             `protobuf:"bytes,12,opt,name=resources,proto3" json:"resources,omitempty"`
 	MaxConcurrency int32                  `protobuf:"varint,13,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// How often the actor may be restarted after its worker dies (-1: no
+	// limit), and how often it was.
+	MaxRestarts   int32 `protobuf:"varint,14,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	NumRestarts   int32 `protobuf:"varint,15,opt,name=num_restarts,json=numRestarts,proto3" json:"num_restarts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActorInfo) Reset() {
@@ -4332,6 +4340,20 @@ func (x *ActorInfo) GetResources() *Resources {
 func (x *ActorInfo) GetMaxConcurrency() int32 {
 	if x != nil {
 		return x.MaxConcurrency
+	}
+	return 0
+}
+
+func (x *ActorInfo) GetMaxRestarts() int32 {
+	if x != nil {
+		return x.MaxRestarts
+	}
+	return 0
+}
+
+func (x *ActorInfo) GetNumRestarts() int32 {
+	if x != nil {
+		return x.NumRestarts
 	}
 	return 0
 }
@@ -5610,10 +5632,13 @@ func (x *ListActorsReply) GetActors() []*ActorInfo {
 }
 
 type ReportWorkerFailureRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      []byte                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	NodeId        []byte                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId []byte                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	NodeId   []byte                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Reason   string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The worker was stopped on purpose (killed, its job or owner gone, the
+	// node stopping): its actors die even if they could restart.
+	Permanent     bool `protobuf:"varint,4,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5667,6 +5692,13 @@ func (x *ReportWorkerFailureRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *ReportWorkerFailureRequest) GetPermanent() bool {
+	if x != nil {
+		return x.Permanent
+	}
+	return false
 }
 
 type ReportWorkerFailureReply struct {
@@ -6444,7 +6476,7 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"driver_pid\x18\t \x01(\x05R\tdriverPid\x12$\n" +
 	"\x0edriver_node_id\x18\n" +
-	" \x01(\fR\fdriverNodeId\"\xc7\x03\n" +
+	" \x01(\fR\fdriverNodeId\"\x8d\x04\n" +
 	"\tActorInfo\x12\x19\n" +
 	"\bactor_id\x18\x01 \x01(\fR\aactorId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12\x12\n" +
@@ -6460,7 +6492,9 @@ const file_goray_proto_rawDesc = "" +
 	" \x01(\x03R\tendTimeMs\x12\x10\n" +
 	"\x03pid\x18\v \x01(\x05R\x03pid\x121\n" +
 	"\tresources\x18\f \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12'\n" +
-	"\x0fmax_concurrency\x18\r \x01(\x05R\x0emaxConcurrency\"=\n" +
+	"\x0fmax_concurrency\x18\r \x01(\x05R\x0emaxConcurrency\x12!\n" +
+	"\fmax_restarts\x18\x0e \x01(\x05R\vmaxRestarts\x12!\n" +
+	"\fnum_restarts\x18\x0f \x01(\x05R\vnumRestarts\"=\n" +
 	"\x13RegisterNodeRequest\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\"C\n" +
 	"\x11RegisterNodeReply\x12.\n" +
@@ -6535,11 +6569,12 @@ const file_goray_proto_rawDesc = "" +
 	"\x05actor\x18\x01 \x01(\v2\x13.goray.v1.ActorInfoR\x05actor\"\x13\n" +
 	"\x11ListActorsRequest\">\n" +
 	"\x0fListActorsReply\x12+\n" +
-	"\x06actors\x18\x01 \x03(\v2\x13.goray.v1.ActorInfoR\x06actors\"j\n" +
+	"\x06actors\x18\x01 \x03(\v2\x13.goray.v1.ActorInfoR\x06actors\"\x88\x01\n" +
 	"\x1aReportWorkerFailureRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\fR\bworkerId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x1a\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
+	"\tpermanent\x18\x04 \x01(\bR\tpermanent\"\x1a\n" +
 	"\x18ReportWorkerFailureReply\"d\n" +
 	"\fKVPutRequest\x12\x0e\n" +
 	"\x02ns\x18\x01 \x01(\tR\x02ns\x12\x10\n" +
@@ -6571,12 +6606,13 @@ const file_goray_proto_rawDesc = "" +
 	"\bTaskKind\x12\x14\n" +
 	"\x10TASK_KIND_NORMAL\x10\x00\x12\x1c\n" +
 	"\x18TASK_KIND_ACTOR_CREATION\x10\x01\x12\x1a\n" +
-	"\x16TASK_KIND_ACTOR_METHOD\x10\x02*R\n" +
+	"\x16TASK_KIND_ACTOR_METHOD\x10\x02*n\n" +
 	"\n" +
 	"ActorState\x12\x17\n" +
 	"\x13ACTOR_STATE_PENDING\x10\x00\x12\x15\n" +
 	"\x11ACTOR_STATE_ALIVE\x10\x01\x12\x14\n" +
-	"\x10ACTOR_STATE_DEAD\x10\x022\xb0\x03\n" +
+	"\x10ACTOR_STATE_DEAD\x10\x02\x12\x1a\n" +
+	"\x16ACTOR_STATE_RESTARTING\x10\x032\xb0\x03\n" +
 	"\n" +
 	"CoreWorker\x12;\n" +
 	"\tPushTasks\x12\x15.goray.v1.TaskRequest\x1a\x13.goray.v1.TaskReply(\x010\x01\x12S\n" +
