@@ -10,10 +10,10 @@ import (
 // Sentinel errors. Every typed error below matches one of these with
 // errors.Is, so callers can test the category without errors.As.
 var (
-	ErrTaskFailed       = errors.New("task failed")
-	ErrPanic            = errors.New("task panicked")
-	ErrWorkerCrashed    = errors.New("worker crashed")
-	ErrActorDied        = errors.New("actor died")
+	ErrTaskFailed    = errors.New("task failed")
+	ErrPanic         = errors.New("task panicked")
+	ErrWorkerCrashed = errors.New("worker crashed")
+	ErrActorDied     = errors.New("actor died")
 	// ErrActorUnavailable: the call was under way when the actor's worker
 	// died, and the actor is restarting (MaxRestarts).
 	ErrActorUnavailable = errors.New("actor unavailable")
