@@ -29,6 +29,8 @@ type actorRow struct {
 	Pid            int32   `json:"pid"`
 	Resources      amounts `json:"resources"`
 	MaxConcurrency int32   `json:"max_concurrency"`
+	MaxRestarts    int32   `json:"max_restarts"`
+	NumRestarts    int32   `json:"num_restarts"`
 	DeathReason    string  `json:"death_reason,omitempty"`
 	StartTimeMs    int64   `json:"start_time_ms"`
 	EndTimeMs      int64   `json:"end_time_ms,omitempty"`
@@ -96,7 +98,7 @@ func actorRows(as []*pb.ActorInfo) []actorRow {
 			ActorID: hexID(a.GetActorId()), JobID: hexID(a.GetJobId()), Name: a.GetName(), ClassName: a.GetClassName(),
 			State: strings.TrimPrefix(a.GetState().String(), "ACTOR_STATE_"), NodeID: hexID(a.GetAddress().GetNodeId()),
 			WorkerID: hexID(a.GetAddress().GetWorkerId()), Pid: a.GetPid(), Resources: amountsOf(a.GetResources()),
-			MaxConcurrency: a.GetMaxConcurrency(), DeathReason: a.GetDeathReason(),
+			MaxConcurrency: a.GetMaxConcurrency(), MaxRestarts: a.GetMaxRestarts(), NumRestarts: a.GetNumRestarts(), DeathReason: a.GetDeathReason(),
 			StartTimeMs: a.GetStartTimeMs(), EndTimeMs: a.GetEndTimeMs(),
 		})
 	}
