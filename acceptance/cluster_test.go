@@ -246,6 +246,34 @@ func TestClusterEvictsSecondaryCopies(t *testing.T) {
 	wantLines(t, out, "10 objects of 16 MiB read on N2: ok", "PASS secondaries")
 }
 
+// TestClusterRebuildsLostObjects: objects whose only copy dies with a
+// killed node are rebuilt by their owner, which re-runs the tasks that made
+// them on the nodes left (lineage reconstruction): a Get and a task's
+// argument both read the right bytes.
+func TestClusterRebuildsLostObjects(t *testing.T) {
+	ctx := testCtx(t)
+	h := startClusterHead(t, ctx)
+	victim := joinNode(t, ctx, h, "127.0.0.2", "")
+	dir := shortTempDir(t)
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "lineage", dir, victim.id)
+	waitFile(t, j, 30*time.Second, filepath.Join(dir, "ready"))
+	if err := syscall.Kill(victim.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeState(t, ctx, h, victim.id, "DEAD", 15*time.Second)
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("lineage job exited %d:\n%s", code, out)
+	}
+	wantLines(t, out, "lineage: both lost objects rebuilt", "PASS lineage")
+	if !strings.Contains(out, "re-running the task that made it") {
+		t.Errorf("the driver did not say it rebuilt the objects (were they on the killed node?):\n%s", out)
+	}
+}
+
 func copyFile(t *testing.T, from, to string) {
 	t.Helper()
 	if out, err := exec.Command("cp", from, to).CombinedOutput(); err != nil {

@@ -180,6 +180,33 @@ func (t *objectTable) addSubmitted(refs []codec.RefInfo) {
 	t.mu.Unlock()
 }
 
+// addSubmittedIfPresent is addSubmitted for objects this process still
+// knows; it returns the first unknown one (nil when all are known), having
+// counted the known ones.
+func (t *objectTable) addSubmittedIfPresent(refs []codec.RefInfo) *ids.ObjectID {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var missing *ids.ObjectID
+	for _, r := range refs {
+		if o := t.objs[r.ID]; o != nil {
+			o.submitted++
+			t.queueAddLocked(o)
+		} else if missing == nil {
+			id := r.ID
+			missing = &id
+		}
+	}
+	return missing
+}
+
+// owns reports whether this process owns id.
+func (t *objectTable) owns(id ids.ObjectID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	o := t.objs[id]
+	return o != nil && o.owned
+}
+
 func (t *objectTable) removeSubmitted(refs []codec.RefInfo) {
 	t.mu.Lock()
 	for _, r := range refs {
@@ -876,7 +903,19 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, own
 	for attempt := 0; ; attempt++ {
 		if remote {
 			if err := cw.pullObject(ctx, id, node, owner); err != nil {
-				return nil, err
+				if !isLost(err) || !cw.objects.owns(id) {
+					return nil, err
+				}
+				// Its node died with the only copy: this process owns it,
+				// so it rebuilds it (lineage reconstruction).
+				if rerr := cw.reconstruct(ctx, id, node, err); rerr != nil {
+					return nil, rerr
+				}
+				fresh, rerr := cw.objects.result(id)
+				if rerr != nil {
+					return nil, rerr
+				}
+				return cw.materialize(ctx, fresh, owner)
 			}
 		}
 		rep, err := cw.raylet.GetObjects(ctx, &pb.GetObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})

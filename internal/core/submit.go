@@ -261,6 +261,11 @@ func (cw *CoreWorker) resolveArgs(rec *taskRecord) error {
 		if codec.FormatOf(ret.Metadata) == codec.FormatError {
 			return decodeRemoteError(ret.Data)
 		}
+		// An argument this process owns whose node died: restore or
+		// rebuild it before the task needs it.
+		if ret, err = cw.recoverLost(rec.ctx, id, ret); err != nil {
+			return err
+		}
 		if ret.InStore {
 			a.NodeId = ret.NodeId
 			rec.noteArg(ret)

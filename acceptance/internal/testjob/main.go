@@ -162,6 +162,8 @@ func main() {
 		runErr = runPending(ctx, arg(rt, args, 0))
 	case "spill":
 		runErr = runSpill(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
+	case "lineage":
+		runErr = runLineage(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "secondaries":
 		runErr = runSecondaries(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "spill-nodekill":

@@ -184,3 +184,42 @@ func runSecondaries(ctx context.Context, n2, count, mib string) error {
 	fmt.Printf("%d objects of %d MiB read on N2: ok\n", n, size>>20)
 	return nil
 }
+
+// testjob lineage DIR VICTIM: two 8 MiB objects are made by tasks that
+// prefer node VICTIM (soft affinity) and the driver only waits for them;
+// it writes DIR/ready and waits for DIR/go while the test kills VICTIM.
+// Then the driver reads the first (Get) and passes the second to a task:
+// both copies died with the node, and the driver, their owner, rebuilds
+// them by re-running their tasks elsewhere.
+func runLineage(ctx context.Context, dir, victim string) error {
+	const size = 8 << 20
+	refs := []ray.Ref[[]byte]{
+		MakeSpillBlock.Options(ray.NodeAffinity(victim, true)).Remote(ctx, ray.V(1), ray.V(size)),
+		MakeSpillBlock.Options(ray.NodeAffinity(victim, true)).Remote(ctx, ray.V(2), ray.V(size)),
+	}
+	if _, pending, err := ray.Wait(ctx, refs, 2, 30*time.Second); err != nil || len(pending) > 0 {
+		return fmt.Errorf("making the objects: %v (pending %d)", err, len(pending))
+	}
+	if err := writeFile(filepath.Join(dir, "ready"), "1"); err != nil {
+		return err
+	}
+	if err := pollFile(ctx, filepath.Join(dir, "go")); err != nil {
+		return err
+	}
+	got, err := refs[0].Get(ctx)
+	if err != nil {
+		return fmt.Errorf("get of an object lost with its node: %w", err)
+	}
+	if fnvSum(got) != fnvSum(spillBlock(1, size)) {
+		return fmt.Errorf("the rebuilt object reads wrong")
+	}
+	sum, err := FnvOf.Remote(ctx, refs[1]).Get(ctx)
+	if err != nil {
+		return fmt.Errorf("task taking an object lost with its node: %w", err)
+	}
+	if sum != fnvSum(spillBlock(2, size)) {
+		return fmt.Errorf("the task read the rebuilt argument wrong")
+	}
+	fmt.Println("lineage: both lost objects rebuilt")
+	return nil
+}
