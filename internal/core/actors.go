@@ -244,7 +244,6 @@ func (c *actorClient) create(rec *taskRecord) {
 		defer cw.objects.removeSubmitted(rec.deps)
 	}
 	defer createCancel()
-	info := c.info(rec)
 	fail := func(reason error) {
 		c.setDead(reason)
 		c.reportDead(reason.Error())
@@ -309,7 +308,7 @@ func (c *actorClient) create(rec *taskRecord) {
 		dropLease()
 		return
 	}
-	info = &pb.ActorInfo{ActorId: c.ref.ID.Bytes()} // only what changes
+	info := &pb.ActorInfo{ActorId: c.ref.ID.Bytes()} // only what changes
 	info.State = pb.ActorState_ACTOR_STATE_ALIVE
 	info.Address = lrep.Worker
 	info.Pid = lrep.WorkerPid
