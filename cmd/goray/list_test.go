@@ -184,7 +184,7 @@ func TestListCommands(t *testing.T) {
 		contains []string
 	}{
 		{"nodes", "nodes", 4, []string{"NODE ID", strings.Repeat("aa", 16) + "  head", "missed 5 heartbeats", "CPU: 4, GPU: 1, memory: 8.0 GiB"}},
-		{"actors", "actors", 3, []string{"ACTOR ID", strings.Repeat("10", 16) + "  main.Counter  c1", "ALIVE", "killed", "PENDING"}},
+		{"actors", "actors", 4, []string{"ACTOR ID", strings.Repeat("10", 16) + "  main.Counter  c1", "ALIVE", "killed", "PENDING", "RESTARTING"}},
 		{"jobs", "jobs", 2, []string{"JOB ID", "RUNNING", "/bin/app", "FINISHED"}},
 		{"tasks", "tasks", 3, []string{"TASK ID", "main.add", "slow one", "boom stack"}},
 		{"objects", "objects", 4, []string{"OBJECT ID", "inline in owner", "store on node aaaaaaaa,bbbbbbbb", "4.0 MiB", "2/1/1", "d1d1d1d1@aaaaaaaa"}},

@@ -111,10 +111,11 @@ type jobCounts struct {
 }
 
 type actorCount struct {
-	Total   int `json:"total"`
-	Pending int `json:"pending"`
-	Alive   int `json:"alive"`
-	Dead    int `json:"dead"`
+	Total      int `json:"total"`
+	Pending    int `json:"pending"`
+	Alive      int `json:"alive"`
+	Restarting int `json:"restarting"`
+	Dead       int `json:"dead"`
 }
 
 // stateAlive is NodeInfo.state of a live node.
@@ -235,6 +236,8 @@ func buildStatus(addr string, views []*pb.NodeView, jobs []*pb.JobInfo, actors [
 			r.Actors.Alive++
 		case pb.ActorState_ACTOR_STATE_DEAD:
 			r.Actors.Dead++
+		case pb.ActorState_ACTOR_STATE_RESTARTING:
+			r.Actors.Restarting++
 		default:
 			r.Actors.Pending++
 		}
@@ -326,7 +329,11 @@ func writeStatus(w io.Writer, r statusReport) error {
 	}
 
 	fmt.Fprintf(w, "\nJobs: %d (%d running, %d finished)\n", r.Jobs.Total, r.Jobs.Running, r.Jobs.Finished)
-	_, err := fmt.Fprintf(w, "Actors: %d (%d alive, %d pending, %d dead)\n", r.Actors.Total, r.Actors.Alive, r.Actors.Pending, r.Actors.Dead)
+	restarting := ""
+	if r.Actors.Restarting > 0 {
+		restarting = fmt.Sprintf(", %d restarting", r.Actors.Restarting)
+	}
+	_, err := fmt.Fprintf(w, "Actors: %d (%d alive, %d pending%s, %d dead)\n", r.Actors.Total, r.Actors.Alive, r.Actors.Pending, restarting, r.Actors.Dead)
 	return err
 }
 

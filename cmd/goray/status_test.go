@@ -64,6 +64,8 @@ func fakeActors() []*pb.ActorInfo {
 			Address: &pb.Address{NodeId: id(0xaa, 16), WorkerId: id(0x31, 16)}, Pid: 300, StartTimeMs: 5, Resources: res(map[string]float64{"CPU": 1})},
 		{ActorId: id(0x11, 16), ClassName: "main.Counter", State: pb.ActorState_ACTOR_STATE_DEAD, DeathReason: "killed", StartTimeMs: 4},
 		{ActorId: id(0x12, 16), ClassName: "main.Other", State: pb.ActorState_ACTOR_STATE_PENDING, StartTimeMs: 6},
+		{ActorId: id(0x13, 16), ClassName: "main.Counter", State: pb.ActorState_ACTOR_STATE_RESTARTING, StartTimeMs: 7,
+			MaxRestarts: -1, NumRestarts: 2, DeathReason: "worker crashed"},
 	}
 }
 
@@ -105,7 +107,7 @@ func TestBuildStatus(t *testing.T) {
 	if r.Jobs != (jobCounts{Total: 2, Running: 1, Finished: 1}) {
 		t.Errorf("jobs %+v", r.Jobs)
 	}
-	if r.Actors != (actorCount{Total: 3, Alive: 1, Pending: 1, Dead: 1}) {
+	if r.Actors != (actorCount{Total: 4, Alive: 1, Pending: 1, Restarting: 1, Dead: 1}) {
 		t.Errorf("actors %+v", r.Actors)
 	}
 }
@@ -207,7 +209,7 @@ func TestStatusText(t *testing.T) {
 	if row := find("GPU  "); !strings.Contains(row, "1 / 1") {
 		t.Errorf("cluster GPU row %q", row)
 	}
-	for _, want := range []string{"{CPU: 1} x 5", "{GPU: 1} x 1 (infeasible", "Jobs: 2 (1 running, 1 finished)", "Actors: 3 (1 alive, 1 pending, 1 dead)", "Object store: 512 MiB used of 3.0 GiB"} {
+	for _, want := range []string{"{CPU: 1} x 5", "{GPU: 1} x 1 (infeasible", "Jobs: 2 (1 running, 1 finished)", "Actors: 4 (1 alive, 1 pending, 1 restarting, 1 dead)", "Object store: 512 MiB used of 3.0 GiB"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
