@@ -432,22 +432,7 @@ func (r *Raylet) runPull(oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) 
 		return err
 	}
 	creator := ids.New()
-	var off int64
-	create := func() (err error) {
-		off, err = r.cfg.Store.Create(oid, size, meta, creator)
-		return err
-	}
-	err = create()
-	var full interface{ StoreFull() bool }
-	if err != nil && errors.As(err, &full) && r.evictSecondaries(size) > 0 {
-		err = create()
-	}
-	if err != nil && errors.As(err, &full) && r.spill.enabled() {
-		// Spill this node's own objects to make room (bounded).
-		if werr := r.spill.waitForRoom(ctx, size, create); werr != nil {
-			err = fmt.Errorf("%w; %v", err, werr)
-		}
-	}
+	off, err := r.createMakingRoom(ctx, oid, size, meta, creator)
 	if err != nil {
 		if r.cfg.Store.Contains(oid) {
 			return nil // arrived meanwhile

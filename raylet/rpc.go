@@ -2,7 +2,6 @@ package raylet
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -559,21 +558,7 @@ func (r *Raylet) CreateObject(ctx context.Context, req *gorayv1.CreateObjectRequ
 			return nil, status.Errorf(codes.InvalidArgument, "create object %s: creator id: %v", oid, err)
 		}
 	}
-	off, err := r.cfg.Store.Create(oid, req.GetDataSize(), req.GetMetadata(), creator)
-	var full interface{ StoreFull() bool }
-	if err != nil && errors.As(err, &full) && r.evictSecondaries(req.GetDataSize()) > 0 {
-		off, err = r.cfg.Store.Create(oid, req.GetDataSize(), req.GetMetadata(), creator)
-	}
-	if err != nil && errors.As(err, &full) && r.spill.enabled() {
-		// Wait for spilling to make room (bounded), then try again.
-		first := err
-		if werr := r.spill.waitForRoom(ctx, req.GetDataSize(), func() error {
-			off, err = r.cfg.Store.Create(oid, req.GetDataSize(), req.GetMetadata(), creator)
-			return err
-		}); werr != nil {
-			return nil, status.Errorf(codes.ResourceExhausted, "%v; %v", first, werr)
-		}
-	}
+	off, err := r.createMakingRoom(ctx, oid, req.GetDataSize(), req.GetMetadata(), creator)
 	if err != nil {
 		return nil, storeStatus(err)
 	}

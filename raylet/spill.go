@@ -239,6 +239,34 @@ func (r *Raylet) evictSecondaries(need int64) int64 {
 	return freed
 }
 
+// createMakingRoom creates an object in the store and, when it does not
+// fit, makes room: copies of other nodes' objects are evicted first, then
+// (with spilling on) this node's own objects are spilled, waiting up to
+// spilling.wait or until ctx ends. When it still fails, the error is the
+// store's first, followed by why spilling could not help.
+func (r *Raylet) createMakingRoom(ctx context.Context, oid ids.ObjectID, size int64, meta []byte, creator ids.ID) (int64, error) {
+	var off int64
+	create := func() (err error) {
+		off, err = r.cfg.Store.Create(oid, size, meta, creator)
+		return err
+	}
+	first := create()
+	var full interface{ StoreFull() bool }
+	if first == nil || !errors.As(first, &full) {
+		return off, first
+	}
+	if r.evictSecondaries(size) > 0 && create() == nil {
+		return off, nil
+	}
+	if !r.spill.enabled() {
+		return off, first
+	}
+	if werr := r.spill.waitForRoom(ctx, size, create); werr != nil {
+		return off, fmt.Errorf("%w; %v", first, werr)
+	}
+	return off, nil
+}
+
 // candidate is an object that may leave memory.
 type candidate struct {
 	id   ids.ObjectID
@@ -526,23 +554,12 @@ func (s *spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta
 	defer cancel()
 	start := time.Now()
 	creator := ids.New()
-	var arenaOff int64
-	create := func() error {
-		var err error
-		arenaOff, err = s.r.cfg.Store.Create(id, size, meta, creator)
-		return err
-	}
-	if err := create(); err != nil {
+	arenaOff, err := s.r.createMakingRoom(ctx, id, size, meta, creator)
+	if err != nil {
 		if s.r.cfg.Store.Contains(id) {
 			return nil
 		}
-		var full interface{ StoreFull() bool }
-		if !errors.As(err, &full) {
-			return err
-		}
-		if werr := s.waitForRoom(ctx, size, create); werr != nil {
-			return fmt.Errorf("restoring object %s: %w: %v", id, err, werr)
-		}
+		return fmt.Errorf("restoring object %s: %w", id, err)
 	}
 	ok := false
 	defer func() {
