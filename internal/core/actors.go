@@ -70,6 +70,19 @@ func (c *actorClient) readyChan() chan struct{} {
 	return c.ready
 }
 
+// waitReady waits until the actor is alive or dead (as of now: a restart
+// after that is not waited for), ctx ends or the process closes.
+func (c *actorClient) waitReady(ctx context.Context) error {
+	select {
+	case <-c.readyChan():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.m.cw.closed:
+		return ErrShutdown
+	}
+}
+
 // client returns the client for ref, resolving the actor through the GCS
 // when this process did not create it.
 func (m *actorManager) client(ref ActorRef) *actorClient {
@@ -433,14 +446,12 @@ func (c *actorClient) run() {
 // waitUsable waits until the actor is alive (again, after a restart) or
 // dead, for rec (whose context or the process's end stop the wait).
 func (c *actorClient) waitUsable(rec *taskRecord) error {
-	cw := c.m.cw
 	for {
-		select {
-		case <-c.readyChan():
-		case <-rec.ctx.Done():
-			return cancelledError(rec.spec.Function, rec.ctx.Err())
-		case <-cw.closed:
-			return ErrShutdown
+		if err := c.waitReady(rec.ctx); err != nil {
+			if err == ErrShutdown {
+				return err
+			}
+			return cancelledError(rec.spec.Function, err)
 		}
 		c.mu.Lock()
 		usable := c.alive || c.dead != nil
@@ -586,14 +597,10 @@ func (c *actorClient) restart(reason string) {
 // actor died first.
 func (cw *CoreWorker) ActorReady(ctx context.Context, ref ActorRef) error {
 	c := cw.actors.client(ref)
-	select {
-	case <-c.readyChan():
-		return c.diedErr()
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-cw.closed:
-		return ErrShutdown
+	if err := c.waitReady(ctx); err != nil {
+		return err
 	}
+	return c.diedErr()
 }
 
 // KillActor ends an actor's process at once; pending and later calls fail
@@ -613,12 +620,8 @@ func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef) error {
 		c.reportDead(reason)
 		return nil
 	}
-	select {
-	case <-c.readyChan():
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-cw.closed:
-		return ErrShutdown
+	if err := c.waitReady(ctx); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	addr, dead := c.addr, c.dead

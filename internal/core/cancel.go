@@ -97,12 +97,8 @@ func (cw *CoreWorker) cancelActorCall(ctx context.Context, rec *taskRecord) erro
 	}
 	actorID := ids.MustFromBytes(rec.spec.ActorId)
 	c := cw.actors.client(ActorRef{ID: actorID})
-	select {
-	case <-c.readyChan():
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-cw.closed:
-		return ErrShutdown
+	if err := c.waitReady(ctx); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	addr, dead := c.addr, c.dead

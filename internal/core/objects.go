@@ -903,15 +903,12 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, own
 	for attempt := 0; ; attempt++ {
 		if remote {
 			if err := cw.pullObject(ctx, id, node, owner); err != nil {
-				if !isLost(err) || !cw.objects.owns(id) {
+				if !errors.Is(err, ErrObjectLost) {
 					return nil, err
 				}
-				// Its node died with the only copy: this process owns it,
-				// so it rebuilds it (lineage reconstruction).
-				if rerr := cw.reconstruct(ctx, id, node, err); rerr != nil {
-					return nil, rerr
-				}
-				fresh, rerr := cw.objects.result(id)
+				// Its node died with the only copy: its owner rebuilds it
+				// (lineage reconstruction); for others it stays lost.
+				fresh, rerr := cw.rebuilt(ctx, id, node, err)
 				if rerr != nil {
 					return nil, rerr
 				}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -37,18 +38,19 @@ func (cw *CoreWorker) recoverLost(ctx context.Context, id ids.ObjectID, ret *pb.
 	if err == nil {
 		return cw.objects.result(id)
 	}
-	if !isLost(err) {
+	if !errors.Is(err, ErrObjectLost) {
 		return nil, err
 	}
-	if err := cw.reconstruct(ctx, id, node, err); err != nil {
+	return cw.rebuilt(ctx, id, node, err)
+}
+
+// rebuilt reconstructs object id, lost with node, and returns its new
+// record; objects this process does not own stay lost.
+func (cw *CoreWorker) rebuilt(ctx context.Context, id ids.ObjectID, node ids.ID, lost error) (*pb.ReturnObject, error) {
+	if err := cw.reconstruct(ctx, id, node, lost); err != nil {
 		return nil, err
 	}
 	return cw.objects.result(id)
-}
-
-func isLost(err error) bool {
-	oe, ok := err.(*ObjectError)
-	return ok && oe.Kind == ErrObjectLost
 }
 
 // reconstruct re-runs the task that made owned object id, whose copy on
@@ -102,7 +104,7 @@ func (cw *CoreWorker) reconstruct(ctx context.Context, id ids.ObjectID, node ids
 	if err == nil {
 		return nil
 	}
-	if isLost(err) {
+	if errors.Is(err, ErrObjectLost) {
 		return err
 	}
 	// The object stays lost, with the reason the re-run failed, for every

@@ -352,11 +352,9 @@ func (cw *CoreWorker) ReleaseTensors(ts []transport.Tensor) error {
 			shmem.Default.Forget(seg)
 			continue
 		}
+		// Free also takes it out of the ledger (segtrack).
 		if err := t.Free(); err != nil && !errors.Is(err, fs.ErrNotExist) && first == nil {
 			first = err
-		}
-		if dir := cw.segLedger(); dir != "" {
-			recvseg.Remove(dir, seg)
 		}
 	}
 	return first
@@ -412,13 +410,15 @@ func (cw *CoreWorker) releaseSegments() {
 	segs := cw.transports.allocated
 	cw.transports.allocated = nil
 	cw.transports.mu.Unlock()
+	// Received ones by name (also when recording them in the ledger
+	// failed), then whatever else the ledger lists (created ones).
 	for s := range segs {
 		shmem.Default.Forget(s)
 		_ = shmem.Unlink(s)
 	}
 	if dir := cw.segLedger(); dir != "" {
 		if _, err := recvseg.Sweep(dir); err != nil {
-			cw.log.Warn("unlinking received tensor segments failed", "error", err)
+			cw.log.Warn("unlinking this process's tensor segments failed", "error", err)
 		}
 	}
 }
