@@ -83,6 +83,19 @@ func waitNodeState(t *testing.T, ctx context.Context, h *head, id, state string,
 	})
 }
 
+// killNodeThenGo kills node n with SIGKILL, waits until the cluster
+// declares it dead, and then lets a waiting job go on (writes dir/go).
+func killNodeThenGo(t *testing.T, ctx context.Context, h *head, n *clusterNode, dir string) {
+	t.Helper()
+	if err := syscall.Kill(n.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeState(t, ctx, h, n.id, "DEAD", 15*time.Second)
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestClusterExample runs examples/cluster on a head and two more nodes:
 // Spread uses every node, an object made on one node is read on another
 // and by the driver, and every node shows in `goray status`.
@@ -257,13 +270,7 @@ func TestClusterRebuildsLostObjects(t *testing.T) {
 	dir := shortTempDir(t)
 	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "lineage", dir, victim.id)
 	waitFile(t, j, 30*time.Second, filepath.Join(dir, "ready"))
-	if err := syscall.Kill(victim.pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitNodeState(t, ctx, h, victim.id, "DEAD", 15*time.Second)
-	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	killNodeThenGo(t, ctx, h, victim, dir)
 	code, out := j.wait(ctx)
 	if code != 0 {
 		t.Fatalf("lineage job exited %d:\n%s", code, out)

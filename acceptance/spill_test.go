@@ -291,13 +291,7 @@ func TestSpillRestoredAfterNodeDeath(t *testing.T) {
 		}
 		return stored >= 3
 	})
-	if err := syscall.Kill(victim.pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitNodeState(t, ctx, h, victim.id, "DEAD", 15*time.Second)
-	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	killNodeThenGo(t, ctx, h, victim, dir)
 	code, out := j.wait(ctx)
 	if code != 0 {
 		t.Fatalf("spill-nodekill exited %d:\n%s", code, out)

@@ -202,25 +202,33 @@ func (c *cancelAfter) Read(p []byte) (int, error) {
 }
 
 // TestServeOnOwnServer checks that Register works on a caller's server.
-func TestServeOnOwnServer(t *testing.T) {
+// serveOnUnix serves a gRPC server set up by register on a unix socket of
+// a fresh directory and returns a connection to it; both end with t.
+func serveOnUnix(t *testing.T, register func(*grpc.Server)) *grpc.ClientConn {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "gs")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	lis, err := net.Listen("unix", filepath.Join(dir, "s.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	storage.Register(srv, memstore.New())
+	register(srv)
 	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
+	t.Cleanup(srv.Stop)
 	conn, err := grpc.NewClient("unix://"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func TestServeOnOwnServer(t *testing.T) {
+	conn := serveOnUnix(t, func(srv *grpc.Server) { storage.Register(srv, memstore.New()) })
 	info, err := storage.NewClient(conn, storage.APIVersion).Info(context.Background(), nil)
 	if err != nil || info.Name != "memory" {
 		t.Fatalf("Info: %+v %v", info, err)

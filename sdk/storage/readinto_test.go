@@ -5,14 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	pb "github.com/goray-dev/goray/internal/proto/storagev1"
 	"github.com/goray-dev/goray/sdk/storage"
@@ -94,24 +92,7 @@ func TestReadInto(t *testing.T) {
 type oldPlugin struct{ pb.UnimplementedStorageServer }
 
 func TestReadIntoOldPlugin(t *testing.T) {
-	dir, err := os.MkdirTemp("", "gs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	lis, err := net.Listen("unix", filepath.Join(dir, "s.sock"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	pb.RegisterStorageServer(srv, oldPlugin{})
-	go func() { _ = srv.Serve(lis) }()
-	defer srv.Stop()
-	conn, err := grpc.NewClient("unix://"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveOnUnix(t, func(srv *grpc.Server) { pb.RegisterStorageServer(srv, oldPlugin{}) })
 	ri := storage.NewClient(conn, storage.APIVersion).(storage.ReaderInto)
 	if _, err := ri.ReadInto(context.Background(), &storage.ReadIntoRequest{Key: "k", Length: 1, TargetPath: "/dev/null"}); !errors.Is(err, storage.ErrNotSupported) {
 		t.Fatalf("ReadInto on a plugin without it: %v, want ErrNotSupported", err)
