@@ -740,19 +740,29 @@ func (s *spiller) publish(ctx context.Context, key, url string, batch []candidat
 	}
 	ctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 	defer cancel()
+	// One put per object, several at once: a fused file may hold many.
+	var g errgroup.Group
+	g.SetLimit(publishConcurrency)
 	for i, c := range batch {
-		v, err := json.Marshal(spillRecord{Storage: s.cfg.Shared, Key: key, URL: url, Offset: offsets[i], Size: c.size, Meta: c.meta})
-		if err == nil {
-			rk := recordKey(s.r.cfg.NodeID, c.id)
-			if _, err = s.r.cfg.GCS.KVPut(ctx, &gorayv1.KVPutRequest{Ns: spillRecordNS, Key: rk, Value: v, Overwrite: true}); err == nil {
-				out[i] = rk
-				continue
+		g.Go(func() error {
+			v, err := json.Marshal(spillRecord{Storage: s.cfg.Shared, Key: key, URL: url, Offset: offsets[i], Size: c.size, Meta: c.meta})
+			if err == nil {
+				rk := recordKey(s.r.cfg.NodeID, c.id)
+				if _, err = s.r.cfg.GCS.KVPut(ctx, &gorayv1.KVPutRequest{Ns: spillRecordNS, Key: rk, Value: v, Overwrite: true}); err == nil {
+					out[i] = rk
+					return nil
+				}
 			}
-		}
-		s.r.log.Warn("recording a spilled object in the GCS failed; it is lost if this node dies", "object_id", c.id, "error", err)
+			s.r.log.Warn("recording a spilled object in the GCS failed; it is lost if this node dies", "object_id", c.id, "error", err)
+			return nil
+		})
 	}
+	_ = g.Wait()
 	return out
 }
+
+// publishConcurrency bounds the spill record puts in flight.
+const publishConcurrency = 16
 
 // unpublish deletes spill records.
 func (s *spiller) unpublish(records []string) {
