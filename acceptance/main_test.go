@@ -31,11 +31,15 @@ var (
 	clusterBin    string
 	// pluginDir holds the plugin binaries built for the tests.
 	pluginDir string
+	// tokenPath is the cluster token file of every node, job and command
+	// the tests start (GORAY_AUTH_TOKEN_PATH), so that the tests never use
+	// or create the user's ~/.goray/auth_token. The first head creates it.
+	tokenPath string
 )
 
 // markerEnv is set, with a value unique to each run, in the environment of
-// every job the tests start. Workers inherit the job's environment, so it
-// finds a job's driver and workers in /proc.
+// every job the tests start, and forwarded to its workers
+// ($GORAY_FORWARD_ENV), so it finds a job's driver and workers in /proc.
 const markerEnv = "ACCEPTANCE_RUN_ID"
 
 func TestMain(m *testing.M) {
@@ -59,6 +63,7 @@ func runMain(m *testing.M) int {
 	testjobBin = filepath.Join(dir, "testjob")
 	clusterBin = filepath.Join(dir, "cluster")
 	pluginDir = filepath.Join(dir, "plugins")
+	tokenPath = filepath.Join(dir, "auth", "auth_token")
 	allreduceBin = filepath.Join(dir, "allreduce")
 	weightSyncBin = filepath.Join(dir, "weight-sync")
 	for _, b := range []struct{ out, pkg string }{
@@ -114,7 +119,8 @@ func freePort(t *testing.T) int {
 }
 
 // baseEnv is this process's environment without GORAY_* variables, so a
-// GORAY_ADDRESS of the caller cannot leak into the commands.
+// GORAY_ADDRESS of the caller cannot leak into the commands, plus the
+// tests' own token file.
 func baseEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -122,7 +128,7 @@ func baseEnv() []string {
 			env = append(env, kv)
 		}
 	}
-	return env
+	return append(env, "GORAY_AUTH_TOKEN_PATH="+tokenPath)
 }
 
 // cliResult is what one goray invocation did.
@@ -312,7 +318,7 @@ func startJob(t *testing.T, o jobOptions, bin string, args ...string) *job {
 	t.Helper()
 	j := &job{t: t, marker: fmt.Sprintf("%s-%d-%d", t.Name(), os.Getpid(), time.Now().UnixNano()), done: make(chan struct{})}
 	j.cmd = exec.Command(bin, args...)
-	j.cmd.Env = append(append(baseEnv(), o.env...), markerEnv+"="+j.marker)
+	j.cmd.Env = append(append(baseEnv(), o.env...), markerEnv+"="+j.marker, "GORAY_FORWARD_ENV="+markerEnv)
 	if o.addr != "" {
 		j.cmd.Env = append(j.cmd.Env, "GORAY_ADDRESS="+o.addr)
 	}

@@ -26,14 +26,12 @@ var (
 	spillPluginDir string
 )
 
+// buildSpillBinaries builds them into the directory of TestMain's binaries,
+// which it removes when the tests end.
 func buildSpillBinaries(t *testing.T) {
 	t.Helper()
 	spillBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "gsb")
-		if err != nil {
-			spillBuildErr = err
-			return
-		}
+		dir := filepath.Join(filepath.Dir(gorayBin), "spill")
 		spillExample = filepath.Join(dir, "spill-s3")
 		spillPluginDir = filepath.Join(dir, "plugins")
 		for _, b := range []struct{ out, pkg string }{

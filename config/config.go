@@ -36,10 +36,15 @@ type Node struct {
 	RayletPort int
 	// NodeIP is the address this node's raylet and workers listen on and
 	// advertise to other nodes (default 127.0.0.1, which only works when
-	// every node runs on one machine).
+	// every node runs on one machine). A wildcard (0.0.0.0, ::) is refused:
+	// it would expose every port of the node on every interface, and it is
+	// no address other nodes can reach the node at.
 	NodeIP string
 
-	// TempDir is the root for session directories, sockets and logs.
+	// TempDir is the root for session directories, sockets and logs: a
+	// directory of this user's own (one owned by another user, or writable
+	// by others, is refused when the node starts; it is made 0700). The
+	// default is DefaultTempDir: goray under $TMPDIR, else /tmp/goray.
 	TempDir string
 	// LogLevel is an hclog level name: trace, debug, info, warn, error.
 	LogLevel string
@@ -52,6 +57,12 @@ type Node struct {
 
 	// Labels are attached to the node and shown in status.
 	Labels map[string]string
+
+	// Auth configures the cluster token (the auth block).
+	Auth Auth
+	// TLS configures mutual TLS on connections between machines (the tls
+	// block); nil leaves TLS off.
+	TLS *TLS
 
 	// PluginDir is where plugin binaries are found.
 	PluginDir string
@@ -148,8 +159,11 @@ type Spilling struct {
 // Plugin is one `plugin "<kind>" "<name>" { ... }` block.
 type Plugin struct {
 	Kind string
+	// Name is a plain file name: the binary is <PluginDir>/goray-<kind>-<name>
+	// or <PluginDir>/<name>, and a name cannot reach outside PluginDir.
 	Name string
-	// SHA256 optionally pins the binary's checksum (hex).
+	// SHA256 optionally pins the binary's checksum (hex): the way to trust
+	// a plugin binary, checked before every start.
 	SHA256 string
 	// Config is the undecoded `config { ... }` block (nil when absent); the
 	// plugin host decodes it against the schema the plugin reports.

@@ -39,7 +39,7 @@ func errorsOnly(diags hcl.Diagnostics) hcl.Diagnostics {
 
 func TestDefault(t *testing.T) {
 	want := Node{
-		TempDir:     "/tmp/goray",
+		TempDir:     filepath.Join(os.TempDir(), "goray"),
 		LogLevel:    "info",
 		ObjectStore: ObjectStore{SpillThreshold: 0.8, InlineLimit: 100 * 1024},
 		WorkerPool:  WorkerPool{IdleTimeout: 60 * time.Second, StartTimeout: 30 * time.Second},
@@ -480,7 +480,7 @@ func TestValidate(t *testing.T) {
 		{ok: true, diagCase: diagCase{name: "worker node with address", src: base}},
 		{ok: true, diagCase: diagCase{name: "head without address", src: "head {}\n"}},
 		{ok: true, diagCase: diagCase{name: "spill threshold 1", src: base + "object_store {\n  spill_threshold = 1\n}\n"}},
-		{ok: true, diagCase: diagCase{name: "inline limit above unset memory", src: base + "object_store {\n  inline_limit = \"1GiB\"\n}\n"}},
+		{ok: true, diagCase: diagCase{name: "inline limit above unset memory", src: base + "object_store {\n  inline_limit = \"200MiB\"\n}\n"}},
 		{ok: true, diagCase: diagCase{name: "same plugin name, different kinds", src: base + "plugin \"storage\" \"x\" {}\nplugin \"transport\" \"x\" {}\n"}},
 		{ok: true, diagCase: diagCase{name: "log level in capitals", src: base + "log_level = \"WARN\"\n"}},
 		{diagCase: diagCase{

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -18,10 +19,15 @@ const DefaultHeadAddress = "127.0.0.1:6380"
 // pluginKinds are the kinds a `plugin "<kind>" "<name>"` block may declare.
 var pluginKinds = []string{"transport", "storage", "provider"}
 
+// DefaultTempDir is the temp_dir of a node whose file and flags name none:
+// "goray" under $TMPDIR, else under /tmp (as Ray's /tmp/ray follows
+// $TMPDIR).
+func DefaultTempDir() string { return filepath.Join(os.TempDir(), "goray") }
+
 // Default returns the built-in defaults, as if an empty file were loaded.
 func Default() *Node {
 	return &Node{
-		TempDir:  "/tmp/goray",
+		TempDir:  DefaultTempDir(),
 		LogLevel: "info",
 		ObjectStore: ObjectStore{
 			SpillThreshold: 0.8,
@@ -132,6 +138,8 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "worker_pool"},
 		{Type: "health_check"},
 		{Type: "spilling"},
+		{Type: "auth"},
+		{Type: "tls"},
 		{Type: "plugin", LabelNames: []string{"kind", "name"}},
 		{Type: "node_type", LabelNames: []string{"name"}},
 	},
@@ -271,7 +279,8 @@ func (d *decoder) root(body hcl.Body) {
 		}
 	}
 
-	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling")
+	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls")
+	d.security(single["auth"], single["tls"])
 
 	topAddr := c.Attributes["address"]
 	if hb := single["head"]; hb != nil {

@@ -25,6 +25,8 @@ type Flags struct {
 	Resources map[string]float64
 	// Labels are merged into the file's labels per key.
 	Labels map[string]string
+	// AuthTokenFile is where the cluster token is kept (auth.token_file).
+	AuthTokenFile string
 }
 
 // Override applies f on top of n. A value set by a flag no longer points at
@@ -55,6 +57,10 @@ func (n *Node) Override(f Flags) {
 	if f.NodeIP != "" {
 		n.NodeIP = f.NodeIP
 		drop(keyNodeIP)
+	}
+	if f.AuthTokenFile != "" {
+		n.Auth.TokenFile = f.AuthTokenFile
+		drop(keyAuthTokenFile)
 	}
 	if f.TempDir != "" {
 		n.TempDir = f.TempDir

@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/goray-dev/goray/internal/limits"
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/hashicorp/hcl/v2"
 )
@@ -23,10 +25,17 @@ var reservedResources = []string{resources.CPU, resources.GPU, resources.Memory,
 // Validate checks value ranges and cross-field rules: a non-head node needs
 // an address to join, addresses are host:port, ports are 0..65535, the log
 // level is known, object_store.spill_threshold is in (0, 1],
-// inline_limit does not exceed the object store memory when that is set,
-// amounts and counts are not negative, durations are positive, plugin kinds
-// are known and each kind+name appears once, sha256 pins are hex digests,
-// node types are unique and have min_workers <= max_workers.
+// inline_limit does not exceed the object store memory when that is set
+// nor limits.MaxInlineLimit (the RPC message limit less headroom),
+// amounts and counts are not negative, resource amounts are at most
+// resources.MaxFor (65536 CPUs or GPUs, 10^14 of anything else) and
+// memory sizes at most resources.MaxAmount bytes (their fixed-point form
+// must not overflow), resource names and labels are within the bounds the GCS
+// enforces, worker_pool counts are at most MaxWorkersPerJob, the health
+// check's period × failure_threshold is at most MaxNodeTimeout, durations
+// are positive, plugin kinds are known and each kind+name appears once,
+// sha256 pins are hex digests, node types are unique and have min_workers
+// <= max_workers.
 //
 // Each diagnostic points at the offending value when it came from a file
 // (and was not overridden by a flag since); otherwise it has no Subject and
@@ -72,11 +81,13 @@ func (v *validator) errorAt(r hcl.Range, summary, format string, args ...any) {
 func (v *validator) node() {
 	n := v.n
 	v.address()
+	v.security()
 	v.port(keyPort, "port", n.Port)
 	v.port(keyRayletPort, "raylet_port", n.RayletPort)
 	if n.NodeIP != "" && net.ParseIP(n.NodeIP) == nil {
 		v.errorf(keyNodeIP, "Invalid node_ip", "node_ip %q is not an IP address (for example 10.0.0.5 or 127.0.0.2).", n.NodeIP)
 	}
+	v.exposure()
 
 	if !slices.Contains(logLevels, strings.ToLower(n.LogLevel)) {
 		v.errorf(keyLogLevel, "Unknown log level",
@@ -94,9 +105,15 @@ func (v *validator) node() {
 	wp := n.WorkerPool
 	if wp.Prestart != nil && *wp.Prestart < 0 {
 		v.errorf(keyPrestart, "Invalid value", "worker_pool.prestart must not be negative, got %d.", *wp.Prestart)
+	} else if wp.Prestart != nil && *wp.Prestart > MaxWorkersPerJob {
+		v.errorf(keyPrestart, "Value too large",
+			"worker_pool.prestart is %d; each worker is a process started for every job, and at most %d may be prestarted.", *wp.Prestart, MaxWorkersPerJob)
 	}
 	if wp.MaxIdle != nil && *wp.MaxIdle < 0 {
 		v.errorf(keyMaxIdle, "Invalid value", "worker_pool.max_idle must not be negative, got %d.", *wp.MaxIdle)
+	} else if wp.MaxIdle != nil && *wp.MaxIdle > MaxWorkersPerJob {
+		v.errorf(keyMaxIdle, "Value too large",
+			"worker_pool.max_idle is %d; each idle worker is a process kept per job, and at most %d may be kept.", *wp.MaxIdle, MaxWorkersPerJob)
 	}
 	if wp.IdleTimeout <= 0 {
 		v.errorf(keyIdleTimeout, "Invalid duration", "worker_pool.idle_timeout must be positive, got %s.", wp.IdleTimeout)
@@ -111,10 +128,46 @@ func (v *validator) node() {
 	}
 	if hc.FailureThreshold < 1 {
 		v.errorf(keyFailThreshold, "Invalid value", "health_check.failure_threshold must be at least 1, got %d.", hc.FailureThreshold)
+	} else if hc.Period > 0 && time.Duration(hc.FailureThreshold) > MaxNodeTimeout/hc.Period {
+		v.errorf(keyFailThreshold, "Value too large",
+			"health_check.failure_threshold (%d) times health_check.period (%s) is how long a silent node stays alive, and must be at most %s.",
+			hc.FailureThreshold, hc.Period, MaxNodeTimeout)
 	}
+	v.labels()
 
 	v.plugins()
 	v.nodeTypes()
+}
+
+// Bounds on settings that would otherwise be accepted and fail late or
+// silently.
+const (
+	// MaxWorkersPerJob bounds worker_pool.prestart and max_idle: worker
+	// processes per job, far above any machine's CPU count.
+	MaxWorkersPerJob = 4096
+	// MaxNodeTimeout bounds health_check.period × failure_threshold, the
+	// time a silent node is still considered alive.
+	MaxNodeTimeout = 24 * time.Hour
+)
+
+// labels checks the node's labels against the bounds the GCS enforces
+// when the node registers.
+func (v *validator) labels() {
+	ls := v.n.Labels
+	if len(ls) > limits.MaxLabels {
+		v.errorf(keyLabels, "Too many labels", "labels has %d entries; a node may have at most %d.", len(ls), limits.MaxLabels)
+	}
+	for _, k := range slices.Sorted(maps.Keys(ls)) {
+		key := entryKey(keyLabels, k)
+		switch {
+		case k == "":
+			v.errorf(key, "Invalid label", "Label keys must not be empty.")
+		case len(k) > limits.MaxLabelKeyLen:
+			v.errorf(key, "Invalid label", "The label key %q... is %d bytes long; at most %d are allowed.", k[:32], len(k), limits.MaxLabelKeyLen)
+		case len(ls[k]) > limits.MaxLabelValueLen:
+			v.errorf(key, "Invalid label", "The value of label %q is %d bytes long; at most %d are allowed.", k, len(ls[k]), limits.MaxLabelValueLen)
+		}
+	}
 }
 
 func (v *validator) address() {
@@ -164,11 +217,22 @@ func (v *validator) resources() {
 	}
 	if r.Memory != nil && *r.Memory < 0 {
 		v.errorf(keyMemory, "Invalid resource amount", "resources.memory must not be negative, got %d.", *r.Memory)
+	} else if r.Memory != nil && *r.Memory > resources.MaxAmount {
+		v.errorf(keyMemory, "Resource amount too large",
+			"resources.memory is %d bytes, more than the maximum %d (about 91 TiB); resource amounts are fixed point in 1/%d units and must not overflow.",
+			*r.Memory, int64(resources.MaxAmount), resources.Unit)
+	}
+	if most := resources.MaxResources - len(reservedResources); len(r.Custom) > most {
+		v.errorf(keyCustom, "Too many resources", "resources.custom names %d resources; a node may have at most %d custom resources.", len(r.Custom), most)
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Custom)) {
 		key := entryKey(keyCustom, name)
 		if name == "" {
 			v.errorf(key, "Invalid resource name", "Custom resource names must not be empty.")
+			continue
+		}
+		if err := resources.CheckName(name); err != nil {
+			v.errorf(key, "Invalid resource name", "%s.", err)
 			continue
 		}
 		if slices.Contains(reservedResources, name) {
@@ -184,6 +248,10 @@ func (v *validator) objectStore() {
 	st := v.n.ObjectStore
 	if st.Memory < 0 {
 		v.errorf(keyStoreMemory, "Invalid size", "object_store.memory must not be negative, got %d.", st.Memory)
+	} else if st.Memory > resources.MaxAmount {
+		v.errorf(keyStoreMemory, "Size too large",
+			"object_store.memory is %d bytes, more than the maximum %d (about 91 TiB); it becomes the object_store_memory resource, whose fixed-point amount must not overflow.",
+			st.Memory, int64(resources.MaxAmount))
 	}
 	if !(st.SpillThreshold > 0 && st.SpillThreshold <= 1) {
 		v.errorf(keySpillThreshold, "Invalid spill threshold",
@@ -191,6 +259,10 @@ func (v *validator) objectStore() {
 	}
 	if st.InlineLimit < 0 {
 		v.errorf(keyInlineLimit, "Invalid size", "object_store.inline_limit must not be negative, got %d.", st.InlineLimit)
+	} else if st.InlineLimit > limits.MaxInlineLimit {
+		v.errorf(keyInlineLimit, "Inline limit exceeds the message limit",
+			"object_store.inline_limit (%d bytes) must be at most %d bytes: inline values travel inside RPC messages, which are limited to %d bytes (256 MiB), and %d bytes (1 MiB) are kept for the rest of the message.",
+			st.InlineLimit, limits.MaxInlineLimit, limits.MaxMessageSize, limits.InlineHeadroom)
 	} else if st.Memory > 0 && st.InlineLimit > st.Memory {
 		v.errorf(keyInlineLimit, "Inline limit exceeds object store",
 			"object_store.inline_limit (%d bytes) must not exceed object_store.memory (%d bytes).", st.InlineLimit, st.Memory)
@@ -217,6 +289,9 @@ func (v *validator) plugins() {
 		}
 		if p.Name == "" {
 			v.errorf(key(".name"), "Missing plugin name", "The %s plugin needs a non-empty name.", p.Kind)
+		} else if why := pluginNameProblem(p.Name); why != "" {
+			v.errorf(key(".name"), "Invalid plugin name",
+				"Plugin %s name %q %s: its binary must be a file directly in plugin_dir (goray-%s-<name> or <name>), so a name cannot reach outside it.", p.Kind, p.Name, why, p.Kind)
 		}
 		if p.SHA256 != "" {
 			if b, err := hex.DecodeString(p.SHA256); err != nil || len(b) != 32 {
@@ -262,6 +337,9 @@ func (v *validator) nodeTypes() {
 		} else {
 			seen[t.Name] = t
 		}
+		if len(t.Resources) > resources.MaxResources {
+			v.errorf(key(".resources"), "Too many resources", "Node type %q names %d resources; at most %d are allowed.", t.Name, len(t.Resources), resources.MaxResources)
+		}
 		for _, name := range slices.Sorted(maps.Keys(t.Resources)) {
 			k := key(".resources")
 			if k != "" {
@@ -269,6 +347,10 @@ func (v *validator) nodeTypes() {
 			}
 			if name == "" {
 				v.errorf(k, "Invalid resource name", "Node type %q has a resource with an empty name.", t.Name)
+				continue
+			}
+			if err := resources.CheckName(name); err != nil {
+				v.errorf(k, "Invalid resource name", "Node type %q: %s.", t.Name, err)
 				continue
 			}
 			v.amount(k, name, t.Resources[name])

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/proto/gorayv1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -61,6 +62,8 @@ type NameTakenError struct {
 	Name string
 	// Holder is the live actor that holds it.
 	Holder ids.ID
+	// Class is the holder's class name.
+	Class string
 }
 
 // Error describes the problem and the object it concerns.
@@ -68,9 +71,15 @@ func (e *NameTakenError) Error() string {
 	return fmt.Sprintf("actor name %q is already taken by actor %s", e.Name, e.Holder)
 }
 
-// GRPCStatus maps the error to codes.AlreadyExists.
+// GRPCStatus maps the error to codes.AlreadyExists, with the holder as an
+// ActorInfo detail (actor_id, name, class_name) so that clients need not
+// parse the message.
 func (e *NameTakenError) GRPCStatus() *status.Status {
-	return status.New(codes.AlreadyExists, e.Error())
+	st := status.New(codes.AlreadyExists, e.Error())
+	if d, err := st.WithDetails(&gorayv1.ActorInfo{ActorId: e.Holder.Bytes(), Name: e.Name, ClassName: e.Class}); err == nil {
+		return d
+	}
+	return st
 }
 
 // AlreadyExistsError reports a second registration of the same id
@@ -129,6 +138,37 @@ func (e *JobFinishedError) Error() string {
 // GRPCStatus maps the error to codes.FailedPrecondition.
 func (e *JobFinishedError) GRPCStatus() *status.Status {
 	return status.New(codes.FailedPrecondition, e.Error())
+}
+
+// QuotaExceededError reports a KV put that would take a namespace, or the
+// whole store, past its quota (codes.ResourceExhausted).
+type QuotaExceededError struct {
+	// Namespace and Key are the refused put's.
+	Namespace string
+	Key       string
+	// Store is set when the quota of all namespaces together is the one
+	// exceeded.
+	Store bool
+	// Unit is "bytes" or "keys".
+	Unit string
+	// Held is what the namespace (or store) holds, Want what it would
+	// hold after the put, Limit its quota.
+	Held, Want, Limit int64
+}
+
+// Error describes the problem and the object it concerns.
+func (e *QuotaExceededError) Error() string {
+	where := "the namespace"
+	if e.Store {
+		where = "the key-value store (all namespaces)"
+	}
+	return fmt.Sprintf("kv put of key %q in namespace %q refused: %s would hold %d %s, more than its quota of %d (it holds %d)",
+		clip(e.Key), clip(e.Namespace), where, e.Want, e.Unit, e.Limit, e.Held)
+}
+
+// GRPCStatus maps the error to codes.ResourceExhausted.
+func (e *QuotaExceededError) GRPCStatus() *status.Status {
+	return status.New(codes.ResourceExhausted, e.Error())
 }
 
 // parseID validates a required 16-byte id field.

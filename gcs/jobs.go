@@ -2,14 +2,18 @@ package gcs
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
 )
 
 // AddJob records a job as RUNNING with the server's start time. Adding a
 // running job again is a no-op; adding a finished one fails with
-// JobFinishedError.
+// JobFinishedError. A job must name its binary (binary_path) and the
+// binary's sha256 (64 lowercase hex digits): raylets run only a binary
+// with that hash, so a job without one is refused (InvalidArgumentError).
 func (s *Server) AddJob(_ context.Context, req *gorayv1.AddJobRequest) (*gorayv1.AddJobReply, error) {
 	if req.GetJob() == nil {
 		return nil, &InvalidArgumentError{Field: "job", Problem: "required"}
@@ -20,6 +24,13 @@ func (s *Server) AddJob(_ context.Context, req *gorayv1.AddJobRequest) (*gorayv1
 	}
 	if _, err := parseOptionalID("job.driver_node_id", req.GetJob().GetDriverNodeId()); err != nil {
 		return nil, err
+	}
+	if req.GetJob().GetBinaryPath() == "" {
+		return nil, &InvalidArgumentError{Field: "job.binary_path", Problem: "required"}
+	}
+	if sum := req.GetJob().GetBinarySha256(); !digest.ValidSHA256(sum) {
+		return nil, &InvalidArgumentError{Field: "job.binary_sha256",
+			Problem: fmt.Sprintf("%q is not a sha256 (64 lowercase hexadecimal digits); raylets run only a job binary whose hash they checked", sum)}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,7 +81,16 @@ func (s *Server) MarkJobFinished(_ context.Context, req *gorayv1.MarkJobFinished
 	return &gorayv1.MarkJobFinishedReply{}, nil
 }
 
-// GetAllJobs returns every job in the order they were added.
-func (s *Server) GetAllJobs(context.Context, *gorayv1.GetAllJobsRequest) (*gorayv1.GetAllJobsReply, error) {
-	return &gorayv1.GetAllJobsReply{Jobs: s.Jobs()}, nil
+// GetAllJobs returns every job in the order they were added. Each job's
+// env (the variables its driver forwards to workers, which may hold
+// secrets) is left out unless the request sets include_env, as raylets do
+// to start the job's workers: listings never show it.
+func (s *Server) GetAllJobs(_ context.Context, req *gorayv1.GetAllJobsRequest) (*gorayv1.GetAllJobsReply, error) {
+	jobs := s.Jobs()
+	if !req.GetIncludeEnv() {
+		for _, j := range jobs {
+			j.Env = nil
+		}
+	}
+	return &gorayv1.GetAllJobsReply{Jobs: jobs}, nil
 }

@@ -1,6 +1,7 @@
 package gcs
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -17,11 +18,11 @@ func TestJobs(t *testing.T) {
 	start := clock.Now().UnixMilli()
 
 	for _, j := range []ids.ID{j1, j2} {
-		_, err := c.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: j.Bytes(), BinaryPath: "/bin/app", DriverPid: 10, State: "FINISHED"}})
+		_, err := c.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: j.Bytes(), BinaryPath: "/bin/app", BinarySha256: testSHA, DriverPid: 10, State: "FINISHED", Env: []string{"AWS_SECRET_ACCESS_KEY=hunter2"}}})
 		mustOK(t, err)
 	}
 	// Adding a running job again is a no-op.
-	_, err := c.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: j1.Bytes(), BinaryPath: "/other"}})
+	_, err := c.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: j1.Bytes(), BinaryPath: "/other", BinarySha256: testSHA}})
 	mustOK(t, err)
 	all, err := c.GetAllJobs(ctx, &gorayv1.GetAllJobsRequest{})
 	mustOK(t, err)
@@ -32,6 +33,16 @@ func TestJobs(t *testing.T) {
 		if j.GetState() != StateRunning || j.GetStartTimeMs() != start || j.GetBinaryPath() != "/bin/app" || j.GetDriverPid() != 10 {
 			t.Fatalf("job %d = %v", i, j)
 		}
+		// A listing never shows what the driver forwards to its workers.
+		if len(j.GetEnv()) != 0 {
+			t.Fatalf("GetAllJobs without include_env returned job %d's env %q", i, j.GetEnv())
+		}
+	}
+	// Raylets ask for it to start the job's workers.
+	withEnv, err := c.GetAllJobs(ctx, &gorayv1.GetAllJobsRequest{IncludeEnv: true})
+	mustOK(t, err)
+	if env := withEnv.GetJobs()[0].GetEnv(); len(env) != 1 || env[0] != "AWS_SECRET_ACCESS_KEY=hunter2" {
+		t.Fatalf("GetAllJobs with include_env: env = %q", env)
 	}
 
 	// Actors of j1 in every state, and one of j2.
@@ -88,7 +99,7 @@ func TestJobs(t *testing.T) {
 	// A finished job takes no new actors and cannot be re-added.
 	_, err = c.RegisterActor(ctx, &gorayv1.RegisterActorRequest{Actor: actorOn(newID(), j1, ids.Nil, ids.Nil, "")})
 	wantCode(t, err, codes.FailedPrecondition, "has finished")
-	_, err = c.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: j1.Bytes()}})
+	_, err = c.AddJob(ctx, &gorayv1.AddJobRequest{Job: jobOf(j1)})
 	wantCode(t, err, codes.FailedPrecondition, "has finished")
 	// The name held by the job's actor is free again.
 	registerActor(t, c, actorOn(newID(), j2, ids.Nil, ids.Nil, "named"))
@@ -105,4 +116,40 @@ func getJob(t *testing.T, c gorayv1.GcsClient, id ids.ID) *gorayv1.JobInfo {
 	}
 	t.Fatalf("job %s not found", id.Short())
 	return nil
+}
+
+// testSHA is a well-formed binary sha256 for jobs of these tests.
+const testSHA = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+
+// jobOf is a well-formed job with id.
+func jobOf(id ids.ID) *gorayv1.JobInfo {
+	return &gorayv1.JobInfo{JobId: id.Bytes(), BinaryPath: "/bin/app", BinarySha256: testSHA}
+}
+
+// TestAddJobNeedsBinaryHash: a job that does not name its binary's sha256
+// (an empty hash once passed for an "older driver", letting any caller have
+// raylets run a program of its choosing) is refused, naming the field, and
+// never recorded.
+func TestAddJobNeedsBinaryHash(t *testing.T) {
+	_, c := startServer(t, Options{})
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		name, path, sum, want string
+	}{
+		{"empty sha256", "/usr/bin/id", "", "job.binary_sha256"},
+		{"short sha256", "/usr/bin/id", testSHA[:40], "job.binary_sha256"},
+		{"uppercase sha256", "/usr/bin/id", strings.ToUpper(testSHA), "job.binary_sha256"},
+		{"not hex", "/usr/bin/id", "../../" + testSHA[6:], "job.binary_sha256"},
+		{"no binary path", "", testSHA, "job.binary_path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: newID().Bytes(), BinaryPath: tc.path, BinarySha256: tc.sum}})
+			wantCode(t, err, codes.InvalidArgument, tc.want)
+		})
+	}
+	all, err := c.GetAllJobs(ctx, &gorayv1.GetAllJobsRequest{IncludeEnv: true})
+	mustOK(t, err)
+	if len(all.GetJobs()) != 0 {
+		t.Fatalf("refused jobs were recorded: %v", all.GetJobs())
+	}
 }

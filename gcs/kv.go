@@ -2,6 +2,7 @@ package gcs
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -10,29 +11,89 @@ import (
 
 // KVPut stores value under (ns, key). With overwrite=false an existing key is
 // kept and Added is false. Added is true when the key did not exist before.
+// Namespaces, keys and values are bounded (InvalidArgumentError), and so is
+// what a namespace and the whole store hold (QuotaExceededError); see
+// KVLimits.
 func (s *Server) KVPut(_ context.Context, req *gorayv1.KVPutRequest) (*gorayv1.KVPutReply, error) {
-	if req.GetKey() == "" {
+	ns, key, value := req.GetNs(), req.GetKey(), req.GetValue()
+	if key == "" {
 		return nil, &InvalidArgumentError{Field: "key", Problem: "required"}
+	}
+	l := s.kvLimits
+	if err := l.checkNamespace(ns); err != nil {
+		return nil, err
+	}
+	if err := l.checkKey("key", ns, key); err != nil {
+		return nil, err
+	}
+	if len(value) > l.MaxValueSize {
+		return nil, &InvalidArgumentError{Field: "value", Problem: fmt.Sprintf("the value of key %q in namespace %q is %d bytes; the limit is %d bytes",
+			clip(key), clip(ns), len(value), l.MaxValueSize)}
 	}
 	s.kvMu.Lock()
 	defer s.kvMu.Unlock()
-	m := s.kv[req.GetNs()]
-	if m == nil {
-		m = map[string][]byte{}
-		s.kv[req.GetNs()] = m
-	}
-	_, exists := m[req.GetKey()]
+	m := s.kv[ns]
+	old, exists := m[key]
 	if exists && !req.GetOverwrite() {
 		return &gorayv1.KVPutReply{Added: false}, nil
 	}
-	m[req.GetKey()] = slices.Clone(req.GetValue())
+	use := s.kvUse[ns]
+	if use == nil {
+		use = &kvUsage{}
+	}
+	delta, keys := kvCost(key, value), use.keys+1
+	if exists {
+		delta -= kvCost(key, old)
+		keys--
+	}
+	if m == nil {
+		delta += kvNamespaceCost(ns)
+	}
+	quota := func(store bool, unit string, held, want, limit int64) error {
+		return &QuotaExceededError{Namespace: ns, Key: key, Store: store, Unit: unit, Held: held, Want: want, Limit: limit}
+	}
+	switch {
+	case keys > l.NamespaceKeys:
+		return nil, quota(false, "keys", int64(use.keys), int64(keys), int64(l.NamespaceKeys))
+	case use.bytes+delta > l.NamespaceBytes:
+		return nil, quota(false, "bytes", use.bytes, use.bytes+delta, l.NamespaceBytes)
+	case s.kvTotal+delta > l.TotalBytes:
+		return nil, quota(true, "bytes", s.kvTotal, s.kvTotal+delta, l.TotalBytes)
+	}
+	if m == nil {
+		m = map[string][]byte{}
+		s.kv[ns] = m
+	}
+	s.kvUse[ns] = use
+	m[key] = slices.Clone(value)
+	use.bytes += delta
+	use.keys = keys
+	s.kvTotal += delta
 	return &gorayv1.KVPutReply{Added: !exists}, nil
+}
+
+// kvDeleteLocked deletes key from namespace ns, whose map is m, and
+// updates the quotas; s.kvMu must be held.
+func (s *Server) kvDeleteLocked(ns string, m map[string][]byte, key string) {
+	cost := kvCost(key, m[key])
+	delete(m, key)
+	if use := s.kvUse[ns]; use != nil {
+		use.bytes -= cost
+		use.keys--
+	}
+	s.kvTotal -= cost
 }
 
 // KVGet returns the value of (ns, key) and whether it exists.
 func (s *Server) KVGet(_ context.Context, req *gorayv1.KVGetRequest) (*gorayv1.KVGetReply, error) {
 	if req.GetKey() == "" {
 		return nil, &InvalidArgumentError{Field: "key", Problem: "required"}
+	}
+	if err := s.kvLimits.checkNamespace(req.GetNs()); err != nil {
+		return nil, err
+	}
+	if err := s.kvLimits.checkKey("key", req.GetNs(), req.GetKey()); err != nil {
+		return nil, err
 	}
 	s.kvMu.Lock()
 	defer s.kvMu.Unlock()
@@ -50,29 +111,46 @@ func (s *Server) KVDel(_ context.Context, req *gorayv1.KVDelRequest) (*gorayv1.K
 	if req.GetKey() == "" && !req.GetByPrefix() {
 		return nil, &InvalidArgumentError{Field: "key", Problem: "required unless by_prefix is set"}
 	}
+	if err := s.kvLimits.checkNamespace(req.GetNs()); err != nil {
+		return nil, err
+	}
+	if err := s.kvLimits.checkKey("key", req.GetNs(), req.GetKey()); err != nil {
+		return nil, err
+	}
 	s.kvMu.Lock()
 	defer s.kvMu.Unlock()
-	m := s.kv[req.GetNs()]
+	ns := req.GetNs()
+	m := s.kv[ns]
 	var n int64
 	if req.GetByPrefix() {
 		for k := range m {
 			if strings.HasPrefix(k, req.GetKey()) {
-				delete(m, k)
+				s.kvDeleteLocked(ns, m, k)
 				n++
 			}
 		}
 	} else if _, ok := m[req.GetKey()]; ok {
-		delete(m, req.GetKey())
+		s.kvDeleteLocked(ns, m, req.GetKey())
 		n = 1
 	}
 	if m != nil && len(m) == 0 {
-		delete(s.kv, req.GetNs())
+		delete(s.kv, ns)
+		if use := s.kvUse[ns]; use != nil {
+			s.kvTotal -= use.bytes // the namespace's own cost
+		}
+		delete(s.kvUse, ns)
 	}
 	return &gorayv1.KVDelReply{Deleted: n}, nil
 }
 
 // KVKeys returns the keys of ns that start with prefix, sorted.
 func (s *Server) KVKeys(_ context.Context, req *gorayv1.KVKeysRequest) (*gorayv1.KVKeysReply, error) {
+	if err := s.kvLimits.checkNamespace(req.GetNs()); err != nil {
+		return nil, err
+	}
+	if err := s.kvLimits.checkKey("prefix", req.GetNs(), req.GetPrefix()); err != nil {
+		return nil, err
+	}
 	s.kvMu.Lock()
 	keys := []string{}
 	for k := range s.kv[req.GetNs()] {

@@ -42,13 +42,19 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 // RegisterNode adds the node in state ALIVE with the server's start time; its
 // available resources start equal to its total. Registering an ALIVE node
 // again only refreshes its heartbeat time; registering a DEAD node's id fails
-// with NodeDeadError.
+// with NodeDeadError. What the node says about itself is validated first
+// (resources, labels, addresses, lengths; see checkNodeInfo), refused with
+// InvalidArgumentError naming the field.
 func (s *Server) RegisterNode(_ context.Context, req *gorayv1.RegisterNodeRequest) (*gorayv1.RegisterNodeReply, error) {
 	if req.GetNode() == nil {
 		return nil, &InvalidArgumentError{Field: "node", Problem: "required"}
 	}
 	id, err := parseID("node.node_id", req.GetNode().GetNodeId())
 	if err != nil {
+		return nil, err
+	}
+	if err := checkNodeInfo(req.GetNode()); err != nil {
+		s.log.Warn("node registration refused", "node", id.Short(), "error", err)
 		return nil, err
 	}
 	reply := &gorayv1.RegisterNodeReply{HeartbeatPeriodMs: s.period.Milliseconds()}
@@ -80,7 +86,8 @@ func (s *Server) RegisterNode(_ context.Context, req *gorayv1.RegisterNodeReques
 }
 
 // UnregisterNode marks the node DEAD with the given reason (default
-// "unregistered"), killing its actors. Unregistering a dead node is a no-op.
+// "unregistered"): its actors fail as on any node death (they die, or
+// restart). Unregistering a dead node is a no-op.
 func (s *Server) UnregisterNode(_ context.Context, req *gorayv1.UnregisterNodeRequest) (*gorayv1.UnregisterNodeReply, error) {
 	id, err := parseID("node_id", req.GetNodeId())
 	if err != nil {
@@ -102,7 +109,9 @@ func (s *Server) UnregisterNode(_ context.Context, req *gorayv1.UnregisterNodeRe
 
 // ReportHeartbeat records the node's load and liveness. A node already
 // declared dead gets Dead=true and must shut down; an unknown node gets
-// NotFoundError.
+// NotFoundError. A heartbeat with invalid figures (available above the
+// node's total, negative counts; see checkHeartbeat) is refused with
+// InvalidArgumentError and recorded nowhere, not even as a sign of life.
 func (s *Server) ReportHeartbeat(_ context.Context, req *gorayv1.HeartbeatRequest) (*gorayv1.HeartbeatReply, error) {
 	id, err := parseID("node_id", req.GetNodeId())
 	if err != nil {
@@ -117,6 +126,9 @@ func (s *Server) ReportHeartbeat(_ context.Context, req *gorayv1.HeartbeatReques
 	}
 	if n.info.GetState() == StateDead {
 		return &gorayv1.HeartbeatReply{Dead: true}, nil
+	}
+	if err := checkHeartbeat(req, n.info.GetTotal()); err != nil {
+		return nil, err
 	}
 	n.lastHeartbeat = now
 	n.available = nil
@@ -160,8 +172,9 @@ func (s *Server) checkHealth() {
 	}
 }
 
-// markNodeDeadLocked marks n DEAD and kills every actor on it; s.mu must be
-// held. It does nothing if n is already dead.
+// markNodeDeadLocked marks n DEAD and fails every actor on it (it dies, or
+// restarts: see actorFailedLocked); s.mu must be held. It does nothing if n
+// is already dead.
 func (s *Server) markNodeDeadLocked(id ids.ID, n *nodeEntry, reason string) {
 	if n.info.GetState() == StateDead {
 		return

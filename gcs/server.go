@@ -4,8 +4,9 @@
 //
 // The GCS is never on the per-task path. Nodes register and send periodic
 // heartbeats; Run declares a node dead after Options.FailureThreshold missed
-// heartbeat periods, and every actor on a dead node dies with it. Nothing is
-// persisted: a restarted GCS starts empty.
+// heartbeat periods, and every actor on a dead node dies with it or, with
+// restarts left, restarts. Nothing is persisted: a restarted GCS starts
+// empty.
 package gcs
 
 import (
@@ -47,6 +48,8 @@ type Options struct {
 	Logger hclog.Logger
 	// Now returns the current time; nil means time.Now. For tests.
 	Now func() time.Time
+	// KV bounds the key-value store; zero fields take the defaults.
+	KV KVLimits
 }
 
 // Server is the GCS. Create it with New, expose it with Register and run the
@@ -66,14 +69,16 @@ type Server struct {
 	jobOrder  []ids.ID
 	actors    map[ids.ID]*actorEntry
 	actorSeq  []ids.ID
-	// byName maps an actor name to the most recently registered actor of that
-	// name. Registration is refused while that actor is not DEAD, so it is
-	// the live holder of the name if there is one, else the latest dead one.
+	// byName maps an actor name to the actor holding it, which is never
+	// DEAD: an actor's death frees its name.
 	byName map[string]ids.ID
 	subs   map[*subscriber]struct{}
 
-	kvMu sync.Mutex
-	kv   map[string]map[string][]byte
+	kvMu     sync.Mutex
+	kv       map[string]map[string][]byte
+	kvLimits KVLimits
+	kvUse    map[string]*kvUsage // by namespace, for the quotas
+	kvTotal  int64               // bytes of all namespaces
 
 	// waiters counts GetActor calls blocked in wait_alive (for tests).
 	waiters atomic.Int64
@@ -106,6 +111,8 @@ func New(opts Options) *Server {
 		byName:    map[string]ids.ID{},
 		subs:      map[*subscriber]struct{}{},
 		kv:        map[string]map[string][]byte{},
+		kvLimits:  opts.KV.withDefaults(),
+		kvUse:     map[string]*kvUsage{},
 	}
 }
 

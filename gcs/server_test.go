@@ -154,7 +154,7 @@ func TestSubscribe(t *testing.T) {
 	node, job, actor := newID(), newID(), newID()
 	_, err := s.RegisterNode(ctx, &gorayv1.RegisterNodeRequest{Node: nodeInfo(node, "n")})
 	mustOK(t, err)
-	_, err = s.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: job.Bytes()}})
+	_, err = s.AddJob(ctx, &gorayv1.AddJobRequest{Job: jobOf(job)})
 	mustOK(t, err)
 	_, err = s.RegisterActor(ctx, &gorayv1.RegisterActorRequest{Actor: actorOn(actor, job, node, newID(), "")})
 	mustOK(t, err)
@@ -260,7 +260,7 @@ func TestAccessorsReturnCopies(t *testing.T) {
 	node, job, actor := newID(), newID(), newID()
 	_, err := s.RegisterNode(ctx, &gorayv1.RegisterNodeRequest{Node: nodeInfo(node, "n")})
 	mustOK(t, err)
-	_, err = s.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: job.Bytes()}})
+	_, err = s.AddJob(ctx, &gorayv1.AddJobRequest{Job: jobOf(job)})
 	mustOK(t, err)
 	_, err = s.RegisterActor(ctx, &gorayv1.RegisterActorRequest{Actor: actorOn(actor, job, node, ids.Nil, "")})
 	mustOK(t, err)
@@ -289,7 +289,7 @@ func TestConcurrentUse(t *testing.T) {
 	})
 
 	job := newID()
-	_, err := c.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: job.Bytes()}})
+	_, err := c.AddJob(ctx, &gorayv1.AddJobRequest{Job: jobOf(job)})
 	mustOK(t, err)
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)

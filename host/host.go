@@ -135,6 +135,10 @@ type Status struct {
 	APIVersion int
 	// LastError says why the plugin last failed ("" if it never did).
 	LastError string
+	// SHA256 is the block's sha256 pin of the binary (lowercase hex), ""
+	// when the block pins none. A pinned binary is checked before every
+	// start; pinning is how a node trusts a plugin binary.
+	SHA256 string
 }
 
 // ErrPluginUnavailable is matched (errors.Is) by the errors Client returns
@@ -183,6 +187,24 @@ type BinaryNotFoundError struct {
 func (e *BinaryNotFoundError) Error() string {
 	return fmt.Sprintf("no binary for plugin %s %q in plugin_dir %q: tried %s",
 		e.Kind, e.Name, e.Dir, quoteJoin(e.Tried))
+}
+
+// PluginPathError reports a plugin name that would reach outside
+// plugin_dir: the binary of `plugin "<kind>" "<name>"` must be a file
+// directly in plugin_dir, so a name with a path separator or a directory
+// reference ("..") is refused.
+type PluginPathError struct {
+	Kind, Name string
+	// Dir is the plugin_dir.
+	Dir string
+	// Problem says what is wrong with the name.
+	Problem string
+}
+
+// Error names the plugin, its name's problem and plugin_dir.
+func (e *PluginPathError) Error() string {
+	return fmt.Sprintf("plugin %s name %q %s: its binary must be a file directly in plugin_dir %q, and a name cannot reach outside it",
+		e.Kind, e.Name, e.Problem, e.Dir)
 }
 
 // ChecksumError reports a plugin binary that does not match its sha256 pin.
@@ -392,6 +414,10 @@ func (in *instance) start(ctx context.Context) hcl.Diagnostics {
 	}
 	in.versions = slices.Clone(versions)
 	path, err := m.findBinary(b.Kind, b.Name)
+	var pe *PluginPathError
+	if errors.As(err, &pe) {
+		return in.fail(in.errDiag("Plugin name escapes plugin_dir", err))
+	}
 	if err != nil {
 		return in.fail(in.errDiag("Plugin binary not found", err))
 	}
@@ -493,8 +519,14 @@ func (m *Manager) findBinary(kind, name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("plugin_dir %q: %w", m.opts.PluginDir, err)
 	}
+	if why := nameProblem(name); why != "" {
+		return "", &PluginPathError{Kind: kind, Name: name, Dir: dir, Problem: why}
+	}
 	for _, n := range tried {
 		p := filepath.Join(dir, n)
+		if filepath.Dir(p) != dir { // (nameProblem rules this out)
+			return "", &PluginPathError{Kind: kind, Name: name, Dir: dir, Problem: "resolves to " + p}
+		}
 		fi, err := os.Stat(p)
 		if err != nil || fi.IsDir() {
 			continue
@@ -505,6 +537,20 @@ func (m *Manager) findBinary(kind, name string) (string, error) {
 		return p, nil
 	}
 	return "", &BinaryNotFoundError{Kind: kind, Name: name, Dir: dir, Tried: tried}
+}
+
+// nameProblem says why a plugin name cannot name a file directly in
+// plugin_dir ("" when it can).
+func nameProblem(name string) string {
+	switch {
+	case name == "." || name == "..":
+		return "is a directory reference"
+	case strings.ContainsAny(name, `/\`):
+		return "contains a path separator"
+	case strings.ContainsRune(name, 0):
+		return "contains a NUL byte"
+	}
+	return ""
 }
 
 // checkPin compares path's sha256 with the pinned hex checksum.
@@ -675,7 +721,7 @@ func (m *Manager) Plugins() []Status {
 	for _, in := range list {
 		in.mu.Lock()
 		s := Status{Kind: in.block.Kind, Name: in.block.Name, Version: in.version, Path: in.path,
-			State: in.state, Restarts: in.restarts, APIVersion: in.apiVer}
+			State: in.state, Restarts: in.restarts, APIVersion: in.apiVer, SHA256: strings.ToLower(strings.TrimSpace(in.block.SHA256))}
 		if in.proc != nil {
 			s.Pid = in.proc.pid()
 		}

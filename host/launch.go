@@ -114,11 +114,14 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 			return r, err
 		},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
-		Logger:           s.log,
-		StartTimeout:     s.startTimeout,
-		Stderr:           tail,
-		SyncStdout:       stdio,
-		SyncStderr:       stdio,
+		// Mutual TLS with a certificate made for this one launch: only this
+		// host can call the plugin, even over its socket.
+		AutoMTLS:     true,
+		Logger:       s.log,
+		StartTimeout: s.startTimeout,
+		Stderr:       tail,
+		SyncStdout:   stdio,
+		SyncStderr:   stdio,
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize),
 			grpc.MaxCallSendMsgSize(plugin.MaxMessageSize),

@@ -351,7 +351,7 @@ func (r *Raylet) peerConn(addr string) (gorayv1.RayletClient, error) {
 	if c, ok := r.conns[addr]; ok {
 		return gorayv1.NewRayletClient(c), nil
 	}
-	c, err := grpc.NewClient(addr, dialOptions()...)
+	c, err := grpc.NewClient(addr, dialOptions(addr, r.cfg.Auth)...)
 	if err != nil {
 		return nil, err
 	}

@@ -39,7 +39,7 @@ func TestDataPlaneRanges(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rr, err := dialData(ctx, lis.Addr().String())
+	rr, err := dialData(ctx, lis.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestDataPlaneRanges(t *testing.T) {
 	}
 	// A cancelled context unblocks a read.
 	cctx, ccancel := context.WithCancel(context.Background())
-	rr2, err := dialData(cctx, lis.Addr().String())
+	rr2, err := dialData(cctx, lis.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
@@ -408,8 +409,12 @@ func (h *harness) tryDriver(bin string, env ...string) (*testDriver, error) {
 	}
 	d := &testDriver{id: ids.New(), stream: stream, cancel: cancel}
 	d.addr = &gorayv1.Address{UnixPath: filepath.Join(h.dir, "driver.sock"), WorkerId: d.id.Bytes()}
+	sum, err := digest.FileSHA256(bin)
+	if err != nil {
+		return nil, err
+	}
 	if err := stream.Send(&gorayv1.DriverMessage{
-		Job:     &gorayv1.JobInfo{BinaryPath: bin, Env: append(os.Environ(), env...)},
+		Job:     &gorayv1.JobInfo{BinaryPath: bin, BinarySha256: sum, Env: env},
 		Address: d.addr,
 		Pid:     int32(os.Getpid()),
 	}); err != nil {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/recvseg"
@@ -285,7 +286,22 @@ func (o *workerOutput) finish() {
 // buildCmd prepares the worker's command line, environment and output.
 func (r *Raylet) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 	info := w.job.info
-	cmd := exec.Command(info.GetBinaryPath())
+	// Only a binary with the job's sha256, checked by this raylet (once per
+	// sha256; afterwards a stat shows the file has not changed since).
+	ctx, cancel := context.WithTimeout(context.Background(), r.pool.startTimeout)
+	go func() {
+		select {
+		case <-r.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	bin, err := r.jobBinary(ctx, info)
+	cancel()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin)
 	cmd.Dir = info.GetWorkingDir()
 	cmd.Env = r.workerEnv(w, info.GetEnv())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -294,7 +310,7 @@ func (r *Raylet) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 	out := &workerOutput{}
 	for _, ext := range []string{"out", "err"} {
 		p := filepath.Join(r.logDir, fmt.Sprintf("worker-%s.%s", w.id, ext))
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			out.closeAll()
 			return nil, nil, fmt.Errorf("opening worker log: %w", err)
@@ -318,19 +334,24 @@ func (r *Raylet) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 	return cmd, out, nil
 }
 
-// workerEnv returns the job's environment (the raylet's own when the job
-// sent none) with the GORAY_* worker variables replaced.
-func (r *Raylet) workerEnv(w *worker, base []string) []string {
-	if len(base) == 0 {
-		base = os.Environ()
-	}
+// workerEnv returns the node's environment (this raylet's) plus the
+// variables the job forwards (JobInfo.env, which win), with the GORAY_*
+// worker variables replaced. Nothing else of the driver's environment
+// reaches its workers (ray.ForwardEnv).
+func (r *Raylet) workerEnv(w *worker, forwarded []string) []string {
+	base := append(os.Environ(), forwarded...) // exec keeps the last of duplicates
 	env := make([]string, 0, len(base)+len(workerEnvNames))
 	for _, kv := range base {
 		name, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(workerEnvNames, name) {
+		if !slices.Contains(workerEnvNames, name) && !slices.Contains(auth.EnvNames, name) {
 			env = append(env, kv)
 		}
 	}
+	creds := r.cfg.Auth
+	if creds == nil {
+		creds = noAuth
+	}
+	env = append(env, creds.Env()...)
 	return append(env,
 		EnvWorker+"=1",
 		EnvRayletSocket+"="+r.cfg.SocketPath,

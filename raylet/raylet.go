@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/recvseg"
@@ -115,6 +116,10 @@ type Config struct {
 	// Transports connects to the node's transport plugins for
 	// TransportInvoke (nil: the node has none).
 	Transports TransportConnFunc
+	// Auth is the cluster's credentials: presented to other raylets and
+	// data planes, required of this node's data-plane clients, and handed
+	// to workers in their environment (nil: none, for unit tests).
+	Auth *auth.Credentials
 	// Spill configures spilling objects to storage (off when
 	// Spill.Storage is nil).
 	Spill SpillConfig
@@ -219,7 +224,7 @@ func New(cfg Config) (*Raylet, error) {
 		}
 	}
 	for _, d := range []string{"sockets", "logs"} {
-		if err := os.MkdirAll(filepath.Join(cfg.SessionDir, d), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(cfg.SessionDir, d), 0o700); err != nil {
 			return nil, fmt.Errorf("raylet: creating session directory: %w", err)
 		}
 	}

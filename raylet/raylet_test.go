@@ -79,7 +79,7 @@ func TestDuplicateJobRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Send(&gorayv1.DriverMessage{Job: &gorayv1.JobInfo{JobId: d.job.Bytes(), BinaryPath: testworkerBin}}); err != nil {
+	if err := stream.Send(&gorayv1.DriverMessage{Job: &gorayv1.JobInfo{JobId: d.job.Bytes(), BinaryPath: testworkerBin, BinarySha256: testworkerSHA(t)}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stream.Recv(); status.Code(err) != codes.AlreadyExists {
@@ -537,19 +537,27 @@ func TestWorkersThatCannotStartFailLeases(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{name: "missing binary", bin: "/nonexistent/goray-app", want: "/nonexistent/goray-app"},
+		{name: "binary removed", bin: "goray-app", want: "goray-app cannot be read"},
 		{name: "crashing worker", bin: "", env: []string{"TESTWORKER_MODE=crash"}, want: "exit status 3"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newHarness(t, nil)
-			bin := tt.bin
-			if bin == "" {
-				bin = testworkerBin
+			bin := testworkerBin
+			if tt.bin != "" {
+				// Removed after the driver registered (this test's process,
+				// whose executable is not the job's, is the driver).
+				bin = filepath.Join(t.TempDir(), tt.bin)
+				copyExecutable(t, testworkerBin, bin)
 			}
 			d, err := h.tryDriver(bin, tt.env...)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tt.bin != "" {
+				if err := os.Remove(bin); err != nil {
+					t.Fatal(err)
+				}
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()

@@ -2,8 +2,6 @@ package raylet
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,11 +13,11 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -53,17 +51,22 @@ func (e *NodeDeadError) Error() string {
 
 // dialOptions are the options of connections to other raylets: keepalives
 // notice a node that vanished without closing its connections.
-func dialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+func dialOptions(addr string, creds *auth.Credentials) []grpc.DialOption {
+	if creds == nil {
+		creds = noAuth
+	}
+	return append(creds.DialOptions(addr),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
-		grpc.WithInitialWindowSize(4 << 20),
-		grpc.WithInitialConnWindowSize(16 << 20),
-		grpc.WithReadBufferSize(1 << 20),
-		grpc.WithWriteBufferSize(1 << 20),
-	}
+		grpc.WithInitialWindowSize(4<<20),
+		grpc.WithInitialConnWindowSize(16<<20),
+		grpc.WithReadBufferSize(1<<20),
+		grpc.WithWriteBufferSize(1<<20),
+	)
 }
+
+// noAuth stands in for nil credentials (unit tests).
+var noAuth, _ = auth.Disabled(nil)
 
 func spillReply(p *peerNode) *gorayv1.LeaseReply {
 	return &gorayv1.LeaseReply{SpillbackNodeId: p.id.Bytes(), SpillbackRaylet: p.info.GetRayletTcp()}
@@ -71,20 +74,14 @@ func spillReply(p *peerNode) *gorayv1.LeaseReply {
 
 // ------------------------------------------------------------ remote jobs
 
-// binaryFetch is a job binary being fetched from another node.
-type binaryFetch struct {
-	done chan struct{}
-	path string
-	err  error
-}
-
 // remoteJob returns the job of a driver on another node, registering it
 // here: its record comes from the GCS and its binary from the driver's
 // node (content-addressed by sha256, cached per node and checked before
 // any worker runs it).
 func (r *Raylet) remoteJob(ctx context.Context, jobID ids.ID) (*job, error) {
 	gctx, cancel := context.WithTimeout(ctx, gcsTimeout)
-	rep, err := r.cfg.GCS.GetAllJobs(gctx, &gorayv1.GetAllJobsRequest{})
+	// With env: the variables the driver forwards to its workers.
+	rep, err := r.cfg.GCS.GetAllJobs(gctx, &gorayv1.GetAllJobsRequest{IncludeEnv: true})
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("looking up job %s in the GCS: %w", jobID.Short(), err)
@@ -130,113 +127,6 @@ func idShort(b []byte) string {
 		return "?"
 	}
 	return id.Short()
-}
-
-// jobBinary returns a local path of the job's binary with the job's
-// sha256: the driver's own path when this node runs the driver or the same
-// file is there, else a copy in the node's binary cache, fetched once.
-func (r *Raylet) jobBinary(ctx context.Context, info *gorayv1.JobInfo) (string, error) {
-	sum := info.GetBinarySha256()
-	if sum == "" {
-		return info.GetBinaryPath(), nil // an old driver: hope it exists
-	}
-	if _, err := hex.DecodeString(sum); err != nil || len(sum) != 64 {
-		return "", fmt.Errorf("invalid binary sha256 %q", sum)
-	}
-	cached := filepath.Join(r.cfg.BinaryCacheDir, sum)
-	r.mu.Lock()
-	f := r.binaries[sum]
-	if f == nil {
-		f = &binaryFetch{done: make(chan struct{})}
-		r.binaries[sum] = f
-		go func() {
-			f.path, f.err = r.fetchBinary(info, cached)
-			if f.err != nil {
-				r.mu.Lock()
-				delete(r.binaries, sum) // let a later job try again
-				r.mu.Unlock()
-			}
-			close(f.done)
-		}()
-	}
-	r.mu.Unlock()
-	select {
-	case <-f.done:
-		return f.path, f.err
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-}
-
-// fetchBinary makes sure a file with the job's sha256 exists locally.
-func (r *Raylet) fetchBinary(info *gorayv1.JobInfo, cached string) (string, error) {
-	sum := info.GetBinarySha256()
-	// The driver's path, when the same file is visible here (one machine).
-	if got, err := digest.FileSHA256(info.GetBinaryPath()); err == nil && got == sum {
-		return info.GetBinaryPath(), nil
-	}
-	if got, err := digest.FileSHA256(cached); err == nil {
-		if got == sum {
-			return cached, nil
-		}
-		r.log.Warn("cached job binary is corrupt; fetching it again", "path", cached, "sha256", got)
-		_ = os.Remove(cached)
-	}
-	driverNode, err := ids.FromBytes(info.GetDriverNodeId())
-	if err != nil {
-		return "", fmt.Errorf("no driver node to fetch binary %s from", sum[:12])
-	}
-	cli, _, err := r.peerClient(driverNode)
-	if err != nil {
-		return "", fmt.Errorf("fetching binary %s: %w", sum[:12], err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	start := time.Now()
-	st, err := cli.FetchBinary(ctx, &gorayv1.FetchBinaryRequest{Sha256: sum})
-	if err != nil {
-		return "", fmt.Errorf("fetching binary %s from node %s: %w", sum[:12], driverNode.Short(), err)
-	}
-	if err := os.MkdirAll(r.cfg.BinaryCacheDir, 0o755); err != nil {
-		return "", err
-	}
-	tmp, err := os.CreateTemp(r.cfg.BinaryCacheDir, ".fetch-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(tmp.Name())
-	h := sha256.New()
-	var n int64
-	for {
-		c, err := st.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			tmp.Close()
-			return "", fmt.Errorf("fetching binary %s from node %s: %w", sum[:12], driverNode.Short(), err)
-		}
-		if _, err := tmp.Write(c.GetData()); err != nil {
-			tmp.Close()
-			return "", err
-		}
-		h.Write(c.GetData())
-		n += int64(len(c.GetData()))
-	}
-	if err := tmp.Close(); err != nil {
-		return "", err
-	}
-	if got := hex.EncodeToString(h.Sum(nil)); got != sum {
-		return "", fmt.Errorf("binary fetched from node %s has sha256 %s, want %s", driverNode.Short(), got, sum)
-	}
-	if err := os.Chmod(tmp.Name(), 0o755); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp.Name(), cached); err != nil {
-		return "", err
-	}
-	r.log.Info("job binary fetched", "sha256", sum[:12], "from", driverNode, "bytes", n, "took", time.Since(start))
-	return cached, nil
 }
 
 // FetchBinary streams a job binary this node has (a local driver's, or one
@@ -422,7 +312,7 @@ func (r *Raylet) runPull(oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) 
 		}
 	}()
 	start := time.Now()
-	first, err := dialData(ctx, addr)
+	first, err := dialData(ctx, addr, r.cfg.Auth)
 	if err != nil {
 		return err
 	}
@@ -468,7 +358,7 @@ func (r *Raylet) runPull(oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) 
 			go func() {
 				defer wg.Done()
 				err := func() error {
-					rr, err := dialData(ctx, addr)
+					rr, err := dialData(ctx, addr, r.cfg.Auth)
 					if err != nil {
 						return err
 					}

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 )
@@ -167,6 +168,9 @@ func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error 
 	if info == nil || info.GetBinaryPath() == "" {
 		return status.Error(codes.InvalidArgument, "driver registration: job.binary_path is required")
 	}
+	if !digest.ValidSHA256(info.GetBinarySha256()) {
+		return status.Errorf(codes.InvalidArgument, "driver registration: job.binary_sha256 %q is not a sha256 (64 lowercase hexadecimal digits); the raylet runs only job binaries whose hash it checked", info.GetBinarySha256())
+	}
 	jobID := ids.New()
 	if len(info.GetJobId()) > 0 {
 		if jobID, err = ids.FromBytes(info.GetJobId()); err != nil {
@@ -182,6 +186,11 @@ func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error 
 		info.DriverPid = msg.GetPid()
 	}
 	info.DriverNodeId = r.cfg.NodeID.Bytes()
+	// Check the binary now (hashed once per sha256 and cached), so that no
+	// worker ever runs an unchecked one.
+	if _, err := r.jobBinary(stream.Context(), info); err != nil {
+		return status.Errorf(codes.InvalidArgument, "driver registration: %v", err)
+	}
 	j := &job{
 		id:         jobID,
 		info:       info,

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/node"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -124,25 +125,29 @@ type cluster interface {
 
 // grpcCluster is a cluster reached over gRPC.
 type grpcCluster struct {
-	addr string
-	gcs  pb.GcsClient
-	conn interface{ Close() error }
+	addr  string
+	creds *auth.Credentials
+	gcs   pb.GcsClient
+	conn  interface{ Close() error }
 }
 
-func dialCluster(addr string) (*grpcCluster, error) {
-	cc, err := core.Dial(addr)
+func dialCluster(addr string, creds *auth.Credentials) (*grpcCluster, error) {
+	cc, err := core.Dial(addr, creds)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the GCS at %s: %w", addr, err)
 	}
-	return &grpcCluster{addr: addr, gcs: pb.NewGcsClient(cc), conn: cc}, nil
+	return &grpcCluster{addr: addr, creds: creds, gcs: pb.NewGcsClient(cc), conn: cc}, nil
 }
 
 // Close closes the GCS connection.
 func (c *grpcCluster) Close() error { return c.conn.Close() }
 
 func (c *grpcCluster) gcsErr(what string, err error) error {
-	if status.Code(err) == codes.Unavailable {
+	switch status.Code(err) {
+	case codes.Unavailable:
 		return fmt.Errorf("cannot reach the GCS at %s (is a goray head running there?): %w", c.addr, err)
+	case codes.Unauthenticated:
+		return fmt.Errorf("the GCS at %s refused this command: %w", c.addr, err)
 	}
 	return fmt.Errorf("querying %s from the GCS at %s: %w", what, c.addr, err)
 }
@@ -179,7 +184,7 @@ func (c *grpcCluster) NodeStats(ctx context.Context, socket string) (*pb.GetNode
 	if err := checkSocket(socket); err != nil {
 		return nil, err
 	}
-	cc, err := core.Dial(socket)
+	cc, err := core.Dial(socket, c.creds)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +197,7 @@ func (c *grpcCluster) ListOwned(ctx context.Context, socket string) (*pb.ListOwn
 	if err := checkSocket(socket); err != nil {
 		return nil, err
 	}
-	cc, err := core.Dial(socket)
+	cc, err := core.Dial(socket, c.creds)
 	if err != nil {
 		return nil, err
 	}
@@ -215,11 +220,11 @@ func checkSocket(path string) error {
 }
 
 // shutdownNode asks the raylet at socket to stop its node.
-func shutdownNode(ctx context.Context, socket, reason string) error {
+func shutdownNode(ctx context.Context, socket, reason string, creds *auth.Credentials) error {
 	if err := checkSocket(socket); err != nil {
 		return err
 	}
-	cc, err := core.Dial(socket)
+	cc, err := core.Dial(socket, creds)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/bench"
 	"github.com/goray-dev/goray/sdk/ray"
 	"github.com/hashicorp/go-hclog"
@@ -42,8 +43,8 @@ const (
 )
 
 // defaultTempDir is the root of session directories unless --temp-dir says
-// otherwise (config.Default().TempDir).
-const defaultTempDir = "/tmp/goray"
+// otherwise: config.DefaultTempDir, goray under $TMPDIR or /tmp.
+var defaultTempDir = config.DefaultTempDir()
 
 func main() {
 	// The goray binary is also, for `goray microbenchmark`, the shm tensor
@@ -174,6 +175,6 @@ func (a *app) rootCmd() *cobra.Command {
 		return &usageError{msg: err.Error()}
 	})
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: trace, debug, info, warn or error (for start: the node's log)")
-	root.AddCommand(a.startCmd(), a.stopCmd(), a.statusCmd(), a.listCmd(), a.versionCmd(), a.microbenchmarkCmd(), a.pluginsCmd())
+	root.AddCommand(a.startCmd(), a.stopCmd(), a.statusCmd(), a.listCmd(), a.versionCmd(), a.microbenchmarkCmd(), a.pluginsCmd(), a.authCmd(), a.certCmd())
 	return root
 }

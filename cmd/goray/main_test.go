@@ -22,6 +22,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	goray = filepath.Join(dir, "goray")
+	// Nodes the tests start keep their token here, never in ~/.goray.
+	os.Setenv("GORAY_AUTH_TOKEN_PATH", filepath.Join(dir, "auth", "auth_token"))
 	build := exec.Command("go", "build", "-o", goray, ".")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

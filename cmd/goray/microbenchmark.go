@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -88,7 +89,11 @@ limit with its ratio to it. Exits 1 only if a metric errors, never on figures.`,
 // -ldflags "-X main.commitOverride=<sha>" when the build has no VCS info.
 var commitOverride = ""
 
+// writeFileWith creates path (and its directory) and writes it with write.
 func writeFileWith(path string, write func(w io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err

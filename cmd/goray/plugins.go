@@ -12,6 +12,7 @@ import (
 
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/host"
+	"github.com/goray-dev/goray/internal/auth"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
@@ -81,6 +82,10 @@ type pluginRow struct {
 	APIVersion int32  `json:"api_version"`
 	Path       string `json:"path"`
 	LastError  string `json:"last_error,omitempty"`
+	// Pinned says whether the plugin block pins the binary's sha256 (the
+	// way to trust a plugin binary: it is checked before every start).
+	Pinned bool   `json:"pinned"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 func pluginRows(ctx context.Context, c cluster, warn func(string)) ([]pluginRow, error) {
@@ -112,7 +117,8 @@ func pluginRows(ctx context.Context, c cluster, warn func(string)) ([]pluginRow,
 
 func pluginRowOf(node []byte, p *pb.PluginStatus) pluginRow {
 	return pluginRow{Node: hexID(node), Kind: p.Kind, Name: p.Name, Version: p.Version, State: p.State,
-		Restarts: p.Restarts, Pid: p.Pid, APIVersion: p.ApiVersion, Path: p.Path, LastError: p.LastError}
+		Restarts: p.Restarts, Pid: p.Pid, APIVersion: p.ApiVersion, Path: p.Path, LastError: p.LastError,
+		Pinned: p.Sha256 != "", SHA256: p.Sha256}
 }
 
 func writePlugins(w io.Writer, rows []pluginRow) error {
@@ -120,9 +126,13 @@ func writePlugins(w io.Writer, rows []pluginRow) error {
 		_, err := fmt.Fprintln(w, "No plugins.")
 		return err
 	}
-	t := newTable(w, "NODE", "KIND", "NAME", "VERSION", "STATE", "RESTARTS", "PID", "API", "LAST ERROR")
+	t := newTable(w, "NODE", "KIND", "NAME", "VERSION", "STATE", "RESTARTS", "PID", "API", "PINNED", "LAST ERROR")
 	for _, r := range rows {
-		t.row(shortHex(r.Node), r.Kind, r.Name, orDash(r.Version), r.State, fmt.Sprint(r.Restarts), pidCell(r.Pid), fmt.Sprint(r.APIVersion), orDash(r.LastError))
+		pinned := "no"
+		if r.Pinned {
+			pinned = "sha256:" + r.SHA256[:min(12, len(r.SHA256))]
+		}
+		t.row(shortHex(r.Node), r.Kind, r.Name, orDash(r.Version), r.State, fmt.Sprint(r.Restarts), pidCell(r.Pid), fmt.Sprint(r.APIVersion), pinned, orDash(r.LastError))
 	}
 	return t.flush()
 }
@@ -134,7 +144,15 @@ func startCheckHost(ctx context.Context, cfgPath, sockDir string, log hclog.Logg
 	if err := config.NewDiagnosticsError(diags, n.Files()); err != nil {
 		return nil, err
 	}
+	// The checked plugins authenticate their data connections to each
+	// other with a token of the check's own, as an embedded node's do:
+	// never the cluster's, which this machine may not have yet.
+	creds, err := auth.New(auth.GenerateToken(), nil)
+	if err != nil {
+		return nil, err
+	}
 	m := host.New(host.Options{PluginDir: n.PluginDir, Blocks: n.Plugins, Files: n.Files(), Logger: log, SocketDir: sockDir,
+		Env:       creds.Env(),
 		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}}})
 	if diags := m.Start(ctx); diags.HasErrors() {
 		_ = m.Stop(context.Background())

@@ -44,6 +44,7 @@ type startOptions struct {
 	nodeIP            string
 	rayletPort        int
 	readyFile         string
+	authTokenFile     string
 }
 
 func (o *startOptions) register(fs *pflag.FlagSet) {
@@ -61,6 +62,7 @@ func (o *startOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.nodeName, "node-name", "", "node name shown in status (default: the hostname)")
 	fs.StringVar(&o.nodeIP, "node-ip", "", "IP address the node listens on and advertises to other nodes (default 127.0.0.1)")
 	fs.IntVar(&o.rayletPort, "raylet-port", 0, "raylet TCP port for other nodes (default: any free port)")
+	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file holding the cluster token (default $GORAY_AUTH_TOKEN_PATH, else ~/.goray/auth_token; a head creates it)")
 	fs.StringVar(&o.readyFile, "ready-file", "", "write the node's info as JSON to this file once it serves")
 	_ = fs.MarkHidden("ready-file")
 }
@@ -76,7 +78,8 @@ func (o *startOptions) configFlags(fs *pflag.FlagSet, logLevel string) (config.F
 		NodeName: o.nodeName,
 		NodeIP:   o.nodeIP,
 
-		RayletPort: o.rayletPort,
+		RayletPort:    o.rayletPort,
+		AuthTokenFile: o.authTokenFile,
 	}
 	if fs.Changed("head") {
 		h := o.head
@@ -285,10 +288,14 @@ func (a *app) startCmd() *cobra.Command {
 				w, c := termInfo(a.stderr)
 				fmt.Fprint(a.stderr, config.FormatDiagnostics(diags, cfg.Files(), w, c))
 			}
-			if o.block {
-				return a.runNode(cmd.Context(), cfg, o.readyFile)
+			na, err := nodeCredentials(cfg)
+			if err != nil {
+				return err
 			}
-			return a.startDaemon(cmd.Context(), cfg)
+			if o.block {
+				return a.runNode(cmd.Context(), cfg, o.readyFile, na)
+			}
+			return a.startDaemon(cmd.Context(), cfg, na)
 		}),
 	}
 	o.register(cmd.Flags())
@@ -297,15 +304,15 @@ func (a *app) startCmd() *cobra.Command {
 
 // runNode runs the node in this process until SIGINT, SIGTERM or a
 // shutdown request.
-func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string) error {
+func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, na nodeAuth) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	n, err := node.Start(ctx, node.Options{Config: cfg})
+	n, err := node.Start(ctx, node.Options{Config: cfg, Auth: na.creds})
 	if err != nil {
 		return err
 	}
 	info := n.Info()
-	writeStarted(a.stdout, info, os.Getpid())
+	writeStarted(a.stdout, info, os.Getpid(), na)
 	if readyFile == "" {
 		fmt.Fprintln(a.stdout, "\nRunning in the foreground; press Ctrl-C to stop.")
 	} else {
@@ -341,7 +348,7 @@ func writeReadyFile(path string, info node.Info) error {
 		return err
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("writing ready file %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
@@ -376,7 +383,7 @@ func redirectOutput(logFile string) {
 }
 
 // writeStarted tells the user where the node serves and how to use it.
-func writeStarted(w io.Writer, info node.Info, pid int) {
+func writeStarted(w io.Writer, info node.Info, pid int, na nodeAuth) {
 	kind := "node"
 	if info.Head {
 		kind = "head node"
@@ -390,8 +397,23 @@ func writeStarted(w io.Writer, info node.Info, pid int) {
 	t.row("  raylet address:", info.RayletAddress)
 	t.row("  session dir:", info.SessionDir)
 	t.row("  log file:", orDash(info.LogFile))
+	authRow, authNotes := "", []string(nil)
+	if na.creds != nil {
+		authRow, authNotes = na.describe()
+		t.row("  auth:", authRow)
+	}
 	_ = t.flush()
+	for _, n := range authNotes {
+		fmt.Fprintln(w, n)
+	}
 	fmt.Fprintf(w, "\nTo use this cluster from this machine:\n  export %s=%s\n  goray status\n", envAddress, info.GCSAddress)
+	if info.Head {
+		join := "goray start --address " + info.GCSAddress + " --node-ip <this machine's IP>"
+		if na.creds.Enabled() && strings.HasPrefix(na.from, "/") {
+			join = fmt.Sprintf("copy %s to the same place there (chmod 600), then\n  %s", na.from, join)
+		}
+		fmt.Fprintf(w, "To add a node on another machine:\n  %s\n", join)
+	}
 	stop := "goray stop"
 	if root := filepath.Dir(info.SessionDir); root != defaultTempDir {
 		stop += " --temp-dir " + root
@@ -401,14 +423,14 @@ func writeStarted(w io.Writer, info node.Info, pid int) {
 
 // startDaemon starts `goray start ... --block` detached from this process
 // and returns once the node serves.
-func (a *app) startDaemon(ctx context.Context, cfg *config.Node) error {
+func (a *app) startDaemon(ctx context.Context, cfg *config.Node, na nodeAuth) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the goray executable: %w", err)
 	}
 	root := cfg.TempDir
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return fmt.Errorf("creating temp dir %s: %w", root, err)
+	if err := node.PrepareTempRoot(root); err != nil {
+		return err
 	}
 	base := filepath.Join(root, fmt.Sprintf("goray-start-%d", os.Getpid()))
 	outPath, readyPath := base+".out", base+".ready"
@@ -417,7 +439,7 @@ func (a *app) startDaemon(ctx context.Context, cfg *config.Node) error {
 			_ = os.Remove(p)
 		}
 	}()
-	out, err := os.OpenFile(outPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	out, err := os.OpenFile(outPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating %s: %w", outPath, err)
 	}
@@ -439,7 +461,7 @@ func (a *app) startDaemon(ctx context.Context, cfg *config.Node) error {
 	defer stop()
 	info, err := waitReady(ctx, readyPath, exited, startTimeout)
 	if err == nil {
-		writeStarted(a.stdout, info, child.Process.Pid)
+		writeStarted(a.stdout, info, child.Process.Pid, na)
 		return nil
 	}
 	var ee *earlyExitError

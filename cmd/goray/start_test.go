@@ -254,7 +254,7 @@ func TestWaitReady(t *testing.T) {
 
 func TestWriteStarted(t *testing.T) {
 	var b bytes.Buffer
-	writeStarted(&b, node.Info{NodeID: "0123456789abcdef", Head: true, GCSAddress: "127.0.0.1:7000", SessionDir: "/tmp/elsewhere/session_x"}, 99)
+	writeStarted(&b, node.Info{NodeID: "0123456789abcdef", Head: true, GCSAddress: "127.0.0.1:7000", SessionDir: "/tmp/elsewhere/session_x"}, 99, nodeAuth{})
 	for _, want := range []string{"Started goray head node 01234567 (pid 99)", "export GORAY_ADDRESS=127.0.0.1:7000", "goray status", "goray stop --temp-dir /tmp/elsewhere"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, b.String())

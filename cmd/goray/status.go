@@ -374,7 +374,11 @@ func (a *app) connect(f *clusterFlags) (*grpcCluster, error) {
 		return nil, err
 	}
 	a.log.Debug("connecting", "gcs", addr)
-	return dialCluster(addr)
+	creds, err := a.clientCreds(absPath(f.tempDir))
+	if err != nil {
+		return nil, err
+	}
+	return dialCluster(addr, creds)
 }
 
 func (a *app) statusCmd() *cobra.Command {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/raylet"
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
@@ -61,6 +62,9 @@ type stopper struct {
 	log  hclog.Logger
 	// skip are pids never signalled (this process and its parent).
 	skip []int
+	// creds are presented with the shutdown request (nil: none; a node
+	// that refuses it gets SIGTERM instead).
+	creds *auth.Credentials
 }
 
 // StopError says some processes could not be stopped.
@@ -132,7 +136,7 @@ func (s *stopper) stopNodes(ctx context.Context, group []session) ([]stoppedNode
 			continue
 		}
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := shutdownNode(rctx, in.RayletSocket, "goray stop")
+		err := shutdownNode(rctx, in.RayletSocket, "goray stop", s.creds)
 		cancel()
 		if err == nil {
 			out[i].How = "shutdown request"
@@ -299,7 +303,11 @@ func (a *app) stopCmd() *cobra.Command {
 				return usagef("invalid --grace %s: must not be negative", o.grace)
 			}
 			root := absPath(o.tempDir)
-			s := &stopper{proc: procFS{a.procRoot}, root: root, opts: o, log: a.log, skip: []int{os.Getpid(), os.Getppid()}}
+			creds, err := auth.FromEnv()
+			if err != nil {
+				a.log.Debug("no credentials for the shutdown request; nodes get SIGTERM", "error", err)
+			}
+			s := &stopper{proc: procFS{a.procRoot}, root: root, opts: o, log: a.log, skip: []int{os.Getpid(), os.Getppid()}, creds: creds}
 			res, err := s.run(cmd.Context())
 			writeStopResult(a.stdout, root, res)
 			return err

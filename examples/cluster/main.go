@@ -7,11 +7,12 @@
 //     pinned to another (ray.NodeAffinity), so the object travels between
 //     the nodes' stores; the driver reads it too and checks every byte's sum.
 //
-// Start a cluster and run it against it:
+// Start a cluster and run it against it, from the repository root:
 //
 //	goray start --head --port 6379
 //	goray start --address 127.0.0.1:6379 --num-cpus 2
 //	GORAY_ADDRESS=127.0.0.1:6379 go run ./examples/cluster --min-nodes 2
+//	goray stop
 //
 // Without GORAY_ADDRESS it runs on an embedded single-node cluster. It exits
 // non-zero when a result is wrong.

@@ -2,15 +2,18 @@
 // every value back: the node spills objects to S3 (or any storage the HCL
 // file names) while the job runs and restores them on Get.
 //
-// With a MinIO (or S3) endpoint and the usual AWS credentials in the
-// environment, and the plugin binaries built (`make plugins`):
+// From the repository root, with the plugin binaries built and an S3
+// endpoint named the AWS SDKs' way; for a local MinIO (README.md's
+// Configuration section shows how to start the pinned one):
 //
-//	export AWS_ACCESS_KEY_ID=... AWS_SECRET_ACCESS_KEY=...
+//	make plugins
+//	export AWS_ENDPOINT_URL=http://127.0.0.1:9000 AWS_ACCESS_KEY_ID=goray AWS_SECRET_ACCESS_KEY=goray-secret
 //	go run ./examples/spill-s3 --config examples/spill-s3/spill-s3.hcl
 //
-// The config sets a 256 MiB object store and spills to the bucket; the job
-// puts 3× that by default. Without --config the embedded node spills to
-// local disk. It exits non-zero when a value does not read back.
+// The config (spill-s3.hcl) sets a 256 MiB object store and spills to the
+// bucket goray-spill, which it creates; the job puts 3× that by default.
+// Without --config the embedded node spills to local disk. It exits
+// non-zero when a value does not read back.
 package main
 
 import (

@@ -1,6 +1,7 @@
 # A node for examples/spill-s3: a small object store that spills to S3.
-# Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or
-# ~/.aws/credentials); set endpoint to your MinIO or leave it out for AWS.
+# The endpoint and credentials come from the environment, as for the AWS
+# SDKs: AWS_ENDPOINT_URL (http://127.0.0.1:9000 for a local MinIO; unset for
+# AWS), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or ~/.aws/credentials).
 
 object_store {
   memory          = "256MiB"
@@ -11,11 +12,9 @@ plugin_dir = "../../bin/plugins" # `make plugins` builds goray-storage-s3 there
 
 plugin "storage" "s3" {
   config {
-    endpoint      = "127.0.0.1:9000"
     bucket        = "goray-spill"
     prefix        = "spill"
-    tls           = false
-    create_bucket = true
+    create_bucket = true # a new bucket is refused without it
   }
 }
 

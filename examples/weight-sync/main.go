@@ -13,16 +13,14 @@
 // shared memory on the same machine. The reference's release lets the
 // trainer's plugin deregister and free the weights.
 //
-// Run it on a cluster whose nodes load the plugin (make plugins builds it
-// into ./bin/plugins):
+// Run it from the repository root on a cluster whose nodes load the plugin
+// (node.hcl here; make plugins builds the plugin into ./bin/plugins):
 //
-//	cat > node.hcl <<EOF
-//	plugin_dir = "/path/to/goray/bin/plugins"
-//	plugin "transport" "onesided" {}
-//	EOF
-//	goray start --head --port 6379 --config node.hcl
-//	goray start --address 127.0.0.1:6379 --node-ip 127.0.0.2 --config node.hcl
+//	make plugins
+//	goray start --head --port 6379 --config examples/weight-sync/node.hcl
+//	goray start --address 127.0.0.1:6379 --node-ip 127.0.0.2 --config examples/weight-sync/node.hcl
 //	GORAY_ADDRESS=127.0.0.1:6379 go run ./examples/weight-sync -readers 4 -mib 64
+//	goray stop
 //
 // Without GORAY_ADDRESS it starts an embedded single-node cluster that
 // loads the plugin from -plugin-dir (default ./bin/plugins). It exits

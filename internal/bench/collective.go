@@ -189,7 +189,7 @@ func startPluginNode(ctx context.Context, spec nodeSpec) (*pluginNode, error) {
 		}
 		cfg.Plugins = append(cfg.Plugins, block)
 	}
-	nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true})
+	nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true, Auth: clusterCreds()})
 	if err != nil {
 		os.RemoveAll(dir)
 		if ctx.Err() != nil {

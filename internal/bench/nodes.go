@@ -9,6 +9,8 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/node"
 	"github.com/goray-dev/goray/sdk/ray"
 )
@@ -53,7 +55,7 @@ func (e *env) nodeTransferSetup(size int) setupFunc {
 				return nil, nil, err
 			}
 			cfg.TempDir = dir
-			nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true})
+			nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true, Auth: clusterCreds()})
 			if err != nil {
 				os.RemoveAll(dir)
 				return nil, nil, fmt.Errorf("starting a second node: %w", err)
@@ -107,4 +109,14 @@ func (e *env) nodeTransferMetric() workload {
 		limit: LimitTCP, ratio: func(mean, limit float64) float64 { return mean / limit },
 		setup: e.nodeTransferSetup(size),
 	}
+}
+
+// clusterCreds are the credentials of the cluster the benchmark's driver
+// runs in, for the nodes the benchmark adds to it (nil: the node makes its
+// own, which only suits a node that is its own cluster).
+func clusterCreds() *auth.Credentials {
+	if cw := core.Current(); cw != nil {
+		return cw.Credentials()
+	}
+	return nil
 }

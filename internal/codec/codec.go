@@ -13,10 +13,12 @@ package codec
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -79,6 +81,27 @@ var encPool = sync.Pool{New: func() any {
 	return s
 }}
 
+func init() {
+	msgpack.RegisterExtEncoder(timestampExt, time.Time{}, timestampEncoder)
+}
+
+// timestampExt is MessagePack's timestamp extension type.
+const timestampExt = -1
+
+// timestampEncoder writes every time.Time in the 12-byte form of the
+// timestamp extension (nanoseconds u32, seconds i64). The library's
+// default picks a 4- or 8-byte form whose first byte can look like a map
+// header, and CheckMsgpack must refuse such extensions (see checker.ext);
+// the first byte of the 12-byte form is at most 0x3b (nanoseconds <
+// 10^9). Every MessagePack decoder reads all three forms.
+func timestampEncoder(_ *msgpack.Encoder, v reflect.Value) ([]byte, error) {
+	t := v.Interface().(time.Time)
+	b := make([]byte, 12)
+	binary.BigEndian.PutUint32(b, uint32(t.Nanosecond()))
+	binary.BigEndian.PutUint64(b[4:], uint64(t.Unix()))
+	return b, nil
+}
+
 // Encode encodes v. A []byte is returned as is (FormatRaw, no copy); other
 // values are encoded with msgpack. refs lists the object references found
 // inside v.
@@ -89,7 +112,14 @@ func Encode(v any) (f Format, data []byte, refs []RefInfo, err error) {
 	s := encPool.Get().(*encState)
 	s.w.Reset()
 	s.w.refs = nil
-	if err := s.enc.Encode(v); err != nil {
+	if t, ok := v.(time.Time); ok {
+		// Encoder.Encode writes a time.Time with EncodeTime, not with
+		// the registered timestampEncoder.
+		err = s.enc.EncodeValue(reflect.ValueOf(t))
+	} else {
+		err = s.enc.Encode(v)
+	}
+	if err != nil {
 		encPool.Put(s)
 		return 0, nil, nil, &EncodeError{Type: fmt.Sprintf("%T", v), Err: err}
 	}
@@ -104,7 +134,10 @@ func Encode(v any) (f Format, data []byte, refs []RefInfo, err error) {
 
 // DecodeInto decodes data of format f into ptr, which must be a non-nil
 // pointer. A FormatRaw payload decodes into *[]byte without a copy when
-// noCopy is set, otherwise it is copied.
+// noCopy is set, otherwise it is copied. MessagePack data passes
+// CheckMsgpack first, so hostile input fails with a *MalformedError
+// (wrapped in a *TypeError) instead of making the decoder allocate far
+// more than len(data).
 func DecodeInto(f Format, data []byte, ptr any, noCopy bool) error {
 	switch f {
 	case FormatRaw:
@@ -125,6 +158,9 @@ func DecodeInto(f Format, data []byte, ptr any, noCopy bool) error {
 		}
 		return &TypeError{Want: typeName(ptr), Got: "[]byte"}
 	case FormatMsgpack:
+		if err := CheckMsgpack(data); err != nil {
+			return &TypeError{Want: typeName(ptr), Err: err}
+		}
 		dec := msgpack.GetDecoder()
 		dec.Reset(bytes.NewReader(data))
 		err := dec.Decode(ptr)
@@ -138,6 +174,16 @@ func DecodeInto(f Format, data []byte, ptr any, noCopy bool) error {
 	default:
 		return fmt.Errorf("codec: unknown format %q", byte(f))
 	}
+}
+
+// Unmarshal decodes MessagePack data into ptr after CheckMsgpack, for
+// decode paths that do not go through DecodeInto (msgpack.Unmarshal does
+// no such check).
+func Unmarshal(data []byte, ptr any) error {
+	if err := CheckMsgpack(data); err != nil {
+		return err
+	}
+	return msgpack.Unmarshal(data, ptr)
 }
 
 func typeName(ptr any) string {

@@ -171,7 +171,7 @@ func fakeNode(t *testing.T, impls map[string]transport.Transport) string {
 	r := &fakeRaylet{plugins: map[string]*grpc.ClientConn{}}
 	for name, impl := range impls {
 		addr := serve(t, func(s *grpc.Server) { transport.Register(s, impl) })
-		cc, err := Dial(addr)
+		cc, err := Dial(addr, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +207,7 @@ func newRoutingWorker(t *testing.T) *routingWorker {
 	remotes["remote-same"] = &recorder{node: "remote", info: same, log: log}
 	remoteAddr := fakeNode(t, remotes)
 	w := &routingWorker{local: ids.New(), remote: ids.New(), log: log}
-	cc, err := Dial(localAddr)
+	cc, err := Dial(localAddr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,12 +15,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/limits"
 	"github.com/goray-dev/goray/internal/objstore"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // Mode says whether the process is a driver or a worker.
@@ -36,7 +37,8 @@ const (
 // connection. Values above the inline limit travel through shared memory,
 // so messages stay small; the limit is raised deliberately so that a task
 // with many inline arguments or an object holding many references fits.
-const MaxMessageSize = 256 << 20
+// config.Validate keeps object_store.inline_limit below it.
+const MaxMessageSize = limits.MaxMessageSize
 
 // Config configures Start.
 type Config struct {
@@ -57,6 +59,10 @@ type Config struct {
 	// TransferTimeout bounds one tensor transfer (default
 	// DefaultTransferTimeout).
 	TransferTimeout time.Duration
+	// Auth is the cluster's credentials: presented on every call this
+	// process makes and required of every caller of its CoreWorker service
+	// (nil: none, for tests of a cluster without authentication).
+	Auth *auth.Credentials
 }
 
 // CoreWorker is the per-process runtime.
@@ -110,33 +116,43 @@ type CoreWorker struct {
 	wg     sync.WaitGroup
 }
 
-// DialOptions are the gRPC options for every goray client connection.
-func DialOptions() []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
-		grpc.WithWriteBufferSize(256 << 10),
-		grpc.WithReadBufferSize(256 << 10),
+// DialOptions are the gRPC options for every goray client connection to
+// target: the message limits and buffers, and creds' token and TLS.
+func DialOptions(target string, creds *auth.Credentials) []grpc.DialOption {
+	if creds == nil {
+		creds = noAuth
 	}
+	return append(creds.DialOptions(target),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
+		grpc.WithWriteBufferSize(256<<10),
+		grpc.WithReadBufferSize(256<<10),
+	)
 }
 
-// ServerOptions are the gRPC options for every goray server.
-func ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+// ServerOptions are the gRPC options for every goray server: the message
+// limits and buffers, and creds' token check, panic recovery and TLS.
+func ServerOptions(creds *auth.Credentials) []grpc.ServerOption {
+	if creds == nil {
+		creds = noAuth
+	}
+	return append(creds.ServerOptions(),
 		grpc.MaxRecvMsgSize(MaxMessageSize),
 		grpc.MaxSendMsgSize(MaxMessageSize),
-		grpc.WriteBufferSize(256 << 10),
-		grpc.ReadBufferSize(256 << 10),
-	}
+		grpc.WriteBufferSize(256<<10),
+		grpc.ReadBufferSize(256<<10),
+	)
 }
 
-// Dial connects to a goray gRPC endpoint: a unix socket path (absolute) or
-// host:port.
-func Dial(target string) (*grpc.ClientConn, error) {
+// noAuth stands in for nil credentials.
+var noAuth, _ = auth.Disabled(nil)
+
+// Dial connects to a goray gRPC endpoint, a unix socket path (absolute) or
+// host:port, with creds.
+func Dial(target string, creds *auth.Credentials) (*grpc.ClientConn, error) {
 	if filepath.IsAbs(target) {
 		target = "unix://" + target
 	}
-	return grpc.NewClient(target, DialOptions()...)
+	return grpc.NewClient(target, DialOptions(target, creds)...)
 }
 
 // Start connects to the node's raylet, registers the process and serves the
@@ -214,11 +230,11 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 		return fmt.Errorf("goray: listening on %s for other nodes: %w", ip, err)
 	}
 	cw.tcpLis = tcpLis
-	cw.server = grpc.NewServer(ServerOptions()...)
+	cw.server = grpc.NewServer(ServerOptions(cw.cfg.Auth)...)
 	pb.RegisterCoreWorkerServer(cw.server, &coreWorkerService{cw: cw})
 	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path, TcpAddr: tcpLis.Addr().String()}
 
-	cc, err := Dial(cw.cfg.RayletSocket)
+	cc, err := Dial(cw.cfg.RayletSocket, cw.cfg.Auth)
 	if err != nil {
 		return fmt.Errorf("goray: connecting to raylet at %s: %w", cw.cfg.RayletSocket, err)
 	}
@@ -239,7 +255,7 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 	}
 	cw.gcsAddr = reg.GcsAddress
 	if cw.gcsAddr != "" {
-		gcc, err := Dial(cw.gcsAddr)
+		gcc, err := Dial(cw.gcsAddr, cw.cfg.Auth)
 		if err != nil {
 			return fmt.Errorf("goray: connecting to GCS at %s: %w", cw.gcsAddr, err)
 		}
@@ -418,6 +434,11 @@ func (cw *CoreWorker) Mode() Mode { return cw.mode }
 // GCS returns the GCS client (nil when the raylet did not give an address).
 func (cw *CoreWorker) GCS() pb.GcsClient { return cw.gcs }
 
+// Credentials returns what this process presents to the cluster (nil when
+// started without), for other clients of the same cluster in this process
+// (a second node started by the microbenchmark, say).
+func (cw *CoreWorker) Credentials() *auth.Credentials { return cw.cfg.Auth }
+
 // Raylet returns the local raylet client.
 func (cw *CoreWorker) Raylet() pb.RayletClient { return cw.raylet }
 
@@ -435,7 +456,7 @@ func (cw *CoreWorker) conn(addr *pb.Address) (*grpc.ClientConn, error) {
 	if c, ok := cw.conns[target]; ok {
 		return c, nil
 	}
-	c, err := Dial(target)
+	c, err := Dial(target, cw.cfg.Auth)
 	if err != nil {
 		return nil, err
 	}

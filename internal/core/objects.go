@@ -1024,7 +1024,7 @@ func encodeRemoteError(e *RemoteError) []byte {
 
 func decodeRemoteError(b []byte) error {
 	var e RemoteError
-	if err := msgpack.Unmarshal(b, &e); err != nil {
+	if err := codec.Unmarshal(b, &e); err != nil {
 		return fmt.Errorf("goray: undecodable remote error: %w", err)
 	}
 	return &e

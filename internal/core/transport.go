@@ -228,7 +228,7 @@ func (cw *CoreWorker) extractTensors(ctx context.Context, name string, id ids.Ob
 // transport can.
 func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transport.Tensor, error) {
 	var env tensorEnvelope
-	if err := msgpack.Unmarshal(data, &env); err != nil {
+	if err := codec.Unmarshal(data, &env); err != nil {
 		return nil, fmt.Errorf("goray: undecodable tensor metadata: %w", err)
 	}
 	id, _ := ids.ParseObjectID(env.ObjectID)
@@ -428,7 +428,7 @@ func (cw *CoreWorker) releaseSegments() {
 // unavailable or did not answer in time).
 func (cw *CoreWorker) collectTensors(ctx context.Context, data []byte) (retry bool) {
 	var env tensorEnvelope
-	if err := msgpack.Unmarshal(data, &env); err != nil {
+	if err := codec.Unmarshal(data, &env); err != nil {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)

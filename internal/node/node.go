@@ -25,6 +25,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/host"
+	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/gpu"
 	"github.com/goray-dev/goray/internal/ids"
@@ -38,6 +39,8 @@ import (
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Options configures Start.
@@ -52,6 +55,11 @@ type Options struct {
 	Logger hclog.Logger
 	// WorkerOutput, when set, also receives worker stdout/stderr lines.
 	WorkerOutput io.Writer
+	// Auth is the cluster's credentials, required of every caller of the
+	// node's servers and handed to its workers and plugins. Nil generates a
+	// new token (an embedded node: only this process and its children know
+	// it).
+	Auth *auth.Credentials
 }
 
 // Info is what a running node writes to SessionDir/node.json so that CLI
@@ -67,6 +75,9 @@ type Info struct {
 	SessionDir    string `json:"session_dir"`
 	Pid           int    `json:"pid"`
 	LogFile       string `json:"log_file"`
+	// TLS names the node's TLS files (paths, no secrets), so that commands
+	// on this machine speak TLS to the cluster without being told.
+	TLS *auth.TLSFiles `json:"tls,omitempty"`
 }
 
 // Node is a running node.
@@ -78,6 +89,7 @@ type Node struct {
 	id      ids.ID
 	info    Info
 
+	auth       *auth.Credentials
 	store      *objstore.Store
 	plugins    *host.Manager
 	gcs        *gcs.Server
@@ -101,6 +113,10 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		cfg = config.Default()
 		cfg.Head = true
 	}
+	// A config made in code (ray.WithConfig) gets the checks a file gets.
+	if diags := cfg.Validate(); diags.HasErrors() {
+		return nil, config.NewDiagnosticsError(diags, cfg.Files())
+	}
 	n := &Node{opts: opts, cfg: cfg, id: ids.New(), done: make(chan struct{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
@@ -113,6 +129,16 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	}
 	if err := n.openLog(); err != nil {
 		return nil, err
+	}
+	if n.auth = opts.Auth; n.auth == nil {
+		if n.auth, err = auth.New(auth.GenerateToken(), nil); err != nil {
+			return nil, err
+		}
+	}
+	n.auth.SetLogger(n.log.Named("auth"))
+	n.info.TLS = n.auth.TLSFiles()
+	if !n.auth.Enabled() {
+		n.log.Warn("authentication is disabled: anyone who can reach this node's ports can run code on it as this user; use it only on a trusted network")
 	}
 
 	total, storeCap, err := n.resources()
@@ -146,7 +172,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.startPlugins(ctx); err != nil {
 		return nil, err
 	}
-	if n.gcsCC, err = core.Dial(gcsAddr); err != nil {
+	if n.gcsCC, err = core.Dial(gcsAddr, n.auth); err != nil {
 		return nil, fmt.Errorf("connecting to GCS %s: %w", gcsAddr, err)
 	}
 
@@ -180,7 +206,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
 		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
 		HeartbeatPeriod: cfg.HealthCheck.Period, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
-		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn,
+		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn, Auth: n.auth,
 	})
 	if err != nil {
 		_ = tcpLis.Close()
@@ -191,7 +217,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		_ = tcpLis.Close()
 		return nil, fmt.Errorf("listening on %s: %w", n.info.RayletSocket, err)
 	}
-	n.rayletGRPC = grpc.NewServer(core.ServerOptions()...)
+	n.rayletGRPC = grpc.NewServer(core.ServerOptions(n.auth)...)
 	n.raylet.Register(n.rayletGRPC)
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); _ = n.rayletGRPC.Serve(lis) }()
@@ -237,6 +263,9 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 	gcs := pb.NewGcsClient(n.gcsCC)
 	for {
 		rep, err := gcs.GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+		if err := refusedByHead(err); err != nil {
+			return fmt.Errorf("the GCS at %s refused this node: %w", n.info.GCSAddress, err)
+		}
 		if err == nil {
 			for _, v := range rep.Nodes {
 				if bytes.Equal(v.GetInfo().GetNodeId(), n.id[:]) && v.GetInfo().GetState() == "ALIVE" {
@@ -254,6 +283,22 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 	}
 }
 
+// refusedByHead returns err when it says the GCS will never accept this
+// node as it is (a wrong token, a TLS certificate the other side does not
+// trust), so that start fails at once instead of retrying until it times
+// out; nil for errors worth retrying.
+func refusedByHead(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case status.Code(err) == codes.Unauthenticated:
+		return err
+	case status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "tls:"):
+		return fmt.Errorf("TLS handshake failed (are both sides' certificates signed by the cluster's CA?): %w", err)
+	}
+	return nil
+}
+
 // startPlugins runs the config's plugin blocks under a supervised host.
 func (n *Node) startPlugins(ctx context.Context) error {
 	if len(n.cfg.Plugins) == 0 {
@@ -267,8 +312,8 @@ func (n *Node) startPlugins(ctx context.Context) error {
 	n.plugins = host.New(host.Options{
 		PluginDir: dir, Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
 		SocketDir: filepath.Join(n.info.SessionDir, "sockets"),
-		Env: []string{plugin.EnvGCSAddress + "=" + n.info.GCSAddress, plugin.EnvNodeID + "=" + n.id.String(),
-			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg)},
+		Env: append([]string{plugin.EnvGCSAddress + "=" + n.info.GCSAddress, plugin.EnvNodeID + "=" + n.id.String(),
+			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg)}, n.auth.Env()...),
 		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}, plugin.KindStorage: {storage.APIVersion}},
 	})
 	if diags := n.plugins.Start(ctx); diags.HasErrors() {
@@ -285,7 +330,7 @@ func (n *Node) pluginStatus() []*pb.PluginStatus {
 	var out []*pb.PluginStatus
 	for _, s := range n.plugins.Plugins() {
 		out = append(out, &pb.PluginStatus{Kind: s.Kind, Name: s.Name, Version: s.Version, Path: s.Path, State: s.State,
-			Restarts: int32(s.Restarts), Pid: int32(s.Pid), ApiVersion: int32(s.APIVersion), LastError: s.LastError})
+			Restarts: int32(s.Restarts), Pid: int32(s.Pid), ApiVersion: int32(s.APIVersion), LastError: s.LastError, Sha256: s.SHA256})
 	}
 	return out
 }
@@ -348,6 +393,10 @@ func (n *Node) spillConfig(ctx context.Context) (raylet.SpillConfig, error) {
 	return sc, nil
 }
 
+// Auth returns the node's credentials (what a driver in the same process
+// presents).
+func (n *Node) Auth() *auth.Credentials { return n.auth }
+
 // Plugins returns the node's plugin host (nil when no plugin is configured).
 func (n *Node) Plugins() *host.Manager { return n.plugins }
 
@@ -364,19 +413,20 @@ func (n *Node) makeSessionDir() error {
 	} else {
 		root := n.cfg.TempDir
 		if root == "" {
-			root = "/tmp/goray"
+			root = config.DefaultTempDir()
 		}
-		if err = os.MkdirAll(root, 0o755); err != nil {
-			return fmt.Errorf("creating temp dir %s: %w", root, err)
+		if err = PrepareTempRoot(root); err != nil {
+			return err
 		}
 		dir = filepath.Join(root, fmt.Sprintf("session_%s_%d", time.Now().Format("2006-01-02_15-04-05"), os.Getpid()))
-		err = os.MkdirAll(dir, 0o755)
+		err = os.MkdirAll(dir, 0o700)
 	}
 	if err != nil {
 		return fmt.Errorf("creating session dir: %w", err)
 	}
+	// Private to this user: sockets, logs and node.json.
 	for _, sub := range []string{"sockets", "logs"} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
 			return err
 		}
 	}
@@ -393,7 +443,7 @@ func (n *Node) openLog() error {
 		return nil
 	}
 	path := filepath.Join(n.info.SessionDir, "logs", "node.log")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("opening log %s: %w", path, err)
 	}
@@ -460,13 +510,19 @@ func (n *Node) startGCS() (string, error) {
 	}
 	addr = lis.Addr().String()
 	n.gcs = gcs.New(gcs.Options{HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold, Logger: n.log.Named("gcs")})
-	n.gcsGRPC = grpc.NewServer(core.ServerOptions()...)
+	// No GCS message comes near the 256 MiB other servers accept (a KV
+	// value is at most 8 MiB), so an authenticated but misbehaving peer
+	// cannot make the head read more than this per call.
+	n.gcsGRPC = grpc.NewServer(append(core.ServerOptions(n.auth), grpc.MaxRecvMsgSize(gcsMaxMessage))...)
 	n.gcs.Register(n.gcsGRPC)
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); _ = n.gcsGRPC.Serve(lis) }()
 	go func() { defer n.wg.Done(); n.gcs.Run(n.ctx) }()
 	return addr, nil
 }
+
+// gcsMaxMessage bounds one message to the GCS.
+const gcsMaxMessage = 16 << 20
 
 // PortInUseError says the GCS port is taken, usually by another head.
 type PortInUseError struct {
@@ -484,7 +540,7 @@ func (e *PortInUseError) Unwrap() error { return e.Err }
 func (n *Node) writeInfo() error {
 	b, _ := json.MarshalIndent(n.info, "", "  ")
 	path := filepath.Join(n.info.SessionDir, "node.json")
-	if err := os.WriteFile(path+".tmp", b, 0o644); err != nil {
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
 		return err
 	}
 	return os.Rename(path+".tmp", path)

@@ -37,7 +37,8 @@ import (
 )
 
 // memfdName is the name of the arena memfd (visible in /proc/<pid>/fd and
-// /proc/<pid>/maps as "/memfd:goray-store (deleted)").
+// /proc/<pid>/maps as "/memfd:goray-store (deleted)"). It must stay
+// storage.ArenaName: storage plugins' ReadInto writes into nothing else.
 const memfdName = "goray-store"
 
 // headerSize is the size of the header sent with the arena fd: the capacity

@@ -9,6 +9,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Unit is the fixed-point scale: an amount of 1.0 is stored as Unit.
@@ -26,13 +28,79 @@ const (
 // set. Entries with amount zero are dropped.
 type Set map[string]int64
 
+// Bounds on resource sets. Amounts are int64 in units of 1/Unit, so an
+// amount above math.MaxInt64/Unit (about 9.2e14: 9.2e14 CPUs, or 838 TiB
+// of memory, which is counted in bytes) cannot be represented at all, and
+// float64 to int64 conversion of such a value yields garbage (on amd64 the
+// most negative int64, which then "fits" every request). MaxAmount stays
+// well below that so that the amounts of a few nodes can still be added
+// up.
+const (
+	// MaxAmount is the largest amount of one resource, in whole units
+	// (bytes for memory): 10^14, about 91 TiB of memory.
+	MaxAmount = 1e14
+	// MaxFixed is MaxAmount in fixed point.
+	MaxFixed int64 = MaxAmount * Unit
+	// MaxCount is the largest amount of CPU or GPU (logical, so
+	// oversubscribing is allowed) on one node or in one request: 65536.
+	// No machine comes close; a node announcing more is broken or fake.
+	MaxCount = 1 << 16
+	// MaxNameLen is the longest resource name, in bytes.
+	MaxNameLen = 256
+	// MaxResources is how many resources one set (a node's total, a
+	// request) may name.
+	MaxResources = 256
+)
+
+// MaxFor returns the largest amount of the named resource: MaxCount for
+// CPU and GPU, MaxAmount for the others.
+func MaxFor(name string) float64 {
+	if name == CPU || name == GPU {
+		return MaxCount
+	}
+	return MaxAmount
+}
+
 // FromFloat converts a float amount to fixed point, rounding to the nearest
-// unit fraction. It returns an error for negative, NaN or infinite amounts.
+// unit fraction. It returns an error for negative, NaN or infinite amounts
+// and amounts above MaxFor(name).
 func FromFloat(name string, v float64) (int64, error) {
 	if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 		return 0, fmt.Errorf("resource %q: amount must be a finite number >= 0, got %v", name, v)
 	}
+	if m := MaxFor(name); v > m {
+		return 0, fmt.Errorf("resource %q: amount %v is above the maximum %g", name, v, m)
+	}
 	return int64(math.Round(v * Unit)), nil
+}
+
+// CheckName checks a resource name: not empty, at most MaxNameLen bytes of
+// UTF-8 without control characters.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("resource name is empty")
+	case len(name) > MaxNameLen:
+		return fmt.Errorf("resource name %q... is %d bytes long, more than %d", name[:32], len(name), MaxNameLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("resource name %q is not valid UTF-8", name)
+	case strings.ContainsFunc(name, unicode.IsControl):
+		return fmt.Errorf("resource name %q contains a control character", name)
+	}
+	return nil
+}
+
+// CheckFixed checks a fixed-point amount received from elsewhere (a node's
+// registration, a request): a valid name and 0 <= v <= MaxFor(name) in
+// fixed point.
+func CheckFixed(name string, v int64) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	if m := MaxFor(name); v < 0 || v > int64(m)*Unit {
+		return fmt.Errorf("resource %q: amount %s is outside 0 to %g", name, FormatAmount(name, v), m)
+	}
+	return nil
 }
 
 // FromFloats builds a Set from float amounts.

@@ -6,7 +6,7 @@
 //
 //	plugin "storage" "s3" {
 //	  config {
-//	    endpoint      = "127.0.0.1:9000"  # host:port; empty is AWS S3
+//	    endpoint      = "127.0.0.1:9000"  # host:port; empty: $AWS_ENDPOINT_URL, else AWS S3
 //	    bucket        = "goray-spill"     # required
 //	    prefix        = "cluster-a"
 //	    region        = "us-east-1"

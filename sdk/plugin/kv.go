@@ -10,8 +10,8 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/goray-dev/goray/internal/auth"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 )
 
@@ -124,8 +124,14 @@ func ClusterKV(ns string) (KV, func() error, error) {
 
 // DialKV connects to the GCS at addr (host:port) and returns its key-value
 // store restricted to namespace ns, and a function closing the connection.
+// It presents the cluster token and TLS files the node put in the plugin's
+// environment (as AuthenticateServer and AuthenticateClient do).
 func DialKV(addr, ns string) (KV, func() error, error) {
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := auth.FromEnv()
+	if err != nil {
+		return nil, nil, err
+	}
+	cc, err := grpc.NewClient(addr, creds.DialOptions(addr)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to the GCS at %s: %w", addr, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
@@ -21,6 +22,8 @@ import (
 	"github.com/goray-dev/goray/raylet"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // EnvAddress names the environment variable Init reads for the cluster
@@ -50,6 +53,7 @@ type initOptions struct {
 	quiet      bool
 	output     io.Writer
 	transfer   time.Duration
+	forward    []string
 }
 
 // Address connects to the cluster whose head (GCS) listens at addr
@@ -92,6 +96,28 @@ func TensorTransferTimeout(d time.Duration) InitOption {
 	return func(o *initOptions) { o.transfer = d }
 }
 
+// ForwardEnv names variables of the driver's environment that the job's
+// workers get, on every node. A name ending in "*" is a prefix:
+// ForwardEnv("AWS_REGION", "MYAPP_*") forwards AWS_REGION and every
+// MYAPP_ variable. Options add up, and the comma-separated names in
+// $GORAY_FORWARD_ENV are added too (ForwardEnv never needs a code change).
+//
+// Nothing else of the driver's environment leaves it, as in Ray: a worker
+// gets its node's environment (that of `goray start`) plus the forwarded
+// variables, which win over the node's. Prefixes never match GORAY_
+// variables (the runtime sets those itself); name one exactly to forward
+// it. Forwarded values are stored in the GCS with the job, for raylets of
+// other nodes, but never shown by listings (`goray list jobs`). With an
+// embedded node the node's environment is the driver's own, so its
+// workers see every variable anyway.
+func ForwardEnv(names ...string) InitOption {
+	return func(o *initOptions) { o.forward = append(o.forward, names...) }
+}
+
+// EnvForwardEnv names the environment variable with more names for
+// ForwardEnv, comma-separated ("AWS_REGION,MYAPP_*").
+const EnvForwardEnv = "GORAY_FORWARD_ENV"
+
 // Runtime is an initialized goray driver.
 type Runtime struct {
 	cw       *core.CoreWorker
@@ -129,6 +155,10 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 	if o.address == "" {
 		o.address = os.Getenv(EnvAddress)
 	}
+	forward, err := forwardPatterns(o.forward, os.Getenv(EnvForwardEnv))
+	if err != nil {
+		return nil, err
+	}
 	rt := &Runtime{log: o.logger}
 	if rt.log == nil {
 		level := o.logLevel
@@ -138,6 +168,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		rt.log = hclog.New(&hclog.LoggerOptions{Name: "goray", Output: os.Stderr, Level: hclog.LevelFromString(level)})
 	}
 	rayletSock, sessionDir, nodeIP := "", "", ""
+	var creds *auth.Credentials
 	if o.address == "" {
 		cfg, err := embeddedConfig(&o)
 		if err != nil {
@@ -152,10 +183,15 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 			return nil, fmt.Errorf("goray: starting the embedded node: %w", err)
 		}
 		rt.node = nd
+		creds = nd.Auth()
 		rayletSock, sessionDir = nd.Info().RayletSocket, nd.Info().SessionDir
 		nodeIP, _, _ = net.SplitHostPort(nd.Info().RayletAddress)
 	} else {
-		info, err := findLocalNode(ctx, o.address)
+		var err error
+		if creds, err = auth.FromEnv(); err != nil {
+			return nil, err
+		}
+		info, err := findLocalNode(ctx, o.address, creds)
 		if err != nil {
 			return nil, err
 		}
@@ -167,13 +203,14 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		// Workers of this job use the same transfer deadline.
 		extraEnv = append(extraEnv, envTransferTimeout+"="+o.transfer.String())
 	}
-	job, err := jobInfo(extraEnv...)
+	job, err := jobInfo(forward, extraEnv...)
 	if err != nil {
 		rt.stopNode()
 		return nil, err
 	}
 	cw, err := core.Start(ctx, core.Config{
 		Mode: core.ModeDriver, RayletSocket: rayletSock, SessionDir: sessionDir, NodeIP: nodeIP, Job: job, Logger: rt.log, TransferTimeout: o.transfer,
+		Auth:         creds,
 		OnRayletLost: func(err error) { rt.log.Error("lost the connection to the raylet", "error", err) },
 	})
 	if err != nil {
@@ -196,7 +233,10 @@ func MustInit(ctx context.Context, opts ...InitOption) *Runtime {
 func embeddedConfig(o *initOptions) (*config.Node, error) {
 	cfg := o.cfg
 	if cfg == nil && o.configPath != "" {
-		n, diags := config.LoadWithFlags(o.configPath, config.Flags{})
+		// Validated as a head's: an embedded node is its cluster's head,
+		// so its file needs no head block (diagnostics keep file:line).
+		head := true
+		n, diags := config.LoadWithFlags(o.configPath, config.Flags{Head: &head})
 		if err := config.NewDiagnosticsError(diags, n.Files()); err != nil {
 			return nil, err
 		}
@@ -232,8 +272,8 @@ func embeddedConfig(o *initOptions) (*config.Node, error) {
 
 // findLocalNode asks the GCS for the alive nodes and picks the one whose
 // raylet socket exists on this machine (the head first).
-func findLocalNode(ctx context.Context, addr string) (*pb.NodeInfo, error) {
-	cc, err := core.Dial(addr)
+func findLocalNode(ctx context.Context, addr string, creds *auth.Credentials) (*pb.NodeInfo, error) {
+	cc, err := core.Dial(addr, creds)
 	if err != nil {
 		return nil, fmt.Errorf("goray: cluster address %q: %w", addr, err)
 	}
@@ -241,6 +281,9 @@ func findLocalNode(ctx context.Context, addr string) (*pb.NodeInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rep, err := pb.NewGcsClient(cc).GetAllNodes(ctx, &pb.GetAllNodesRequest{}, grpc.WaitForReady(true))
+	if status.Code(err) == codes.Unauthenticated {
+		return nil, fmt.Errorf("goray: the cluster at %s refused this driver: %w", addr, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("goray: cannot reach the cluster at %s (is `goray start --head` running?): %w", addr, err)
 	}
@@ -263,11 +306,56 @@ func findLocalNode(ctx context.Context, addr string) (*pb.NodeInfo, error) {
 	return best, nil
 }
 
-// jobInfo describes this driver's job so raylets can start its workers.
 // envTransferTimeout carries TensorTransferTimeout to the job's workers.
 const envTransferTimeout = "GORAY_TRANSFER_TIMEOUT"
 
-func jobInfo(extraEnv ...string) (*pb.JobInfo, error) {
+// forwardPatterns checks the ForwardEnv names and those of
+// $GORAY_FORWARD_ENV (fromEnv, comma-separated).
+func forwardPatterns(names []string, fromEnv string) ([]string, error) {
+	bad := func(n string) bool {
+		return n == "" || strings.ContainsAny(n, "=\x00") || strings.Contains(strings.TrimSuffix(n, "*"), "*")
+	}
+	var out []string
+	for _, n := range names {
+		if bad(n) {
+			return nil, fmt.Errorf("goray: ForwardEnv: %q is not a variable name or a prefix ending in *", n)
+		}
+		out = append(out, n)
+	}
+	for n := range strings.SplitSeq(fromEnv, ",") {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if bad(n) {
+			return nil, fmt.Errorf("goray: $%s: %q is not a variable name or a prefix ending in *", EnvForwardEnv, n)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// forwardedEnv returns the variables of environ ("NAME=value") that
+// patterns name: exactly, or by a prefix ending in "*" (never a GORAY_
+// variable).
+func forwardedEnv(environ, patterns []string) []string {
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		for _, p := range patterns {
+			prefix, isPrefix := strings.CutSuffix(p, "*")
+			if name == p || (isPrefix && strings.HasPrefix(name, prefix) && !strings.HasPrefix(name, "GORAY_")) {
+				out = append(out, kv)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// jobInfo describes this driver's job so raylets can start its workers:
+// its binary and the binary's sha256 (raylets run nothing else), and only
+// the variables forward names plus extraEnv, never the whole environment.
+func jobInfo(forward []string, extraEnv ...string) (*pb.JobInfo, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("goray: finding this program's executable: %w", err)
@@ -280,13 +368,7 @@ func jobInfo(extraEnv ...string) (*pb.JobInfo, error) {
 		return nil, err
 	}
 	wd, _ := os.Getwd()
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "GORAY_") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, extraEnv...)
+	env := append(forwardedEnv(os.Environ(), forward), extraEnv...)
 	return &pb.JobInfo{JobId: ids.New().Bytes(), BinaryPath: exe, BinarySha256: sum, WorkingDir: wd, Env: env, DriverPid: int32(os.Getpid())}, nil
 }
 
@@ -343,15 +425,21 @@ func runWorker() {
 	// The runtime's own log goes to logs/worker-<id>.log; stdout and stderr
 	// carry only what user code prints (the raylet copies them).
 	var logOut io.Writer = os.Stderr
-	if f, err := os.OpenFile(filepath.Join(os.Getenv(raylet.EnvSessionDir), "logs", "worker-"+wid.String()+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+	if f, err := os.OpenFile(filepath.Join(os.Getenv(raylet.EnvSessionDir), "logs", "worker-"+wid.String()+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
 		logOut = f
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "goray-worker", Output: logOut, Level: hclog.LevelFromString(level)})
+	creds, err := auth.FromEnv()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goray worker: %v\n", err)
+		os.Exit(2)
+	}
+	creds.SetLogger(log.Named("auth"))
 	lost := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	_, err = core.Start(ctx, core.Config{
 		Mode: core.ModeWorker, RayletSocket: os.Getenv(raylet.EnvRayletSocket), SessionDir: os.Getenv(raylet.EnvSessionDir), NodeIP: os.Getenv(raylet.EnvNodeIP),
-		WorkerID: wid, Logger: log, TransferTimeout: transferTimeoutFromEnv(),
+		WorkerID: wid, Logger: log, TransferTimeout: transferTimeoutFromEnv(), Auth: creds,
 		OnRayletLost: func(err error) {
 			select {
 			case lost <- err:

@@ -14,7 +14,9 @@
 // plugin a shared-memory handle — a path to the object store's memfd — and
 // the SDK's server, answering for every plugin, maps it and copies the
 // plugin's Read body straight into the store, so the bytes never cross the
-// connection. Plugin authors implement only Read.
+// connection. It writes only into the object store's memory: a target that
+// is not a memfd named ArenaName is refused (ErrPermission). Plugin
+// authors implement only Read.
 //
 // # Keys
 //

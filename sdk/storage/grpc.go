@@ -414,7 +414,8 @@ func (s *server) Read(req *pb.ReadRequest, stream pb.Storage_ReadServer) (err er
 }
 
 // ReadInto maps the caller's target range and copies the implementation's
-// Read body into it.
+// Read body into it. The target must be the object store's arena memfd
+// (openArena); anything else is refused before a byte is read.
 func (s *server) ReadInto(ctx context.Context, req *pb.ReadIntoRequest) (_ *pb.ReadIntoResponse, err error) {
 	key := req.GetKey()
 	defer recoverTo(OpReadInto, key, &err)
@@ -422,6 +423,14 @@ func (s *server) ReadInto(ctx context.Context, req *pb.ReadIntoRequest) (_ *pb.R
 	if length < 0 || toff < 0 || req.GetTargetPath() == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "storage read into: length %d, target %q at %d", length, req.GetTargetPath(), toff)
 	}
+	target, err := openArena(req.GetTargetPath())
+	if errors.Is(err, ErrPermission) {
+		return nil, toStatus(OpReadInto, key, err)
+	}
+	if err != nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "storage read into %s: %v", req.GetTargetPath(), err)
+	}
+	defer target.Close()
 	r, err := s.impl.Read(ctx, &ReadRequest{Key: key, Offset: req.GetOffset(), Length: length})
 	if err != nil {
 		return nil, toStatus(OpRead, key, err)
@@ -439,7 +448,7 @@ func (s *server) ReadInto(ctx context.Context, req *pb.ReadIntoRequest) (_ *pb.R
 	if length == 0 {
 		return &pb.ReadIntoResponse{}, nil
 	}
-	dst, unmap, err := mapTarget(req.GetTargetPath(), toff, length)
+	dst, unmap, err := mapTarget(target, toff, length)
 	if err != nil {
 		return nil, status.Errorf(codes.FailedPrecondition, "storage read into %s at %d: %v", req.GetTargetPath(), toff, err)
 	}
@@ -453,14 +462,56 @@ func (s *server) ReadInto(ctx context.Context, req *pb.ReadIntoRequest) (_ *pb.R
 	return &pb.ReadIntoResponse{}, nil
 }
 
-// mapTarget maps [off, off+length) of the file at path read-write (shared)
-// and returns that range and the unmap.
-func mapTarget(path string, off, length int64) ([]byte, func(), error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return nil, nil, err
+// arenaLink is what /proc/<pid>/fd/<n> of the object store's arena reads
+// as.
+const arenaLink = "/memfd:" + ArenaName + " (deleted)"
+
+// openArena opens path read-write if it is the object store's arena: a
+// memfd named ArenaName (its /proc fd link reads "/memfd:goray-store
+// (deleted)", it is linked in no directory, and it takes seals). Anything
+// else (a regular file, a /dev/shm file, a device, another memfd) is
+// refused with an error matching ErrPermission, so ReadInto writes only
+// into the object store's own memory. The link is checked before opening
+// (opening some files has effects) and what was opened is checked again.
+func openArena(path string) (*os.File, error) {
+	refuse := func(what string) error {
+		return fmt.Errorf("%w: ReadInto writes only into goray's object store (a memfd named %q), and target %s is %s",
+			ErrPermission, ArenaName, path, what)
 	}
-	defer f.Close()
+	link, err := os.Readlink(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err != nil {
+		return nil, refuse("not a /proc/<pid>/fd/<n> link")
+	}
+	if link != arenaLink {
+		return nil, refuse(fmt.Sprintf("%q", link))
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	fd := int(f.Fd())
+	if got, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd)); err != nil || got != arenaLink {
+		f.Close()
+		return nil, refuse(fmt.Sprintf("%q once opened", got))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 0 {
+		f.Close()
+		return nil, refuse("a file linked in a directory, not a memfd")
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err != nil {
+		f.Close()
+		return nil, refuse("not a memfd (it takes no seals)")
+	}
+	return f, nil
+}
+
+// mapTarget maps [off, off+length) of the open file f read-write (shared)
+// and returns that range and the unmap.
+func mapTarget(f *os.File, off, length int64) ([]byte, func(), error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -22,7 +23,7 @@ import (
 // mapping (what a raylet's arena looks like to a plugin).
 func memfdTarget(t *testing.T, size int) (string, []byte) {
 	t.Helper()
-	fd, err := unix.MemfdCreate("readinto-test", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate(storage.ArenaName, unix.MFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,5 +97,60 @@ func TestReadIntoOldPlugin(t *testing.T) {
 	ri := storage.NewClient(conn, storage.APIVersion).(storage.ReaderInto)
 	if _, err := ri.ReadInto(context.Background(), &storage.ReadIntoRequest{Key: "k", Length: 1, TargetPath: "/dev/null"}); !errors.Is(err, storage.ErrNotSupported) {
 		t.Fatalf("ReadInto on a plugin without it: %v, want ErrNotSupported", err)
+	}
+}
+
+// TestReadIntoOnlyIntoTheArena: ReadInto writes only into the object
+// store's memory. A regular file, a /dev/shm file, a /proc link to either,
+// or a memfd of another name is refused with ErrPermission, before
+// anything is read or written: the target keeps its bytes.
+func TestReadIntoOnlyIntoTheArena(t *testing.T) {
+	ctx := context.Background()
+	s := storagetest.OverGRPC(t, memstore.New())
+	ri := s.(storage.ReaderInto)
+	obj := bytes.Repeat([]byte("spilled!"), 512)
+	if _, err := s.Write(ctx, &storage.WriteRequest{Key: "a/f.spill", Size: int64(len(obj)), Body: bytes.NewReader(obj)}); err != nil {
+		t.Fatal(err)
+	}
+	orig := bytes.Repeat([]byte("do not overwrite "), 512)
+	regular := filepath.Join(t.TempDir(), "authorized_keys")
+	shm := "/dev/shm/goray-t-tt-readinto-" + fmt.Sprint(os.Getpid())
+	t.Cleanup(func() { os.Remove(shm) })
+	for _, p := range []string{regular, shm} {
+		if err := os.WriteFile(p, orig, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.OpenFile(regular, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	other, err := unix.MemfdCreate("not-the-store", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(other)
+	if err := unix.Ftruncate(other, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{
+		"regular file":              regular,
+		"/dev/shm file":             shm,
+		"/proc link to a file":      fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), f.Fd()),
+		"memfd of another name":     fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), other),
+		"/proc/self link to a file": fmt.Sprintf("/proc/self/fd/%d", f.Fd()),
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := ri.ReadInto(ctx, &storage.ReadIntoRequest{Key: "a/f.spill", Length: int64(len(obj)), TargetPath: target})
+			if !errors.Is(err, storage.ErrPermission) || !strings.Contains(err.Error(), storage.ArenaName) {
+				t.Fatalf("ReadInto %s: %v, want ErrPermission naming %q", target, err, storage.ArenaName)
+			}
+		})
+	}
+	for _, p := range []string{regular, shm} {
+		if got, err := os.ReadFile(p); err != nil || !bytes.Equal(got, orig) {
+			t.Errorf("%s changed (%v)", p, err)
+		}
 	}
 }

@@ -42,9 +42,12 @@ type ReaderInto interface {
 }
 
 // ReadIntoRequest asks for Length bytes of the object under Key from Offset
-// to be written at TargetOffset of the file TargetPath, which the plugin
-// opens and maps read-write (for example /proc/<pid>/fd/<n> of the
-// caller's memfd; the plugin runs as the same user).
+// to be written at TargetOffset of TargetPath, which the plugin opens and
+// maps read-write: /proc/<pid>/fd/<n> of the object store's arena memfd
+// (the plugin runs as the same user). The SDK's server writes only into
+// the object store's own memory: a target that is not a memfd named
+// ArenaName (a regular file, a /dev/shm file, a device, ...) is refused
+// with an error matching ErrPermission, and nothing is written.
 type ReadIntoRequest struct {
 	Key          string
 	Offset       int64
@@ -52,6 +55,11 @@ type ReadIntoRequest struct {
 	TargetPath   string
 	TargetOffset int64
 }
+
+// ArenaName is the name goray's object store gives its arena memfd
+// (shown as "/memfd:goray-store (deleted)" in /proc/<pid>/fd): the only
+// kind of target ReadInto writes into.
+const ArenaName = "goray-store"
 
 // ReadIntoResponse is ReadInto's answer (empty for now; it can grow).
 type ReadIntoResponse struct{}

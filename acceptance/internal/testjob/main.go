@@ -11,6 +11,8 @@
 //	testjob bigargs          fresh workers read a store argument at once
 //	testjob hold DIR NAME    a named actor, objects and a running task held
 //	                         until DIR/release exists
+//	testjob env NAME...      a task on every node reports its worker's NAME
+//	                         variables (env.go)
 //
 // and the multi-node jobs of cluster.go.
 //
@@ -28,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/goray-dev/goray/sdk/ray"
@@ -122,6 +125,9 @@ func main() {
 	if d, err := time.ParseDuration(os.Getenv("TESTJOB_TRANSFER_TIMEOUT")); err == nil {
 		opts = append(opts, ray.TensorTransferTimeout(d))
 	}
+	if fwd := os.Getenv("TESTJOB_FORWARD_ENV"); fwd != "" {
+		opts = append(opts, ray.ForwardEnv(strings.Split(fwd, ",")...))
+	}
 	rt, err := ray.Init(ctx, opts...)
 	if err != nil {
 		fmt.Println("FAIL: init:", err)
@@ -156,6 +162,8 @@ func main() {
 		runErr = runHold(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "ship":
 		runErr = runShip(ctx)
+	case "env":
+		runErr = runEnv(ctx, args)
 	case "where":
 		runErr = runWhere(ctx, arg(rt, args, 0))
 	case "pending":

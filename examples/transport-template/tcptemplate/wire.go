@@ -29,6 +29,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
 )
 
@@ -212,6 +213,21 @@ func (t *Transport) track(c net.Conn, what string) error {
 	return nil
 }
 
+// retrack replaces a tracked connection by the authenticated one wrapping
+// it (the same one without TLS); nil when the transport closed meanwhile.
+func (t *Transport) retrack(raw, c net.Conn) net.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	what, ok := t.conns[raw]
+	delete(t.conns, raw)
+	if !ok || t.closed {
+		_ = c.Close()
+		return nil
+	}
+	t.conns[c] = what
+	return c
+}
+
 // closeConn closes a tracked connection.
 func (t *Transport) closeConn(c net.Conn) {
 	t.mu.Lock()
@@ -306,6 +322,18 @@ func (o *object) takePeers() []*peer {
 // also notices a destination that hangs up while waiting.
 func (t *Transport) handle(c net.Conn) {
 	defer t.wg.Done()
+	// First of all, the peer proves it belongs to the cluster (and TLS
+	// starts, when the cluster uses it): a listener on the network must
+	// never serve a stranger.
+	ac, err := plugin.AuthenticateServer(c)
+	if err != nil {
+		t.logger().Warn("refused a data connection", "from", c.RemoteAddr().String(), "error", err)
+		t.closeConn(c)
+		return
+	}
+	if c = t.retrack(c, ac); c == nil {
+		return
+	}
 	var req request
 	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))
 	if err := readFrame(c, &req); err != nil {
@@ -338,7 +366,7 @@ func (t *Transport) handle(c net.Conn) {
 	}
 
 	var b [1]byte
-	_, err := io.ReadFull(c, b[:])
+	_, err = io.ReadFull(c, b[:])
 	if err == nil && b[0] != ackByte {
 		err = fmt.Errorf("bad acknowledgement byte %#x", b[0])
 	}
@@ -446,9 +474,14 @@ func (t *Transport) fetch(ctx context.Context, td *transportData, token string, 
 	timeout := t.cfg.DialTimeout
 	t.mu.Unlock()
 	d := net.Dialer{Timeout: timeout}
-	c, err := d.DialContext(ctx, "tcp", td.Addr)
+	raw, err := d.DialContext(ctx, "tcp", td.Addr)
 	if err != nil {
 		return ioError(ctx, "connecting to the source's data listener "+td.Addr, err)
+	}
+	c, err := plugin.AuthenticateClient(ctx, raw)
+	if err != nil {
+		_ = raw.Close()
+		return ioError(ctx, "authenticating to the source's data listener "+td.Addr, err)
 	}
 	if err := t.track(c, "to source "+td.Addr); err != nil {
 		return err

@@ -232,7 +232,7 @@ func (x RayletCommand_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RayletCommand_Kind.Descriptor instead.
 func (RayletCommand_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{22, 0}
+	return file_goray_proto_rawDescGZIP(), []int{24, 0}
 }
 
 type SchedulingStrategy_Kind int32
@@ -286,7 +286,7 @@ func (x SchedulingStrategy_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SchedulingStrategy_Kind.Descriptor instead.
 func (SchedulingStrategy_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{25, 0}
+	return file_goray_proto_rawDescGZIP(), []int{27, 0}
 }
 
 // Address is where a process serves gRPC.
@@ -1325,6 +1325,97 @@ func (x *CancelTaskReply) GetRunning() bool {
 	return false
 }
 
+type CancelObjectRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The object whose producing task or actor call is cancelled; the
+	// receiver owns it.
+	ObjectId []byte `protobuf:"bytes,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
+	// ray.Force: stop a running task's worker process.
+	Force         bool `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelObjectRequest) Reset() {
+	*x = CancelObjectRequest{}
+	mi := &file_goray_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelObjectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelObjectRequest) ProtoMessage() {}
+
+func (x *CancelObjectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelObjectRequest.ProtoReflect.Descriptor instead.
+func (*CancelObjectRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *CancelObjectRequest) GetObjectId() []byte {
+	if x != nil {
+		return x.ObjectId
+	}
+	return nil
+}
+
+func (x *CancelObjectRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type CancelObjectReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelObjectReply) Reset() {
+	*x = CancelObjectReply{}
+	mi := &file_goray_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelObjectReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelObjectReply) ProtoMessage() {}
+
+func (x *CancelObjectReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelObjectReply.ProtoReflect.Descriptor instead.
+func (*CancelObjectReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{17}
+}
+
 type ListOwnedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1333,7 +1424,7 @@ type ListOwnedRequest struct {
 
 func (x *ListOwnedRequest) Reset() {
 	*x = ListOwnedRequest{}
-	mi := &file_goray_proto_msgTypes[16]
+	mi := &file_goray_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1436,7 @@ func (x *ListOwnedRequest) String() string {
 func (*ListOwnedRequest) ProtoMessage() {}
 
 func (x *ListOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[16]
+	mi := &file_goray_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1449,7 @@ func (x *ListOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnedRequest.ProtoReflect.Descriptor instead.
 func (*ListOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{16}
+	return file_goray_proto_rawDescGZIP(), []int{18}
 }
 
 type TaskState struct {
@@ -1378,7 +1469,7 @@ type TaskState struct {
 
 func (x *TaskState) Reset() {
 	*x = TaskState{}
-	mi := &file_goray_proto_msgTypes[17]
+	mi := &file_goray_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1481,7 @@ func (x *TaskState) String() string {
 func (*TaskState) ProtoMessage() {}
 
 func (x *TaskState) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[17]
+	mi := &file_goray_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1494,7 @@ func (x *TaskState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskState.ProtoReflect.Descriptor instead.
 func (*TaskState) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{17}
+	return file_goray_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TaskState) GetTaskId() []byte {
@@ -1486,7 +1577,7 @@ type ObjectState struct {
 
 func (x *ObjectState) Reset() {
 	*x = ObjectState{}
-	mi := &file_goray_proto_msgTypes[18]
+	mi := &file_goray_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1589,7 @@ func (x *ObjectState) String() string {
 func (*ObjectState) ProtoMessage() {}
 
 func (x *ObjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[18]
+	mi := &file_goray_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1602,7 @@ func (x *ObjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectState.ProtoReflect.Descriptor instead.
 func (*ObjectState) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{18}
+	return file_goray_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ObjectState) GetObjectId() []byte {
@@ -1588,7 +1679,7 @@ type ListOwnedReply struct {
 
 func (x *ListOwnedReply) Reset() {
 	*x = ListOwnedReply{}
-	mi := &file_goray_proto_msgTypes[19]
+	mi := &file_goray_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1600,7 +1691,7 @@ func (x *ListOwnedReply) String() string {
 func (*ListOwnedReply) ProtoMessage() {}
 
 func (x *ListOwnedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[19]
+	mi := &file_goray_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1613,7 +1704,7 @@ func (x *ListOwnedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnedReply.ProtoReflect.Descriptor instead.
 func (*ListOwnedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{19}
+	return file_goray_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListOwnedReply) GetOwner() *Address {
@@ -1652,7 +1743,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_goray_proto_msgTypes[20]
+	mi := &file_goray_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1755,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[20]
+	mi := &file_goray_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1768,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{20}
+	return file_goray_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WorkerMessage) GetWorkerId() []byte {
@@ -1720,7 +1811,7 @@ type DriverMessage struct {
 
 func (x *DriverMessage) Reset() {
 	*x = DriverMessage{}
-	mi := &file_goray_proto_msgTypes[21]
+	mi := &file_goray_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1823,7 @@ func (x *DriverMessage) String() string {
 func (*DriverMessage) ProtoMessage() {}
 
 func (x *DriverMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[21]
+	mi := &file_goray_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1836,7 @@ func (x *DriverMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverMessage.ProtoReflect.Descriptor instead.
 func (*DriverMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{21}
+	return file_goray_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DriverMessage) GetJob() *JobInfo {
@@ -1789,7 +1880,7 @@ type RayletCommand struct {
 
 func (x *RayletCommand) Reset() {
 	*x = RayletCommand{}
-	mi := &file_goray_proto_msgTypes[22]
+	mi := &file_goray_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1801,7 +1892,7 @@ func (x *RayletCommand) String() string {
 func (*RayletCommand) ProtoMessage() {}
 
 func (x *RayletCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[22]
+	mi := &file_goray_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1814,7 +1905,7 @@ func (x *RayletCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RayletCommand.ProtoReflect.Descriptor instead.
 func (*RayletCommand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{22}
+	return file_goray_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RayletCommand) GetKind() RayletCommand_Kind {
@@ -1887,7 +1978,7 @@ type StoreInfo struct {
 
 func (x *StoreInfo) Reset() {
 	*x = StoreInfo{}
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +1990,7 @@ func (x *StoreInfo) String() string {
 func (*StoreInfo) ProtoMessage() {}
 
 func (x *StoreInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2003,7 @@ func (x *StoreInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreInfo.ProtoReflect.Descriptor instead.
 func (*StoreInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{23}
+	return file_goray_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StoreInfo) GetFdSocket() string {
@@ -1960,7 +2051,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2063,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2076,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{24}
+	return file_goray_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *LeaseRequest) GetJobId() []byte {
@@ -2056,7 +2147,7 @@ type SchedulingStrategy struct {
 
 func (x *SchedulingStrategy) Reset() {
 	*x = SchedulingStrategy{}
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2068,7 +2159,7 @@ func (x *SchedulingStrategy) String() string {
 func (*SchedulingStrategy) ProtoMessage() {}
 
 func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2081,7 +2172,7 @@ func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulingStrategy.ProtoReflect.Descriptor instead.
 func (*SchedulingStrategy) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{25}
+	return file_goray_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SchedulingStrategy) GetKind() SchedulingStrategy_Kind {
@@ -2114,7 +2205,7 @@ type CancelLeaseRequest struct {
 
 func (x *CancelLeaseRequest) Reset() {
 	*x = CancelLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2217,7 @@ func (x *CancelLeaseRequest) String() string {
 func (*CancelLeaseRequest) ProtoMessage() {}
 
 func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2230,7 @@ func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CancelLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{26}
+	return file_goray_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CancelLeaseRequest) GetRequestId() []byte {
@@ -2159,7 +2250,7 @@ type CancelLeaseReply struct {
 
 func (x *CancelLeaseReply) Reset() {
 	*x = CancelLeaseReply{}
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2171,7 +2262,7 @@ func (x *CancelLeaseReply) String() string {
 func (*CancelLeaseReply) ProtoMessage() {}
 
 func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2184,7 +2275,7 @@ func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseReply.ProtoReflect.Descriptor instead.
 func (*CancelLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27}
+	return file_goray_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CancelLeaseReply) GetReturned() bool {
@@ -2204,7 +2295,7 @@ type TaskBlockedRequest struct {
 
 func (x *TaskBlockedRequest) Reset() {
 	*x = TaskBlockedRequest{}
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2307,7 @@ func (x *TaskBlockedRequest) String() string {
 func (*TaskBlockedRequest) ProtoMessage() {}
 
 func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2320,7 @@ func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedRequest.ProtoReflect.Descriptor instead.
 func (*TaskBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{28}
+	return file_goray_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *TaskBlockedRequest) GetWorkerId() []byte {
@@ -2254,7 +2345,7 @@ type TaskBlockedReply struct {
 
 func (x *TaskBlockedReply) Reset() {
 	*x = TaskBlockedReply{}
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2266,7 +2357,7 @@ func (x *TaskBlockedReply) String() string {
 func (*TaskBlockedReply) ProtoMessage() {}
 
 func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2279,7 +2370,7 @@ func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedReply.ProtoReflect.Descriptor instead.
 func (*TaskBlockedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{29}
+	return file_goray_proto_rawDescGZIP(), []int{31}
 }
 
 type TransportInvokeRequest struct {
@@ -2294,7 +2385,7 @@ type TransportInvokeRequest struct {
 
 func (x *TransportInvokeRequest) Reset() {
 	*x = TransportInvokeRequest{}
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2306,7 +2397,7 @@ func (x *TransportInvokeRequest) String() string {
 func (*TransportInvokeRequest) ProtoMessage() {}
 
 func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2319,7 +2410,7 @@ func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeRequest.ProtoReflect.Descriptor instead.
 func (*TransportInvokeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{30}
+	return file_goray_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TransportInvokeRequest) GetName() string {
@@ -2352,7 +2443,7 @@ type TransportInvokeReply struct {
 
 func (x *TransportInvokeReply) Reset() {
 	*x = TransportInvokeReply{}
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2364,7 +2455,7 @@ func (x *TransportInvokeReply) String() string {
 func (*TransportInvokeReply) ProtoMessage() {}
 
 func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2377,7 +2468,7 @@ func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeReply.ProtoReflect.Descriptor instead.
 func (*TransportInvokeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31}
+	return file_goray_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TransportInvokeReply) GetPayload() []byte {
@@ -2409,7 +2500,7 @@ type LeaseReply struct {
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2512,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2525,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{32}
+	return file_goray_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -2497,7 +2588,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2509,7 +2600,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2522,7 +2613,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{33}
+	return file_goray_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -2547,7 +2638,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2650,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2663,7 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34}
+	return file_goray_proto_rawDescGZIP(), []int{36}
 }
 
 type CreateObjectRequest struct {
@@ -2591,7 +2682,7 @@ type CreateObjectRequest struct {
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2694,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2707,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{35}
+	return file_goray_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -2663,7 +2754,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2675,7 +2766,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2688,7 +2779,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36}
+	return file_goray_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -2709,7 +2800,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2812,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2825,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37}
+	return file_goray_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -2759,7 +2850,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2862,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2875,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{38}
+	return file_goray_proto_rawDescGZIP(), []int{40}
 }
 
 type GetObjectsRequest struct {
@@ -2798,7 +2889,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2901,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2914,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39}
+	return file_goray_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -2853,7 +2944,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2956,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +2969,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{40}
+	return file_goray_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -2925,7 +3016,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2937,7 +3028,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2950,7 +3041,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{41}
+	return file_goray_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -2970,7 +3061,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3073,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3086,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{42}
+	return file_goray_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -3020,7 +3111,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3032,7 +3123,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3045,7 +3136,7 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{43}
+	return file_goray_proto_rawDescGZIP(), []int{45}
 }
 
 type PullObjectRequest struct {
@@ -3061,7 +3152,7 @@ type PullObjectRequest struct {
 
 func (x *PullObjectRequest) Reset() {
 	*x = PullObjectRequest{}
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3164,7 @@ func (x *PullObjectRequest) String() string {
 func (*PullObjectRequest) ProtoMessage() {}
 
 func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3177,7 @@ func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectRequest.ProtoReflect.Descriptor instead.
 func (*PullObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PullObjectRequest) GetObjectId() []byte {
@@ -3118,7 +3209,7 @@ type PullObjectReply struct {
 
 func (x *PullObjectReply) Reset() {
 	*x = PullObjectReply{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3221,7 @@ func (x *PullObjectReply) String() string {
 func (*PullObjectReply) ProtoMessage() {}
 
 func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3234,7 @@ func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectReply.ProtoReflect.Descriptor instead.
 func (*PullObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 type FetchBinaryRequest struct {
@@ -3155,7 +3246,7 @@ type FetchBinaryRequest struct {
 
 func (x *FetchBinaryRequest) Reset() {
 	*x = FetchBinaryRequest{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3258,7 @@ func (x *FetchBinaryRequest) String() string {
 func (*FetchBinaryRequest) ProtoMessage() {}
 
 func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3271,7 @@ func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBinaryRequest.ProtoReflect.Descriptor instead.
 func (*FetchBinaryRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FetchBinaryRequest) GetSha256() string {
@@ -3200,7 +3291,7 @@ type BinaryChunk struct {
 
 func (x *BinaryChunk) Reset() {
 	*x = BinaryChunk{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3212,7 +3303,7 @@ func (x *BinaryChunk) String() string {
 func (*BinaryChunk) ProtoMessage() {}
 
 func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3225,7 +3316,7 @@ func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
 func (*BinaryChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BinaryChunk) GetData() []byte {
@@ -3252,7 +3343,7 @@ type WorkersDiedRequest struct {
 
 func (x *WorkersDiedRequest) Reset() {
 	*x = WorkersDiedRequest{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3264,7 +3355,7 @@ func (x *WorkersDiedRequest) String() string {
 func (*WorkersDiedRequest) ProtoMessage() {}
 
 func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3277,7 +3368,7 @@ func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
 func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
@@ -3302,7 +3393,7 @@ type WorkersDiedReply struct {
 
 func (x *WorkersDiedReply) Reset() {
 	*x = WorkersDiedReply{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3405,7 @@ func (x *WorkersDiedReply) String() string {
 func (*WorkersDiedReply) ProtoMessage() {}
 
 func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3418,7 @@ func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
 func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 type FreeObjectsRequest struct {
@@ -3341,7 +3432,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3444,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3457,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -3391,7 +3482,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3494,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3507,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 type GetNodeStatsRequest struct {
@@ -3427,7 +3518,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3530,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3543,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 type WorkerStats struct {
@@ -3469,7 +3560,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3481,7 +3572,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3494,7 +3585,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -3550,7 +3641,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3562,7 +3653,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3575,7 +3666,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -3623,7 +3714,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3726,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3739,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -3737,23 +3828,25 @@ func (x *GetNodeStatsReply) GetSpilled() []*SpilledObject {
 
 // PluginStatus describes one plugin run by a node host.
 type PluginStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Version       string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
-	Path          string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
-	State         string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"` // starting, running, restarting, failed, stopped
-	Restarts      int32                  `protobuf:"varint,6,opt,name=restarts,proto3" json:"restarts,omitempty"`
-	Pid           int32                  `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
-	ApiVersion    int32                  `protobuf:"varint,8,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
-	LastError     string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Kind       string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Name       string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Version    string                 `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	Path       string                 `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	State      string                 `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"` // starting, running, restarting, failed, stopped
+	Restarts   int32                  `protobuf:"varint,6,opt,name=restarts,proto3" json:"restarts,omitempty"`
+	Pid        int32                  `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
+	ApiVersion int32                  `protobuf:"varint,8,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
+	LastError  string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// sha256 is the block's pin of the binary (hex), empty when not pinned.
+	Sha256        string `protobuf:"bytes,10,opt,name=sha256,proto3" json:"sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3765,7 +3858,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3778,7 +3871,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -3844,6 +3937,13 @@ func (x *PluginStatus) GetLastError() string {
 	return ""
 }
 
+func (x *PluginStatus) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
 type ShutdownNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
@@ -3853,7 +3953,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3865,7 +3965,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3878,7 +3978,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -3896,7 +3996,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3908,7 +4008,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3921,7 +4021,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 type NodeInfo struct {
@@ -3950,7 +4050,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4062,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4075,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -4087,9 +4187,12 @@ type JobInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	JobId []byte                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// Absolute path of the driver's executable and its sha256 (hex).
-	BinaryPath    string   `protobuf:"bytes,2,opt,name=binary_path,json=binaryPath,proto3" json:"binary_path,omitempty"`
-	BinarySha256  string   `protobuf:"bytes,3,opt,name=binary_sha256,json=binarySha256,proto3" json:"binary_sha256,omitempty"`
-	WorkingDir    string   `protobuf:"bytes,4,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	BinaryPath   string `protobuf:"bytes,2,opt,name=binary_path,json=binaryPath,proto3" json:"binary_path,omitempty"`
+	BinarySha256 string `protobuf:"bytes,3,opt,name=binary_sha256,json=binarySha256,proto3" json:"binary_sha256,omitempty"`
+	WorkingDir   string `protobuf:"bytes,4,opt,name=working_dir,json=workingDir,proto3" json:"working_dir,omitempty"`
+	// Variables the driver forwards to its workers (ray.ForwardEnv), NAME=value;
+	// workers get the node's environment plus these. GetAllJobs leaves them
+	// out unless include_env.
 	Env           []string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
 	State         string   `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"` // RUNNING, FINISHED
 	StartTimeMs   int64    `protobuf:"varint,7,opt,name=start_time_ms,json=startTimeMs,proto3" json:"start_time_ms,omitempty"`
@@ -4102,7 +4205,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4114,7 +4217,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4127,7 +4230,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -4225,7 +4328,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4237,7 +4340,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4250,7 +4353,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -4367,7 +4470,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4379,7 +4482,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4392,7 +4495,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -4412,7 +4515,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4424,7 +4527,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4437,7 +4540,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -4457,7 +4560,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4469,7 +4572,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4482,7 +4585,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -4507,7 +4610,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4519,7 +4622,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4532,7 +4635,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 type HeartbeatRequest struct {
@@ -4549,7 +4652,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4561,7 +4664,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4574,7 +4677,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -4645,7 +4748,7 @@ type SpillStats struct {
 
 func (x *SpillStats) Reset() {
 	*x = SpillStats{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4657,7 +4760,7 @@ func (x *SpillStats) String() string {
 func (*SpillStats) ProtoMessage() {}
 
 func (x *SpillStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4670,7 +4773,7 @@ func (x *SpillStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
 func (*SpillStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SpillStats) GetLocation() string {
@@ -4766,7 +4869,7 @@ type SpilledObject struct {
 
 func (x *SpilledObject) Reset() {
 	*x = SpilledObject{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4778,7 +4881,7 @@ func (x *SpilledObject) String() string {
 func (*SpilledObject) ProtoMessage() {}
 
 func (x *SpilledObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4791,7 +4894,7 @@ func (x *SpilledObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
 func (*SpilledObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *SpilledObject) GetObjectId() []byte {
@@ -4840,7 +4943,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4852,7 +4955,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4865,7 +4968,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -4883,7 +4986,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4895,7 +4998,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4908,7 +5011,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 type NodeView struct {
@@ -4926,7 +5029,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4938,7 +5041,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4951,7 +5054,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -5012,7 +5115,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5024,7 +5127,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5037,7 +5140,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -5056,7 +5159,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5068,7 +5171,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5081,7 +5184,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -5099,7 +5202,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5111,7 +5214,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5124,7 +5227,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 type MarkJobFinishedRequest struct {
@@ -5136,7 +5239,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5148,7 +5251,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5161,7 +5264,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -5179,7 +5282,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5191,7 +5294,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5204,18 +5307,22 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 type GetAllJobsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// include_env returns each job's env (the variables its driver forwards
+	// to workers); raylets set it to start a job's workers. Without it env is
+	// left out, so listings never show it.
+	IncludeEnv    bool `protobuf:"varint,1,opt,name=include_env,json=includeEnv,proto3" json:"include_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5227,7 +5334,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5240,7 +5347,14 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *GetAllJobsRequest) GetIncludeEnv() bool {
+	if x != nil {
+		return x.IncludeEnv
+	}
+	return false
 }
 
 type GetAllJobsReply struct {
@@ -5252,7 +5366,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5264,7 +5378,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5277,7 +5391,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -5296,7 +5410,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5308,7 +5422,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5321,7 +5435,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -5339,7 +5453,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5351,7 +5465,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5364,7 +5478,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 type UpdateActorRequest struct {
@@ -5376,7 +5490,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5388,7 +5502,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5401,7 +5515,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -5419,7 +5533,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5431,7 +5545,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5444,21 +5558,28 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 type GetActorRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ActorId       []byte                 `protobuf:"bytes,1,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	WaitAlive     bool                   `protobuf:"varint,3,opt,name=wait_alive,json=waitAlive,proto3" json:"wait_alive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ActorId []byte                 `protobuf:"bytes,1,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
+	// name finds the live (not DEAD) actor of that name.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// wait_alive blocks while the actor is PENDING or RESTARTING.
+	WaitAlive bool `protobuf:"varint,3,opt,name=wait_alive,json=waitAlive,proto3" json:"wait_alive,omitempty"`
+	// wait_not_alive_on (a worker id) blocks while the actor is ALIVE on that
+	// worker: a caller that last saw it there follows its fate (restarting,
+	// alive elsewhere, dead) without polling, and an actor's worker learns
+	// that it was superseded. With wait_alive both waits apply.
+	WaitNotAliveOn []byte `protobuf:"bytes,4,opt,name=wait_not_alive_on,json=waitNotAliveOn,proto3" json:"wait_not_alive_on,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5470,7 +5591,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5483,7 +5604,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -5507,6 +5628,13 @@ func (x *GetActorRequest) GetWaitAlive() bool {
 	return false
 }
 
+func (x *GetActorRequest) GetWaitNotAliveOn() []byte {
+	if x != nil {
+		return x.WaitNotAliveOn
+	}
+	return nil
+}
+
 type GetActorReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Actor         *ActorInfo             `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
@@ -5516,7 +5644,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5528,7 +5656,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5541,7 +5669,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -5559,7 +5687,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5571,7 +5699,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5584,7 +5712,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 type ListActorsReply struct {
@@ -5596,7 +5724,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5608,7 +5736,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5621,7 +5749,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -5636,8 +5764,9 @@ type ReportWorkerFailureRequest struct {
 	WorkerId []byte                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	NodeId   []byte                 `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	Reason   string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	// The worker was stopped on purpose (killed, its job or owner gone, the
-	// node stopping): its actors die even if they could restart.
+	// The worker was stopped on purpose (killed, its job or owner gone): its
+	// actors die even if they could restart. A node that stops reports its
+	// actors without it: a node leaving is a node failure to them.
 	Permanent     bool `protobuf:"varint,4,opt,name=permanent,proto3" json:"permanent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -5645,7 +5774,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5657,7 +5786,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5670,7 +5799,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -5709,7 +5838,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5721,7 +5850,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5734,7 +5863,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 type KVPutRequest struct {
@@ -5749,7 +5878,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5761,7 +5890,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5774,7 +5903,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -5814,7 +5943,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5826,7 +5955,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5839,7 +5968,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -5859,7 +5988,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5871,7 +6000,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5884,7 +6013,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -5911,7 +6040,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5923,7 +6052,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5936,7 +6065,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -5964,7 +6093,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5976,7 +6105,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5989,7 +6118,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -6022,7 +6151,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6034,7 +6163,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6047,7 +6176,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -6067,7 +6196,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6079,7 +6208,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6092,7 +6221,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{95}
+	return file_goray_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -6118,7 +6247,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6130,7 +6259,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6143,7 +6272,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{96}
+	return file_goray_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -6238,7 +6367,11 @@ const file_goray_proto_rawDesc = "" +
 	"\x11CancelTaskRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\fR\x06taskId\"+\n" +
 	"\x0fCancelTaskReply\x12\x18\n" +
-	"\arunning\x18\x01 \x01(\bR\arunning\"\x12\n" +
+	"\arunning\x18\x01 \x01(\bR\arunning\"H\n" +
+	"\x13CancelObjectRequest\x12\x1b\n" +
+	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x13\n" +
+	"\x11CancelObjectReply\"\x12\n" +
 	"\x10ListOwnedRequest\"\xeb\x01\n" +
 	"\tTaskState\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\fR\x06taskId\x12\x12\n" +
@@ -6422,7 +6555,7 @@ const file_goray_proto_rawDesc = "" +
 	"\aplugins\x18\n" +
 	" \x03(\v2\x16.goray.v1.PluginStatusR\aplugins\x12*\n" +
 	"\x05spill\x18\v \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\x121\n" +
-	"\aspilled\x18\f \x03(\v2\x17.goray.v1.SpilledObjectR\aspilled\"\xe8\x01\n" +
+	"\aspilled\x18\f \x03(\v2\x17.goray.v1.SpilledObjectR\aspilled\"\x80\x02\n" +
 	"\fPluginStatus\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -6434,7 +6567,9 @@ const file_goray_proto_rawDesc = "" +
 	"\vapi_version\x18\b \x01(\x05R\n" +
 	"apiVersion\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\t \x01(\tR\tlastError\"-\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12\x16\n" +
+	"\x06sha256\x18\n" +
+	" \x01(\tR\x06sha256\"-\n" +
 	"\x13ShutdownNodeRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x13\n" +
 	"\x11ShutdownNodeReply\"\xa4\x04\n" +
@@ -6550,8 +6685,10 @@ const file_goray_proto_rawDesc = "" +
 	"\vAddJobReply\"/\n" +
 	"\x16MarkJobFinishedRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\"\x16\n" +
-	"\x14MarkJobFinishedReply\"\x13\n" +
-	"\x11GetAllJobsRequest\"8\n" +
+	"\x14MarkJobFinishedReply\"4\n" +
+	"\x11GetAllJobsRequest\x12\x1f\n" +
+	"\vinclude_env\x18\x01 \x01(\bR\n" +
+	"includeEnv\"8\n" +
 	"\x0fGetAllJobsReply\x12%\n" +
 	"\x04jobs\x18\x01 \x03(\v2\x11.goray.v1.JobInfoR\x04jobs\"A\n" +
 	"\x14RegisterActorRequest\x12)\n" +
@@ -6559,12 +6696,13 @@ const file_goray_proto_rawDesc = "" +
 	"\x12RegisterActorReply\"?\n" +
 	"\x12UpdateActorRequest\x12)\n" +
 	"\x05actor\x18\x01 \x01(\v2\x13.goray.v1.ActorInfoR\x05actor\"\x12\n" +
-	"\x10UpdateActorReply\"_\n" +
+	"\x10UpdateActorReply\"\x8a\x01\n" +
 	"\x0fGetActorRequest\x12\x19\n" +
 	"\bactor_id\x18\x01 \x01(\fR\aactorId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"wait_alive\x18\x03 \x01(\bR\twaitAlive\":\n" +
+	"wait_alive\x18\x03 \x01(\bR\twaitAlive\x12)\n" +
+	"\x11wait_not_alive_on\x18\x04 \x01(\fR\x0ewaitNotAliveOn\":\n" +
 	"\rGetActorReply\x12)\n" +
 	"\x05actor\x18\x01 \x01(\v2\x13.goray.v1.ActorInfoR\x05actor\"\x13\n" +
 	"\x11ListActorsRequest\">\n" +
@@ -6612,7 +6750,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x13ACTOR_STATE_PENDING\x10\x00\x12\x15\n" +
 	"\x11ACTOR_STATE_ALIVE\x10\x01\x12\x14\n" +
 	"\x10ACTOR_STATE_DEAD\x10\x02\x12\x1a\n" +
-	"\x16ACTOR_STATE_RESTARTING\x10\x032\xb0\x03\n" +
+	"\x16ACTOR_STATE_RESTARTING\x10\x032\xfc\x03\n" +
 	"\n" +
 	"CoreWorker\x12;\n" +
 	"\tPushTasks\x12\x15.goray.v1.TaskRequest\x1a\x13.goray.v1.TaskReply(\x010\x01\x12S\n" +
@@ -6620,7 +6758,8 @@ const file_goray_proto_rawDesc = "" +
 	"\x0fUpdateBorrowers\x12 .goray.v1.UpdateBorrowersRequest\x1a\x1e.goray.v1.UpdateBorrowersReply\x122\n" +
 	"\x04Exit\x12\x15.goray.v1.ExitRequest\x1a\x13.goray.v1.ExitReply\x12D\n" +
 	"\n" +
-	"CancelTask\x12\x1b.goray.v1.CancelTaskRequest\x1a\x19.goray.v1.CancelTaskReply\x12A\n" +
+	"CancelTask\x12\x1b.goray.v1.CancelTaskRequest\x1a\x19.goray.v1.CancelTaskReply\x12J\n" +
+	"\fCancelObject\x12\x1d.goray.v1.CancelObjectRequest\x1a\x1b.goray.v1.CancelObjectReply\x12A\n" +
 	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xfc\t\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
@@ -6676,7 +6815,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 99)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                      // 0: goray.v1.TaskKind
 	(ActorState)(0),                    // 1: goray.v1.ActorState
@@ -6699,92 +6838,94 @@ var file_goray_proto_goTypes = []any{
 	(*ExitReply)(nil),                  // 18: goray.v1.ExitReply
 	(*CancelTaskRequest)(nil),          // 19: goray.v1.CancelTaskRequest
 	(*CancelTaskReply)(nil),            // 20: goray.v1.CancelTaskReply
-	(*ListOwnedRequest)(nil),           // 21: goray.v1.ListOwnedRequest
-	(*TaskState)(nil),                  // 22: goray.v1.TaskState
-	(*ObjectState)(nil),                // 23: goray.v1.ObjectState
-	(*ListOwnedReply)(nil),             // 24: goray.v1.ListOwnedReply
-	(*WorkerMessage)(nil),              // 25: goray.v1.WorkerMessage
-	(*DriverMessage)(nil),              // 26: goray.v1.DriverMessage
-	(*RayletCommand)(nil),              // 27: goray.v1.RayletCommand
-	(*StoreInfo)(nil),                  // 28: goray.v1.StoreInfo
-	(*LeaseRequest)(nil),               // 29: goray.v1.LeaseRequest
-	(*SchedulingStrategy)(nil),         // 30: goray.v1.SchedulingStrategy
-	(*CancelLeaseRequest)(nil),         // 31: goray.v1.CancelLeaseRequest
-	(*CancelLeaseReply)(nil),           // 32: goray.v1.CancelLeaseReply
-	(*TaskBlockedRequest)(nil),         // 33: goray.v1.TaskBlockedRequest
-	(*TaskBlockedReply)(nil),           // 34: goray.v1.TaskBlockedReply
-	(*TransportInvokeRequest)(nil),     // 35: goray.v1.TransportInvokeRequest
-	(*TransportInvokeReply)(nil),       // 36: goray.v1.TransportInvokeReply
-	(*LeaseReply)(nil),                 // 37: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),         // 38: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),           // 39: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),        // 40: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),          // 41: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),          // 42: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),            // 43: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),          // 44: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                // 45: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),            // 46: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),      // 47: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),        // 48: goray.v1.ReleaseObjectsReply
-	(*PullObjectRequest)(nil),          // 49: goray.v1.PullObjectRequest
-	(*PullObjectReply)(nil),            // 50: goray.v1.PullObjectReply
-	(*FetchBinaryRequest)(nil),         // 51: goray.v1.FetchBinaryRequest
-	(*BinaryChunk)(nil),                // 52: goray.v1.BinaryChunk
-	(*WorkersDiedRequest)(nil),         // 53: goray.v1.WorkersDiedRequest
-	(*WorkersDiedReply)(nil),           // 54: goray.v1.WorkersDiedReply
-	(*FreeObjectsRequest)(nil),         // 55: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),           // 56: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),        // 57: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                // 58: goray.v1.WorkerStats
-	(*PendingDemand)(nil),              // 59: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),          // 60: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),               // 61: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),        // 62: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),          // 63: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                   // 64: goray.v1.NodeInfo
-	(*JobInfo)(nil),                    // 65: goray.v1.JobInfo
-	(*ActorInfo)(nil),                  // 66: goray.v1.ActorInfo
-	(*RegisterNodeRequest)(nil),        // 67: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),          // 68: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),      // 69: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),        // 70: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),           // 71: goray.v1.HeartbeatRequest
-	(*SpillStats)(nil),                 // 72: goray.v1.SpillStats
-	(*SpilledObject)(nil),              // 73: goray.v1.SpilledObject
-	(*HeartbeatReply)(nil),             // 74: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),         // 75: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                   // 76: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),           // 77: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),              // 78: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                // 79: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),     // 80: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),       // 81: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),          // 82: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),            // 83: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),       // 84: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),         // 85: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),         // 86: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),           // 87: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),            // 88: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),              // 89: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),          // 90: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),            // 91: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil), // 92: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),   // 93: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),               // 94: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                 // 95: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),               // 96: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                 // 97: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),               // 98: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                 // 99: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),              // 100: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                // 101: goray.v1.KVKeysReply
-	nil,                                // 102: goray.v1.Resources.AmountsEntry
-	nil,                                // 103: goray.v1.NodeInfo.LabelsEntry
+	(*CancelObjectRequest)(nil),        // 21: goray.v1.CancelObjectRequest
+	(*CancelObjectReply)(nil),          // 22: goray.v1.CancelObjectReply
+	(*ListOwnedRequest)(nil),           // 23: goray.v1.ListOwnedRequest
+	(*TaskState)(nil),                  // 24: goray.v1.TaskState
+	(*ObjectState)(nil),                // 25: goray.v1.ObjectState
+	(*ListOwnedReply)(nil),             // 26: goray.v1.ListOwnedReply
+	(*WorkerMessage)(nil),              // 27: goray.v1.WorkerMessage
+	(*DriverMessage)(nil),              // 28: goray.v1.DriverMessage
+	(*RayletCommand)(nil),              // 29: goray.v1.RayletCommand
+	(*StoreInfo)(nil),                  // 30: goray.v1.StoreInfo
+	(*LeaseRequest)(nil),               // 31: goray.v1.LeaseRequest
+	(*SchedulingStrategy)(nil),         // 32: goray.v1.SchedulingStrategy
+	(*CancelLeaseRequest)(nil),         // 33: goray.v1.CancelLeaseRequest
+	(*CancelLeaseReply)(nil),           // 34: goray.v1.CancelLeaseReply
+	(*TaskBlockedRequest)(nil),         // 35: goray.v1.TaskBlockedRequest
+	(*TaskBlockedReply)(nil),           // 36: goray.v1.TaskBlockedReply
+	(*TransportInvokeRequest)(nil),     // 37: goray.v1.TransportInvokeRequest
+	(*TransportInvokeReply)(nil),       // 38: goray.v1.TransportInvokeReply
+	(*LeaseReply)(nil),                 // 39: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),         // 40: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),           // 41: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),        // 42: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),          // 43: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),          // 44: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),            // 45: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),          // 46: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                // 47: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),            // 48: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),      // 49: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),        // 50: goray.v1.ReleaseObjectsReply
+	(*PullObjectRequest)(nil),          // 51: goray.v1.PullObjectRequest
+	(*PullObjectReply)(nil),            // 52: goray.v1.PullObjectReply
+	(*FetchBinaryRequest)(nil),         // 53: goray.v1.FetchBinaryRequest
+	(*BinaryChunk)(nil),                // 54: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),         // 55: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),           // 56: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),         // 57: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),           // 58: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),        // 59: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                // 60: goray.v1.WorkerStats
+	(*PendingDemand)(nil),              // 61: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),          // 62: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),               // 63: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),        // 64: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),          // 65: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                   // 66: goray.v1.NodeInfo
+	(*JobInfo)(nil),                    // 67: goray.v1.JobInfo
+	(*ActorInfo)(nil),                  // 68: goray.v1.ActorInfo
+	(*RegisterNodeRequest)(nil),        // 69: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),          // 70: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),      // 71: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),        // 72: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),           // 73: goray.v1.HeartbeatRequest
+	(*SpillStats)(nil),                 // 74: goray.v1.SpillStats
+	(*SpilledObject)(nil),              // 75: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),             // 76: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),         // 77: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                   // 78: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),           // 79: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),              // 80: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                // 81: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),     // 82: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),       // 83: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),          // 84: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),            // 85: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),       // 86: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),         // 87: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),         // 88: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),           // 89: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),            // 90: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),              // 91: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),          // 92: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),            // 93: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil), // 94: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),   // 95: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),               // 96: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                 // 97: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),               // 98: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                 // 99: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),               // 100: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                 // 101: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),              // 102: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                // 103: goray.v1.KVKeysReply
+	nil,                                // 104: goray.v1.Resources.AmountsEntry
+	nil,                                // 105: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	102, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	104, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	5,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	7,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	7,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -6799,133 +6940,135 @@ var file_goray_proto_depIdxs = []int32{
 	10,  // 12: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
 	5,   // 13: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
 	5,   // 14: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
-	22,  // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
-	23,  // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
+	24,  // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
+	25,  // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
 	5,   // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	65,  // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	67,  // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
 	5,   // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
 	3,   // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	64,  // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	28,  // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	66,  // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	30,  // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
 	6,   // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	30,  // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	32,  // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
 	4,   // 25: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
 	5,   // 26: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
 	5,   // 27: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	45,  // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	47,  // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
 	5,   // 29: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
 	5,   // 30: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
 	6,   // 31: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	64,  // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	66,  // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
 	6,   // 33: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	58,  // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	59,  // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	45,  // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	60,  // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	61,  // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	47,  // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
 	5,   // 37: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	61,  // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	72,  // 39: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	73,  // 40: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	63,  // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	74,  // 39: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	75,  // 40: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
 	6,   // 41: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	103, // 42: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	105, // 42: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
 	1,   // 43: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
 	5,   // 44: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
 	5,   // 45: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
 	6,   // 46: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	64,  // 47: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	66,  // 47: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
 	6,   // 48: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	59,  // 49: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	72,  // 50: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	64,  // 51: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	61,  // 49: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	74,  // 50: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	66,  // 51: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
 	6,   // 52: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	59,  // 53: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	72,  // 54: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	76,  // 55: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	65,  // 56: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	65,  // 57: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	66,  // 58: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	66,  // 59: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	66,  // 60: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	66,  // 61: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	61,  // 53: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	74,  // 54: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	78,  // 55: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	67,  // 56: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	67,  // 57: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	68,  // 58: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	68,  // 59: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	68,  // 60: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	68,  // 61: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
 	11,  // 62: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
 	13,  // 63: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
 	15,  // 64: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
 	17,  // 65: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
 	19,  // 66: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
-	21,  // 67: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	25,  // 68: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	26,  // 69: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	29,  // 70: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	38,  // 71: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	31,  // 72: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	33,  // 73: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	35,  // 74: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	40,  // 75: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	42,  // 76: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	44,  // 77: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	47,  // 78: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	55,  // 79: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	57,  // 80: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	49,  // 81: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	51,  // 82: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	53,  // 83: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	62,  // 84: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	67,  // 85: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	69,  // 86: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	71,  // 87: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	75,  // 88: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	78,  // 89: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	80,  // 90: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	82,  // 91: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	84,  // 92: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	86,  // 93: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	88,  // 94: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	90,  // 95: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	92,  // 96: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	94,  // 97: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	96,  // 98: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	98,  // 99: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	100, // 100: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	12,  // 101: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	14,  // 102: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	16,  // 103: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	18,  // 104: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	20,  // 105: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	24,  // 106: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	27,  // 107: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	27,  // 108: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	37,  // 109: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	39,  // 110: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	32,  // 111: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	34,  // 112: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	36,  // 113: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	41,  // 114: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	43,  // 115: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	46,  // 116: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	48,  // 117: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	56,  // 118: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	60,  // 119: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	50,  // 120: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	52,  // 121: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	54,  // 122: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	63,  // 123: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	68,  // 124: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	70,  // 125: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	74,  // 126: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	77,  // 127: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	79,  // 128: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	81,  // 129: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	83,  // 130: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	85,  // 131: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	87,  // 132: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	89,  // 133: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	91,  // 134: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	93,  // 135: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	95,  // 136: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	97,  // 137: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	99,  // 138: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	101, // 139: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	101, // [101:140] is the sub-list for method output_type
-	62,  // [62:101] is the sub-list for method input_type
+	21,  // 67: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
+	23,  // 68: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	27,  // 69: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	28,  // 70: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	31,  // 71: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	40,  // 72: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	33,  // 73: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	35,  // 74: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	37,  // 75: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	42,  // 76: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	44,  // 77: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	46,  // 78: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	49,  // 79: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	57,  // 80: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	59,  // 81: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	51,  // 82: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	53,  // 83: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	55,  // 84: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	64,  // 85: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	69,  // 86: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	71,  // 87: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	73,  // 88: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	77,  // 89: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	80,  // 90: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	82,  // 91: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	84,  // 92: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	86,  // 93: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	88,  // 94: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	90,  // 95: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	92,  // 96: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	94,  // 97: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	96,  // 98: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	98,  // 99: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	100, // 100: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	102, // 101: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	12,  // 102: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	14,  // 103: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	16,  // 104: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	18,  // 105: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	20,  // 106: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	22,  // 107: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	26,  // 108: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	29,  // 109: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	29,  // 110: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	39,  // 111: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	41,  // 112: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	34,  // 113: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	36,  // 114: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	38,  // 115: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	43,  // 116: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	45,  // 117: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	48,  // 118: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	50,  // 119: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	58,  // 120: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	62,  // 121: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	52,  // 122: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	54,  // 123: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	56,  // 124: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	65,  // 125: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	70,  // 126: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	72,  // 127: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	76,  // 128: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	79,  // 129: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	81,  // 130: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	83,  // 131: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	85,  // 132: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	87,  // 133: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	89,  // 134: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	91,  // 135: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	93,  // 136: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	95,  // 137: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	97,  // 138: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	99,  // 139: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	101, // 140: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	103, // 141: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	102, // [102:142] is the sub-list for method output_type
+	62,  // [62:102] is the sub-list for method input_type
 	62,  // [62:62] is the sub-list for extension type_name
 	62,  // [62:62] is the sub-list for extension extendee
 	0,   // [0:62] is the sub-list for field type_name
@@ -6942,7 +7085,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   99,
+			NumMessages:   101,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

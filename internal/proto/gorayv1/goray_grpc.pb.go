@@ -31,6 +31,7 @@ const (
 	CoreWorker_UpdateBorrowers_FullMethodName = "/goray.v1.CoreWorker/UpdateBorrowers"
 	CoreWorker_Exit_FullMethodName            = "/goray.v1.CoreWorker/Exit"
 	CoreWorker_CancelTask_FullMethodName      = "/goray.v1.CoreWorker/CancelTask"
+	CoreWorker_CancelObject_FullMethodName    = "/goray.v1.CoreWorker/CancelObject"
 	CoreWorker_ListOwned_FullMethodName       = "/goray.v1.CoreWorker/ListOwned"
 )
 
@@ -55,6 +56,12 @@ type CoreWorkerClient interface {
 	// context is cancelled; one not started yet replies cancelled when its
 	// turn comes.
 	CancelTask(ctx context.Context, in *CancelTaskRequest, opts ...grpc.CallOption) (*CancelTaskReply, error)
+	// ray.Cancel from a process that does not own the object (a borrower,
+	// such as the caller of a task that returned the ref): the owner cancels
+	// the task or actor call producing it as if it had called ray.Cancel.
+	// FAILED_PRECONDITION when the object is not such a result (or force is
+	// asked for an actor call).
+	CancelObject(ctx context.Context, in *CancelObjectRequest, opts ...grpc.CallOption) (*CancelObjectReply, error)
 	// Introspection for `goray list tasks|objects`.
 	ListOwned(ctx context.Context, in *ListOwnedRequest, opts ...grpc.CallOption) (*ListOwnedReply, error)
 }
@@ -120,6 +127,16 @@ func (c *coreWorkerClient) CancelTask(ctx context.Context, in *CancelTaskRequest
 	return out, nil
 }
 
+func (c *coreWorkerClient) CancelObject(ctx context.Context, in *CancelObjectRequest, opts ...grpc.CallOption) (*CancelObjectReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelObjectReply)
+	err := c.cc.Invoke(ctx, CoreWorker_CancelObject_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coreWorkerClient) ListOwned(ctx context.Context, in *ListOwnedRequest, opts ...grpc.CallOption) (*ListOwnedReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListOwnedReply)
@@ -151,6 +168,12 @@ type CoreWorkerServer interface {
 	// context is cancelled; one not started yet replies cancelled when its
 	// turn comes.
 	CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskReply, error)
+	// ray.Cancel from a process that does not own the object (a borrower,
+	// such as the caller of a task that returned the ref): the owner cancels
+	// the task or actor call producing it as if it had called ray.Cancel.
+	// FAILED_PRECONDITION when the object is not such a result (or force is
+	// asked for an actor call).
+	CancelObject(context.Context, *CancelObjectRequest) (*CancelObjectReply, error)
 	// Introspection for `goray list tasks|objects`.
 	ListOwned(context.Context, *ListOwnedRequest) (*ListOwnedReply, error)
 	mustEmbedUnimplementedCoreWorkerServer()
@@ -177,6 +200,9 @@ func (UnimplementedCoreWorkerServer) Exit(context.Context, *ExitRequest) (*ExitR
 }
 func (UnimplementedCoreWorkerServer) CancelTask(context.Context, *CancelTaskRequest) (*CancelTaskReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelTask not implemented")
+}
+func (UnimplementedCoreWorkerServer) CancelObject(context.Context, *CancelObjectRequest) (*CancelObjectReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelObject not implemented")
 }
 func (UnimplementedCoreWorkerServer) ListOwned(context.Context, *ListOwnedRequest) (*ListOwnedReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListOwned not implemented")
@@ -281,6 +307,24 @@ func _CoreWorker_CancelTask_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CoreWorker_CancelObject_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelObjectRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoreWorkerServer).CancelObject(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoreWorker_CancelObject_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoreWorkerServer).CancelObject(ctx, req.(*CancelObjectRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _CoreWorker_ListOwned_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListOwnedRequest)
 	if err := dec(in); err != nil {
@@ -321,6 +365,10 @@ var CoreWorker_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CancelTask",
 			Handler:    _CoreWorker_CancelTask_Handler,
+		},
+		{
+			MethodName: "CancelObject",
+			Handler:    _CoreWorker_CancelObject_Handler,
 		},
 		{
 			MethodName: "ListOwned",

@@ -486,6 +486,16 @@ func (t *Transport) serve(ln net.Listener) {
 // handle reads a connection's hello and hands it to whoever it is for.
 func (t *Transport) handle(c net.Conn) {
 	defer t.wg.Done()
+	// Only the cluster's processes reach the data path.
+	ac, err := plugin.AuthenticateServer(c)
+	if err != nil {
+		t.logger().Warn("refused a data connection", "from", c.RemoteAddr().String(), "error", err)
+		t.closeConn(c)
+		return
+	}
+	if c = t.retrack(c, ac); c == nil {
+		return
+	}
 	var h hello
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	if err := readFrame(c, &h); err != nil {
@@ -511,9 +521,14 @@ func (t *Transport) handle(c net.Conn) {
 // dial connects to a peer's data listener and tracks the connection.
 func (t *Transport) dial(ctx context.Context, addr, what string) (net.Conn, error) {
 	d := net.Dialer{Timeout: dialTimeout}
-	c, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	c, err := plugin.AuthenticateClient(ctx, raw)
+	if err != nil {
+		_ = raw.Close()
+		return nil, fmt.Errorf("data connection to %s: %w", addr, err)
 	}
 	if err := t.track(c, what); err != nil {
 		return nil, err
@@ -531,6 +546,21 @@ func (t *Transport) track(c net.Conn, what string) error {
 	}
 	t.conns[c] = what
 	return nil
+}
+
+// retrack replaces a tracked connection by the authenticated one wrapping
+// it (the same one without TLS); nil when the transport closed meanwhile.
+func (t *Transport) retrack(raw, c net.Conn) net.Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	what, ok := t.conns[raw]
+	delete(t.conns, raw)
+	if !ok || t.closed {
+		_ = c.Close()
+		return nil
+	}
+	t.conns[c] = what
+	return c
 }
 
 // closeConn closes a tracked connection.

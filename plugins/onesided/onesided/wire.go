@@ -32,6 +32,8 @@ import (
 	"io"
 	"net"
 	"time"
+
+	"github.com/goray-dev/goray/sdk/plugin"
 )
 
 const (
@@ -231,6 +233,13 @@ func (a *Agent) acceptLoop(ln net.Listener) {
 // serveConn serves one reader's connection.
 func (a *Agent) serveConn(nc net.Conn) {
 	defer a.dropConn(nc)
+	// Only the cluster's processes may read registered memory.
+	ac, err := plugin.AuthenticateServer(nc)
+	if err != nil {
+		a.log.Warn("refused a reader's connection", "from", nc.RemoteAddr().String(), "error", err)
+		return
+	}
+	nc = ac // closing the tracked connection closes this one too
 	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	name, inc, err := readHello(nc)
 	if err != nil {
@@ -396,6 +405,18 @@ func (a *Agent) dial(ctx context.Context, p *connPool) (*conn, error) {
 		}
 		return nil, &PeerError{Agent: p.name, Addr: p.addr, Err: err}
 	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetReadBuffer(4 << 20)
+	}
+	ac, err := plugin.AuthenticateClient(dctx, nc)
+	if err != nil {
+		_ = nc.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &PeerError{Agent: p.name, Addr: p.addr, Err: err}
+	}
+	nc = ac
 	if !a.trackConn(nc) {
 		_ = nc.Close()
 		return nil, ErrClosed
@@ -419,8 +440,5 @@ func (a *Agent) dial(ctx context.Context, p *connPool) (*conn, error) {
 		return nil, &PeerError{Agent: p.name, Addr: p.addr, Err: err}
 	}
 	_ = nc.SetDeadline(time.Time{})
-	if tc, ok := nc.(*net.TCPConn); ok {
-		_ = tc.SetReadBuffer(4 << 20)
-	}
 	return &conn{nc: nc, pool: p}, nil
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -110,7 +112,7 @@ func (s *Store) logger() hclog.Logger {
 func (s *Store) Schema() plugin.Schema {
 	return plugin.Schema{Attributes: map[string]plugin.Attribute{
 		"endpoint": {Type: plugin.TypeString, Optional: true,
-			Description: `S3 endpoint as host:port ("127.0.0.1:9000" for a MinIO); empty is AWS S3.`},
+			Description: `S3 endpoint as host:port ("127.0.0.1:9000" for a MinIO); empty is $AWS_ENDPOINT_URL_S3 or $AWS_ENDPOINT_URL (a URL whose scheme sets tls), else AWS S3.`},
 		"bucket": {Type: plugin.TypeString, Required: true,
 			Description: "Bucket the objects are stored in."},
 		"prefix": {Type: plugin.TypeString, Optional: true,
@@ -122,7 +124,7 @@ func (s *Store) Schema() plugin.Schema {
 		"secret_key":    {Type: plugin.TypeString, Optional: true, Sensitive: true, Description: "Secret access key (with access_key)."},
 		"session_token": {Type: plugin.TypeString, Optional: true, Sensitive: true, Description: "Session token of temporary credentials (with access_key)."},
 		"tls": {Type: plugin.TypeBool, Optional: true, Default: true,
-			Description: "Use HTTPS."},
+			Description: "Use HTTPS (an endpoint from $AWS_ENDPOINT_URL follows its URL's scheme instead)."},
 		"insecure_skip_verify": {Type: plugin.TypeBool, Optional: true, Default: false,
 			Description: "Accept any TLS certificate (tests only)."},
 		"create_bucket": {Type: plugin.TypeBool, Optional: true, Default: false,
@@ -136,6 +138,32 @@ func (s *Store) Schema() plugin.Schema {
 		"max_retries": {Type: plugin.TypeNumber, Optional: true, Default: DefaultMaxRetries,
 			Description: "Attempts per request before a failure is reported (the runtime retries whole operations itself)."},
 	}}
+}
+
+// EnvEndpointURL and EnvEndpointURLS3 name the AWS SDKs' variables for
+// another S3 endpoint ("http://127.0.0.1:9000"), which the plugin uses when
+// its config names no endpoint; the S3 one wins.
+const (
+	EnvEndpointURL   = "AWS_ENDPOINT_URL"
+	EnvEndpointURLS3 = "AWS_ENDPOINT_URL_S3"
+)
+
+// endpointFromEnv returns the endpoint of a config that names none: the
+// host:port of $AWS_ENDPOINT_URL_S3, else of $AWS_ENDPOINT_URL, with TLS as
+// its scheme says; else AWS S3 with secure unchanged.
+func endpointFromEnv(secure bool) (string, bool, error) {
+	for _, name := range []string{EnvEndpointURLS3, EnvEndpointURL} {
+		v := strings.TrimSpace(os.Getenv(name))
+		if v == "" {
+			continue
+		}
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.Trim(u.Path, "/") != "" {
+			return "", false, fmt.Errorf("endpoint: $%s = %q: want http://host:port or https://host:port", name, v)
+		}
+		return u.Host, u.Scheme == "https", nil
+	}
+	return "s3.amazonaws.com", secure, nil
 }
 
 // Configure implements storage.Configurable. It checks that the endpoint
@@ -192,7 +220,10 @@ func (s *Store) Configure(ctx context.Context, raw map[string]any) error {
 	secure := boolean("tls", true)
 	endpoint := str("endpoint")
 	if endpoint == "" {
-		endpoint = "s3.amazonaws.com"
+		var err error
+		if endpoint, secure, err = endpointFromEnv(secure); err != nil {
+			return err
+		}
 	}
 	if strings.Contains(endpoint, "://") || strings.Contains(endpoint, "/") {
 		return fmt.Errorf("endpoint: want host:port without a scheme or path (set tls = false for http), got %q", endpoint)

@@ -156,6 +156,23 @@ func TestConfigure(t *testing.T) {
 			t.Errorf("wrong secret from the environment: %v, want ErrPermission naming %s", err, srv.AccessKey)
 		}
 	})
+	t.Run("env-endpoint", func(t *testing.T) {
+		// No endpoint and no tls in the file: the AWS SDKs' variables
+		// name the endpoint, and its scheme says http.
+		cfg := config(srv, "present", nil)
+		delete(cfg, "endpoint")
+		delete(cfg, "tls")
+		t.Setenv(s3store.EnvEndpointURLS3, "")
+		t.Setenv(s3store.EnvEndpointURL, "http://"+srv.Endpoint)
+		open(t, cfg)
+		t.Setenv(s3store.EnvEndpointURLS3, "http://"+srv.Endpoint+"/")
+		t.Setenv(s3store.EnvEndpointURL, "http://127.0.0.1:1")
+		open(t, cfg) // the S3 one wins
+		t.Setenv(s3store.EnvEndpointURLS3, srv.Endpoint)
+		if err := configure(cfg); err == nil || !strings.Contains(err.Error(), "$"+s3store.EnvEndpointURLS3) {
+			t.Errorf("Configure with %s=%s (no scheme): %v, want an error naming the variable", s3store.EnvEndpointURLS3, srv.Endpoint, err)
+		}
+	})
 	t.Run("profile-credentials", func(t *testing.T) {
 		dir := t.TempDir()
 		file := filepath.Join(dir, "credentials")

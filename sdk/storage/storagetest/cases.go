@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -718,7 +719,9 @@ func testReadInto(e *env) {
 	const size, seed = 5<<20 + 13, 777
 	key := e.key("readinto/000001.spill")
 	e.mustWrite(ctx, key, seed, size)
-	fd, err := unix.MemfdCreate("storagetest-readinto", unix.MFD_CLOEXEC)
+	// Named as the object store names its arena: ReadInto writes into
+	// nothing else.
+	fd, err := unix.MemfdCreate(storage.ArenaName, unix.MFD_CLOEXEC)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -752,5 +755,17 @@ func testReadInto(e *env) {
 	wantErr(e.t, "ReadInto past the object's end", err, storage.ErrInvalidRange)
 	if !bytes.Equal(mem[:16], make([]byte, 16)) {
 		e.t.Error("a failed ReadInto wrote into the target")
+	}
+	// Only the object store's memory is a target: a regular file is
+	// refused (ErrPermission) and left as it was.
+	file := filepath.Join(e.t.TempDir(), "victim")
+	orig := bytes.Repeat([]byte("keep me "), 1<<10)
+	if err := os.WriteFile(file, orig, 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	_, err = ri.ReadInto(ctx, &storage.ReadIntoRequest{Key: key, Length: 64, TargetPath: file})
+	wantErr(e.t, "ReadInto a regular file", err, storage.ErrPermission)
+	if got, err := os.ReadFile(file); err != nil || !bytes.Equal(got, orig) {
+		e.t.Errorf("ReadInto changed the regular file it was refused (%v)", err)
 	}
 }

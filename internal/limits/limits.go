@@ -1,0 +1,29 @@
+// Package limits holds size limits that more than one part of goray
+// enforces, so that what config.Validate accepts is what the runtime
+// accepts: the RPC message limit, and the bounds on node labels that the
+// GCS checks when a node registers. Resource amounts and names are bounded
+// in internal/resources.
+package limits
+
+// MaxMessageSize is the gRPC message limit, in bytes, on both sides of
+// every goray connection (internal/core.MaxMessageSize is this value).
+const MaxMessageSize = 256 << 20
+
+// InlineHeadroom is the room an RPC keeps for everything but an inline
+// value: the other fields, references and the protobuf framing.
+const InlineHeadroom = 1 << 20
+
+// MaxInlineLimit is the largest object_store.inline_limit: a value up to
+// the inline limit travels inside one RPC message, so it must fit in
+// MaxMessageSize with InlineHeadroom to spare.
+const MaxInlineLimit = MaxMessageSize - InlineHeadroom
+
+// Bounds on a node's labels.
+const (
+	// MaxLabels is how many labels a node may have.
+	MaxLabels = 256
+	// MaxLabelKeyLen is the longest label key, in bytes.
+	MaxLabelKeyLen = 256
+	// MaxLabelValueLen is the longest label value, in bytes.
+	MaxLabelValueLen = 1024
+)
