@@ -40,8 +40,8 @@ func validateAddress(field string, addr *gorayv1.Address) error {
 
 // RegisterActor inserts the actor in state PENDING with the server's start
 // time. It fails with NameTakenError when a non-DEAD actor has the same
-// non-empty name, AlreadyExistsError when the id is registered, and
-// JobFinishedError when the actor's job has finished.
+// non-empty name (a dead actor's name is free), AlreadyExistsError when the
+// id is registered, and JobFinishedError when the actor's job has finished.
 func (s *Server) RegisterActor(_ context.Context, req *gorayv1.RegisterActorRequest) (*gorayv1.RegisterActorReply, error) {
 	in := req.GetActor()
 	if in == nil {
@@ -72,8 +72,8 @@ func (s *Server) RegisterActor(_ context.Context, req *gorayv1.RegisterActorRequ
 	}
 	name := in.GetName()
 	if name != "" {
-		if holder, ok := s.byName[name]; ok && s.actors[holder].info.GetState() != gorayv1.ActorState_ACTOR_STATE_DEAD {
-			return nil, &NameTakenError{Name: name, Holder: holder}
+		if holder, ok := s.byName[name]; ok {
+			return nil, &NameTakenError{Name: name, Holder: holder, Class: s.actors[holder].info.GetClassName()}
 		}
 	}
 	info := cloneMsg(in)
@@ -159,13 +159,17 @@ func (s *Server) UpdateActor(_ context.Context, req *gorayv1.UpdateActorRequest)
 	return &gorayv1.UpdateActorReply{}, nil
 }
 
-// markActorDeadLocked makes a DEAD with reason, frees its name and wakes its
-// waiters; s.mu must be held. It does nothing if a is already dead.
+// markActorDeadLocked makes a DEAD with reason, frees its name (lookups of
+// it say not found from now on, as in Ray) and wakes its waiters; s.mu must
+// be held. It does nothing if a is already dead.
 func (s *Server) markActorDeadLocked(a *actorEntry, reason string) {
 	if a.info.GetState() == gorayv1.ActorState_ACTOR_STATE_DEAD {
 		return
 	}
 	a.info.State = gorayv1.ActorState_ACTOR_STATE_DEAD
+	if name := a.info.GetName(); name != "" && s.byName[name] == a.id {
+		delete(s.byName, name)
+	}
 	a.info.DeathReason = reason
 	if a.info.GetEndTimeMs() == 0 {
 		a.info.EndTimeMs = s.nowMs()
@@ -239,9 +243,11 @@ func (e *waitError) GRPCStatus() *status.Status {
 	return status.New(status.FromContextError(e.err).Code(), e.Error())
 }
 
-// GetActor returns an actor by actor_id, or by name: the live actor of that
-// name, else the most recent dead one. With wait_alive it blocks until the
-// actor is ALIVE or DEAD, or ctx ends.
+// GetActor returns an actor by actor_id, or by name: the actor holding the
+// name, which is never a DEAD one (a dead actor's name is free, so looking
+// it up is NotFoundError). With wait_alive it blocks while the actor is
+// PENDING or RESTARTING; with wait_not_alive_on (a worker id) while it is
+// ALIVE on that worker; in both cases until ctx ends.
 func (s *Server) GetActor(ctx context.Context, req *gorayv1.GetActorRequest) (*gorayv1.GetActorReply, error) {
 	var id ids.ID
 	name := req.GetName()
@@ -253,6 +259,10 @@ func (s *Server) GetActor(ctx context.Context, req *gorayv1.GetActorRequest) (*g
 	} else if name == "" {
 		return nil, &InvalidArgumentError{Field: "actor_id", Problem: "actor_id or name is required"}
 	}
+	notOn, err := parseOptionalID("wait_not_alive_on", req.GetWaitNotAliveOn())
+	if err != nil {
+		return nil, err
+	}
 	for {
 		s.mu.Lock()
 		a, err := s.lookupActorLocked(id, name)
@@ -261,7 +271,11 @@ func (s *Server) GetActor(ctx context.Context, req *gorayv1.GetActorRequest) (*g
 			return nil, err
 		}
 		st := a.info.GetState()
-		if !req.GetWaitAlive() || (st != gorayv1.ActorState_ACTOR_STATE_PENDING && st != gorayv1.ActorState_ACTOR_STATE_RESTARTING) {
+		wait := req.GetWaitAlive() && (st == gorayv1.ActorState_ACTOR_STATE_PENDING || st == gorayv1.ActorState_ACTOR_STATE_RESTARTING)
+		if !notOn.IsNil() && st == gorayv1.ActorState_ACTOR_STATE_ALIVE && a.worker() == notOn {
+			wait = true
+		}
+		if !wait {
 			info := cloneMsg(a.info)
 			s.mu.Unlock()
 			return &gorayv1.GetActorReply{Actor: info}, nil

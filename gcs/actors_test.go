@@ -10,6 +10,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const (
@@ -57,6 +58,12 @@ func TestActorNames(t *testing.T) {
 	registerActor(t, c, actorOn(first, job, ids.Nil, ids.Nil, "c1"))
 	_, err := c.RegisterActor(ctx, &gorayv1.RegisterActorRequest{Actor: actorOn(second, job, ids.Nil, ids.Nil, "c1")})
 	wantCode(t, err, codes.AlreadyExists, fmt.Sprintf(`actor name "c1" is already taken by actor %s`, first))
+	// The holder travels as a detail, for clients to name it.
+	if d := status.Convert(err).Details(); len(d) != 1 {
+		t.Fatalf("name taken: details %v, want the holder", d)
+	} else if h, ok := d[0].(*gorayv1.ActorInfo); !ok || ids.MustFromBytes(h.GetActorId()) != first || h.GetName() != "c1" || h.GetClassName() != "Counter" {
+		t.Fatalf("name taken: detail %v, want the holder %s", d[0], first)
+	}
 
 	// Still taken while ALIVE.
 	setState(t, c, first, alive, "")
@@ -75,21 +82,50 @@ func TestActorNames(t *testing.T) {
 		t.Fatalf("GetActor(c1) = %v, %v; want first", a, err)
 	}
 
-	// Death frees the name; lookup then finds the dead one until reuse.
+	// Death frees the name at once: a lookup says not found (as Ray's
+	// get_actor raises), and the name can be taken again.
 	setState(t, c, first, dead, "killed")
-	if a, err := byName("c1"); err != nil || ids.MustFromBytes(a.GetActorId()) != first || a.GetState() != dead {
-		t.Fatalf("GetActor(c1) after death = %v, %v; want first DEAD", a, err)
+	_, err = byName("c1")
+	wantCode(t, err, codes.NotFound, `no actor named "c1"`)
+	if a := getActor(t, c, first); a.GetState() != dead || a.GetName() != "c1" {
+		t.Fatalf("the dead actor by id = %v, want DEAD and still named c1", a)
 	}
 	registerActor(t, c, actorOn(second, job, ids.Nil, ids.Nil, "c1"))
 	if a, err := byName("c1"); err != nil || ids.MustFromBytes(a.GetActorId()) != second {
 		t.Fatalf("GetActor(c1) after reuse = %v, %v; want second", a, err)
 	}
-	setState(t, c, second, dead, "")
-	registerActor(t, c, actorOn(third, job, ids.Nil, ids.Nil, "c1"))
-	setState(t, c, third, dead, "")
-	if a, err := byName("c1"); err != nil || ids.MustFromBytes(a.GetActorId()) != third {
-		t.Fatalf("GetActor(c1) with all dead = %v, %v; want most recent (third)", a, err)
+	// The first actor's late updates (already dead) do not touch the name.
+	setState(t, c, first, dead, "again")
+	if a, err := byName("c1"); err != nil || ids.MustFromBytes(a.GetActorId()) != second {
+		t.Fatalf("GetActor(c1) after the old holder's update = %v, %v; want second", a, err)
 	}
+	// However the holder dies (here its worker fails with no restarts
+	// left), the name is free; a restarting holder keeps it.
+	setState(t, c, second, dead, "")
+	w := newID()
+	info := actorOn(third, job, newID(), w, "c1")
+	info.MaxRestarts = 1
+	registerActor(t, c, info)
+	setState(t, c, third, alive, "")
+	for i, want := range []gorayv1.ActorState{gorayv1.ActorState_ACTOR_STATE_RESTARTING, dead} {
+		_, err = c.ReportWorkerFailure(ctx, &gorayv1.ReportWorkerFailureRequest{WorkerId: w.Bytes()})
+		mustOK(t, err)
+		if a := getActor(t, c, third); a.GetState() != want {
+			t.Fatalf("failure %d: %v, want %v", i+1, a.GetState(), want)
+		}
+		if want == dead {
+			break
+		}
+		if a, err := byName("c1"); err != nil || ids.MustFromBytes(a.GetActorId()) != third {
+			t.Fatalf("GetActor(c1) while restarting = %v, %v; want third", a, err)
+		}
+		_, err = c.UpdateActor(ctx, &gorayv1.UpdateActorRequest{Actor: &gorayv1.ActorInfo{ActorId: third.Bytes(), State: alive,
+			Address: &gorayv1.Address{UnixPath: "/tmp/w2.sock", WorkerId: w.Bytes()}}})
+		mustOK(t, err)
+	}
+	_, err = byName("c1")
+	wantCode(t, err, codes.NotFound, `no actor named "c1"`)
+	registerActor(t, c, actorOn(newID(), job, ids.Nil, ids.Nil, "c1"))
 
 	_, err = byName("x")
 	wantCode(t, err, codes.NotFound, `no actor named "x"`)
@@ -321,6 +357,87 @@ func TestGetActorWaitAlive(t *testing.T) {
 			t.Fatalf("err = %v, want context.DeadlineExceeded", err)
 		}
 	})
+
+	// wait_not_alive_on: a caller that saw the actor ALIVE on worker w1
+	// follows its fate from there however long that takes; with wait_alive
+	// too (an actor's own worker fencing itself), it waits through
+	// PENDING and RESTARTING and ends once the actor is not on w1.
+	t.Run("not alive on", func(t *testing.T) {
+		const restarting = gorayv1.ActorState_ACTOR_STATE_RESTARTING
+		node := newID()
+		type step func(t *testing.T, id, w1 ids.ID)
+		aliveOn := func(on func(w1 ids.ID) ids.ID) step {
+			return func(t *testing.T, id, w1 ids.ID) {
+				t.Helper()
+				_, err := c.UpdateActor(ctxT(t), &gorayv1.UpdateActorRequest{Actor: &gorayv1.ActorInfo{ActorId: id.Bytes(), State: alive,
+					Address: &gorayv1.Address{UnixPath: "/tmp/w.sock", NodeId: node.Bytes(), WorkerId: on(w1).Bytes()}}})
+				mustOK(t, err)
+			}
+		}
+		onW1 := aliveOn(func(w1 ids.ID) ids.ID { return w1 })
+		onW2 := aliveOn(func(ids.ID) ids.ID { return newID() })
+		fail := func(t *testing.T, _, w1 ids.ID) {
+			_, err := c.ReportWorkerFailure(ctxT(t), &gorayv1.ReportWorkerFailureRequest{WorkerId: w1.Bytes(), Reason: "worker crashed"})
+			mustOK(t, err)
+		}
+		kill := func(t *testing.T, id, _ ids.ID) { setState(t, c, id, dead, "killed") }
+		pid := func(t *testing.T, id, _ ids.ID) {
+			_, err := c.UpdateActor(ctxT(t), &gorayv1.UpdateActorRequest{Actor: &gorayv1.ActorInfo{ActorId: id.Bytes(), Pid: 9}})
+			mustOK(t, err)
+		}
+		for _, tc := range []struct {
+			name      string
+			waitAlive bool
+			before    []step // applied to a PENDING actor before the wait
+			still     []step // applied during the wait, which must go on
+			last      step   // ends the wait
+			want      gorayv1.ActorState
+			elsewhere bool // want it ALIVE on a worker other than w1
+		}{
+			{name: "its worker fails: restarting", before: []step{onW1}, still: []step{pid}, last: fail, want: restarting},
+			{name: "killed", before: []step{onW1}, last: kill, want: dead},
+			{name: "fencing: through restarting to a new worker", waitAlive: true, before: []step{onW1}, still: []step{fail}, last: onW2, want: alive, elsewhere: true},
+			{name: "fencing: from pending, alive on w1, then killed", waitAlive: true, still: []step{onW1, pid}, last: kill, want: dead},
+			{name: "already alive elsewhere", before: []step{onW2}, want: alive, elsewhere: true},
+			{name: "already restarting", before: []step{onW1, fail}, want: restarting},
+			{name: "already dead", before: []step{kill}, want: dead},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				id, w1 := newID(), newID()
+				info := actorOn(id, job, node, ids.Nil, "")
+				info.MaxRestarts = -1
+				registerActor(t, c, info)
+				for _, f := range tc.before {
+					f(t, id, w1)
+				}
+				req := &gorayv1.GetActorRequest{ActorId: id.Bytes(), WaitAlive: tc.waitAlive, WaitNotAliveOn: w1.Bytes()}
+				var r result
+				if tc.last == nil {
+					got, err := c.GetActor(ctxT(t), req)
+					r = result{got.GetActor(), err}
+				} else {
+					ch := wait(t, ctxT(t), req)
+					for _, f := range tc.still {
+						f(t, id, w1)
+						select {
+						case r := <-ch:
+							t.Fatalf("the wait ended early: %v, %v", r.a, r.err)
+						case <-time.After(20 * time.Millisecond):
+						}
+					}
+					tc.last(t, id, w1)
+					r = recv(t, ch)
+				}
+				mustOK(t, r.err)
+				stillOnW1 := ids.MustFromBytes(r.a.GetAddress().GetWorkerId()) == w1
+				if r.a.GetState() != tc.want || (tc.elsewhere && stillOnW1) {
+					t.Fatalf("got %v on worker %x, want %v (elsewhere: %v)", r.a.GetState(), r.a.GetAddress().GetWorkerId(), tc.want, tc.elsewhere)
+				}
+			})
+		}
+		_, err := c.GetActor(ctxT(t), &gorayv1.GetActorRequest{ActorId: newID().Bytes(), WaitNotAliveOn: []byte{1}})
+		wantCode(t, err, codes.InvalidArgument, "wait_not_alive_on")
+	})
 }
 
 func TestReportWorkerFailure(t *testing.T) {
@@ -433,5 +550,93 @@ func TestActorRestarts(t *testing.T) {
 	}
 	if got := fail(newActor(3, pending), false); got.GetState() != dead {
 		t.Fatalf("a pending actor's worker failed: %v, want DEAD (its owner's creation fails)", got)
+	}
+}
+
+// TestNodeLeavingIsANodeFailure: however a node leaves the cluster — it
+// stops reporting, it is unregistered by `goray stop`, or its raylet
+// reports its actors failed as it shuts down and then unregisters — an
+// actor on it with restarts left restarts (its owner lives elsewhere),
+// while one owned from that node, one without restarts left and one never
+// alive die; only a kill (or the owner's death) ends a restartable actor.
+func TestNodeLeavingIsANodeFailure(t *testing.T) {
+	const restarting = gorayv1.ActorState_ACTOR_STATE_RESTARTING
+	for _, leave := range []struct {
+		name string
+		do   func(t *testing.T, s *Server, c gorayv1.GcsClient, clock *fakeClock, node ids.ID)
+	}{
+		{"missed health checks", func(t *testing.T, s *Server, c gorayv1.GcsClient, clock *fakeClock, node ids.ID) {
+			clock.Advance(3 * time.Second) // 6s since the victim's last report, 3s since the other's
+			s.checkHealth()
+		}},
+		{"unregistered", func(t *testing.T, s *Server, c gorayv1.GcsClient, clock *fakeClock, node ids.ID) {
+			_, err := c.UnregisterNode(ctxT(t), &gorayv1.UnregisterNodeRequest{NodeId: node.Bytes(), Reason: "node shut down"})
+			mustOK(t, err)
+		}},
+		{"raylet shutdown: node-wide report, then unregistered", func(t *testing.T, s *Server, c gorayv1.GcsClient, clock *fakeClock, node ids.ID) {
+			_, err := c.ReportWorkerFailure(ctxT(t), &gorayv1.ReportWorkerFailureRequest{NodeId: node.Bytes(), Reason: "node shutting down"})
+			mustOK(t, err)
+			_, err = c.UnregisterNode(ctxT(t), &gorayv1.UnregisterNodeRequest{NodeId: node.Bytes(), Reason: "node shut down"})
+			mustOK(t, err)
+		}},
+	} {
+		t.Run(leave.name, func(t *testing.T) {
+			clock := newFakeClock()
+			s, c := startServer(t, Options{Now: clock.Now})
+			job, victim, other := newID(), newID(), newID()
+			registerNode(t, c, victim, "victim")
+			registerNode(t, c, other, "other")
+			type actor struct {
+				name      string
+				owner     ids.ID // node of the owner
+				max       int32
+				restarted int32 // restarts used up before the node leaves
+				alive     bool
+				killed    bool
+				want      gorayv1.ActorState
+			}
+			actors := []actor{
+				{name: "restartable", owner: other, max: 1, alive: true, want: restarting},
+				{name: "unlimited", owner: other, max: -1, restarted: 5, alive: true, want: restarting},
+				{name: "owned from the leaving node", owner: victim, max: -1, alive: true, want: dead},
+				{name: "no restarts", owner: other, max: 0, alive: true, want: dead},
+				{name: "restarts used up", owner: other, max: 1, restarted: 1, alive: true, want: dead},
+				{name: "never alive", owner: other, max: 1, want: dead},
+				{name: "killed", owner: other, max: -1, alive: true, killed: true, want: dead},
+			}
+			id := map[string]ids.ID{}
+			for _, a := range actors {
+				id[a.name] = newID()
+				info := actorOn(id[a.name], job, victim, newID(), a.name)
+				info.MaxRestarts = a.max
+				info.Owner = &gorayv1.Address{NodeId: a.owner.Bytes(), WorkerId: newID().Bytes()}
+				registerActor(t, c, info)
+				s.mu.Lock()
+				s.actors[id[a.name]].info.NumRestarts = a.restarted
+				s.mu.Unlock()
+				if a.alive {
+					setState(t, c, id[a.name], alive, "")
+				}
+				if a.killed {
+					setState(t, c, id[a.name], dead, "killed by ray.Kill")
+				}
+			}
+			clock.Advance(3 * time.Second)
+			_, err := c.ReportHeartbeat(ctxT(t), &gorayv1.HeartbeatRequest{NodeId: other.Bytes()})
+			mustOK(t, err)
+			leave.do(t, s, c, clock, victim)
+			if st := nodeView(t, c, other).GetInfo().GetState(); st != StateAlive {
+				t.Fatalf("the other node is %s", st)
+			}
+			for _, a := range actors {
+				got := getActor(t, c, id[a.name])
+				if got.GetState() != a.want {
+					t.Errorf("%s: %v (%q), want %v", a.name, got.GetState(), got.GetDeathReason(), a.want)
+				}
+				if a.want == restarting && got.GetNumRestarts() != a.restarted+1 {
+					t.Errorf("%s: %d restarts, want %d", a.name, got.GetNumRestarts(), a.restarted+1)
+				}
+			}
+		})
 	}
 }

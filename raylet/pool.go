@@ -422,8 +422,9 @@ func (r *Raylet) workerDied(w *worker, reason string, startErr error) {
 		r.mu.Unlock()
 		return
 	}
-	// Killed on purpose (ray.Kill, its job or lease holder gone, the node
-	// stopping): its actor must not restart.
+	// Killed on purpose (ray.Kill, its job or lease holder gone): its actor
+	// must not restart. (At shutdown Shutdown reports the node's actors
+	// itself, as failed: a node leaving is a node failure to them.)
 	permanent := w.killReason != ""
 	if w.killReason != "" {
 		reason = w.killReason

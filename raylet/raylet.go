@@ -447,14 +447,17 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 		r.log.Warn("unlinking received tensor segments at shutdown failed", "error", err)
 	}
 
+	// A node leaving the cluster is a node failure to its actors, not a
+	// kill: those with restarts left restart on other nodes (the GCS kills
+	// those whose owner was on this node when the node is unregistered).
 	if r.cfg.GCS != nil && hadActors {
 		fctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 		_, err := r.cfg.GCS.ReportWorkerFailure(fctx, &gorayv1.ReportWorkerFailureRequest{
-			NodeId: r.cfg.NodeID.Bytes(), Reason: "node shutting down", Permanent: true,
+			NodeId: r.cfg.NodeID.Bytes(), Reason: "node shutting down",
 		})
 		cancel()
 		if err != nil {
-			r.log.Warn("reporting the node's actors dead to the GCS", "error", err)
+			r.log.Warn("reporting the node's actors failed to the GCS", "error", err)
 		}
 	}
 	if registered && r.cfg.GCS != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 
@@ -34,6 +35,13 @@ func newActorManager(cw *CoreWorker) *actorManager {
 
 // actorClient is this process's view of one actor: its state, address, the
 // ordered queue of calls not yet sent and the calls in flight.
+//
+// It follows the GCS, the authority on the actor's fate: pending (alive
+// and dead unset) until the actor is alive at addr; alive until the GCS
+// has it RESTARTING, ALIVE elsewhere or DEAD (see watch). When the stream
+// to the worker breaks first, the client is suspended — not alive, addr
+// kept, calls under way pending and new calls waiting — until the GCS
+// says which, however long its failure detector takes (connectionLost).
 type actorClient struct {
 	m     *actorManager
 	ref   ActorRef
@@ -60,6 +68,8 @@ type actorClient struct {
 	createRec   *taskRecord
 	maxRestarts int
 	holdsArgs   bool
+	// watchCancel stops the watch (see watch) of the instance at addr.
+	watchCancel context.CancelFunc
 }
 
 // readyChan returns the channel closed when the actor is next alive or
@@ -104,6 +114,7 @@ func (c *actorClient) resolve() {
 		c.setDead(fmt.Errorf("no GCS connection to look the actor up"))
 		return
 	}
+	backoff := 50 * time.Millisecond
 	for {
 		rep, err := cw.gcs.GetActor(cw.ctx, &pb.GetActorRequest{ActorId: c.ref.ID.Bytes(), WaitAlive: true})
 		if err != nil {
@@ -115,7 +126,13 @@ func (c *actorClient) resolve() {
 				c.setDead(fmt.Errorf("the GCS does not know the actor"))
 				return
 			}
-			if status.Code(err) == codes.DeadlineExceeded {
+			if code := status.Code(err); code == codes.DeadlineExceeded || code == codes.Unavailable {
+				// The GCS is out of reach for now: it still decides.
+				select {
+				case <-time.After(backoff):
+				case <-cw.ctx.Done():
+				}
+				backoff = min(2*backoff, 2*time.Second)
 				continue
 			}
 			c.setDead(fmt.Errorf("looking the actor up: %w", err))
@@ -136,11 +153,74 @@ func (c *actorClient) resolve() {
 func (c *actorClient) setAlive(addr *pb.Address) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.setAliveLocked(addr)
+}
+
+// setAliveLocked marks the actor alive at addr and starts following it
+// there in the GCS; c.mu must be held. It reports whether the actor was
+// not already alive or dead.
+func (c *actorClient) setAliveLocked(addr *pb.Address) bool {
 	if c.alive || c.dead != nil {
-		return
+		return false
 	}
 	c.alive, c.addr = true, addr
 	close(c.ready)
+	if c.watchCancel != nil {
+		c.watchCancel()
+		c.watchCancel = nil
+	}
+	if cw := c.m.cw; cw.gcs != nil && addr != nil {
+		ctx, cancel := context.WithCancel(cw.ctx)
+		c.watchCancel = cancel
+		go c.watch(ctx, addr)
+	}
+	return true
+}
+
+// watch follows the actor in the GCS from its instance at addr, however
+// long that takes: when the GCS no longer has it ALIVE there — its worker
+// or node failed and it restarts, it runs elsewhere now, or it is dead —
+// the client does the same (restart or setDead). A broken connection
+// alone decides nothing (see connectionLost): the GCS learns of a worker's
+// death from its raylet, and of a node's from its failure detector.
+func (c *actorClient) watch(ctx context.Context, addr *pb.Address) {
+	cw := c.m.cw
+	mine := ids.MustFromBytes(addr.GetWorkerId())
+	backoff := 50 * time.Millisecond
+	for {
+		rep, err := cw.gcs.GetActor(ctx, &pb.GetActorRequest{ActorId: c.ref.ID.Bytes(), WaitNotAliveOn: addr.GetWorkerId()})
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			a := rep.GetActor()
+			on := ids.MustFromBytes(a.GetAddress().GetWorkerId())
+			switch {
+			case a.GetState() == pb.ActorState_ACTOR_STATE_DEAD:
+				c.setDead(errors.New(a.GetDeathReason()))
+				return
+			case a.GetState() == pb.ActorState_ACTOR_STATE_RESTARTING && on == mine,
+				!c.owner && a.GetState() != pb.ActorState_ACTOR_STATE_PENDING && on != mine:
+				// It failed there (or, seen from a borrower, has moved on).
+				c.restart(addr, a.GetDeathReason())
+				return
+			}
+			// The GCS has not recorded this instance yet (an owner's
+			// report of it still on its way), or does not know
+			// wait_not_alive_on: ask again in a while.
+		} else if status.Code(err) == codes.NotFound {
+			c.setDead(fmt.Errorf("the GCS does not know the actor"))
+			return
+		} else {
+			cw.log.Debug("following the actor in the GCS failed; retrying", "actor", c.ref.ID.Short(), "error", err)
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }
 
 // setDead marks the actor dead and fails every queued and in-flight call.
@@ -156,6 +236,10 @@ func (c *actorClient) setDead(reason error) {
 		de = ade
 	}
 	c.dead = de
+	var nt *ActorNameTakenError
+	if errors.As(reason, &nt) {
+		c.dead = nt
+	}
 	if !c.alive {
 		close(c.ready)
 	}
@@ -168,6 +252,10 @@ func (c *actorClient) setDead(reason error) {
 	c.inflight = map[ids.ID]*taskRecord{}
 	if c.cancel != nil {
 		c.cancel()
+	}
+	if c.watchCancel != nil {
+		c.watchCancel()
+		c.watchCancel = nil
 	}
 	var release []codec.RefInfo
 	if c.holdsArgs {
@@ -187,9 +275,13 @@ func (c *actorClient) diedErr() error {
 	return c.dead
 }
 
-// CreateActor starts creating an actor and returns its reference at once.
-// Calls made before the actor is alive queue up and run after it starts.
-func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args []ArgInput, opts TaskOptions) ActorRef {
+// CreateActor registers an actor in the GCS, starts creating it and returns
+// its reference once registered. Calls made before the actor is alive
+// queue up and run after it starts. When it cannot even be registered —
+// its name is taken (*ActorNameTakenError), its arguments cannot be
+// encoded, its job has finished — the error is returned, and the reference
+// is of a dead actor whose Ready and calls fail with the same error.
+func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args []ArgInput, opts TaskOptions) (ActorRef, error) {
 	ref := ActorRef{ID: ids.New(), Name: opts.Name, Class: class}
 	c := &actorClient{m: cw.actors, ref: ref, ready: make(chan struct{}), inflight: map[ids.ID]*taskRecord{}, owner: true}
 	cw.actors.mu.Lock()
@@ -207,7 +299,7 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 		Resources: &pb.Resources{Amounts: opts.Resources}, Name: opts.Name, ActorId: ref.ID.Bytes(),
 		MaxConcurrency: int32(maxConc), CallerId: cw.id.Bytes(), Transports: opts.Transports,
 	}
-	cctx, cancel := context.WithCancel(ctx)
+	cctx, cancel := submitContext(ctx, nil) // a task returning the handle does not cancel the creation
 	c.mu.Lock()
 	c.createCancel = cancel
 	c.maxRestarts = opts.MaxRestarts
@@ -217,17 +309,17 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 		cw.objects.removeSubmitted(rec.deps)
 		cancel()
 		c.setDead(fmt.Errorf("constructor arguments: %w", err))
-		return ref
+		return ref, c.diedErr()
 	}
 	// Register before returning, so that the handle can be passed to other
-	// processes (and found by name) at once.
+	// processes (and found by name) at once, and a name clash is known now.
 	if cw.gcs != nil {
 		info := c.info(rec)
 		if _, err := cw.gcs.RegisterActor(ctx, &pb.RegisterActorRequest{Actor: info}); err != nil {
 			cw.objects.removeSubmitted(rec.deps)
 			cancel()
-			c.setDead(errors.New(status.Convert(err).Message()))
-			return ref
+			c.setDead(registerError(ref, err))
+			return ref, c.diedErr()
 		}
 	}
 	c.mu.Lock()
@@ -235,7 +327,25 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 	c.holdsArgs = c.maxRestarts != 0 // released at its death
 	c.mu.Unlock()
 	go c.create(rec)
-	return ref
+	return ref, nil
+}
+
+// registerError turns a failed RegisterActor into the actor's death error:
+// an *ActorNameTakenError naming the holder (a detail of the GCS's status)
+// when the name is taken.
+func registerError(ref ActorRef, err error) error {
+	st := status.Convert(err)
+	if st.Code() != codes.AlreadyExists || ref.Name == "" {
+		return errors.New(st.Message())
+	}
+	nt := &ActorNameTakenError{Name: ref.Name, ActorID: ref.ID}
+	for _, d := range st.Details() {
+		if h, ok := d.(*pb.ActorInfo); ok {
+			nt.Holder, _ = ids.FromBytes(h.GetActorId())
+			nt.HolderClass = h.GetClassName()
+		}
+	}
+	return nt
 }
 
 // info is the actor's GCS record at creation.
@@ -327,15 +437,37 @@ func (c *actorClient) create(rec *taskRecord) {
 	info.Pid = lrep.WorkerPid
 	info.StartTimeMs = time.Now().UnixMilli()
 	if cw.gcs != nil {
-		if _, err := cw.gcs.UpdateActor(cw.ctx, &pb.UpdateActorRequest{Actor: info}); err != nil {
-			cw.log.Warn("recording actor as alive failed", "actor", c.ref.ID.Short(), "error", err)
+		// The GCS must know where the actor runs: others find it there,
+		// and its fate is followed there (watch).
+		backoff := 50 * time.Millisecond
+		for {
+			_, err := cw.gcs.UpdateActor(cw.ctx, &pb.UpdateActorRequest{Actor: info})
+			if err == nil || cw.ctx.Err() != nil || c.diedErr() != nil {
+				break
+			}
+			if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
+				cw.log.Warn("recording actor as alive failed", "actor", c.ref.ID.Short(), "error", err)
+				break
+			}
+			select {
+			case <-time.After(backoff):
+			case <-cw.ctx.Done():
+			}
+			backoff = min(2*backoff, 2*time.Second)
 		}
 	}
 	c.mu.Lock()
+	if c.dead != nil {
+		// Killed meanwhile.
+		c.mu.Unlock()
+		cancel()
+		dropLease()
+		return
+	}
 	c.stream, c.cancel = st, cancel
+	c.setAliveLocked(lrep.Worker)
 	c.mu.Unlock()
 	go c.recvLoop(st)
-	c.setAlive(lrep.Worker)
 }
 
 // reportDead records the actor's death in the GCS (owner only).
@@ -361,7 +493,8 @@ func (cw *CoreWorker) SubmitActorTask(ctx context.Context, actor ActorRef, metho
 		Function: method, ReturnId: retID.Bytes(), Owner: cw.addr, ActorId: actor.ID.Bytes(), CallerId: cw.id.Bytes(),
 		TensorTransport: opts.TensorTransport,
 	}
-	rec := &taskRecord{spec: spec, retID: retID, ctx: ctx, state: statePendingArgs}
+	rctx, rcancel := submitContext(ctx, nil)
+	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs}
 	cw.objects.newOwned(retID, rec, 1)
 	h := cw.wrapHandle(retID, cw.addr)
 	cw.submitter.track(rec)
@@ -414,17 +547,36 @@ func (c *actorClient) run() {
 				continue
 			}
 		}
-		st, err := c.ensureStream()
-		if err != nil {
+		if err := c.send(rec); err != nil {
 			cw.submitter.fail(rec, err)
+		}
+	}
+}
+
+// send sends rec on the stream to the actor's current instance, waiting
+// (again) while the actor is restarting or suspended.
+func (c *actorClient) send(rec *taskRecord) error {
+	cw := c.m.cw
+	tid := ids.MustFromBytes(rec.spec.TaskId)
+	for {
+		st, err := c.ensureStream()
+		if errors.Is(err, errNotAlive) {
+			if err := c.waitUsable(rec); err != nil {
+				return err
+			}
 			continue
 		}
-		tid := ids.MustFromBytes(rec.spec.TaskId)
+		if err != nil {
+			return err
+		}
 		c.mu.Lock()
 		if c.dead != nil {
 			c.mu.Unlock()
-			cw.submitter.fail(rec, c.dead)
-			continue
+			return c.diedErr()
+		}
+		if !c.alive || c.stream != st {
+			c.mu.Unlock()
+			continue // lost or restarted since: wait for the next instance
 		}
 		c.seq++
 		rec.spec.Seq = c.seq
@@ -438,8 +590,10 @@ func (c *actorClient) run() {
 		err = st.Send(&pb.TaskRequest{Spec: rec.spec})
 		c.sendMu.Unlock()
 		if err != nil {
+			// The call stays under way: the stream's end decides its fate.
 			cw.log.Debug("sending actor call failed", "actor", c.ref.ID.Short(), "error", err)
 		}
+		return nil
 	}
 }
 
@@ -451,7 +605,7 @@ func (c *actorClient) waitUsable(rec *taskRecord) error {
 			if err == ErrShutdown {
 				return err
 			}
-			return cancelledError(rec.spec.Function, err)
+			return cancelledError(rec.spec.Function, context.Cause(rec.ctx))
 		}
 		c.mu.Lock()
 		usable := c.alive || c.dead != nil
@@ -462,14 +616,21 @@ func (c *actorClient) waitUsable(rec *taskRecord) error {
 	}
 }
 
+// errNotAlive: the actor is not alive now (restarting, or its connection
+// lost); wait for it.
+var errNotAlive = errors.New("actor not alive")
+
 func (c *actorClient) ensureStream() (pb.CoreWorker_PushTasksClient, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stream != nil {
-		return c.stream, nil
+	if c.dead != nil {
+		return nil, c.dead
 	}
 	if !c.alive || c.addr == nil {
-		return nil, &ActorUnavailableError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: "its worker died just now"}
+		return nil, errNotAlive
+	}
+	if c.stream != nil {
+		return c.stream, nil
 	}
 	cw := c.m.cw
 	cli, err := cw.peer(c.addr)
@@ -495,7 +656,7 @@ func (c *actorClient) recvLoop(st pb.CoreWorker_PushTasksClient) {
 			if cw.ctx.Err() != nil {
 				return
 			}
-			c.connectionLost(err)
+			c.connectionLost(st, err)
 			return
 		}
 		tid := ids.MustFromBytes(rep.TaskId)
@@ -519,58 +680,110 @@ func (c *actorClient) recvLoop(st pb.CoreWorker_PushTasksClient) {
 	}
 }
 
-// connectionLost finds out why the actor's stream broke: the GCS learns of
-// the death from the raylet; wait for it briefly.
-func (c *actorClient) connectionLost(cause error) {
+// connectionLost handles the end of the stream st to the actor's worker.
+// It decides nothing: the GCS, the authority, learns of the worker's death
+// from its raylet, or of its node's from the failure detector (seconds
+// later with the default health checks), and watch follows its verdict
+// (restart or death) however long that takes. Meanwhile the client is
+// suspended: calls under way stay pending and new calls wait, each bounded
+// by its own context — unless the worker turns out to be alive (probe).
+func (c *actorClient) connectionLost(st pb.CoreWorker_PushTasksClient, cause error) {
 	cw := c.m.cw
 	reason := fmt.Errorf("connection to the actor's worker lost: %v", status.Convert(cause).Message())
-	c.mu.Lock()
-	lost := c.addr
-	c.mu.Unlock()
-	if cw.gcs != nil {
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) && cw.ctx.Err() == nil {
-			ctx, cancel := context.WithTimeout(cw.ctx, 2*time.Second)
-			rep, err := cw.gcs.GetActor(ctx, &pb.GetActorRequest{ActorId: c.ref.ID.Bytes()})
-			cancel()
-			if err == nil && rep.Actor.State == pb.ActorState_ACTOR_STATE_DEAD {
-				reason = errors.New(rep.Actor.DeathReason)
-				break
-			}
-			if err == nil && (rep.Actor.State == pb.ActorState_ACTOR_STATE_RESTARTING ||
-				rep.Actor.State == pb.ActorState_ACTOR_STATE_ALIVE && string(rep.Actor.Address.GetWorkerId()) != string(lost.GetWorkerId())) {
-				c.restart(rep.Actor.DeathReason)
-				return
-			}
-			select {
-			case <-time.After(50 * time.Millisecond):
-			case <-cw.ctx.Done():
-			}
-		}
+	if cw.gcs == nil {
+		c.setDead(reason)
+		return
 	}
-	c.setDead(reason)
-	if c.owner {
-		c.reportDead(reason.Error())
+	c.mu.Lock()
+	if c.stream != st || !c.alive || c.dead != nil {
+		c.mu.Unlock()
+		return // an older stream, already replaced
+	}
+	c.alive, c.stream = false, nil
+	if c.cancel != nil {
+		c.cancel()
+		c.cancel = nil
+	}
+	c.ready = make(chan struct{})
+	addr := c.addr
+	c.mu.Unlock()
+	cw.log.Warn("lost the connection to the actor's worker; waiting for the GCS to say whether it restarts", "actor", c.ref.ID.Short(), "error", reason)
+	go c.probe(addr, reason)
+}
+
+// probe asks the suspended client's worker at addr, now and then, whether
+// it is alive — the stream broke, not the worker (a connection reset
+// between machines) — and if it answers as that worker, resumes: calls
+// under way fail with ActorUnavailableError (they may have run) and later
+// calls go on a new stream. It stops once the client is not suspended at
+// addr any more (the GCS's verdict came first).
+func (c *actorClient) probe(addr *pb.Address, lost error) {
+	cw := c.m.cw
+	delay := 500 * time.Millisecond
+	for {
+		select {
+		case <-time.After(delay):
+		case <-cw.ctx.Done():
+			return
+		}
+		delay = min(2*delay, 5*time.Second)
+		c.mu.Lock()
+		suspended := !c.alive && c.dead == nil && c.addr == addr
+		c.mu.Unlock()
+		if !suspended {
+			return
+		}
+		cli, err := cw.peer(addr)
+		if err != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(cw.ctx, 2*time.Second)
+		rep, err := cli.ListOwned(ctx, &pb.ListOwnedRequest{})
+		cancel()
+		if err != nil || ids.MustFromBytes(rep.GetOwner().GetWorkerId()) != ids.MustFromBytes(addr.GetWorkerId()) {
+			continue
+		}
+		c.mu.Lock()
+		if c.alive || c.dead != nil || c.addr != addr {
+			c.mu.Unlock()
+			return
+		}
+		c.alive = true
+		close(c.ready)
+		inflight := c.inflight
+		c.inflight = map[ids.ID]*taskRecord{}
+		c.mu.Unlock()
+		cw.log.Info("the actor's worker is alive; reconnecting", "actor", c.ref.ID.Short())
+		for _, r := range inflight {
+			cw.submitter.fail(r, &ActorUnavailableError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: lost.Error()})
+		}
+		return
 	}
 }
 
-// restart handles the death of the actor's worker while the GCS restarts
-// it: calls under way fail with ActorUnavailableError, queued ones wait;
-// the owner creates the actor again, other callers wait for the GCS to say
-// where it runs now.
-func (c *actorClient) restart(reason string) {
+// restart handles the failure of the actor's instance at from while the
+// GCS restarts it: calls under way fail with ActorUnavailableError, queued
+// ones wait; the owner creates the actor again, other callers wait for the
+// GCS to say where it runs now. The client was alive or suspended at from.
+func (c *actorClient) restart(from *pb.Address, reason string) {
 	cw := c.m.cw
 	c.mu.Lock()
-	if c.dead != nil || !c.alive {
+	if c.dead != nil || c.addr != from {
 		c.mu.Unlock()
 		return
+	}
+	if c.alive {
+		c.ready = make(chan struct{})
 	}
 	c.alive, c.addr, c.stream = false, nil, nil
 	if c.cancel != nil {
 		c.cancel()
 		c.cancel = nil
 	}
-	c.ready = make(chan struct{})
+	if c.watchCancel != nil {
+		c.watchCancel()
+		c.watchCancel = nil
+	}
 	inflight := c.inflight
 	c.inflight = map[ids.ID]*taskRecord{}
 	var rec *taskRecord
@@ -584,7 +797,7 @@ func (c *actorClient) restart(reason string) {
 	c.mu.Unlock()
 	cw.log.Warn("actor worker died; the actor restarts", "actor", c.ref.ID.Short(), "reason", reason)
 	for _, r := range inflight {
-		cw.submitter.fail(r, &ActorUnavailableError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: reason})
+		cw.submitter.fail(r, &ActorUnavailableError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: "its worker failed and it restarts: " + reason})
 	}
 	if rec != nil {
 		go c.create(rec)
@@ -603,30 +816,15 @@ func (cw *CoreWorker) ActorReady(ctx context.Context, ref ActorRef) error {
 	return c.diedErr()
 }
 
-// KillActor ends an actor's process at once; pending and later calls fail
-// with ActorDiedError.
+// KillActor ends an actor at once, whatever its state: the GCS records it
+// DEAD first (the authority every holder of the handle follows, and which
+// frees its name), a creation under way is stopped (its lease request
+// withdrawn) and the process hosting it is told to exit. Pending and later
+// calls fail with ActorDiedError; the actor does not restart.
 func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef) error {
 	c := cw.actors.client(ref)
 	reason := "killed by ray.Kill"
-	c.mu.Lock()
-	pending := !c.alive && c.dead == nil
-	createCancel := c.createCancel
-	c.mu.Unlock()
-	if pending && createCancel != nil {
-		// Still being created by this process: stop the creation (its lease
-		// request is withdrawn) and record the death.
-		createCancel()
-		c.setDead(errors.New(reason))
-		c.reportDead(reason)
-		return nil
-	}
-	if err := c.waitReady(ctx); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	addr, dead := c.addr, c.dead
-	c.mu.Unlock()
-	if dead != nil {
+	if c.diedErr() != nil {
 		return nil
 	}
 	if cw.gcs != nil {
@@ -637,13 +835,25 @@ func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef) error {
 		}
 	}
 	c.setDead(errors.New(reason))
-	if cli, err := cw.peer(addr); err == nil {
-		_, _ = cli.Exit(ctx, &pb.ExitRequest{Reason: reason, Force: true})
+	c.mu.Lock()
+	addr, createCancel := c.addr, c.createCancel
+	c.mu.Unlock()
+	if createCancel != nil {
+		createCancel()
+	}
+	// The instance this process knows of; one it does not (a borrower's
+	// lookup still under way) ends itself when it sees the GCS record
+	// (fenceActor).
+	if addr != nil {
+		if cli, err := cw.peer(addr); err == nil {
+			_, _ = cli.Exit(ctx, &pb.ExitRequest{Reason: reason, Force: true})
+		}
 	}
 	return nil
 }
 
-// LookupActor finds a live (or the latest dead) actor by name.
+// LookupActor finds the live actor with the given name: a dead actor's
+// name is free, and looking it up fails with ErrActorNotFound.
 func (cw *CoreWorker) LookupActor(ctx context.Context, name string) (ActorRef, error) {
 	if cw.gcs == nil {
 		return ActorRef{}, ErrNotInitialized
@@ -654,6 +864,9 @@ func (cw *CoreWorker) LookupActor(ctx context.Context, name string) (ActorRef, e
 			return ActorRef{}, fmt.Errorf("%w: no actor named %q", ErrActorNotFound, name)
 		}
 		return ActorRef{}, fmt.Errorf("goray: looking up actor %q: %w", name, err)
+	}
+	if rep.Actor.State == pb.ActorState_ACTOR_STATE_DEAD {
+		return ActorRef{}, fmt.Errorf("%w: no live actor named %q (the last one died: %s)", ErrActorNotFound, name, rep.Actor.DeathReason)
 	}
 	id, err := ids.FromBytes(rep.Actor.ActorId)
 	if err != nil {
@@ -674,14 +887,49 @@ func (m *actorManager) close() {
 	}
 }
 
-// DeadActor returns a reference to an actor that failed before creation;
-// every call on it fails with reason.
-func (cw *CoreWorker) DeadActor(class string, reason error) ActorRef {
+// DeadActor returns a reference to an actor that failed before creation,
+// and the error every call on it (and Ready) fails with.
+func (cw *CoreWorker) DeadActor(class string, reason error) (ActorRef, error) {
 	ref := ActorRef{ID: ids.New(), Class: class}
 	c := &actorClient{m: cw.actors, ref: ref, ready: make(chan struct{}), inflight: map[ids.ID]*taskRecord{}, owner: true}
 	cw.actors.mu.Lock()
 	cw.actors.clients[ref.ID] = c
 	cw.actors.mu.Unlock()
 	c.setDead(reason)
-	return ref
+	return ref, c.diedErr()
+}
+
+// fenceActor ends this worker, which hosts actor id, once the GCS has the
+// actor alive elsewhere or dead: say its owner restarted it on another
+// node after this one was declared dead while the worker lived on (a
+// frozen or cut-off raylet). A superseded instance never answers calls.
+// It waits through PENDING (until the owner records this instance) and
+// RESTARTING.
+func (cw *CoreWorker) fenceActor(id ids.ID) {
+	if cw.gcs == nil {
+		return
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		rep, err := cw.gcs.GetActor(cw.ctx, &pb.GetActorRequest{ActorId: id.Bytes(), WaitAlive: true, WaitNotAliveOn: cw.id.Bytes()})
+		if cw.ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			a := rep.GetActor()
+			on := ids.MustFromBytes(a.GetAddress().GetWorkerId())
+			if a.GetState() == pb.ActorState_ACTOR_STATE_DEAD || a.GetState() == pb.ActorState_ACTOR_STATE_ALIVE && on != cw.id {
+				cw.log.Warn("this worker's actor died or runs elsewhere now; exiting", "actor", id.Short(), "state", a.GetState(), "reason", a.GetDeathReason())
+				os.Exit(0)
+			}
+		} else if status.Code(err) == codes.NotFound {
+			return
+		}
+		select {
+		case <-time.After(backoff):
+		case <-cw.ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
 }

@@ -8,12 +8,27 @@ import (
 
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ErrNotCancellable matches a ray.Cancel that cannot apply to its object:
-// it is not the result of a task or actor call this process submitted, or
-// Force was asked for an actor call.
+// it is not the result of a task or actor call (a Put), or Force was asked
+// for an actor call.
 var ErrNotCancellable = errors.New("not cancellable")
+
+// notCancellableError is a ray.Cancel that cannot apply to its object; it
+// matches ErrNotCancellable.
+type notCancellableError struct {
+	id     ids.ObjectID
+	reason string
+}
+
+func (e *notCancellableError) Error() string {
+	return fmt.Sprintf("goray: cancel %s: %v: %s", e.id, ErrNotCancellable, e.reason)
+}
+
+func (e *notCancellableError) Is(target error) bool { return target == ErrNotCancellable }
 
 // CancelTask asks the task (or actor method call) producing object id to
 // stop (ray.Cancel). A task not sent to a worker yet fails at once with a
@@ -25,15 +40,38 @@ var ErrNotCancellable = errors.New("not cancellable")
 func (cw *CoreWorker) CancelTask(ctx context.Context, id ids.ObjectID, force bool) error {
 	rec := cw.objects.taskOf(id)
 	if rec == nil {
-		return fmt.Errorf("goray: cancel %s: %w: it is not the result of a task or actor call this process submitted", id, ErrNotCancellable)
+		return &notCancellableError{id: id, reason: "it is not the result of a task or actor call this process submitted"}
 	}
 	if rec.spec.Kind == pb.TaskKind_TASK_KIND_ACTOR_METHOD {
 		if force {
-			return fmt.Errorf("goray: cancel %s: %w: Force applies to tasks, not actor calls (kill the actor instead)", id, ErrNotCancellable)
+			return &notCancellableError{id: id, reason: "Force applies to tasks, not actor calls (kill the actor instead)"}
 		}
 		return cw.cancelActorCall(ctx, rec)
 	}
 	return cw.submitter.cancel(ctx, rec, force)
+}
+
+// CancelRef is ray.Cancel of the object h refers to: CancelTask when this
+// process owns it; otherwise (a borrowed ref, for example one a task
+// returned) the owner is asked to cancel the task or actor call producing
+// it, as Ray's ray.cancel does for a ref the caller does not own.
+func (cw *CoreWorker) CancelRef(ctx context.Context, h *Handle, force bool) error {
+	if h.Owner == nil || cw.isSelf(h.Owner) {
+		return cw.CancelTask(ctx, h.ID, force)
+	}
+	w, _ := ids.FromBytes(h.Owner.WorkerId)
+	owner := w.Short()
+	cli, err := cw.peer(h.Owner)
+	if err == nil {
+		_, err = cli.CancelObject(ctx, &pb.CancelObjectRequest{ObjectId: h.ID.Bytes(), Force: force})
+	}
+	if err != nil {
+		if st := status.Convert(err); st.Code() == codes.FailedPrecondition {
+			return &notCancellableError{id: h.ID, reason: st.Message() + " (says its owner, worker " + owner + ")"}
+		}
+		return fmt.Errorf("goray: cancel %s through its owner (worker %s): %w", h.ID, owner, err)
+	}
+	return nil
 }
 
 // cancel cancels a normal task (see CancelTask).

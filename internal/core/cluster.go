@@ -31,6 +31,9 @@ type nodeDirectory struct {
 	mu      sync.Mutex
 	nodes   map[ids.ID]*pb.NodeInfo
 	fetched time.Time
+	// deaths holds, per node someone waits on (untilNodeDies), a channel
+	// closed when the node is reported dead.
+	deaths map[ids.ID]chan struct{}
 }
 
 // nodeInfo returns the GCS record of node id, refreshing the cache when the
@@ -82,6 +85,42 @@ func (cw *CoreWorker) markNodeDead(id ids.ID, reason string) {
 	}
 	n.State, n.DeathReason = "DEAD", reason
 	d.nodes[id] = n
+	if ch := d.deaths[id]; ch != nil {
+		close(ch)
+		delete(d.deaths, id)
+	}
+}
+
+// untilNodeDies returns a context derived from ctx that also ends when
+// node id is reported dead (NODE_DIED from the raylet): a request to a
+// node that stopped answering without closing its connections (frozen,
+// cut off) must not wait for ever.
+func (cw *CoreWorker) untilNodeDies(ctx context.Context, id ids.ID) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	d := &cw.nodeDir
+	d.mu.Lock()
+	if n := d.nodes[id]; n != nil && n.GetState() == "DEAD" {
+		d.mu.Unlock()
+		cancel()
+		return ctx, cancel
+	}
+	if d.deaths == nil {
+		d.deaths = map[ids.ID]chan struct{}{}
+	}
+	died := d.deaths[id]
+	if died == nil {
+		died = make(chan struct{})
+		d.deaths[id] = died
+	}
+	d.mu.Unlock()
+	go func() {
+		select {
+		case <-died:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }
 
 // nodeDead reports whether the node is known to be dead.
@@ -156,8 +195,9 @@ type grantedLease struct {
 // prefer (this node's when nil or unknown) and following spillbacks to
 // other nodes. When ctx ends the request is withdrawn from the raylet that
 // holds it (a lease granted meanwhile is handed back). A raylet that cannot
-// be reached (its node died) sends the request back to the local raylet,
-// after a short backoff, until ctx ends.
+// be reached (its node died), or whose node is reported dead while it
+// holds the request (a frozen node answers nothing), sends the request back
+// to the local raylet, after a short backoff, until ctx ends.
 func (cw *CoreWorker) leaseWorker(ctx context.Context, req *pb.LeaseRequest, prefer ids.ID) (*grantedLease, error) {
 	node := cw.nodeID
 	cli := cw.raylet
@@ -168,14 +208,20 @@ func (cw *CoreWorker) leaseWorker(ctx context.Context, req *pb.LeaseRequest, pre
 	}
 	backoff := 50 * time.Millisecond
 	for hops := 0; ; hops++ {
-		rep, err := cli.RequestWorkerLease(ctx, req)
+		rctx, stop := ctx, context.CancelFunc(func() {})
+		if node != cw.nodeID {
+			rctx, stop = cw.untilNodeDies(ctx, node)
+		}
+		rep, err := cli.RequestWorkerLease(rctx, req)
+		died := ctx.Err() == nil && rctx.Err() != nil
+		stop()
 		if err != nil {
 			if ctx.Err() != nil {
 				cw.cancelLeaseAt(cli, req.RequestId)
 				return nil, ctx.Err()
 			}
-			if node != cw.nodeID && status.Code(err) == codes.Unavailable {
-				cw.log.Debug("raylet unreachable; asking the local raylet again", "node", node.Short(), "error", err)
+			if node != cw.nodeID && (status.Code(err) == codes.Unavailable || died) {
+				cw.log.Debug("raylet unreachable or its node dead; asking the local raylet again", "node", node.Short(), "error", err)
 				select {
 				case <-time.After(backoff):
 				case <-ctx.Done():

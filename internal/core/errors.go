@@ -15,7 +15,8 @@ var (
 	ErrWorkerCrashed = errors.New("worker crashed")
 	ErrActorDied     = errors.New("actor died")
 	// ErrActorUnavailable: the call was under way when the actor's worker
-	// died, and the actor is restarting (MaxRestarts).
+	// failed and the actor restarts (MaxRestarts), or when the connection
+	// to its worker broke.
 	ErrActorUnavailable = errors.New("actor unavailable")
 	ErrObjectFreed      = errors.New("object freed")
 	ErrObjectUnknown    = errors.New("object unknown")
@@ -30,6 +31,10 @@ var (
 	ErrTaskCancelled    = errors.New("task cancelled")
 	ErrObjectLost       = errors.New("object lost")
 	ErrUnschedulable    = errors.New("task unschedulable")
+
+	// ErrActorNameTaken: an actor was created with a name a live actor
+	// holds.
+	ErrActorNameTaken = errors.New("actor name taken")
 )
 
 // RemoteError is an error raised by user code in a task or actor method. It
@@ -222,10 +227,42 @@ func (e *ActorDiedError) Error() string {
 // Is matches ErrActorDied.
 func (e *ActorDiedError) Is(target error) bool { return target == ErrActorDied }
 
-// ActorUnavailableError says a call was sent to an actor whose worker then
-// died while the actor restarts (as Ray's ActorUnavailableError): the call
-// may or may not have run, and it is not retried. Calls made afterwards go
-// to the restarted actor.
+// ActorNameTakenError says an actor could not be created because a live
+// actor already holds its name (Ray raises ValueError at creation). It
+// matches ErrActorNameTaken and, as its handle's actor never existed,
+// ErrActorDied.
+type ActorNameTakenError struct {
+	// Name is the name asked for.
+	Name string
+	// ActorID is the id the new actor would have had (its handle's).
+	ActorID ids.ID
+	// Holder is the live actor holding the name (ids.Nil if not known).
+	Holder ids.ID
+	// HolderClass is the holder's class ("" if not known).
+	HolderClass string
+}
+
+func (e *ActorNameTakenError) Error() string {
+	holder := "a live actor"
+	if !e.Holder.IsNil() {
+		holder = "actor " + e.Holder.String()
+		if e.HolderClass != "" {
+			holder += " (" + e.HolderClass + ")"
+		}
+	}
+	return fmt.Sprintf("actor name %q is already taken by %s", e.Name, holder)
+}
+
+// Is matches ErrActorNameTaken and ErrActorDied.
+func (e *ActorNameTakenError) Is(target error) bool {
+	return target == ErrActorNameTaken || target == ErrActorDied
+}
+
+// ActorUnavailableError says a call was under way when the actor's worker
+// failed and the actor restarts, or when the connection to its (live)
+// worker broke (as Ray's ActorUnavailableError): the call may or may not
+// have run, and it is not retried. Calls made afterwards go to the
+// restarted actor, or over a new connection.
 type ActorUnavailableError struct {
 	ActorID ids.ID
 	Name    string
@@ -237,7 +274,7 @@ func (e *ActorUnavailableError) Error() string {
 	if e.Name != "" {
 		n = fmt.Sprintf("%q (%s)", e.Name, n)
 	}
-	return fmt.Sprintf("actor %s is restarting; the call was under way when its worker died: %s", n, e.Reason)
+	return fmt.Sprintf("actor %s unavailable; the call was under way and may have run: %s", n, e.Reason)
 }
 
 // Is matches ErrActorUnavailable.

@@ -53,24 +53,27 @@ func (e *executor) cancel(id ids.ID) bool {
 }
 
 // start registers a task about to run and returns its context, or false
-// when it was cancelled before it started.
-func (e *executor) start(ctx context.Context, id ids.ID) (context.Context, context.CancelFunc, bool) {
+// when it was cancelled before it started. The context ends with the
+// cause errTaskReturned when the task returns (done), which cancels none
+// of its submissions, and with a ray.Cancel cause when it is cancelled,
+// which does (see submitContext).
+func (e *executor) start(ctx context.Context, id ids.ID, function string) (context.Context, context.CancelFunc, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.cancelled[id] {
 		delete(e.cancelled, id)
 		return nil, nil, false
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	if e.running == nil {
 		e.running = map[ids.ID]context.CancelFunc{}
 	}
-	e.running[id] = cancel
+	e.running[id] = func() { cancel(fmt.Errorf("ray.Cancel of task %s", function)) }
 	return ctx, func() {
 		e.mu.Lock()
 		delete(e.running, id)
 		e.mu.Unlock()
-		cancel()
+		cancel(errTaskReturned)
 	}, true
 }
 
@@ -207,7 +210,7 @@ func (e *executor) run(ctx context.Context, spec *pb.TaskSpec, self any) *pb.Tas
 		return e.systemError(spec, kind, err.Error())
 	}
 	taskID := ids.MustFromBytes(spec.TaskId)
-	tctx, done, ok := e.start(e.cw.ctx, taskID)
+	tctx, done, ok := e.start(e.cw.ctx, taskID, spec.Function)
 	if !ok {
 		release()
 		return e.reply(ctx, spec, nil, &RemoteError{Kind: KindCancelled, Type: "TaskCancelledError", Message: "cancelled by ray.Cancel before it started"})
@@ -363,6 +366,7 @@ func (e *executor) createActor(ctx context.Context, spec *pb.TaskSpec) *pb.TaskR
 	e.sem = make(chan struct{}, conc)
 	e.mu.Unlock()
 	e.cw.log.Info("actor started", "actor", e.actorRef.ID.Short(), "class", fn.Class, "name", spec.Name)
+	go e.cw.fenceActor(e.actorRef.ID)
 	retID, _ := ids.ObjectIDFromBytes(spec.ReturnId)
 	return &pb.TaskReply{TaskId: spec.TaskId, Ret: &pb.ReturnObject{ObjectId: retID.Bytes(), Metadata: codec.FormatMsgpack.Meta(), Data: []byte{0xc0}}}
 }
@@ -437,6 +441,21 @@ func (s *coreWorkerService) CancelTask(ctx context.Context, req *pb.CancelTaskRe
 		return nil, status.Errorf(codes.InvalidArgument, "cancel task: %v", err)
 	}
 	return &pb.CancelTaskReply{Running: s.cw.exec.cancel(id)}, nil
+}
+
+func (s *coreWorkerService) CancelObject(ctx context.Context, req *pb.CancelObjectRequest) (*pb.CancelObjectReply, error) {
+	id, err := ids.ObjectIDFromBytes(req.GetObjectId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "cancel object: %v", err)
+	}
+	if err := s.cw.CancelTask(ctx, id, req.GetForce()); err != nil {
+		var nc *notCancellableError
+		if errors.As(err, &nc) {
+			return nil, status.Error(codes.FailedPrecondition, nc.reason)
+		}
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &pb.CancelObjectReply{}, nil
 }
 
 func (s *coreWorkerService) ListOwned(ctx context.Context, req *pb.ListOwnedRequest) (*pb.ListOwnedReply, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -142,6 +143,8 @@ type submitter struct {
 	tasks  map[ids.ID]*taskRecord
 	done   []ids.ID // finished task ids, oldest first, for bounded history
 	closed bool
+	// sweeping: a sweepLater is scheduled and has not started.
+	sweeping bool
 }
 
 const taskHistory = 10000
@@ -168,13 +171,13 @@ func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []Ar
 		Function: function, ReturnId: retID.Bytes(), Owner: cw.addr,
 		Resources: &pb.Resources{Amounts: res}, MaxRetries: int32(retries), Name: opts.Name,
 	}
-	rctx, rcancel := context.WithCancel(ctx)
+	rctx, rcancel := submitContext(ctx, cw.submitter.sweepLater)
 	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts)}
 	cw.objects.newOwned(retID, rec, 1)
 	h := cw.wrapHandle(retID, cw.addr)
 	s := cw.submitter
 	s.track(rec)
-	if err := cw.buildArgs(ctx, rec, args); err != nil {
+	if err := cw.buildArgs(rctx, rec, args); err != nil {
 		s.fail(rec, err)
 		return h
 	}
@@ -184,6 +187,48 @@ func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []Ar
 		go s.resolveThenEnqueue(rec)
 	}
 	return h
+}
+
+// errTaskReturned is the cause a task's context is cancelled with when the
+// task returns: the normal end of the task, which cancels nothing it
+// submitted (see submitContext).
+var errTaskReturned = errors.New("the task returned")
+
+// submitContext derives from ctx, the context given to Remote, the context
+// a submission lives by until it is sent (its record's ctx), and the
+// function that releases it. The submission follows ctx: when ctx is
+// cancelled it is cancelled too, with ctx's cause — unless ctx is a task's
+// context (or derived from one) that ended because the task returned
+// (errTaskReturned). A task's end is not a cancellation: what it submitted
+// goes on, since its refs may have escaped (returned, stored in a returned
+// value or an object, passed on) and someone may wait for them. Only a real
+// cancellation (ray.Cancel of the task, a context its code cancels, the
+// caller's ctx in a driver) cancels the submissions made with it; then
+// cancelled, when not nil, is called after the submission's context ended
+// (not when ctx had ended already: check at enqueueing). ctx's values stay
+// visible.
+func submitContext(ctx context.Context, cancelled func()) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	follow := func() {
+		if cause := context.Cause(ctx); !errors.Is(cause, errTaskReturned) {
+			cancel(cause)
+			if cancelled != nil {
+				cancelled()
+			}
+		}
+	}
+	if ctx.Err() != nil {
+		// Already ended: decide now, so that the submission is never sent.
+		if cause := context.Cause(ctx); !errors.Is(cause, errTaskReturned) {
+			cancel(cause)
+		}
+		return sctx, func() { cancel(nil) }
+	}
+	stop := context.AfterFunc(ctx, follow)
+	return sctx, func() {
+		stop()
+		cancel(nil)
+	}
 }
 
 // buildArgs encodes values and notes the references a task depends on.
@@ -251,7 +296,7 @@ func (cw *CoreWorker) resolveArgs(rec *taskRecord) error {
 		ret, err := cw.objects.wait(rec.ctx, id)
 		if err != nil {
 			if rec.ctx.Err() != nil {
-				return cancelledError(rec.spec.Function, rec.ctx.Err())
+				return cancelledError(rec.spec.Function, context.Cause(rec.ctx))
 			}
 			return err
 		}
@@ -342,6 +387,11 @@ func (s *submitter) enqueue(rec *taskRecord) {
 		s.fail(rec, cancelledError(rec.spec.Function, errors.New("ray.Cancel")))
 		return
 	}
+	if rec.ctx.Err() != nil {
+		s.mu.Unlock()
+		s.fail(rec, cancelledError(rec.spec.Function, context.Cause(rec.ctx)))
+		return
+	}
 	k := s.keys[key]
 	if k == nil {
 		k = &schedKey{key: key, res: rec.spec.Resources, strategy: rec.strategy, leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
@@ -352,6 +402,44 @@ func (s *submitter) enqueue(rec *taskRecord) {
 	sends := s.dispatchLocked(k)
 	s.mu.Unlock()
 	s.send(sends)
+}
+
+// sweepLater fails, soon, the tasks queued for a lease whose submit context
+// was cancelled: one that waits for a lease no node grants (or while every
+// worker is busy) would otherwise stay queued. Cancellations arriving
+// together share one sweep.
+func (s *submitter) sweepLater() {
+	s.mu.Lock()
+	if s.sweeping {
+		s.mu.Unlock()
+		return
+	}
+	s.sweeping = true
+	s.mu.Unlock()
+	go func() {
+		s.mu.Lock()
+		s.sweeping = false
+		var fails []*taskRecord
+		var sends []sendItem
+		for _, k := range s.keys {
+			n := len(k.queue)
+			k.queue = slices.DeleteFunc(k.queue, func(rec *taskRecord) bool {
+				if rec.ctx.Err() != nil {
+					fails = append(fails, rec)
+					return true
+				}
+				return false
+			})
+			if len(k.queue) < n {
+				sends = append(sends, s.dispatchLocked(k)...) // withdraws lease requests no longer needed
+			}
+		}
+		s.mu.Unlock()
+		s.send(sends)
+		for _, rec := range fails {
+			s.fail(rec, cancelledError(rec.spec.Function, context.Cause(rec.ctx)))
+		}
+	}()
 }
 
 type sendItem struct {
@@ -389,7 +477,7 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 		rec := k.queue[0]
 		k.queue = k.queue[1:]
 		if rec.ctx.Err() != nil {
-			go s.fail(rec, cancelledError(rec.spec.Function, rec.ctx.Err()))
+			go s.fail(rec, cancelledError(rec.spec.Function, context.Cause(rec.ctx)))
 			continue
 		}
 		best.inflight[ids.MustFromBytes(rec.spec.TaskId)] = rec

@@ -18,7 +18,10 @@ func (h ActorHandle[T]) ID() string { return h.ref.ID.String() }
 func (h ActorHandle[T]) Name() string { return h.ref.Name }
 
 // Ready waits until the actor's constructor has run. It returns an error
-// matching ErrActorDied when the actor could not be created or died.
+// matching ErrActorDied when the actor could not be created or died (an
+// *ActorNameTakenError, also matching ErrActorNameTaken, at once when its
+// name was taken). While the actor restarts (MaxRestarts) it waits for the
+// new instance, however long the cluster takes to notice the failure.
 func (h ActorHandle[T]) Ready(ctx context.Context) error {
 	cw, err := current()
 	if err != nil {
@@ -27,8 +30,10 @@ func (h ActorHandle[T]) Ready(ctx context.Context) error {
 	return cw.ActorReady(ctx, h.ref)
 }
 
-// Kill ends the actor's process at once. Calls in flight and later calls
-// fail with an error matching ErrActorDied.
+// Kill ends the actor's process at once, and the actor for good: it does
+// not restart, whatever MaxRestarts says, and its name is free at once.
+// Calls in flight and later calls fail with an error matching
+// ErrActorDied.
 func (h ActorHandle[T]) Kill(ctx context.Context) error { return Kill(ctx, h) }
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
@@ -47,8 +52,9 @@ func Kill[T any](ctx context.Context, h ActorHandle[T]) error {
 }
 
 // GetActor returns a handle to the live actor with the given name. It fails
-// with an error matching ErrActorNotFound when there is none. T must be the
-// actor's type; a mismatch surfaces as an error on the first call.
+// with an error matching ErrActorNotFound when there is none: a killed or
+// dead actor's name is free at once. T must be the actor's type; a
+// mismatch surfaces as an error on the first call.
 func GetActor[T any](ctx context.Context, name string) (ActorHandle[T], error) {
 	cw, err := current()
 	if err != nil {

@@ -17,7 +17,8 @@ type cancelOptions struct{ force bool }
 func Force() CancelOption { return func(o *cancelOptions) { o.force = true } }
 
 // Cancel asks the task or actor call whose result r is to stop, as Ray's
-// ray.cancel does; r must be a result this process submitted.
+// ray.cancel does. r may be borrowed (for example returned by the task
+// that submitted the call): its owner is then asked to cancel it.
 //
 //   - Not started yet (waiting for its arguments, a worker, or its turn on
 //     the actor): it never runs, and Get returns an error matching
@@ -28,10 +29,13 @@ func Force() CancelOption { return func(o *cancelOptions) { o.force = true } }
 //     Force, its worker process is stopped and Get returns ErrTaskCancelled.
 //   - Finished: nothing happens.
 //
-// A cancelled task is never retried. Tasks the cancelled task submitted
-// with its context stop too if they have not started (their submit context
-// ended). Cancel returns once the request is delivered, not when the task
-// has stopped: Get the result to wait for that.
+// A cancelled task is never retried. Calls the cancelled task submitted
+// with its context (or one derived from it) that have not been sent to a
+// worker yet are cancelled too, whether or not their refs escaped; those
+// already running go on (cancel them by their refs). A task that returns
+// normally cancels nothing it submitted. Cancel returns once the request is
+// delivered, not when the task has stopped: Get the result to wait for
+// that.
 func Cancel[T any](ctx context.Context, r Ref[T], opts ...CancelOption) error {
 	cw, err := current()
 	if err != nil {
@@ -44,5 +48,5 @@ func Cancel[T any](ctx context.Context, r Ref[T], opts ...CancelOption) error {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return cw.CancelTask(ctx, r.h.ID, o.force)
+	return cw.CancelRef(ctx, r.h, o.force)
 }

@@ -32,6 +32,38 @@
 // call runs). Values travel as MessagePack; []byte values are stored raw and
 // can be read without a copy with GetBuffer.
 //
+// Every call takes a context. A call whose context is cancelled before the
+// call is sent to a worker never runs (its result matches
+// ErrTaskCancelled); once sent, only Cancel stops it. A task's own context
+// ends when the task returns, which is no cancellation: what the task
+// submitted goes on, so a task may return the refs of calls it submitted
+// (return F.Remote(ctx, ...)) or keep them in its result or in a Put
+// object, and the caller reads them after the task has returned. A context
+// the task's code cancels itself (defer cancel()) does cancel the calls it
+// has not sent, as does a Cancel of the task.
+//
+// A task that submits itself cannot be initialised from its function
+// (var Fib = ray.Task1(fib), with fib calling Fib, is an initialization
+// cycle); declare it and register it in init, which runs in the driver and
+// in every worker:
+//
+//	var Fib *ray.TaskFunc1[int, int]
+//
+//	func init() { Fib = ray.Task1(fib) }
+//
+//	func fib(ctx context.Context, n int) (int, error) {
+//		if n < 2 {
+//			return n, nil
+//		}
+//		a, b := Fib.Remote(ctx, ray.V(n-1)), Fib.Remote(ctx, ray.V(n-2))
+//		x, err := a.Get(ctx)
+//		if err != nil {
+//			return 0, err
+//		}
+//		y, err := b.Get(ctx)
+//		return x + y, err
+//	}
+//
 // The driver and its workers are the same binary: a raylet re-executes the
 // driver's executable in worker mode, where Init serves calls instead of
 // returning. Code before Init therefore also runs in workers (see

@@ -13,7 +13,8 @@ var (
 	// ErrActorDied matches calls on a dead actor.
 	ErrActorDied = core.ErrActorDied
 	// ErrActorUnavailable matches a call that was under way when its
-	// actor's worker died, while the actor restarts (MaxRestarts).
+	// actor's worker failed, while the actor restarts (MaxRestarts), or
+	// when the connection to its worker broke; it may have run.
 	ErrActorUnavailable = core.ErrActorUnavailable
 	// ErrObjectFreed matches reads of an object whose references are gone.
 	ErrObjectFreed = core.ErrObjectFreed
@@ -41,14 +42,19 @@ var (
 	ErrNotInitialized = core.ErrNotInitialized
 	// ErrShutdown is returned after Shutdown.
 	ErrShutdown = core.ErrShutdown
-	// ErrActorNotFound matches GetActor of an unknown name.
+	// ErrActorNotFound matches GetActor of a name no live actor holds
+	// (a killed or dead actor's name is free at once).
 	ErrActorNotFound = core.ErrActorNotFound
-	// ErrTaskCancelled matches a task whose submit context ended before it
-	// was sent to a worker, or that Cancel stopped.
+	// ErrActorNameTaken matches creating an actor with a Name that a live
+	// actor holds; see *ActorNameTakenError.
+	ErrActorNameTaken = core.ErrActorNameTaken
+	// ErrTaskCancelled matches a task whose submit context was cancelled
+	// before it was sent to a worker (a task's context ending because the
+	// task returned is no cancellation), or that Cancel stopped.
 	ErrTaskCancelled = core.ErrTaskCancelled
 	// ErrNotCancellable matches a Cancel that cannot apply: the reference
-	// is not the result of a task or actor call this process submitted, or
-	// Force was asked for an actor call.
+	// is not the result of a task or actor call (a Put), or Force was
+	// asked for an actor call.
 	ErrNotCancellable = core.ErrNotCancellable
 	// ErrTransferFailed matches a tensor transfer that failed or timed out.
 	ErrTransferFailed = core.ErrTransferFailed
@@ -70,8 +76,16 @@ type WorkerCrashedError = core.WorkerCrashedError
 // ActorDiedError says an actor is dead and why.
 type ActorDiedError = core.ActorDiedError
 
+// ActorNameTakenError says an actor could not be created because a live
+// actor (Holder) already holds its Name. New returns it; a handle from
+// Remote reports it from Ready and every call. It matches
+// ErrActorNameTaken and, since the handle's actor never existed,
+// ErrActorDied.
+type ActorNameTakenError = core.ActorNameTakenError
+
 // ActorUnavailableError says a call was under way when its actor's worker
-// died and the actor is restarting; the call is not retried.
+// failed and the actor restarts, or when the connection to its worker
+// broke; the call may have run, and is not retried.
 type ActorUnavailableError = core.ActorUnavailableError
 
 // ObjectError says an object cannot be read (freed, unknown, owner died).

@@ -256,15 +256,24 @@ func callMethod[R any](ctx context.Context, actor core.ActorRef, m methodBase, a
 	return Ref[R]{cw.SubmitActorTask(ctx, actor, m.name, args, core.TaskOptions{TensorTransport: m.transport})}
 }
 
-func createActor[T any](ctx context.Context, b *taskBase, args ...core.ArgInput) ActorHandle[T] {
+// createActor registers an actor and starts creating it. The error is what
+// kept it from being registered, which the handle's Ready and calls report
+// too. Without Init it panics when mustInit (Remote), else returns
+// ErrNotInitialized.
+func createActor[T any](ctx context.Context, mustInit bool, b *taskBase, args ...core.ArgInput) (ActorHandle[T], error) {
 	cw, err := current()
 	if err != nil {
-		panic(err)
+		if mustInit {
+			panic(err)
+		}
+		return ActorHandle[T]{}, err
 	}
 	class := reflect.TypeFor[T]().String()
 	opts, err := b.coreOptions(0)
 	if err != nil {
-		return ActorHandle[T]{ref: cw.DeadActor(class, err)}
+		ref, err := cw.DeadActor(class, err)
+		return ActorHandle[T]{ref: ref}, err
 	}
-	return ActorHandle[T]{ref: cw.CreateActor(ctx, class, b.name, args, opts)}
+	ref, err := cw.CreateActor(ctx, class, b.name, args, opts)
+	return ActorHandle[T]{ref: ref}, err
 }

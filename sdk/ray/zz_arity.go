@@ -50,9 +50,21 @@ func (c *ActorClass0[T]) Options(opts ...Option) *ActorClass0[T] {
 }
 
 // Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run.
+// the handle wait until the constructor has run. What keeps the actor from
+// existing at all (its Name taken, bad options) is reported by Ready and
+// every call; New returns it instead.
 func (c *ActorClass0[T]) Remote(ctx context.Context) ActorHandle[T] {
-	return createActor[T](ctx, &c.taskBase)
+	h, _ := createActor[T](ctx, true, &c.taskBase)
+	return h
+}
+
+// New is Remote reporting, as its error, what keeps the actor from
+// existing at all, where Ray's .remote() raises: its Name held by a live
+// actor (*ActorNameTakenError), options or arguments that are invalid, a
+// finished job. The actor is registered (found by name) when New returns;
+// its constructor's failure shows at Ready and on calls.
+func (c *ActorClass0[T]) New(ctx context.Context) (ActorHandle[T], error) {
+	return createActor[T](ctx, false, &c.taskBase)
 }
 
 // MethodFunc0 is a registered actor method taking 0 argument(s).
@@ -140,9 +152,21 @@ func (c *ActorClass1[T, A1]) Options(opts ...Option) *ActorClass1[T, A1] {
 }
 
 // Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run.
+// the handle wait until the constructor has run. What keeps the actor from
+// existing at all (its Name taken, bad options) is reported by Ready and
+// every call; New returns it instead.
 func (c *ActorClass1[T, A1]) Remote(ctx context.Context, a1 Arg[A1]) ActorHandle[T] {
-	return createActor[T](ctx, &c.taskBase, a1.argInput())
+	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput())
+	return h
+}
+
+// New is Remote reporting, as its error, what keeps the actor from
+// existing at all, where Ray's .remote() raises: its Name held by a live
+// actor (*ActorNameTakenError), options or arguments that are invalid, a
+// finished job. The actor is registered (found by name) when New returns;
+// its constructor's failure shows at Ready and on calls.
+func (c *ActorClass1[T, A1]) New(ctx context.Context, a1 Arg[A1]) (ActorHandle[T], error) {
+	return createActor[T](ctx, false, &c.taskBase, a1.argInput())
 }
 
 // MethodFunc1 is a registered actor method taking 1 argument(s).
@@ -242,9 +266,21 @@ func (c *ActorClass2[T, A1, A2]) Options(opts ...Option) *ActorClass2[T, A1, A2]
 }
 
 // Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run.
+// the handle wait until the constructor has run. What keeps the actor from
+// existing at all (its Name taken, bad options) is reported by Ready and
+// every call; New returns it instead.
 func (c *ActorClass2[T, A1, A2]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2]) ActorHandle[T] {
-	return createActor[T](ctx, &c.taskBase, a1.argInput(), a2.argInput())
+	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput(), a2.argInput())
+	return h
+}
+
+// New is Remote reporting, as its error, what keeps the actor from
+// existing at all, where Ray's .remote() raises: its Name held by a live
+// actor (*ActorNameTakenError), options or arguments that are invalid, a
+// finished job. The actor is registered (found by name) when New returns;
+// its constructor's failure shows at Ready and on calls.
+func (c *ActorClass2[T, A1, A2]) New(ctx context.Context, a1 Arg[A1], a2 Arg[A2]) (ActorHandle[T], error) {
+	return createActor[T](ctx, false, &c.taskBase, a1.argInput(), a2.argInput())
 }
 
 // MethodFunc2 is a registered actor method taking 2 argument(s).
@@ -356,9 +392,21 @@ func (c *ActorClass3[T, A1, A2, A3]) Options(opts ...Option) *ActorClass3[T, A1,
 }
 
 // Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run.
+// the handle wait until the constructor has run. What keeps the actor from
+// existing at all (its Name taken, bad options) is reported by Ready and
+// every call; New returns it instead.
 func (c *ActorClass3[T, A1, A2, A3]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3]) ActorHandle[T] {
-	return createActor[T](ctx, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput())
+	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput())
+	return h
+}
+
+// New is Remote reporting, as its error, what keeps the actor from
+// existing at all, where Ray's .remote() raises: its Name held by a live
+// actor (*ActorNameTakenError), options or arguments that are invalid, a
+// finished job. The actor is registered (found by name) when New returns;
+// its constructor's failure shows at Ready and on calls.
+func (c *ActorClass3[T, A1, A2, A3]) New(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3]) (ActorHandle[T], error) {
+	return createActor[T](ctx, false, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput())
 }
 
 // MethodFunc3 is a registered actor method taking 3 argument(s).
@@ -482,9 +530,21 @@ func (c *ActorClass4[T, A1, A2, A3, A4]) Options(opts ...Option) *ActorClass4[T,
 }
 
 // Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run.
+// the handle wait until the constructor has run. What keeps the actor from
+// existing at all (its Name taken, bad options) is reported by Ready and
+// every call; New returns it instead.
 func (c *ActorClass4[T, A1, A2, A3, A4]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4]) ActorHandle[T] {
-	return createActor[T](ctx, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput())
+	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput())
+	return h
+}
+
+// New is Remote reporting, as its error, what keeps the actor from
+// existing at all, where Ray's .remote() raises: its Name held by a live
+// actor (*ActorNameTakenError), options or arguments that are invalid, a
+// finished job. The actor is registered (found by name) when New returns;
+// its constructor's failure shows at Ready and on calls.
+func (c *ActorClass4[T, A1, A2, A3, A4]) New(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4]) (ActorHandle[T], error) {
+	return createActor[T](ctx, false, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput())
 }
 
 // MethodFunc4 is a registered actor method taking 4 argument(s).
@@ -620,9 +680,21 @@ func (c *ActorClass5[T, A1, A2, A3, A4, A5]) Options(opts ...Option) *ActorClass
 }
 
 // Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run.
+// the handle wait until the constructor has run. What keeps the actor from
+// existing at all (its Name taken, bad options) is reported by Ready and
+// every call; New returns it instead.
 func (c *ActorClass5[T, A1, A2, A3, A4, A5]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4], a5 Arg[A5]) ActorHandle[T] {
-	return createActor[T](ctx, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput(), a5.argInput())
+	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput(), a5.argInput())
+	return h
+}
+
+// New is Remote reporting, as its error, what keeps the actor from
+// existing at all, where Ray's .remote() raises: its Name held by a live
+// actor (*ActorNameTakenError), options or arguments that are invalid, a
+// finished job. The actor is registered (found by name) when New returns;
+// its constructor's failure shows at Ready and on calls.
+func (c *ActorClass5[T, A1, A2, A3, A4, A5]) New(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4], a5 Arg[A5]) (ActorHandle[T], error) {
+	return createActor[T](ctx, false, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput(), a5.argInput())
 }
 
 // MethodFunc5 is a registered actor method taking 5 argument(s).

@@ -14,7 +14,7 @@
 //	testjob env NAME...      a task on every node reports its worker's NAME
 //	                         variables (env.go)
 //
-// and the multi-node jobs of cluster.go.
+// and the multi-node jobs of cluster.go and restart.go.
 //
 // It connects to $GORAY_ADDRESS, or runs an embedded node when that is
 // unset. Tasks that the test must kill write their pid to
@@ -178,6 +178,10 @@ func main() {
 		runErr = runSpillNodeKill(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2), arg(rt, args, 3), arg(rt, args, 4))
 	case "nodekill":
 		runErr = runNodeKill(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "restart":
+		runErr = runRestart(ctx, arg(rt, args, 0), arg(rt, args, 1), false)
+	case "restart-frozen":
+		runErr = runRestart(ctx, arg(rt, args, 0), arg(rt, args, 1), true)
 	case "coll-ops":
 		runErr = runCollOps(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "coll-p2p":

@@ -95,9 +95,21 @@ func (c *ActorClass{{.N}}[{{.Gen "T"}}]) Options(opts ...Option) *ActorClass{{.N
 }
 
 // Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run.
+// the handle wait until the constructor has run. What keeps the actor from
+// existing at all (its Name taken, bad options) is reported by Ready and
+// every call; New returns it instead.
 func (c *ActorClass{{.N}}[{{.Gen "T"}}]) Remote(ctx context.Context{{if .Params}}, {{.Params}}{{end}}) ActorHandle[T] {
-	return createActor[T](ctx, &c.taskBase{{if .Inputs}}, {{.Inputs}}{{end}})
+	h, _ := createActor[T](ctx, true, &c.taskBase{{if .Inputs}}, {{.Inputs}}{{end}})
+	return h
+}
+
+// New is Remote reporting, as its error, what keeps the actor from
+// existing at all, where Ray's .remote() raises: its Name held by a live
+// actor (*ActorNameTakenError), options or arguments that are invalid, a
+// finished job. The actor is registered (found by name) when New returns;
+// its constructor's failure shows at Ready and on calls.
+func (c *ActorClass{{.N}}[{{.Gen "T"}}]) New(ctx context.Context{{if .Params}}, {{.Params}}{{end}}) (ActorHandle[T], error) {
+	return createActor[T](ctx, false, &c.taskBase{{if .Inputs}}, {{.Inputs}}{{end}})
 }
 
 // MethodFunc{{.N}} is a registered actor method taking {{.N}} argument(s).
