@@ -17,6 +17,7 @@ import (
 
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/node"
+	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -448,6 +449,13 @@ func (a *app) startDaemon(ctx context.Context, cfg *config.Node, na nodeAuth) er
 	child.Stdout, child.Stderr = out, out // stdin is /dev/null
 	child.Env = append(os.Environ(), envDaemonRoot+"="+root)
 	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// exec passes only stdin/out/err, but descriptors this process
+	// inherited (a lock `flock` holds) are not close-on-exec: the node
+	// would hold them until it stops.
+	if err := spawn.CloseOnExecInherited(); err != nil {
+		out.Close()
+		return err
+	}
 	err = child.Start()
 	out.Close()
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/goray-dev/goray/internal/objstore"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
 	"github.com/goray-dev/goray/raylet"
 	"github.com/goray-dev/goray/sdk/plugin"
@@ -106,8 +107,13 @@ type Node struct {
 	once   sync.Once
 }
 
-// Start starts a node and returns once it serves.
+// Start starts a node and returns once it serves. Descriptors the process
+// inherited from its parent are marked close-on-exec first, so the node's
+// workers and plugins never hold them (spawn.CloseOnExecInherited).
 func Start(ctx context.Context, opts Options) (_ *Node, err error) {
+	if err := spawn.CloseOnExecInherited(); err != nil {
+		return nil, err
+	}
 	cfg := opts.Config
 	if cfg == nil {
 		cfg = config.Default()

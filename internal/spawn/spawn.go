@@ -28,8 +28,12 @@ var (
 
 // Start starts cmd (cmd.Start) from a thread that never exits, so a
 // Pdeathsig in cmd.SysProcAttr fires only when this process dies (even by
-// kill -9).
+// kill -9). The child inherits no descriptor this process got from its
+// parent (CloseOnExecInherited).
 func Start(cmd *exec.Cmd) error {
+	if err := CloseOnExecInherited(); err != nil {
+		return err
+	}
 	once.Do(func() {
 		reqs = make(chan request)
 		go func() {
