@@ -30,6 +30,9 @@ import (
 const testPrefix = shmem.Prefix + "tt-tcp-unit-"
 
 func TestMain(m *testing.M) {
+	// Data connections authenticate with the cluster token the node gives
+	// the plugin (sdk/plugin.AuthenticateServer/Client); run with one.
+	os.Setenv("GORAY_AUTH_TOKEN", "template-test-cluster-token")
 	code := m.Run()
 	if left, err := shmem.List(testPrefix); err == nil && len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "shared-memory segments left behind: %v\n", left)

@@ -24,7 +24,13 @@ import (
 // concurrent runs (say, with and without -race) do not see each other's.
 var testPrefix = fmt.Sprintf("%stt-coll-unit-%d-", shmem.Prefix, os.Getpid())
 
+// testToken is the cluster token of every test in the package: the
+// plugin's data connections authenticate with it (sdk/plugin reads it
+// once, so it is set before any test runs).
+const testToken = "plugin-test-cluster-token"
+
 func TestMain(m *testing.M) {
+	os.Setenv("GORAY_AUTH_TOKEN", testToken)
 	code := m.Run()
 	shmem.Default.Purge()
 	if left, err := shmem.List(testPrefix); err == nil && len(left) > 0 {

@@ -19,7 +19,13 @@ import (
 // plugin test in the parent directory uses another prefix).
 const testPrefix = shmem.Prefix + "tt-os-unit-"
 
+// testToken is the cluster token of every test in the package: the
+// plugin's data connections authenticate with it (sdk/plugin reads it
+// once, so it is set before any test runs).
+const testToken = "plugin-test-cluster-token"
+
 func TestMain(m *testing.M) {
+	os.Setenv("GORAY_AUTH_TOKEN", testToken)
 	code := m.Run()
 	if left, err := shmem.List(testPrefix); err == nil && len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "shared-memory segments left behind: %v\n", left)
