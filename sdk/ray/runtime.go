@@ -54,12 +54,20 @@ type initOptions struct {
 	output     io.Writer
 	transfer   time.Duration
 	forward    []string
+	tokenFile  string
 }
 
 // Address connects to the cluster whose head (GCS) listens at addr
 // ("host:port") instead of starting an embedded node. "auto" finds a node
 // started with `goray start` on this machine.
 func Address(addr string) InitOption { return func(o *initOptions) { o.address = addr } }
+
+// AuthTokenFile names the file holding the cluster's token, for a driver
+// that connects to a cluster (Address or $GORAY_ADDRESS). Without it the
+// driver uses $GORAY_AUTH_TOKEN, else the file $GORAY_AUTH_TOKEN_PATH
+// names, else ~/.goray/auth_token (where `goray start --head` keeps it).
+// The file must be readable by its owner only.
+func AuthTokenFile(path string) InitOption { return func(o *initOptions) { o.tokenFile = path } }
 
 // ConfigFile configures the embedded node from an HCL file.
 func ConfigFile(path string) InitOption { return func(o *initOptions) { o.configPath = path } }
@@ -188,7 +196,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		nodeIP, _, _ = net.SplitHostPort(nd.Info().RayletAddress)
 	} else {
 		var err error
-		if creds, err = auth.FromEnv(); err != nil {
+		if creds, err = driverCredentials(o.tokenFile); err != nil {
 			return nil, err
 		}
 		info, err := findLocalNode(ctx, o.address, creds)
@@ -456,4 +464,22 @@ func runWorker() {
 	err = <-lost
 	log.Info("worker exiting", "reason", err)
 	os.Exit(0)
+}
+
+// driverCredentials are what a driver presents to a cluster: the token of
+// tokenFile when given, else the environment's (auth.FromEnv); TLS from
+// the environment either way.
+func driverCredentials(tokenFile string) (*auth.Credentials, error) {
+	if tokenFile == "" {
+		return auth.FromEnv()
+	}
+	tok, err := auth.ReadTokenFile(tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("goray: AuthTokenFile: %w", err)
+	}
+	files, err := auth.TLSFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return auth.New(tok, files)
 }
