@@ -66,11 +66,7 @@ func (r *Raylet) ServeData(lis net.Listener) {
 				r.connMu.Unlock()
 				_ = c.Close()
 			}()
-			creds := r.cfg.Auth
-			if creds == nil {
-				creds = noAuth
-			}
-			ac, err := creds.ServerConn(c)
+			ac, err := r.cfg.Auth.ServerConn(c)
 			if err != nil {
 				r.log.Debug("object data connection refused", "peer", c.RemoteAddr(), "error", err)
 				return
@@ -234,9 +230,6 @@ func dialData(ctx context.Context, addr string, creds *auth.Credentials) (*range
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetReadBuffer(4 << 20)
 		_ = tc.SetWriteBuffer(4 << 20)
-	}
-	if creds == nil {
-		creds = noAuth
 	}
 	raw := c
 	if c, err = creds.ClientConn(ctx, raw); err != nil {

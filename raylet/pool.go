@@ -347,11 +347,7 @@ func (r *Raylet) workerEnv(w *worker, forwarded []string) []string {
 			env = append(env, kv)
 		}
 	}
-	creds := r.cfg.Auth
-	if creds == nil {
-		creds = noAuth
-	}
-	env = append(env, creds.Env()...)
+	env = append(env, r.cfg.Auth.Env()...)
 	return append(env,
 		EnvWorker+"=1",
 		EnvRayletSocket+"="+r.cfg.SocketPath,

@@ -52,9 +52,6 @@ func (e *NodeDeadError) Error() string {
 // dialOptions are the options of connections to other raylets: keepalives
 // notice a node that vanished without closing its connections.
 func dialOptions(addr string, creds *auth.Credentials) []grpc.DialOption {
-	if creds == nil {
-		creds = noAuth
-	}
 	return append(creds.DialOptions(addr),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20), grpc.MaxCallSendMsgSize(64<<20)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
@@ -64,9 +61,6 @@ func dialOptions(addr string, creds *auth.Credentials) []grpc.DialOption {
 		grpc.WithWriteBufferSize(1<<20),
 	)
 }
-
-// noAuth stands in for nil credentials (unit tests).
-var noAuth, _ = auth.Disabled(nil)
 
 func spillReply(p *peerNode) *gorayv1.LeaseReply {
 	return &gorayv1.LeaseReply{SpillbackNodeId: p.id.Bytes(), SpillbackRaylet: p.info.GetRayletTcp()}

@@ -52,8 +52,10 @@ const (
 )
 
 // Credentials are what a process presents to the cluster and checks of its
-// callers. The zero value is not useful; use New, Disabled or FromEnv.
-// A *Credentials is safe for concurrent use.
+// callers; use New, Disabled or FromEnv. A nil *Credentials is valid and
+// means no token and no TLS (as Disabled(nil)), so callers that have none,
+// unit tests say, need no stand-in. A *Credentials is safe for concurrent
+// use.
 type Credentials struct {
 	token []byte // nil when authentication is disabled
 	tls   *TLSFiles
@@ -157,9 +159,21 @@ func (c *Credentials) SetLogger(l hclog.Logger) {
 	c.mu.Unlock()
 }
 
+// none is what a nil *Credentials means.
+var none = &Credentials{}
+
+// orNone returns c, or none when c is nil.
+func (c *Credentials) orNone() *Credentials {
+	if c == nil {
+		return none
+	}
+	return c
+}
+
 // Env returns the environment variables that give a child process (a
 // worker or a plugin) these credentials; FromEnv in the child reads them.
 func (c *Credentials) Env() []string {
+	c = c.orNone()
 	var env []string
 	if c.Enabled() {
 		env = append(env, EnvToken+"="+string(c.token), EnvMode+"="+ModeToken)

@@ -45,6 +45,7 @@ var ErrRefused = errors.New("goray: connection refused: this cluster requires it
 // connection (after TLS on TCP, when configured). On error the caller
 // closes c.
 func (c *Credentials) ServerConn(conn net.Conn) (net.Conn, error) {
+	c = c.orNone()
 	_ = conn.SetDeadline(time.Now().Add(handshakeTimeout))
 	defer conn.SetDeadline(time.Time{})
 	if c.TLS() && conn.LocalAddr().Network() != "unix" {
@@ -89,6 +90,7 @@ func (c *Credentials) ServerConn(conn net.Conn) (net.Conn, error) {
 // ClientConn runs the client side of the handshake on a dialled raw
 // connection, honouring ctx; on error the caller closes c.
 func (c *Credentials) ClientConn(ctx context.Context, conn net.Conn) (rc net.Conn, err error) {
+	c = c.orNone()
 	// ctx is honoured by moving the deadline into the past when it ends
 	// (not by copying its deadline, which would fail the handshake with a
 	// network timeout just before ctx reports DeadlineExceeded). The

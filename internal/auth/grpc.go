@@ -31,6 +31,7 @@ const (
 // decode, or allocate for, anything it sends); panic recovery around every
 // handler; and TLS on TCP connections when configured.
 func (c *Credentials) ServerOptions() []grpc.ServerOption {
+	c = c.orNone()
 	opts := []grpc.ServerOption{
 		grpc.InTapHandle(c.tap),
 		grpc.ChainUnaryInterceptor(c.unaryInterceptor),
@@ -46,6 +47,7 @@ func (c *Credentials) ServerOptions() []grpc.ServerOption {
 // "unix://" URL or an absolute socket path, else host:port): the token on
 // every call, and TLS for TCP targets when configured.
 func (c *Credentials) DialOptions(target string) []grpc.DialOption {
+	c = c.orNone()
 	var opts []grpc.DialOption
 	if c.TLS() && !isUnixTarget(target) {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(c.cli)))

@@ -119,9 +119,6 @@ type CoreWorker struct {
 // DialOptions are the gRPC options for every goray client connection to
 // target: the message limits and buffers, and creds' token and TLS.
 func DialOptions(target string, creds *auth.Credentials) []grpc.DialOption {
-	if creds == nil {
-		creds = noAuth
-	}
 	return append(creds.DialOptions(target),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
 		grpc.WithWriteBufferSize(256<<10),
@@ -132,9 +129,6 @@ func DialOptions(target string, creds *auth.Credentials) []grpc.DialOption {
 // ServerOptions are the gRPC options for every goray server: the message
 // limits and buffers, and creds' token check, panic recovery and TLS.
 func ServerOptions(creds *auth.Credentials) []grpc.ServerOption {
-	if creds == nil {
-		creds = noAuth
-	}
 	return append(creds.ServerOptions(),
 		grpc.MaxRecvMsgSize(MaxMessageSize),
 		grpc.MaxSendMsgSize(MaxMessageSize),
@@ -142,9 +136,6 @@ func ServerOptions(creds *auth.Credentials) []grpc.ServerOption {
 		grpc.ReadBufferSize(256<<10),
 	)
 }
-
-// noAuth stands in for nil credentials.
-var noAuth, _ = auth.Disabled(nil)
 
 // Dial connects to a goray gRPC endpoint, a unix socket path (absolute) or
 // host:port, with creds.
