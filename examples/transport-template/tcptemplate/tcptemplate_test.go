@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goray-dev/goray/internal/auth/authtest"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,10 +30,14 @@ import (
 // another prefix so neither cleans up the other's segments).
 const testPrefix = shmem.Prefix + "tt-tcp-unit-"
 
+// testToken is the cluster token of every test here (sdk/plugin reads it
+// once, so TestMain sets it before any test runs).
+const testToken = "template-test-cluster-token"
+
 func TestMain(m *testing.M) {
 	// Data connections authenticate with the cluster token the node gives
 	// the plugin (sdk/plugin.AuthenticateServer/Client); run with one.
-	os.Setenv("GORAY_AUTH_TOKEN", "template-test-cluster-token")
+	os.Setenv("GORAY_AUTH_TOKEN", testToken)
 	code := m.Run()
 	if left, err := shmem.List(testPrefix); err == nil && len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "shared-memory segments left behind: %v\n", left)
@@ -529,4 +534,20 @@ func TestInfoIsConstant(t *testing.T) {
 	if tr.Version() != tcptemplate.Version {
 		t.Errorf("Version = %q", tr.Version())
 	}
+}
+
+// TestDataListenerRefusesStrangers: the data listener serves only peers
+// that prove they hold the cluster token.
+func TestDataListenerRefusesStrangers(t *testing.T) {
+	defaults, err := plugin.NormalizeConfig(tcptemplate.New().Schema(), map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults["listen_address"] = "127.0.0.1:0"
+	defaults["segment_prefix"] = testPrefix
+	tr := newTransport(t)
+	if err := tr.Configure(context.Background(), defaults); err != nil {
+		t.Fatalf("Configure: %v", err)
+	}
+	authtest.RefusesStrangers(t, tr.Addr(), testToken)
 }
