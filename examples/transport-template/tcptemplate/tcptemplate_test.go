@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/goray-dev/goray/internal/auth/authtest"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/goray-dev/goray/examples/transport-template/tcptemplate"
+	"github.com/goray-dev/goray/internal/auth/authtest"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
