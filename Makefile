@@ -10,7 +10,7 @@ export PATH := $(TOOLS):$(PATH)
 
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
-# The S3 server the storage tests run (internal/miniotest); about 3 minutes
+# The S3 server the storage tests run (internal/testservers/miniotest); about 3 minutes
 # to build the first time, then reused from ./.tools.
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 

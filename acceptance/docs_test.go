@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goray-dev/goray/internal/miniotest"
+	"github.com/goray-dev/goray/internal/testservers/miniotest"
 )
 
 // The documented commands: every shell block of README.md, docs/*.md and
@@ -32,7 +32,7 @@ import (
 // What a test changes, and only that: a fixed port of a cluster walk-
 // through (6380, 6379) becomes a free one (docRun.run), so that tests and
 // other users' clusters on the machine never collide; the MinIO of the S3
-// walk-through is the same pinned server started by internal/miniotest on a
+// walk-through is the same pinned server started by internal/testservers/miniotest on a
 // free port, and the AWS variables the documents export get that server's
 // values (TestDocSpillS3). Every command runs with a $TMPDIR of its test
 // (so `goray stop` stops only the test's nodes, whose temp dir is

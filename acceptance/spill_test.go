@@ -15,7 +15,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"github.com/goray-dev/goray/internal/miniotest"
+	"github.com/goray-dev/goray/internal/testservers/miniotest"
 )
 
 // Binaries of the spill tests, built once on first use.

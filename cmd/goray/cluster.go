@@ -10,10 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/goray-dev/goray/host/node"
 	"github.com/goray-dev/goray/internal/auth"
-	"github.com/goray-dev/goray/internal/core"
-	"github.com/goray-dev/goray/internal/node"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/rpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -132,7 +132,7 @@ type grpcCluster struct {
 }
 
 func dialCluster(addr string, creds *auth.Credentials) (*grpcCluster, error) {
-	cc, err := core.Dial(addr, creds)
+	cc, err := rpc.Dial(addr, creds)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the GCS at %s: %w", addr, err)
 	}
@@ -184,7 +184,7 @@ func (c *grpcCluster) NodeStats(ctx context.Context, socket string) (*pb.GetNode
 	if err := checkSocket(socket); err != nil {
 		return nil, err
 	}
-	cc, err := core.Dial(socket, c.creds)
+	cc, err := rpc.Dial(socket, c.creds)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +197,7 @@ func (c *grpcCluster) ListOwned(ctx context.Context, socket string) (*pb.ListOwn
 	if err := checkSocket(socket); err != nil {
 		return nil, err
 	}
-	cc, err := core.Dial(socket, c.creds)
+	cc, err := rpc.Dial(socket, c.creds)
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +224,7 @@ func shutdownNode(ctx context.Context, socket, reason string, creds *auth.Creden
 	if err := checkSocket(socket); err != nil {
 		return err
 	}
-	cc, err := core.Dial(socket, creds)
+	cc, err := rpc.Dial(socket, creds)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goray-dev/goray/internal/node"
+	"github.com/goray-dev/goray/host/node"
 )
 
 // deadPid is above the largest pid_max Linux allows, so never running.

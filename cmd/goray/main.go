@@ -18,8 +18,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/goray-dev/goray/cmd/goray/internal/bench"
 	"github.com/goray-dev/goray/config"
-	"github.com/goray-dev/goray/internal/bench"
 	"github.com/goray-dev/goray/sdk/ray"
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"

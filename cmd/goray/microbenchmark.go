@@ -11,7 +11,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/goray-dev/goray/internal/bench"
+	"github.com/goray-dev/goray/cmd/goray/internal/bench"
 	"github.com/spf13/cobra"
 )
 

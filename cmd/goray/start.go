@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/config"
-	"github.com/goray-dev/goray/internal/node"
+	"github.com/goray-dev/goray/host/node"
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/cobra"

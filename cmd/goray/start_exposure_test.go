@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/goray-dev/goray/internal/node"
+	"github.com/goray-dev/goray/host/node"
 )
 
 // TestStartRefusesWildcardNodeIP: `goray start --node-ip 0.0.0.0` (or ::)

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/config"
-	"github.com/goray-dev/goray/internal/node"
+	"github.com/goray-dev/goray/host/node"
 	"github.com/spf13/pflag"
 )
 

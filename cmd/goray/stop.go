@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/auth"
-	"github.com/goray-dev/goray/raylet"
+	"github.com/goray-dev/goray/internal/workerenv"
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 )
@@ -183,7 +183,7 @@ func (s *stopper) findLeftovers() ([]leftover, error) {
 	}
 	dirs := map[string]string{}
 	for _, se := range ss {
-		dirs[raylet.EnvSessionDir+"="+se.Dir] = filepath.Base(se.Dir)
+		dirs[workerenv.SessionDir+"="+se.Dir] = filepath.Base(se.Dir)
 	}
 	daemon := envDaemonRoot + "=" + s.root
 	pids, err := s.proc.pids()

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goray-dev/goray/internal/node"
-	"github.com/goray-dev/goray/raylet"
+	"github.com/goray-dev/goray/host/node"
+	"github.com/goray-dev/goray/internal/workerenv"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -63,9 +63,9 @@ func TestStopperStopsEverything(t *testing.T) {
 	deadSession := makeSession(t, root, "session_0_dead", &node.Info{NodeID: "55556666", Pid: deadPid})
 
 	// Workers may inherit the daemon marker; they still count as workers.
-	taskWorker := startProc(t, []string{envDaemonRoot + "=" + root, raylet.EnvSessionDir + "=" + workerSession}, "sleep", "60")
+	taskWorker := startProc(t, []string{envDaemonRoot + "=" + root, workerenv.SessionDir + "=" + workerSession}, "sleep", "60")
 	daemon := startProc(t, []string{envDaemonRoot + "=" + root}, "sleep", "60")
-	other := startProc(t, []string{raylet.EnvSessionDir + "=" + workerSession + "0"}, "sleep", "60")
+	other := startProc(t, []string{workerenv.SessionDir + "=" + workerSession + "0"}, "sleep", "60")
 
 	s := &stopper{proc: p, root: root, opts: stopOptions{grace: 300 * time.Millisecond}, log: hclog.NewNullLogger(), skip: []int{os.Getpid()}}
 	res, err := s.run(context.Background())

@@ -34,7 +34,7 @@ const (
 	FormatRaw     Format = 'R'
 	FormatError   Format = 'E'
 	// FormatTransport: the value is a set of tensors held by a tensor
-	// transport; the data is the transfer's metadata (see internal/core).
+	// transport; the data is the transfer's metadata (see sdk/ray/internal/core).
 	FormatTransport Format = 'X'
 )
 

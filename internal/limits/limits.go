@@ -6,7 +6,7 @@
 package limits
 
 // MaxMessageSize is the gRPC message limit, in bytes, on both sides of
-// every goray connection (internal/core.MaxMessageSize is this value).
+// every goray connection (internal/rpc.MaxMessageSize is this value).
 const MaxMessageSize = 256 << 20
 
 // InlineHeadroom is the room an RPC keeps for everything but an inline

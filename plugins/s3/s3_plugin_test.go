@@ -15,7 +15,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/goray-dev/goray/host"
-	"github.com/goray-dev/goray/internal/miniotest"
+	"github.com/goray-dev/goray/internal/testservers/miniotest"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/storage/storagetest"

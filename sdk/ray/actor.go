@@ -3,7 +3,7 @@ package ray
 import (
 	"context"
 
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/vmihailenco/msgpack/v5"
 )
 

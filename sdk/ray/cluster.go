@@ -2,12 +2,17 @@ package ray
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/host/node"
+
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
+	"github.com/goray-dev/goray/sdk/transport"
 )
 
 // CallByName submits a call of the task registered under name with untyped
@@ -161,4 +166,44 @@ func NodeID() string {
 		return ""
 	}
 	return cw.NodeID().String()
+}
+
+// StartNode starts another node inside this process that joins the cluster
+// this process belongs to, with the cluster's address and credentials, as
+// Ray's cluster_utils.Cluster.add_node does for tests and benchmarks. cfg
+// describes the node (resources, object store, plugins, spilling, temp
+// dir); its Address is set to the cluster's. The node is embedded: Stop
+// removes its session directory. It fails with ErrNotInitialized before
+// Init.
+func StartNode(ctx context.Context, cfg *config.Node) (*node.Node, error) {
+	cw, err := current()
+	if err != nil {
+		return nil, err
+	}
+	gcs := cw.GCSAddress()
+	if gcs == "" {
+		return nil, errors.New("goray: StartNode: this process does not know its cluster's address")
+	}
+	if cfg == nil {
+		cfg = config.Default()
+	}
+	cfg.Head = false
+	cfg.Address = gcs
+	nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true, Auth: cw.Credentials()})
+	if err != nil {
+		return nil, fmt.Errorf("goray: StartNode: %w", err)
+	}
+	return nd, nil
+}
+
+// Transport returns a client of the transport plugin called name on this
+// process's node, for applications that move tensors with it directly (the
+// one-sided transport's register-and-read, say) rather than through task
+// arguments. The client is shared; do not close it.
+func Transport(name string) (transport.Transport, error) {
+	cw, err := current()
+	if err != nil {
+		return nil, err
+	}
+	return cw.TransportClient(name, ids.ID{}), nil
 }

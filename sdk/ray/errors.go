@@ -1,6 +1,6 @@
 package ray
 
-import "github.com/goray-dev/goray/internal/core"
+import "github.com/goray-dev/goray/sdk/ray/internal/core"
 
 // Error categories, for errors.Is. Each typed error below matches one.
 var (

@@ -17,7 +17,7 @@ import (
 
 // Refs that escape the task that submitted them: returned, stored in a
 // returned value or in an object. The task's ctx ends when it returns; the
-// calls it submitted must go on (see submitContext in internal/core).
+// calls it submitted must go on (see submitContext in sdk/ray/internal/core).
 
 // lag is how long the calls plusLater submits wait for their argument, so
 // that they are certainly not sent yet when the submitting task returns.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/codec"
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/vmihailenco/msgpack/v5"
 )

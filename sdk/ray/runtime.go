@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/host/node"
 	"github.com/goray-dev/goray/internal/auth"
-	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
-	"github.com/goray-dev/goray/internal/node"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
-	"github.com/goray-dev/goray/raylet"
+	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -137,7 +137,7 @@ type Runtime struct {
 // IsWorker reports whether this process was started by a raylet as a
 // worker. Code before Init runs in workers too; use IsWorker to skip work
 // that only the driver should do.
-func IsWorker() bool { return os.Getenv(raylet.EnvWorker) == "1" }
+func IsWorker() bool { return core.IsWorker() }
 
 // Init starts goray in this process.
 //
@@ -151,7 +151,7 @@ func IsWorker() bool { return os.Getenv(raylet.EnvWorker) == "1" }
 // so they exist before Init runs.
 func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 	if IsWorker() {
-		runWorker()
+		core.RunWorker(transferTimeoutFromEnv())
 	}
 	if core.Current() != nil {
 		return nil, errors.New("goray: Init called twice; call Shutdown first")
@@ -281,7 +281,7 @@ func embeddedConfig(o *initOptions) (*config.Node, error) {
 // findLocalNode asks the GCS for the alive nodes and picks the one whose
 // raylet socket exists on this machine (the head first).
 func findLocalNode(ctx context.Context, addr string, creds *auth.Credentials) (*pb.NodeInfo, error) {
-	cc, err := core.Dial(addr, creds)
+	cc, err := rpc.Dial(addr, creds)
 	if err != nil {
 		return nil, fmt.Errorf("goray: cluster address %q: %w", addr, err)
 	}
@@ -420,50 +420,6 @@ func (rt *Runtime) GCSAddress() string {
 func transferTimeoutFromEnv() time.Duration {
 	d, _ := time.ParseDuration(os.Getenv(envTransferTimeout))
 	return d
-}
-
-// runWorker serves tasks until the raylet goes away; it never returns.
-func runWorker() {
-	level := os.Getenv(raylet.EnvLogLevel)
-	wid, err := ids.Parse(os.Getenv(raylet.EnvWorkerID))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "goray worker: bad %s: %v\n", raylet.EnvWorkerID, err)
-		os.Exit(2)
-	}
-	// The runtime's own log goes to logs/worker-<id>.log; stdout and stderr
-	// carry only what user code prints (the raylet copies them).
-	var logOut io.Writer = os.Stderr
-	if f, err := os.OpenFile(filepath.Join(os.Getenv(raylet.EnvSessionDir), "logs", "worker-"+wid.String()+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
-		logOut = f
-	}
-	log := hclog.New(&hclog.LoggerOptions{Name: "goray-worker", Output: logOut, Level: hclog.LevelFromString(level)})
-	creds, err := auth.FromEnv()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "goray worker: %v\n", err)
-		os.Exit(2)
-	}
-	creds.SetLogger(log.Named("auth"))
-	lost := make(chan error, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	_, err = core.Start(ctx, core.Config{
-		Mode: core.ModeWorker, RayletSocket: os.Getenv(raylet.EnvRayletSocket), SessionDir: os.Getenv(raylet.EnvSessionDir), NodeIP: os.Getenv(raylet.EnvNodeIP),
-		WorkerID: wid, Logger: log, TransferTimeout: transferTimeoutFromEnv(), Auth: creds,
-		OnRayletLost: func(err error) {
-			select {
-			case lost <- err:
-			default:
-			}
-		},
-	})
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "goray worker: %v\n", err)
-		os.Exit(1)
-	}
-	log.Debug("worker serving", "worker", wid.Short(), "functions", len(core.Registered()))
-	err = <-lost
-	log.Info("worker exiting", "reason", err)
-	os.Exit(0)
 }
 
 // driverCredentials are what a driver presents to a cluster: the token of

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"reflect"
 
-	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
 )
 
 // Option sets a per-call option of a task or actor: resources, retries,

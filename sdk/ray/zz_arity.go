@@ -5,7 +5,7 @@ package ray
 import (
 	"context"
 
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
 )
 
 // TaskFunc0 is a registered task taking 0 argument(s). Create it with

@@ -14,7 +14,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
-	"github.com/goray-dev/goray/internal/miniotest"
+	"github.com/goray-dev/goray/internal/testservers/miniotest"
 	"github.com/goray-dev/goray/plugins/s3/s3store"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/storage/storagetest"

@@ -8,8 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/goray-dev/goray/sdk/transport"
 )
 

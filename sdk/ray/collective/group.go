@@ -12,10 +12,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/sdk/ray"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/goray-dev/goray/sdk/transport"
 )
 

@@ -38,7 +38,7 @@ package ray
 import (
 	"context"
 
-	"github.com/goray-dev/goray/internal/core"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
 )
 {{range .}}
 // TaskFunc{{.N}} is a registered task taking {{.N}} argument(s). Create it with

@@ -24,9 +24,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/goray-dev/goray/config"
-	"github.com/goray-dev/goray/internal/core"
-	"github.com/goray-dev/goray/internal/ids"
-	"github.com/goray-dev/goray/internal/node"
+	"github.com/goray-dev/goray/host/node"
 	collectiveplugin "github.com/goray-dev/goray/plugins/collective/collective"
 	"github.com/goray-dev/goray/plugins/onesided/onesided"
 	"github.com/goray-dev/goray/sdk/ray"
@@ -135,14 +133,6 @@ func startPluginNode(ctx context.Context, spec nodeSpec) (*pluginNode, error) {
 			}
 		}
 	}
-	cw := core.Current()
-	if cw == nil {
-		return nil, ray.ErrNotInitialized
-	}
-	gcs := cw.GCSAddress()
-	if gcs == "" {
-		return nil, &notAvailableError{reason: "no GCS address to start a node with plugins"}
-	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, &notAvailableError{reason: "cannot find this program's executable: " + err.Error()}
@@ -153,7 +143,6 @@ func startPluginNode(ctx context.Context, spec nodeSpec) (*pluginNode, error) {
 	}
 	pluginDir := filepath.Join(dir, "plugins")
 	cfg := config.Default()
-	cfg.Address = gcs
 	cpus := spec.cpus
 	cfg.Resources.CPU = &cpus
 	cfg.ObjectStore.Memory = spec.storeBytes
@@ -189,7 +178,7 @@ func startPluginNode(ctx context.Context, spec nodeSpec) (*pluginNode, error) {
 		}
 		cfg.Plugins = append(cfg.Plugins, block)
 	}
-	nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true, Auth: clusterCreds()})
+	nd, err := ray.StartNode(ctx, cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		if ctx.Err() != nil {
@@ -289,7 +278,11 @@ type osPeer struct {
 func newOSPeer(context.Context) (*osPeer, error) { return &osPeer{}, nil }
 
 func (p *osPeer) plugin() transport.Transport {
-	return core.Current().TransportClient(onesided.Name, ids.ID{})
+	t, err := ray.Transport(onesided.Name)
+	if err != nil {
+		panic(err) // actor methods run after Init, so this cannot happen
+	}
+	return t
 }
 
 // alloc allocates the peer's uint8 tensor of size bytes with every page

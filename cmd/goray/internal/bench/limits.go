@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
-	"github.com/goray-dev/goray/internal/bench/pluginecho"
+	"github.com/goray-dev/goray/cmd/goray/internal/bench/pluginecho"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"

@@ -6,7 +6,7 @@
 // directories. Stop and Restart (same data, address and credentials)
 // simulate an S3 endpoint that goes away and comes back.
 //
-// Tests use it through internal/miniotest, which ties a server's life to
+// Tests use it through internal/testservers/miniotest, which ties a server's life to
 // the test; `goray microbenchmark` uses it directly to measure spilling to
 // S3 against raw minio-go throughput to the same server.
 package minioserver

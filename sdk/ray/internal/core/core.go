@@ -17,9 +17,9 @@ import (
 
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/ids"
-	"github.com/goray-dev/goray/internal/limits"
 	"github.com/goray-dev/goray/internal/objstore"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 )
@@ -32,13 +32,6 @@ const (
 	ModeDriver Mode = iota
 	ModeWorker
 )
-
-// MaxMessageSize is the gRPC message limit on both sides of every goray
-// connection. Values above the inline limit travel through shared memory,
-// so messages stay small; the limit is raised deliberately so that a task
-// with many inline arguments or an object holding many references fits.
-// config.Validate keeps object_store.inline_limit below it.
-const MaxMessageSize = limits.MaxMessageSize
 
 // Config configures Start.
 type Config struct {
@@ -116,36 +109,6 @@ type CoreWorker struct {
 	wg     sync.WaitGroup
 }
 
-// DialOptions are the gRPC options for every goray client connection to
-// target: the message limits and buffers, and creds' token and TLS.
-func DialOptions(target string, creds *auth.Credentials) []grpc.DialOption {
-	return append(creds.DialOptions(target),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
-		grpc.WithWriteBufferSize(256<<10),
-		grpc.WithReadBufferSize(256<<10),
-	)
-}
-
-// ServerOptions are the gRPC options for every goray server: the message
-// limits and buffers, and creds' token check, panic recovery and TLS.
-func ServerOptions(creds *auth.Credentials) []grpc.ServerOption {
-	return append(creds.ServerOptions(),
-		grpc.MaxRecvMsgSize(MaxMessageSize),
-		grpc.MaxSendMsgSize(MaxMessageSize),
-		grpc.WriteBufferSize(256<<10),
-		grpc.ReadBufferSize(256<<10),
-	)
-}
-
-// Dial connects to a goray gRPC endpoint, a unix socket path (absolute) or
-// host:port, with creds.
-func Dial(target string, creds *auth.Credentials) (*grpc.ClientConn, error) {
-	if filepath.IsAbs(target) {
-		target = "unix://" + target
-	}
-	return grpc.NewClient(target, DialOptions(target, creds)...)
-}
-
 // Start connects to the node's raylet, registers the process and serves the
 // CoreWorker service. It returns once the process is registered.
 func Start(ctx context.Context, cfg Config) (*CoreWorker, error) {
@@ -221,11 +184,11 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 		return fmt.Errorf("goray: listening on %s for other nodes: %w", ip, err)
 	}
 	cw.tcpLis = tcpLis
-	cw.server = grpc.NewServer(ServerOptions(cw.cfg.Auth)...)
+	cw.server = grpc.NewServer(rpc.ServerOptions(cw.cfg.Auth)...)
 	pb.RegisterCoreWorkerServer(cw.server, &coreWorkerService{cw: cw})
 	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path, TcpAddr: tcpLis.Addr().String()}
 
-	cc, err := Dial(cw.cfg.RayletSocket, cw.cfg.Auth)
+	cc, err := rpc.Dial(cw.cfg.RayletSocket, cw.cfg.Auth)
 	if err != nil {
 		return fmt.Errorf("goray: connecting to raylet at %s: %w", cw.cfg.RayletSocket, err)
 	}
@@ -246,7 +209,7 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 	}
 	cw.gcsAddr = reg.GcsAddress
 	if cw.gcsAddr != "" {
-		gcc, err := Dial(cw.gcsAddr, cw.cfg.Auth)
+		gcc, err := rpc.Dial(cw.gcsAddr, cw.cfg.Auth)
 		if err != nil {
 			return fmt.Errorf("goray: connecting to GCS at %s: %w", cw.gcsAddr, err)
 		}
@@ -447,7 +410,7 @@ func (cw *CoreWorker) conn(addr *pb.Address) (*grpc.ClientConn, error) {
 	if c, ok := cw.conns[target]; ok {
 		return c, nil
 	}
-	c, err := Dial(target, cw.cfg.Auth)
+	c, err := rpc.Dial(target, cw.cfg.Auth)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,7 @@ package bench
 // Spilling metrics (not Ray's): how fast a node spills objects to S3 and
 // restores them, next to raw minio-go upload and download throughput to
 // the same server in the same run. The server is a real MinIO started on
-// loopback for the run (internal/minioserver: the pinned binary of
+// loopback for the run (internal/testservers/minioserver: the pinned binary of
 // `make tools`, or $GORAY_MINIO); the spilling node is started in this
 // process, joining the cluster, with a small object store and this binary
 // as its s3 storage plugin (see MaybeServeStoragePlugin).
@@ -22,8 +22,8 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/goray-dev/goray/config"
-	"github.com/goray-dev/goray/internal/minioserver"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/testservers/minioserver"
 	"github.com/goray-dev/goray/plugins/s3/s3store"
 	"github.com/goray-dev/goray/sdk/ray"
 	"github.com/goray-dev/goray/sdk/storage"

@@ -21,6 +21,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	_ "github.com/goray-dev/goray/internal/proto/transportv1" // the Transport service's types
+	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 )
@@ -171,7 +172,7 @@ func fakeNode(t *testing.T, impls map[string]transport.Transport) string {
 	r := &fakeRaylet{plugins: map[string]*grpc.ClientConn{}}
 	for name, impl := range impls {
 		addr := serve(t, func(s *grpc.Server) { transport.Register(s, impl) })
-		cc, err := Dial(addr, nil)
+		cc, err := rpc.Dial(addr, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +208,7 @@ func newRoutingWorker(t *testing.T) *routingWorker {
 	remotes["remote-same"] = &recorder{node: "remote", info: same, log: log}
 	remoteAddr := fakeNode(t, remotes)
 	w := &routingWorker{local: ids.New(), remote: ids.New(), log: log}
-	cc, err := Dial(localAddr, nil)
+	cc, err := rpc.Dial(localAddr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

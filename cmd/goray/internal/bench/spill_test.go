@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goray-dev/goray/internal/minioserver"
+	"github.com/goray-dev/goray/internal/testservers/minioserver"
 )
 
 // TestSpillMetrics runs the spilling limits and metrics in quick mode

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goray-dev/goray/internal/minioserver"
+	"github.com/goray-dev/goray/internal/testservers/minioserver"
 )
 
 // EnvBinary names the environment variable that overrides where the MinIO

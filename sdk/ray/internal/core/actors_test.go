@@ -14,6 +14,7 @@ import (
 	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -43,7 +44,7 @@ func startFakeActorWorker(t *testing.T, dir, name string) *fakeActorWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.srv = grpc.NewServer(ServerOptions(nil)...)
+	w.srv = grpc.NewServer(rpc.ServerOptions(nil)...)
 	pb.RegisterCoreWorkerServer(w.srv, w)
 	go func() { _ = w.srv.Serve(lis) }()
 	t.Cleanup(w.srv.Stop)
@@ -145,7 +146,7 @@ func newActorTestWorker(t *testing.T, gcsPath string) *CoreWorker {
 	cw.submitter = newSubmitter(cw)
 	cw.actors = newActorManager(cw)
 	cw.exec = newExecutor(cw)
-	gc, err := Dial(gcsPath, nil)
+	gc, err := rpc.Dial(gcsPath, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +178,7 @@ func TestActorClientFollowsTheGCS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := grpc.NewServer(ServerOptions(nil)...)
+	g := grpc.NewServer(rpc.ServerOptions(nil)...)
 	gcs.New(gcs.Options{}).Register(g)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
@@ -353,7 +354,7 @@ func serveFrozenableRaylet(t *testing.T, network, addr string, r *frozenableRayl
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := grpc.NewServer(ServerOptions(nil)...)
+	s := grpc.NewServer(rpc.ServerOptions(nil)...)
 	pb.RegisterRayletServer(s, r)
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
@@ -378,7 +379,7 @@ func TestLeaseLeavesANodeReportedDead(t *testing.T) {
 	cw.log = hclog.NewNullLogger()
 	cw.conns, cw.connOf = map[string]*grpc.ClientConn{}, map[string]string{}
 	cw.nodeID = ids.New()
-	lc, err := Dial(localPath, nil)
+	lc, err := rpc.Dial(localPath, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,6 @@ import (
 	"github.com/dustin/go-humanize"
 
 	"github.com/goray-dev/goray/config"
-	"github.com/goray-dev/goray/internal/auth"
-	"github.com/goray-dev/goray/internal/core"
-	"github.com/goray-dev/goray/internal/node"
 	"github.com/goray-dev/goray/sdk/ray"
 )
 
@@ -46,7 +43,6 @@ func (e *env) nodeTransferSetup(size int) setupFunc {
 				return nil, nil, &notAvailableError{reason: "no second node and no GCS address to start one"}
 			}
 			cfg := config.Default()
-			cfg.Address = e.gcsAddress
 			one := 1.0
 			cfg.Resources.CPU = &one
 			cfg.ObjectStore.Memory = int64(4*size + 64<<20)
@@ -55,7 +51,7 @@ func (e *env) nodeTransferSetup(size int) setupFunc {
 				return nil, nil, err
 			}
 			cfg.TempDir = dir
-			nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true, Auth: clusterCreds()})
+			nd, err := ray.StartNode(ctx, cfg)
 			if err != nil {
 				os.RemoveAll(dir)
 				return nil, nil, fmt.Errorf("starting a second node: %w", err)
@@ -109,14 +105,4 @@ func (e *env) nodeTransferMetric() workload {
 		limit: LimitTCP, ratio: func(mean, limit float64) float64 { return mean / limit },
 		setup: e.nodeTransferSetup(size),
 	}
-}
-
-// clusterCreds are the credentials of the cluster the benchmark's driver
-// runs in, for the nodes the benchmark adds to it (nil: the node makes its
-// own, which only suits a node that is its own cluster).
-func clusterCreds() *auth.Credentials {
-	if cw := core.Current(); cw != nil {
-		return cw.Credentials()
-	}
-	return nil
 }

@@ -26,12 +26,12 @@ import (
 	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/auth"
-	"github.com/goray-dev/goray/internal/core"
 	"github.com/goray-dev/goray/internal/gpu"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/objstore"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
 	"github.com/goray-dev/goray/raylet"
@@ -178,7 +178,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.startPlugins(ctx); err != nil {
 		return nil, err
 	}
-	if n.gcsCC, err = core.Dial(gcsAddr, n.auth); err != nil {
+	if n.gcsCC, err = rpc.Dial(gcsAddr, n.auth); err != nil {
 		return nil, fmt.Errorf("connecting to GCS %s: %w", gcsAddr, err)
 	}
 
@@ -223,7 +223,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		_ = tcpLis.Close()
 		return nil, fmt.Errorf("listening on %s: %w", n.info.RayletSocket, err)
 	}
-	n.rayletGRPC = grpc.NewServer(core.ServerOptions(n.auth)...)
+	n.rayletGRPC = grpc.NewServer(rpc.ServerOptions(n.auth)...)
 	n.raylet.Register(n.rayletGRPC)
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); _ = n.rayletGRPC.Serve(lis) }()
@@ -519,7 +519,7 @@ func (n *Node) startGCS() (string, error) {
 	// No GCS message comes near the 256 MiB other servers accept (a KV
 	// value is at most 8 MiB), so an authenticated but misbehaving peer
 	// cannot make the head read more than this per call.
-	n.gcsGRPC = grpc.NewServer(append(core.ServerOptions(n.auth), grpc.MaxRecvMsgSize(gcsMaxMessage))...)
+	n.gcsGRPC = grpc.NewServer(append(rpc.ServerOptions(n.auth), grpc.MaxRecvMsgSize(gcsMaxMessage))...)
 	n.gcs.Register(n.gcsGRPC)
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); _ = n.gcsGRPC.Serve(lis) }()

@@ -25,7 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/goray-dev/goray/internal/bench/pluginecho"
+	"github.com/goray-dev/goray/cmd/goray/internal/bench/pluginecho"
 	"github.com/goray-dev/goray/sdk/ray"
 	"github.com/hashicorp/go-hclog"
 )

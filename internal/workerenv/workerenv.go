@@ -1,0 +1,33 @@
+// Package workerenv names the environment variables the raylet sets for
+// every worker process it starts. The core worker reads them to find its
+// raylet and learn its identity; the CLI reads SessionDir to find a node's
+// processes. They are the contract between the raylet and a worker binary,
+// kept here so that neither imports the other.
+package workerenv
+
+const (
+	// Worker is "1" in a worker process (the user binary re-executed in
+	// worker mode).
+	Worker = "GORAY_WORKER"
+	// RayletSocket is the unix socket path of the raylet that started the
+	// worker.
+	RayletSocket = "GORAY_RAYLET_SOCKET"
+	// WorkerID is the worker's id (hex); the worker must present it in its
+	// WorkerSession registration.
+	WorkerID = "GORAY_WORKER_ID"
+	// NodeID is the node's id (hex).
+	NodeID = "GORAY_NODE_ID"
+	// JobID is the id (hex) of the job the worker serves.
+	JobID = "GORAY_JOB_ID"
+	// SessionDir is the node's session directory; workers put their sockets
+	// in its "sockets" subdirectory.
+	SessionDir = "GORAY_SESSION_DIR"
+	// LogLevel is the hclog level name the worker should log at.
+	LogLevel = "GORAY_LOG_LEVEL"
+	// NodeIP is the IP address the worker listens on for other nodes.
+	NodeIP = "GORAY_NODE_IP"
+)
+
+// Names lists every variable above; the raylet replaces inherited values
+// of these, never duplicates them.
+var Names = []string{Worker, RayletSocket, WorkerID, NodeID, JobID, SessionDir, LogLevel, NodeIP}

@@ -1,0 +1,67 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/workerenv"
+)
+
+// IsWorker reports whether this process was started by a raylet as a
+// worker (internal/workerenv.Worker is "1").
+func IsWorker() bool { return os.Getenv(workerenv.Worker) == "1" }
+
+// RunWorker is a worker process's life: it reads what the raylet put in the
+// environment (internal/workerenv), connects, registers, serves tasks until
+// the raylet goes away, and exits the process. It never returns.
+// transferTimeout bounds tensor transfers (0: the default).
+func RunWorker(transferTimeout time.Duration) {
+	level := os.Getenv(workerenv.LogLevel)
+	wid, err := ids.Parse(os.Getenv(workerenv.WorkerID))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goray worker: bad %s: %v\n", workerenv.WorkerID, err)
+		os.Exit(2)
+	}
+	// The runtime's own log goes to logs/worker-<id>.log; stdout and stderr
+	// carry only what user code prints (the raylet copies them).
+	var logOut io.Writer = os.Stderr
+	if f, err := os.OpenFile(filepath.Join(os.Getenv(workerenv.SessionDir), "logs", "worker-"+wid.String()+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+		logOut = f
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "goray-worker", Output: logOut, Level: hclog.LevelFromString(level)})
+	creds, err := auth.FromEnv()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goray worker: %v\n", err)
+		os.Exit(2)
+	}
+	creds.SetLogger(log.Named("auth"))
+	lost := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	_, err = Start(ctx, Config{
+		Mode: ModeWorker, RayletSocket: os.Getenv(workerenv.RayletSocket), SessionDir: os.Getenv(workerenv.SessionDir), NodeIP: os.Getenv(workerenv.NodeIP),
+		WorkerID: wid, Logger: log, TransferTimeout: transferTimeout, Auth: creds,
+		OnRayletLost: func(err error) {
+			select {
+			case lost <- err:
+			default:
+			}
+		},
+	})
+	cancel()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "goray worker: %v\n", err)
+		os.Exit(1)
+	}
+	log.Debug("worker serving", "worker", wid.Short(), "functions", len(Registered()))
+	err = <-lost
+	log.Info("worker exiting", "reason", err)
+	os.Exit(0)
+}
