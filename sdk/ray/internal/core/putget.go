@@ -1,0 +1,287 @@
+// Put, Get and Wait: storing values (inline or in the node's store) and
+// reading them back, wherever they live.
+
+package core
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/goray-dev/goray/internal/codec"
+	"github.com/goray-dev/goray/internal/ids"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/sdk/transport"
+	"github.com/vmihailenco/msgpack/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Value is an object's encoded value. Data may point into shared memory;
+// call Release when done with it.
+type Value struct {
+	Format codec.Format
+	Data   []byte
+	// Tensors are set for FormatTransport values: received through the
+	// object's transport.
+	Tensors []transport.Tensor
+	release func()
+}
+
+// Release unpins the value's shared memory (no-op for inline values).
+func (v *Value) Release() {
+	if v != nil && v.release != nil {
+		v.release()
+		v.release = nil
+	}
+}
+
+// Put stores v and returns an owned handle.
+func (cw *CoreWorker) Put(ctx context.Context, v any) (*Handle, error) {
+	f, data, refs, err := codec.Encode(v)
+	if err != nil {
+		return nil, err
+	}
+	id := ids.ObjectIDFor(cw.idgen.Next(), 0)
+	ret, err := cw.storeValue(ctx, id, cw.addr, f, data, true)
+	if err != nil {
+		return nil, err
+	}
+	ret.Nested = refsToPB(refs)
+	cw.objects.newOwned(id, nil, 1)
+	cw.objects.complete(id, ret, nil, false)
+	return cw.wrapHandle(id, cw.addr), nil
+}
+
+// storeValue keeps small values inline and writes large ones into the
+// node's shared-memory store. copyInline copies inline data the caller may
+// still mutate.
+func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, owner *pb.Address, f codec.Format, data []byte, copyInline bool) (*pb.ReturnObject, error) {
+	size := int64(len(data))
+	if size <= cw.inlineLimit || cw.store == nil {
+		if copyInline && f == codec.FormatRaw {
+			data = bytes.Clone(data)
+		}
+		if data == nil {
+			data = []byte{}
+		}
+		return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: f.Meta(), Data: data, Size: size}, nil
+	}
+	cw.objects.flushFrees()
+	rep, err := cw.raylet.CreateObject(ctx, &pb.CreateObjectRequest{ObjectId: id[:], DataSize: size, Metadata: f.Meta(), Owner: owner, CreatorId: cw.id[:]})
+	if err != nil {
+		if status.Code(err) == codes.ResourceExhausted {
+			return nil, &RemoteError{Kind: KindStoreFull, Type: "StoreFullError", Message: status.Convert(err).Message(), Function: "put"}
+		}
+		return nil, fmt.Errorf("goray: creating object %s in the store: %w", id, err)
+	}
+	dst, err := cw.store.Slice(rep.Offset, size)
+	if err != nil {
+		return nil, err
+	}
+	copy(dst, data)
+	// Seal even if the caller's context ended during the copy: an unsealed
+	// object would hold its memory until this process exits.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if _, err := cw.raylet.SealObject(sctx, &pb.SealObjectRequest{ObjectId: id[:], Release: true}); err != nil {
+		return nil, fmt.Errorf("goray: sealing object %s: %w", id, err)
+	}
+	return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: f.Meta(), InStore: true, NodeId: cw.nodeID.Bytes(), Size: size}, nil
+}
+
+// Get waits for the object and returns its value. Remote errors come back
+// as errors.
+func (cw *CoreWorker) Get(ctx context.Context, h *Handle) (*Value, error) {
+	if h.Released() {
+		return nil, &ObjectError{ObjectID: h.ID, Kind: ErrObjectFreed, Detail: "the reference was released"}
+	}
+	if ch, err := cw.objects.readyChan(h.ID); err == nil {
+		select {
+		case <-ch:
+		default:
+			// This task waits: lend its CPU to the node meanwhile.
+			defer cw.blocked()()
+		}
+	}
+	ret, err := cw.objects.wait(ctx, h.ID)
+	if err != nil {
+		return nil, err
+	}
+	runtime.KeepAlive(h)
+	v, err := cw.materialize(ctx, ret, h.Owner)
+	if err != nil {
+		return nil, err
+	}
+	if v.Format == codec.FormatError {
+		defer v.Release()
+		return nil, decodeRemoteError(v.Data)
+	}
+	if v.Format == codec.FormatTransport {
+		ts, err := cw.receiveTensors(ctx, v.Data)
+		v.Release()
+		if err != nil {
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				// The caller's own deadline ended the transfer: a Get timeout
+				// (it still matches ErrTransferFailed through Unwrap).
+				return nil, &GetTimeoutError{ObjectID: h.ID, Err: err}
+			}
+			return nil, err
+		}
+		v = &Value{Format: codec.FormatTransport, Tensors: ts}
+	}
+	return v, nil
+}
+
+// materialize turns a return record into readable bytes. An object in
+// another node's store is first pulled into this node's (owner is the
+// object's owner, whose death frees the copy).
+func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, owner *pb.Address) (*Value, error) {
+	f := codec.FormatOf(ret.Metadata)
+	if !ret.InStore {
+		return &Value{Format: f, Data: ret.Data}, nil
+	}
+	id, _ := ids.ObjectIDFromBytes(ret.ObjectId)
+	node, err := ids.FromBytes(ret.NodeId)
+	remote := err == nil && !node.IsNil() && node != cw.nodeID
+	var so *pb.StoreObject
+	// A pulled copy may be evicted (the node needed room) between the pull
+	// and the read: pull it again, a few times.
+	for attempt := 0; ; attempt++ {
+		if remote {
+			if err := cw.pullObject(ctx, id, node, owner); err != nil {
+				if !errors.Is(err, ErrObjectLost) {
+					return nil, err
+				}
+				// Its node died with the only copy: its owner rebuilds it
+				// (lineage reconstruction); for others it stays lost.
+				fresh, rerr := cw.rebuilt(ctx, id, node, err)
+				if rerr != nil {
+					return nil, rerr
+				}
+				return cw.materialize(ctx, fresh, owner)
+			}
+		}
+		rep, err := cw.raylet.GetObjects(ctx, &pb.GetObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
+		if err != nil {
+			return nil, fmt.Errorf("goray: reading object %s from the store: %w", id, err)
+		}
+		if len(rep.Objects) == 1 && rep.Objects[0].Found {
+			so = rep.Objects[0]
+			break
+		}
+		if !remote || attempt == 2 {
+			return nil, &ObjectError{ObjectID: id, Kind: ErrObjectFreed, Detail: "not in the node's object store"}
+		}
+	}
+	if len(so.Metadata) > 0 {
+		f = codec.FormatOf(so.Metadata)
+	}
+	data, err := cw.store.Slice(so.Offset, so.DataSize)
+	if err != nil {
+		return nil, err
+	}
+	return &Value{Format: f, Data: data, release: func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, _ = cw.raylet.ReleaseObjects(ctx, &pb.ReleaseObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
+	}}, nil
+}
+
+// Wait returns the indexes of the first n handles that are ready, waiting at
+// most until ctx ends (a ctx deadline is not an error for Wait).
+func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, error) {
+	if n > len(hs) {
+		n = len(hs)
+	}
+	chans := make([]<-chan struct{}, len(hs))
+	for i, h := range hs {
+		if h.Released() {
+			return nil, &ObjectError{ObjectID: h.ID, Kind: ErrObjectFreed, Detail: "the reference was released"}
+		}
+		ch, err := cw.objects.readyChan(h.ID)
+		if err != nil {
+			return nil, err
+		}
+		chans[i] = ch
+	}
+	defer runtime.KeepAlive(hs)
+	isReady := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	ready := make([]bool, len(hs))
+	count := 0
+	for i, ch := range chans {
+		if isReady(ch) {
+			ready[i] = true
+			count++
+		}
+	}
+	if count < n {
+		defer cw.blocked()()
+		// Slow path: one goroutine per pending object reports readiness.
+		done := make(chan struct{})
+		defer close(done)
+		notify := make(chan int, len(hs))
+		for i, ch := range chans {
+			if !ready[i] {
+				go func(i int, ch <-chan struct{}) {
+					select {
+					case <-ch:
+						notify <- i
+					case <-done:
+					}
+				}(i, ch)
+			}
+		}
+	loop:
+		for count < n {
+			select {
+			case i := <-notify:
+				ready[i] = true
+				count++
+			case <-ctx.Done():
+				break loop
+			case <-cw.closed:
+				return nil, ErrShutdown
+			}
+		}
+	}
+	out := make([]int, 0, count)
+	for i, r := range ready {
+		if r {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+func encodeRemoteError(e *RemoteError) []byte {
+	b, err := msgpack.Marshal(e)
+	if err != nil {
+		b, _ = msgpack.Marshal(&RemoteError{Message: e.Message})
+	}
+	return b
+}
+
+func decodeRemoteError(b []byte) error {
+	var e RemoteError
+	if err := codec.Unmarshal(b, &e); err != nil {
+		return fmt.Errorf("goray: undecodable remote error: %w", err)
+	}
+	return &e
+}
+
+// errorReturn encodes err as an error object.
+func errorReturn(id ids.ObjectID, e *RemoteError) *pb.ReturnObject {
+	d := encodeRemoteError(e)
+	return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: codec.FormatError.Meta(), Data: d, Size: int64(len(d))}
+}
