@@ -30,20 +30,29 @@ private-tmp = tmp=$$(mktemp -d /tmp/gXXX) || exit 1; \
 		echo "FAIL: left behind in the tests' TMPDIR $$tmp:"; ls -lA $$tmp; rc=1; fi; \
 	rm -rf $$tmp; exit $$rc
 
-.PHONY: all build test go-test bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
+.PHONY: all build test go-test race bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
 
 all: build
 
 build:
 	$(GO) build ./...
 
-## test: everything CI checks: formatting, vet, unit and acceptance tests, a
+## test: everything CI checks: formatting, vet, unit and acceptance tests, the
+## raylet and core worker tests under -race, a
 ## quick microbenchmark smoke run (fails only if a metric errors, never on figures)
 ## and a few seconds of each fuzz target.
-test: fmt-check vet generate-check go-test bench-smoke fuzz-smoke
+test: fmt-check vet generate-check go-test race bench-smoke fuzz-smoke
 
 go-test: $(TOOLS)/minio
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS))
+
+# The packages with the most shared state (the raylet's components, the core
+# worker and the application API over it) also run under the race detector.
+RACE_PKGS ?= ./raylet/... ./sdk/ray/...
+
+## race: the raylet and core worker tests under -race (part of test).
+race:
+	$(call private-tmp,$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS))
 
 bin/goray: FORCE
 	@mkdir -p bin
