@@ -11,6 +11,8 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
+
+	"github.com/goray-dev/goray/sdk/plugin/hclspec"
 )
 
 // content decodes body against schema. Unknown arguments and blocks are
@@ -96,7 +98,7 @@ func (d *decoder) typeErr(a *hcl.Attribute, rng hcl.Range, what, want string, go
 	d.diags = append(d.diags, &hcl.Diagnostic{
 		Severity:   hcl.DiagError,
 		Summary:    "Incorrect attribute value type",
-		Detail:     fmt.Sprintf("Inappropriate value for %s: %s is required, got %s.", what, want, typeName(got)),
+		Detail:     fmt.Sprintf("Inappropriate value for %s: %s is required, got %s.", what, want, hclspec.TypeName(got)),
 		Subject:    rng.Ptr(),
 		Context:    a.Range.Ptr(),
 		Expression: a.Expr,
@@ -112,14 +114,6 @@ func (d *decoder) valueErr(a *hcl.Attribute, rng hcl.Range, summary, detail stri
 		Context:    a.Range.Ptr(),
 		Expression: a.Expr,
 	})
-}
-
-// typeName describes v's type for messages.
-func typeName(v cty.Value) string {
-	if v.IsNull() {
-		return "null"
-	}
-	return v.Type().FriendlyName()
 }
 
 func attrName(a *hcl.Attribute) string { return fmt.Sprintf("attribute %q", a.Name) }

@@ -16,9 +16,6 @@ import (
 // neither the head block nor a flag names an address.
 const DefaultHeadAddress = "127.0.0.1:6380"
 
-// pluginKinds are the kinds a `plugin "<kind>" "<name>"` block may declare.
-var pluginKinds = []string{"transport", "storage", "provider"}
-
 // DefaultTempDir is the temp_dir of a node whose file and flags name none:
 // "goray" under $TMPDIR, else under /tmp (as Ray's /tmp/ray follows
 // $TMPDIR).

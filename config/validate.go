@@ -12,6 +12,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/limits"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/hashicorp/hcl/v2"
 )
 
@@ -282,10 +283,10 @@ func (v *validator) plugins() {
 			}
 			return pk + suffix
 		}
-		if !slices.Contains(pluginKinds, p.Kind) {
+		if !slices.Contains(plugin.Kinds, p.Kind) {
 			v.errorf(key(".kind"), "Unknown plugin kind",
 				"Plugin %q has kind %q; the kinds are %s.%s",
-				p.Name, p.Kind, strings.Join(pluginKinds, ", "), didYouMean(p.Kind, pluginKinds))
+				p.Name, p.Kind, strings.Join(plugin.Kinds, ", "), didYouMean(p.Kind, plugin.Kinds))
 		}
 		if p.Name == "" {
 			v.errorf(key(".name"), "Missing plugin name", "The %s plugin needs a non-empty name.", p.Kind)

@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -37,6 +38,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/sdk/plugin"
+	"github.com/goray-dev/goray/sdk/plugin/hclspec"
 )
 
 // Plugin states, as reported in Status.State.
@@ -72,12 +74,14 @@ const (
 )
 
 // DefaultSupported is what Options.Supported means when nil: every plugin
-// kind at API version 1.
-var DefaultSupported = map[string][]int{
-	plugin.KindTransport: {1},
-	plugin.KindStorage:   {1},
-	plugin.KindProvider:  {1},
-}
+// kind (plugin.Kinds) at API version 1.
+var DefaultSupported = func() map[string][]int {
+	m := make(map[string][]int, len(plugin.Kinds))
+	for _, k := range plugin.Kinds {
+		m[k] = []int{1}
+	}
+	return m
+}()
 
 // Options configures a Manager.
 type Options struct {
@@ -409,7 +413,7 @@ func (in *instance) start(ctx context.Context) hcl.Diagnostics {
 	b := in.block
 	versions, ok := m.supported[b.Kind]
 	if !ok || len(versions) == 0 {
-		kinds := sortedKeys(m.supported)
+		kinds := slices.Sorted(maps.Keys(m.supported))
 		return in.fail(in.errDiag("Unsupported plugin kind", fmt.Errorf("this host does not run %q plugins; it runs %s", b.Kind, strings.Join(kinds, ", "))))
 	}
 	in.versions = slices.Clone(versions)
@@ -447,7 +451,7 @@ func (in *instance) start(ctx context.Context) hcl.Diagnostics {
 		p.kill()
 		return in.fail(in.errDiag("Plugin failed to report its config schema", err))
 	}
-	cfg, diags := DecodeConfig(b.Config, schema, b.DeclRange)
+	cfg, diags := hclspec.Decode(b.Config, schema, b.DeclRange)
 	if diags.HasErrors() {
 		p.kill()
 		return in.fail(diags)

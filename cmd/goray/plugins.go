@@ -64,7 +64,7 @@ func (a *app) pluginsCmd() *cobra.Command {
 			return a.checkPlugin(ctx, args[0], kind, asJSON)
 		}),
 	}
-	check.Flags().StringVar(&kind, "kind", "", "expected kind (transport, storage, provider); default: whatever the plugin says")
+	check.Flags().StringVar(&kind, "kind", "", "expected kind ("+strings.Join(plugin.Kinds, ", ")+"); default: whatever the plugin says")
 	check.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.AddCommand(list, check)
 	return cmd

@@ -77,7 +77,7 @@ func TestConformancePlugin(t *testing.T) {
 	dst := launch(t, cfg)
 	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		return src, dst
-	}, transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{LargeSize: 16 << 20})
 }
 
 // TestConformancePluginOneProcess runs the suite with both ends in one
@@ -86,7 +86,7 @@ func TestConformancePluginOneProcess(t *testing.T) {
 	tr := launch(t, fmt.Sprintf("segment_prefix = %q", testPrefix))
 	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		return tr, tr
-	}, transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{LargeSize: 16 << 20})
 }
 
 // TestPluginIdentityAndErrors checks what the plugin reports about itself

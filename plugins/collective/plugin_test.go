@@ -154,11 +154,11 @@ func TestConformancePlugin(t *testing.T) {
 	a, b := startNode(t, "", nodeConfig), startNode(t, "", nodeConfig)
 	t.Run("two-processes", func(t *testing.T) {
 		transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) { return a.tr, b.tr },
-			transporttest.WithLargeSize(16<<20))
+			transporttest.Options{LargeSize: 16 << 20})
 	})
 	t.Run("one-process", func(t *testing.T) {
 		transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) { return a.tr, a.tr },
-			transporttest.WithLargeSize(16<<20))
+			transporttest.Options{LargeSize: 16 << 20})
 	})
 }
 

@@ -108,7 +108,7 @@ func TestConformancePluginTCP(t *testing.T) {
 	dst, _ := launch(t, pluginCfg+"\nsame_node_shm = false\nstreams = 2\nchunk_size = \"1MiB\"")
 	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		return src, dst
-	})
+	}, transporttest.Options{})
 }
 
 // TestConformancePluginSHM: two plugin processes of one node: zero copy
@@ -119,7 +119,7 @@ func TestConformancePluginSHM(t *testing.T) {
 	dst, _ := launch(t, pluginCfg)
 	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		return src, dst
-	}, transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{LargeSize: 16 << 20})
 }
 
 // TestMetadataInGCS checks what an agent publishes in the real GCS.

@@ -65,7 +65,7 @@ func TestConformancePlugin(t *testing.T) {
 	dst := launch(t, ``)
 	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		return src, dst
-	}, transporttest.WithInspector(manifestGone))
+	}, transporttest.Options{Inspector: manifestGone})
 }
 
 // TestZeroCopyAcrossProcesses checks that a received tensor is the source's

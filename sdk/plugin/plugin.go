@@ -5,9 +5,15 @@
 // Plugins are separate binaries that the node host (package host) starts
 // with HashiCorp go-plugin over gRPC, one process per
 // `plugin "<kind>" "<name>" { config { ... } }` block of the node's config.
-// Plugin authors do not call Serve themselves: each kind has its SDK
-// (sdk/transport, sdk/storage, sdk/provider) whose Serve registers the
-// kind's gRPC services and calls this package's Serve.
+// Plugin authors do not call Serve themselves: each kind (Kinds) has its
+// SDK (sdk/transport, sdk/storage) whose Serve is a thin wrapper of
+// ServeKind: it names the kind's gRPC services per API version, and
+// ServeKind adds what the implementation's optional interfaces offer
+// (Configurable, HealthChecker, Versioned, LoggerSetter, shared by every
+// kind). A plugin's config block is a tagged Go struct (TypedConfig): its
+// Schema is derived from the struct, and the plugin receives the decoded
+// block as a value of it. Errors keep their identity across the boundary
+// through each kind's ErrorTable.
 //
 // Besides the kind's services, every plugin serves the common PluginInfo
 // service: the host asks it who the plugin is (GetInfo), what its config
@@ -41,13 +47,6 @@ var Handshake = goplugin.HandshakeConfig{
 	MagicCookieKey:   "GORAY_PLUGIN",
 	MagicCookieValue: "ddfe7b487b4e0295059e32c5ab80c5b8126477cd81a19f76",
 }
-
-// Plugin kinds.
-const (
-	KindTransport = "transport"
-	KindStorage   = "storage"
-	KindProvider  = "provider"
-)
 
 // MaxMessageSize is the gRPC message limit, in bytes, that plugins and the
 // host set on both sides. Bulk bytes never travel through gRPC; the limit
@@ -152,17 +151,9 @@ func Serve(cfg ServeConfig) {
 
 	logger := cfg.Logger
 	if logger == nil {
-		level := hclog.LevelFromString(os.Getenv(EnvLogLevel))
-		if level == hclog.NoLevel {
-			level = hclog.Info
-		}
 		// Created before go-plugin replaces os.Stderr, so entries go to the
 		// real stderr, which the host reads.
-		logger = hclog.New(&hclog.LoggerOptions{
-			Level:      level,
-			Output:     os.Stderr,
-			JSONFormat: true,
-		})
+		logger = defaultLogger()
 	}
 	watchParent(logger)
 

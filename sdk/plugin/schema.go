@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/dustin/go-humanize"
 )
 
 // Schema describes a plugin's config block (the `config { ... }` body): its
@@ -384,21 +382,4 @@ func toFloat(v any) (float64, bool) {
 		return f, err == nil
 	}
 	return 0, false
-}
-
-// ParseSize parses a byte size: a plain number of bytes ("1048576") or a
-// number with an IEC or SI unit ("2GiB", "512MB", "1.5 GB").
-func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	if t == "" || strings.HasPrefix(t, "-") {
-		return 0, fmt.Errorf("invalid size %q: not a number of bytes or a size such as \"512MiB\" or \"2GiB\"", s)
-	}
-	n, err := humanize.ParseBytes(t)
-	if err != nil {
-		return 0, fmt.Errorf("invalid size %q: not a number of bytes or a size such as \"512MiB\" or \"2GiB\"", s)
-	}
-	if n > math.MaxInt64 {
-		return 0, fmt.Errorf("invalid size %q: too large", s)
-	}
-	return int64(n), nil
 }

@@ -7,6 +7,20 @@
 //
 //	func main() { storage.Serve(mystore.New()) }
 //
+// What every plugin kind shares lives in package plugin: the optional
+// interfaces a plugin may implement (plugin.Configurable for a config block,
+// declared as a tagged Go struct with plugin.TypedConfig;
+// plugin.HealthChecker; plugin.Versioned; plugin.LoggerSetter), the serve
+// path (Serve is a thin wrapper of plugin.ServeKind) and the error table
+// that keeps errors' identity across the boundary:
+//
+//	type Config struct {
+//		Directory string `hcl:"directory,required" doc:"Where objects go."`
+//	}
+//
+//	func (s *Store) ConfigSpec() plugin.ConfigSpec { return plugin.TypedConfig(s.Configure) }
+//	func (s *Store) Configure(ctx context.Context, c Config) error { ... }
+//
 // The runtime (the plugin host) talks to it over gRPC through NewClient.
 // Object bytes never travel as one giant message: Write streams them to the
 // plugin in chunks of at most ChunkSize bytes and Read streams them back.

@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
 
 	pb "github.com/goray-dev/goray/internal/proto/storagev1"
+	"github.com/goray-dev/goray/sdk/plugin"
 )
 
 // APIVersion is the newest version of the storage plugin protocol this SDK
@@ -50,81 +49,17 @@ func NewClient(conn grpc.ClientConnInterface, apiVersion int) Storage {
 
 // ---------------------------------------------------------------- errors
 
-const (
-	kindNotFound     = "not_found"
-	kindBadKey       = "bad_key"
-	kindUnavailable  = "unavailable"
-	kindPermission   = "permission"
-	kindSizeMismatch = "size_mismatch"
-	kindInvalidRange = "invalid_range"
-	kindCanceled     = "canceled"
-	kindDeadline     = "deadline"
-)
-
-func errorKind(err error) (string, codes.Code) {
-	switch {
-	case errors.Is(err, ErrNotFound):
-		return kindNotFound, codes.NotFound
-	case errors.Is(err, ErrBadKey):
-		return kindBadKey, codes.InvalidArgument
-	case errors.Is(err, ErrSizeMismatch):
-		return kindSizeMismatch, codes.FailedPrecondition
-	case errors.Is(err, ErrInvalidRange):
-		return kindInvalidRange, codes.OutOfRange
-	case errors.Is(err, ErrPermission):
-		return kindPermission, codes.PermissionDenied
-	case errors.Is(err, ErrUnavailable):
-		return kindUnavailable, codes.Unavailable
-	case errors.Is(err, context.DeadlineExceeded):
-		return kindDeadline, codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		return kindCanceled, codes.Canceled
-	}
-	return "", codes.Unknown
-}
-
-func kindErrors(kind string) []error {
-	switch kind {
-	case kindNotFound:
-		return []error{ErrNotFound}
-	case kindBadKey:
-		return []error{ErrBadKey}
-	case kindSizeMismatch:
-		return []error{ErrSizeMismatch}
-	case kindInvalidRange:
-		return []error{ErrInvalidRange}
-	case kindPermission:
-		return []error{ErrPermission}
-	case kindUnavailable:
-		return []error{ErrUnavailable}
-	case kindDeadline:
-		return []error{context.DeadlineExceeded}
-	case kindCanceled:
-		return []error{context.Canceled}
-	}
-	return nil
-}
-
-func codeKind(c codes.Code) string {
-	switch c {
-	case codes.NotFound:
-		return kindNotFound
-	case codes.InvalidArgument:
-		return kindBadKey
-	case codes.FailedPrecondition:
-		return kindSizeMismatch
-	case codes.OutOfRange:
-		return kindInvalidRange
-	case codes.PermissionDenied, codes.Unauthenticated:
-		return kindPermission
-	case codes.Unavailable:
-		return kindUnavailable
-	case codes.DeadlineExceeded:
-		return kindDeadline
-	case codes.Canceled:
-		return kindCanceled
-	}
-	return ""
+// errorTable is the storage kind's error table: what each sentinel error is
+// called on the wire and which gRPC code carries it.
+var errorTable = plugin.ErrorTable{
+	{Name: "not_found", Errors: []error{ErrNotFound}, Code: codes.NotFound},
+	{Name: "bad_key", Errors: []error{ErrBadKey}, Code: codes.InvalidArgument},
+	{Name: "size_mismatch", Errors: []error{ErrSizeMismatch}, Code: codes.FailedPrecondition},
+	{Name: "invalid_range", Errors: []error{ErrInvalidRange}, Code: codes.OutOfRange},
+	{Name: "permission", Errors: []error{ErrPermission}, Code: codes.PermissionDenied, AlsoCodes: []codes.Code{codes.Unauthenticated}},
+	{Name: "unavailable", Errors: []error{ErrUnavailable}, Code: codes.Unavailable},
+	{Name: "deadline", Errors: []error{context.DeadlineExceeded}, Code: codes.DeadlineExceeded},
+	{Name: "canceled", Errors: []error{context.Canceled}, Code: codes.Canceled},
 }
 
 // toStatus turns an implementation's error into a gRPC status error that
@@ -136,7 +71,7 @@ func toStatus(op, key string, err error) error {
 	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
 		return err // already a status (a panic turned into Internal)
 	}
-	kind, code := errorKind(err)
+	kind, code := errorTable.Classify(err)
 	msg := err.Error()
 	var se *StorageError
 	if errors.As(err, &se) {
@@ -150,23 +85,9 @@ func toStatus(op, key string, err error) error {
 			msg = se.Err.Error()
 		}
 	}
-	info := &pb.ErrorInfo{Kind: kind, Op: op, Key: key, Message: msg}
 	full := (&StorageError{Op: op, Key: key, Err: errors.New(msg)}).Error()
-	st := status.New(code, full)
-	if withInfo, derr := st.WithDetails(protoadapt.MessageV1Of(info)); derr == nil {
-		st = withInfo
-	}
-	return st.Err()
+	return plugin.StatusError(code, full, &pb.ErrorInfo{Kind: kind, Op: op, Key: key, Message: msg})
 }
-
-// remoteError is an error that crossed the plugin boundary.
-type remoteError struct {
-	msg   string
-	kinds []error
-}
-
-func (e *remoteError) Error() string   { return e.msg }
-func (e *remoteError) Unwrap() []error { return e.kinds }
 
 // fromStatus turns a gRPC error from the plugin back into a *StorageError
 // whose cause matches the original sentinel errors. ctx is the caller's: a
@@ -180,34 +101,28 @@ func fromStatus(ctx context.Context, op, key string, err error) error {
 	if !ok {
 		return &StorageError{Op: op, Key: key, Err: err}
 	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*pb.ErrorInfo); ok {
-			if info.Op != "" {
-				op = info.Op
-			}
-			if info.Key != "" {
-				key = info.Key
-			}
-			kinds := kindErrors(info.Kind)
-			if len(kinds) == 0 {
-				kinds = []error{err}
-			}
-			return &StorageError{Op: op, Key: key, Err: &remoteError{msg: info.Message, kinds: kinds}}
+	if info, ok := plugin.DetailOf[*pb.ErrorInfo](st); ok {
+		if info.Op != "" {
+			op = info.Op
 		}
+		if info.Key != "" {
+			key = info.Key
+		}
+		re := errorTable.Remote(info.Message, []string{info.Kind})
+		if re.Kind == "" {
+			re = errorTable.Remote(info.Message, nil, err)
+		}
+		return &StorageError{Op: op, Key: key, Err: re}
 	}
-	kind := codeKind(st.Code())
-	if kind == kindCanceled && ctx.Err() == nil {
-		kind = kindUnavailable
-	}
-	kinds := kindErrors(kind)
-	if len(kinds) == 0 {
+	k, ok := errorTable.ForCode(plugin.LostConnection(ctx, st).Code())
+	if !ok {
 		return &StorageError{Op: op, Key: key, Err: err}
 	}
 	// No detail: the plugin is gone or restarting (Unavailable), an older
 	// plugin, a deadline hit on the way. Keep the status error in the chain
 	// so callers can still inspect its code.
 	return &StorageError{Op: op, Key: key,
-		Err: &remoteError{msg: fmt.Sprintf("%s (%s)", st.Message(), st.Code()), kinds: append(kinds, err)}}
+		Err: errorTable.Remote(fmt.Sprintf("%s (%s)", st.Message(), st.Code()), []string{k.Name}, err)}
 }
 
 // ---------------------------------------------------------------- server
@@ -219,14 +134,8 @@ type server struct {
 	impl Storage
 }
 
-func recoverTo(op, key string, err *error) {
-	if r := recover(); r != nil {
-		*err = status.Errorf(codes.Internal, "storage %s of %q panicked: %v\n%s", op, key, r, debug.Stack())
-	}
-}
-
 func (s *server) Info(ctx context.Context, _ *pb.InfoRequest) (_ *pb.InfoResponse, err error) {
-	defer recoverTo(OpInfo, "", &err)
+	defer plugin.Recover(&err, "storage %s of %q", OpInfo, "")
 	r, err := s.impl.Info(ctx, &InfoRequest{})
 	if err != nil {
 		return nil, toStatus(OpInfo, "", err)
@@ -247,7 +156,7 @@ func (s *server) Write(stream pb.Storage_WriteServer) (err error) {
 		return status.Error(codes.InvalidArgument, "storage write: the first message must be a header")
 	}
 	key := h.GetKey()
-	defer recoverTo(OpWrite, key, &err)
+	defer plugin.Recover(&err, "storage %s of %q", OpWrite, key)
 	body := &streamBody{stream: stream, size: h.GetSize(), left: h.GetSize()}
 	r, err := s.impl.Write(stream.Context(), &WriteRequest{Key: key, Size: h.GetSize(), Body: body})
 	if err != nil {
@@ -364,8 +273,8 @@ func (b *streamBody) recv() ([]byte, error) {
 		return msg.Chunk, nil
 	case *pb.WriteRequest_Abort:
 		cause := errClientAborted
-		if kinds := kindErrors(msg.Abort.GetKind()); len(kinds) > 0 {
-			cause = kinds[0]
+		if k, ok := errorTable.Named(msg.Abort.GetKind()); ok {
+			cause = k.Errors[0]
 		}
 		return nil, fmt.Errorf("%w: %s", cause, msg.Abort.GetMessage())
 	}
@@ -374,7 +283,7 @@ func (b *streamBody) recv() ([]byte, error) {
 
 func (s *server) Read(req *pb.ReadRequest, stream pb.Storage_ReadServer) (err error) {
 	key := req.GetKey()
-	defer recoverTo(OpRead, key, &err)
+	defer plugin.Recover(&err, "storage %s of %q", OpRead, key)
 	ctx := stream.Context()
 	r, err := s.impl.Read(ctx, &ReadRequest{Key: key, Offset: req.GetOffset(), Length: req.GetLength()})
 	if err != nil {
@@ -418,7 +327,7 @@ func (s *server) Read(req *pb.ReadRequest, stream pb.Storage_ReadServer) (err er
 // (openArena); anything else is refused before a byte is read.
 func (s *server) ReadInto(ctx context.Context, req *pb.ReadIntoRequest) (_ *pb.ReadIntoResponse, err error) {
 	key := req.GetKey()
-	defer recoverTo(OpReadInto, key, &err)
+	defer plugin.Recover(&err, "storage %s of %q", OpReadInto, key)
 	length, toff := req.GetLength(), req.GetTargetOffset()
 	if length < 0 || toff < 0 || req.GetTargetPath() == "" {
 		return nil, status.Errorf(codes.InvalidArgument, "storage read into: length %d, target %q at %d", length, req.GetTargetPath(), toff)
@@ -529,7 +438,7 @@ func mapTarget(f *os.File, off, length int64) ([]byte, func(), error) {
 }
 
 func (s *server) Delete(ctx context.Context, req *pb.DeleteRequest) (_ *pb.DeleteResponse, err error) {
-	defer recoverTo(OpDelete, "", &err)
+	defer plugin.Recover(&err, "storage %s of %q", OpDelete, "")
 	_, err = s.impl.Delete(ctx, &DeleteRequest{Keys: req.GetKeys()})
 	if err != nil {
 		return nil, toStatus(OpDelete, "", err)
@@ -539,7 +448,7 @@ func (s *server) Delete(ctx context.Context, req *pb.DeleteRequest) (_ *pb.Delet
 
 func (s *server) List(req *pb.ListRequest, stream pb.Storage_ListServer) (err error) {
 	prefix := req.GetPrefix()
-	defer recoverTo(OpList, prefix, &err)
+	defer plugin.Recover(&err, "storage %s of %q", OpList, prefix)
 	r, err := s.impl.List(stream.Context(), &ListRequest{Prefix: prefix})
 	if err != nil {
 		return toStatus(OpList, prefix, err)
@@ -638,7 +547,7 @@ func (c *client) Write(ctx context.Context, req *WriteRequest) (*WriteResponse, 
 // abort ends a write whose body failed with cause: it tells the plugin, waits
 // for its answer (it has discarded the object by then) and returns cause.
 func (c *client) abort(stream pb.Storage_WriteClient, key string, cause error) error {
-	kind, _ := errorKind(cause)
+	kind, _ := errorTable.Classify(cause)
 	if stream.Send(&pb.WriteRequest{Msg: &pb.WriteRequest_Abort{Abort: &pb.WriteAbort{Kind: kind, Message: cause.Error()}}}) == nil {
 		_, _ = stream.CloseAndRecv()
 	}

@@ -156,7 +156,7 @@ func TestWriteProtocol(t *testing.T) {
 		{"long-after-last", []*pb.WriteRequest{header(3), chunk("abc"), chunk("d")}, ErrSizeMismatch, codes.FailedPrecondition},
 		{"empty-then-data", []*pb.WriteRequest{header(0), chunk("x")}, ErrSizeMismatch, codes.FailedPrecondition},
 		{"abort-mid", []*pb.WriteRequest{header(6), chunk("abc"), abort("")}, errClientAborted, codes.Unknown},
-		{"abort-after-last", []*pb.WriteRequest{header(3), chunk("abc"), abort(kindSizeMismatch)}, ErrSizeMismatch, codes.FailedPrecondition},
+		{"abort-after-last", []*pb.WriteRequest{header(3), chunk("abc"), abort("size_mismatch")}, ErrSizeMismatch, codes.FailedPrecondition},
 		{"second-header", []*pb.WriteRequest{header(3), header(3)}, errClientAborted, codes.Unknown},
 	}
 	for _, tc := range tests {

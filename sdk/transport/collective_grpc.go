@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
 
 	pb "github.com/goray-dev/goray/internal/proto/collectivev1"
+	"github.com/goray-dev/goray/sdk/plugin"
 )
 
 // CollectiveService is the full gRPC name of the collective service, as it
@@ -40,27 +38,6 @@ func NewCollectiveClient(conn grpc.ClientConnInterface) Collective {
 
 // ---------------------------------------------------------------- errors
 
-// collectiveKinds lists every error kind err matches, the primary one
-// (errorKind's) first.
-func collectiveKinds(err error) (kinds []string, code codes.Code) {
-	kind, code := errorKind(err)
-	if kind != "" {
-		kinds = append(kinds, kind)
-	}
-	for _, k := range []struct {
-		kind string
-		err  error
-	}{
-		{kindBadMetadata, ErrBadMetadata}, {kindNotSupported, ErrNotSupported}, {kindTimeout, ErrTimeout},
-		{kindGroupNotFound, ErrGroupNotFound}, {kindGroupExists, ErrGroupExists}, {kindRankFailed, ErrRankFailed},
-	} {
-		if k.kind != kind && errors.Is(err, k.err) {
-			kinds = append(kinds, k.kind)
-		}
-	}
-	return kinds, code
-}
-
 // collectiveStatus turns an implementation's error into a gRPC status error
 // carrying an ErrorInfo detail.
 func collectiveStatus(op, group string, rank int, err error) error {
@@ -76,17 +53,14 @@ func collectiveStatus(op, group string, rank int, err error) error {
 			msg = ce.Err.Error()
 		}
 	}
-	kinds, code := collectiveKinds(err)
+	_, code := errorTable.Classify(err)
+	kinds := errorTable.Kinds(err)
 	info := &pb.ErrorInfo{Group: group, Rank: int64(rank), Op: op, Message: msg, FailedRank: int64(failed)}
 	if len(kinds) > 0 {
 		info.Kind, info.Also = kinds[0], kinds[1:]
 	}
 	full := (&CollectiveError{Group: group, Rank: rank, Op: op, Err: errors.New(msg)}).Error()
-	st := status.New(code, full)
-	if withInfo, derr := st.WithDetails(protoadapt.MessageV1Of(info)); derr == nil {
-		st = withInfo
-	}
-	return st.Err()
+	return plugin.StatusError(code, full, info)
 }
 
 // collectiveFromStatus turns a gRPC error back into a *CollectiveError.
@@ -98,17 +72,10 @@ func collectiveFromStatus(op, group string, rank int, err error) error {
 	if !ok {
 		return &CollectiveError{Group: group, Rank: rank, Op: op, FailedRank: -1, Err: err}
 	}
-	for _, d := range st.Details() {
-		info, ok := d.(*pb.ErrorInfo)
-		if !ok {
-			continue
-		}
-		var kinds []error
-		for _, k := range append([]string{info.Kind}, info.Also...) {
-			kinds = append(kinds, kindErrors(k)...)
-		}
-		if len(kinds) == 0 {
-			kinds = []error{err}
+	if info, ok := plugin.DetailOf[*pb.ErrorInfo](st); ok {
+		re := errorTable.Remote(info.Message, append([]string{info.Kind}, info.Also...))
+		if re.Kind == "" {
+			re = errorTable.Remote(info.Message, nil, err)
 		}
 		if info.Op != "" {
 			op = info.Op
@@ -116,17 +83,16 @@ func collectiveFromStatus(op, group string, rank int, err error) error {
 		if info.Group != "" {
 			group, rank = info.Group, int(info.Rank)
 		}
-		return &CollectiveError{Group: group, Rank: rank, Op: op, FailedRank: int(info.FailedRank),
-			Err: &remoteError{msg: info.Message, kinds: kinds}}
+		return &CollectiveError{Group: group, Rank: rank, Op: op, FailedRank: int(info.FailedRank), Err: re}
 	}
-	kinds := kindErrors(codeKind(st.Code()))
-	if len(kinds) == 0 {
+	k, ok := errorTable.ForCode(st.Code())
+	if !ok {
 		// The plugin is down (Unavailable), or another failure of the
 		// connection: keep the status so callers can inspect its code.
 		return &CollectiveError{Group: group, Rank: rank, Op: op, FailedRank: -1, Err: err}
 	}
 	return &CollectiveError{Group: group, Rank: rank, Op: op, FailedRank: -1,
-		Err: &remoteError{msg: fmt.Sprintf("%s (%s)", st.Message(), st.Code()), kinds: kinds}}
+		Err: errorTable.Remote(fmt.Sprintf("%s (%s)", st.Message(), st.Code()), []string{k.Name})}
 }
 
 // ---------------------------------------------------------------- conversions
@@ -160,15 +126,9 @@ type collectiveServer struct {
 	impl Collective
 }
 
-func recoverColl(op, group string, rank int, err *error) {
-	if r := recover(); r != nil {
-		*err = status.Errorf(codes.Internal, "collective %s of group %q rank %d panicked: %v\n%s", op, group, rank, r, debug.Stack())
-	}
-}
-
 func (s *collectiveServer) CreateGroup(ctx context.Context, req *pb.CreateGroupRequest) (_ *pb.CreateGroupResponse, err error) {
 	g, r := req.GetGroup(), rankOf(req.GetRank())
-	defer recoverColl(OpCreateGroup, g, r, &err)
+	defer plugin.Recover(&err, "collective %s of group %q rank %d", OpCreateGroup, g, r)
 	res, err := s.impl.CreateGroup(ctx, &CreateGroupRequest{
 		Group: g, Rank: r, WorldSize: rankOf(req.GetWorldSize()), Members: req.GetMembers(),
 		Timeout: time.Duration(req.GetTimeoutMs()) * time.Millisecond,
@@ -184,7 +144,7 @@ func (s *collectiveServer) CreateGroup(ctx context.Context, req *pb.CreateGroupR
 
 func (s *collectiveServer) DestroyGroup(ctx context.Context, req *pb.DestroyGroupRequest) (_ *pb.DestroyGroupResponse, err error) {
 	g, r := req.GetGroup(), rankOf(req.GetRank())
-	defer recoverColl(OpDestroyGroup, g, r, &err)
+	defer plugin.Recover(&err, "collective %s of group %q rank %d", OpDestroyGroup, g, r)
 	if _, err := s.impl.DestroyGroup(ctx, &DestroyGroupRequest{Group: g, Rank: r}); err != nil {
 		return nil, collectiveStatus(OpDestroyGroup, g, r, err)
 	}
@@ -193,7 +153,7 @@ func (s *collectiveServer) DestroyGroup(ctx context.Context, req *pb.DestroyGrou
 
 func (s *collectiveServer) AllReduce(ctx context.Context, req *pb.AllReduceRequest) (_ *pb.AllReduceResponse, err error) {
 	g, r := req.GetGroup(), rankOf(req.GetRank())
-	defer recoverColl(OpAllReduce, g, r, &err)
+	defer plugin.Recover(&err, "collective %s of group %q rank %d", OpAllReduce, g, r)
 	_, err = s.impl.AllReduce(ctx, &AllReduceRequest{Group: g, Rank: r, Tensor: collTensorFromPB(req.GetTensor()), Op: ReduceOp(req.GetOp())})
 	if err != nil {
 		return nil, collectiveStatus(OpAllReduce, g, r, err)
@@ -203,7 +163,7 @@ func (s *collectiveServer) AllReduce(ctx context.Context, req *pb.AllReduceReque
 
 func (s *collectiveServer) Broadcast(ctx context.Context, req *pb.BroadcastRequest) (_ *pb.BroadcastResponse, err error) {
 	g, r := req.GetGroup(), rankOf(req.GetRank())
-	defer recoverColl(OpBroadcast, g, r, &err)
+	defer plugin.Recover(&err, "collective %s of group %q rank %d", OpBroadcast, g, r)
 	_, err = s.impl.Broadcast(ctx, &BroadcastRequest{Group: g, Rank: r, Tensor: collTensorFromPB(req.GetTensor()), Root: rankOf(req.GetRoot())})
 	if err != nil {
 		return nil, collectiveStatus(OpBroadcast, g, r, err)
@@ -213,7 +173,7 @@ func (s *collectiveServer) Broadcast(ctx context.Context, req *pb.BroadcastReque
 
 func (s *collectiveServer) AllGather(ctx context.Context, req *pb.AllGatherRequest) (_ *pb.AllGatherResponse, err error) {
 	g, r := req.GetGroup(), rankOf(req.GetRank())
-	defer recoverColl(OpAllGather, g, r, &err)
+	defer plugin.Recover(&err, "collective %s of group %q rank %d", OpAllGather, g, r)
 	_, err = s.impl.AllGather(ctx, &AllGatherRequest{Group: g, Rank: r,
 		Input: collTensorFromPB(req.GetInput()), Output: collTensorFromPB(req.GetOutput())})
 	if err != nil {
@@ -224,7 +184,7 @@ func (s *collectiveServer) AllGather(ctx context.Context, req *pb.AllGatherReque
 
 func (s *collectiveServer) ReduceScatter(ctx context.Context, req *pb.ReduceScatterRequest) (_ *pb.ReduceScatterResponse, err error) {
 	g, r := req.GetGroup(), rankOf(req.GetRank())
-	defer recoverColl(OpReduceScatter, g, r, &err)
+	defer plugin.Recover(&err, "collective %s of group %q rank %d", OpReduceScatter, g, r)
 	_, err = s.impl.ReduceScatter(ctx, &ReduceScatterRequest{Group: g, Rank: r,
 		Input: collTensorFromPB(req.GetInput()), Output: collTensorFromPB(req.GetOutput()), Op: ReduceOp(req.GetOp())})
 	if err != nil {
@@ -235,7 +195,7 @@ func (s *collectiveServer) ReduceScatter(ctx context.Context, req *pb.ReduceScat
 
 func (s *collectiveServer) Barrier(ctx context.Context, req *pb.BarrierRequest) (_ *pb.BarrierResponse, err error) {
 	g, r := req.GetGroup(), rankOf(req.GetRank())
-	defer recoverColl(OpBarrier, g, r, &err)
+	defer plugin.Recover(&err, "collective %s of group %q rank %d", OpBarrier, g, r)
 	if _, err := s.impl.Barrier(ctx, &BarrierRequest{Group: g, Rank: r}); err != nil {
 		return nil, collectiveStatus(OpBarrier, g, r, err)
 	}

@@ -23,9 +23,9 @@ func TestServeRegistersCollective(t *testing.T) {
 	for _, tc := range []struct {
 		impl Transport
 		want bool
-	}{{withCollective{}, true}, {&configurable{}, false}} {
+	}{{withCollective{}, true}, {named{}, false}} {
 		srv := grpc.NewServer()
-		serveConfig(tc.impl).APIVersions[APIVersion](srv)
+		kindServer(tc.impl).APIVersions[APIVersion](srv)
 		info := srv.GetServiceInfo()
 		if _, ok := info["goray.transport.v1.Transport"]; !ok {
 			t.Errorf("%T: Transport service not registered", tc.impl)

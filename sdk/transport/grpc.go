@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/protoadapt"
 
 	pb "github.com/goray-dev/goray/internal/proto/transportv1"
+	"github.com/goray-dev/goray/sdk/plugin"
 )
 
 // APIVersion is the newest version of the transport plugin protocol this
@@ -40,38 +39,18 @@ func NewClient(conn grpc.ClientConnInterface, apiVersion int) Transport {
 
 // ---------------------------------------------------------------- errors
 
-const (
-	kindAborted      = "aborted"
-	kindBadMetadata  = "bad_metadata"
-	kindNotSupported = "not_supported"
-	kindTimeout      = "timeout"
-	kindCanceled     = "canceled"
-	// Kinds of collective errors (collective.go).
-	kindGroupNotFound = "group_not_found"
-	kindGroupExists   = "group_exists"
-	kindRankFailed    = "rank_failed"
-)
-
-func errorKind(err error) (string, codes.Code) {
-	switch {
-	case errors.Is(err, ErrAborted):
-		return kindAborted, codes.Aborted
-	case errors.Is(err, ErrBadMetadata):
-		return kindBadMetadata, codes.InvalidArgument
-	case errors.Is(err, ErrNotSupported):
-		return kindNotSupported, codes.Unimplemented
-	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
-		return kindTimeout, codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		return kindCanceled, codes.Canceled
-	case errors.Is(err, ErrGroupNotFound):
-		return kindGroupNotFound, codes.NotFound
-	case errors.Is(err, ErrGroupExists):
-		return kindGroupExists, codes.AlreadyExists
-	case errors.Is(err, ErrRankFailed):
-		return kindRankFailed, codes.Aborted
-	}
-	return "", codes.Unknown
+// errorTable is the transport kind's error table: what each sentinel error
+// is called on the wire and which gRPC code carries it.
+var errorTable = plugin.ErrorTable{
+	{Name: "aborted", Errors: []error{ErrAborted}, Code: codes.Aborted},
+	{Name: "bad_metadata", Errors: []error{ErrBadMetadata}, Code: codes.InvalidArgument},
+	{Name: "not_supported", Errors: []error{ErrNotSupported}, Code: codes.Unimplemented},
+	{Name: "timeout", Errors: []error{ErrTimeout, context.DeadlineExceeded}, Code: codes.DeadlineExceeded},
+	{Name: "canceled", Errors: []error{context.Canceled}, Code: codes.Canceled},
+	// Collective errors (collective.go).
+	{Name: "group_not_found", Errors: []error{ErrGroupNotFound}, Code: codes.NotFound},
+	{Name: "group_exists", Errors: []error{ErrGroupExists}, Code: codes.AlreadyExists},
+	{Name: "rank_failed", Errors: []error{ErrRankFailed}, Code: codes.Aborted},
 }
 
 // toStatus turns an implementation's error into a gRPC status error that
@@ -80,7 +59,7 @@ func toStatus(op, objectID string, err error) error {
 	if err == nil {
 		return nil
 	}
-	kind, code := errorKind(err)
+	kind, code := errorTable.Classify(err)
 	msg := err.Error()
 	var te *TransferError
 	if errors.As(err, &te) {
@@ -94,64 +73,8 @@ func toStatus(op, objectID string, err error) error {
 			msg = te.Err.Error()
 		}
 	}
-	info := &pb.ErrorInfo{Kind: kind, ObjectId: objectID, Op: op, Message: msg}
 	full := (&TransferError{ObjectID: objectID, Op: op, Err: errors.New(msg)}).Error()
-	st := status.New(code, full)
-	if withInfo, derr := st.WithDetails(protoadapt.MessageV1Of(info)); derr == nil {
-		st = withInfo
-	}
-	return st.Err()
-}
-
-// remoteError is an error that crossed the plugin boundary.
-type remoteError struct {
-	msg   string
-	kinds []error
-}
-
-func (e *remoteError) Error() string   { return e.msg }
-func (e *remoteError) Unwrap() []error { return e.kinds }
-
-func kindErrors(kind string) []error {
-	switch kind {
-	case kindAborted:
-		return []error{ErrAborted}
-	case kindBadMetadata:
-		return []error{ErrBadMetadata}
-	case kindNotSupported:
-		return []error{ErrNotSupported}
-	case kindTimeout:
-		return []error{ErrTimeout, context.DeadlineExceeded}
-	case kindCanceled:
-		return []error{context.Canceled}
-	case kindGroupNotFound:
-		return []error{ErrGroupNotFound}
-	case kindGroupExists:
-		return []error{ErrGroupExists}
-	case kindRankFailed:
-		return []error{ErrRankFailed}
-	}
-	return nil
-}
-
-func codeKind(c codes.Code) string {
-	switch c {
-	case codes.Aborted:
-		return kindAborted
-	case codes.InvalidArgument:
-		return kindBadMetadata
-	case codes.Unimplemented:
-		return kindNotSupported
-	case codes.DeadlineExceeded:
-		return kindTimeout
-	case codes.Canceled:
-		return kindCanceled
-	case codes.NotFound:
-		return kindGroupNotFound
-	case codes.AlreadyExists:
-		return kindGroupExists
-	}
-	return ""
+	return plugin.StatusError(code, full, &pb.ErrorInfo{Kind: kind, ObjectId: objectID, Op: op, Message: msg})
 }
 
 // fromStatus turns a gRPC error from the plugin back into a
@@ -167,33 +90,30 @@ func fromStatus(ctx context.Context, op, objectID string, err error) error {
 	if !ok {
 		return &TransferError{ObjectID: objectID, Op: op, Err: err}
 	}
-	if st.Code() == codes.Canceled && ctx.Err() == nil {
-		err = status.Error(codes.Unavailable, "the plugin connection was lost: "+st.Message())
-		st = status.Convert(err)
+	if lost := plugin.LostConnection(ctx, st); lost != st {
+		st, err = lost, lost.Err()
 	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*pb.ErrorInfo); ok {
-			if info.ObjectId != "" {
-				objectID = info.ObjectId
-			}
-			if info.Op != "" {
-				op = info.Op
-			}
-			kinds := kindErrors(info.Kind)
-			if len(kinds) == 0 {
-				kinds = []error{err}
-			}
-			return &TransferError{ObjectID: objectID, Op: op, Err: &remoteError{msg: info.Message, kinds: kinds}}
+	if info, ok := plugin.DetailOf[*pb.ErrorInfo](st); ok {
+		if info.ObjectId != "" {
+			objectID = info.ObjectId
 		}
+		if info.Op != "" {
+			op = info.Op
+		}
+		re := errorTable.Remote(info.Message, []string{info.Kind})
+		if re.Kind == "" {
+			re = errorTable.Remote(info.Message, nil, err)
+		}
+		return &TransferError{ObjectID: objectID, Op: op, Err: re}
 	}
-	kinds := kindErrors(codeKind(st.Code()))
-	if len(kinds) == 0 {
+	k, ok := errorTable.ForCode(st.Code())
+	if !ok {
 		// Transport-level failures (the plugin died, Unavailable, ...): keep
 		// the status error so callers can inspect its code.
 		return &TransferError{ObjectID: objectID, Op: op, Err: err}
 	}
 	return &TransferError{ObjectID: objectID, Op: op,
-		Err: &remoteError{msg: fmt.Sprintf("%s (%s)", st.Message(), st.Code()), kinds: kinds}}
+		Err: errorTable.Remote(fmt.Sprintf("%s (%s)", st.Message(), st.Code()), []string{k.Name})}
 }
 
 // ---------------------------------------------------------------- conversions
@@ -281,14 +201,8 @@ type server struct {
 	impl Transport
 }
 
-func recoverTo(op, objectID string, err *error) {
-	if r := recover(); r != nil {
-		*err = status.Errorf(codes.Internal, "transport %s of object %s panicked: %v\n%s", op, objectID, r, debug.Stack())
-	}
-}
-
 func (s *server) Info(ctx context.Context, _ *pb.InfoRequest) (_ *pb.InfoResponse, err error) {
-	defer recoverTo(OpInfo, "", &err)
+	defer plugin.Recover(&err, "transport %s of object %s", OpInfo, "")
 	r, err := s.impl.Info(ctx, &InfoRequest{})
 	if err != nil {
 		return nil, toStatus(OpInfo, "", err)
@@ -300,7 +214,7 @@ func (s *server) Info(ctx context.Context, _ *pb.InfoRequest) (_ *pb.InfoRespons
 }
 
 func (s *server) ActorHasTransport(ctx context.Context, req *pb.ActorHasTransportRequest) (_ *pb.ActorHasTransportResponse, err error) {
-	defer recoverTo(OpActorHasTransport, "", &err)
+	defer plugin.Recover(&err, "transport %s of object %s", OpActorHasTransport, "")
 	r, err := s.impl.ActorHasTransport(ctx, &ActorHasTransportRequest{ActorID: req.GetActorId(), NodeID: req.GetNodeId()})
 	if err != nil {
 		return nil, toStatus(OpActorHasTransport, "", err)
@@ -313,7 +227,7 @@ func (s *server) ActorHasTransport(ctx context.Context, req *pb.ActorHasTranspor
 
 func (s *server) ExtractMetadata(ctx context.Context, req *pb.ExtractMetadataRequest) (_ *pb.ExtractMetadataResponse, err error) {
 	id := req.GetObjectId()
-	defer recoverTo(OpExtractMetadata, id, &err)
+	defer plugin.Recover(&err, "transport %s of object %s", OpExtractMetadata, id)
 	r, err := s.impl.ExtractMetadata(ctx, &ExtractMetadataRequest{
 		ObjectID:          id,
 		Source:            req.GetSource(),
@@ -331,7 +245,7 @@ func (s *server) ExtractMetadata(ctx context.Context, req *pb.ExtractMetadataReq
 
 func (s *server) CommunicatorMetadata(ctx context.Context, req *pb.CommunicatorMetadataRequest) (_ *pb.CommunicatorMetadataResponse, err error) {
 	id := req.GetObjectId()
-	defer recoverTo(OpCommunicatorMetadata, id, &err)
+	defer plugin.Recover(&err, "transport %s of object %s", OpCommunicatorMetadata, id)
 	r, err := s.impl.CommunicatorMetadata(ctx, &CommunicatorMetadataRequest{
 		ObjectID: id, Source: req.GetSource(), Destination: req.GetDestination(),
 	})
@@ -346,7 +260,7 @@ func (s *server) CommunicatorMetadata(ctx context.Context, req *pb.CommunicatorM
 
 func (s *server) Send(ctx context.Context, req *pb.SendRequest) (_ *pb.SendResponse, err error) {
 	id := req.GetObjectId()
-	defer recoverTo(OpSend, id, &err)
+	defer plugin.Recover(&err, "transport %s of object %s", OpSend, id)
 	_, err = s.impl.Send(ctx, &SendRequest{
 		ObjectID:         id,
 		Source:           req.GetSource(),
@@ -363,7 +277,7 @@ func (s *server) Send(ctx context.Context, req *pb.SendRequest) (_ *pb.SendRespo
 
 func (s *server) Receive(ctx context.Context, req *pb.ReceiveRequest) (_ *pb.ReceiveResponse, err error) {
 	id := req.GetObjectId()
-	defer recoverTo(OpReceive, id, &err)
+	defer plugin.Recover(&err, "transport %s of object %s", OpReceive, id)
 	r, err := s.impl.Receive(ctx, &ReceiveRequest{
 		ObjectID:         id,
 		Source:           req.GetSource(),
@@ -384,7 +298,7 @@ func (s *server) Receive(ctx context.Context, req *pb.ReceiveRequest) (_ *pb.Rec
 
 func (s *server) GarbageCollect(ctx context.Context, req *pb.GarbageCollectRequest) (_ *pb.GarbageCollectResponse, err error) {
 	id := req.GetObjectId()
-	defer recoverTo(OpGarbageCollect, id, &err)
+	defer plugin.Recover(&err, "transport %s of object %s", OpGarbageCollect, id)
 	_, err = s.impl.GarbageCollect(ctx, &GarbageCollectRequest{ObjectID: id, TransportData: req.GetTransportData()})
 	if err != nil {
 		return nil, toStatus(OpGarbageCollect, id, err)
@@ -394,7 +308,7 @@ func (s *server) GarbageCollect(ctx context.Context, req *pb.GarbageCollectReque
 
 func (s *server) Abort(ctx context.Context, req *pb.AbortRequest) (_ *pb.AbortResponse, err error) {
 	id := req.GetObjectId()
-	defer recoverTo(OpAbort, id, &err)
+	defer plugin.Recover(&err, "transport %s of object %s", OpAbort, id)
 	_, err = s.impl.Abort(ctx, &AbortRequest{ObjectID: id, Reason: req.GetReason()})
 	if err != nil {
 		return nil, toStatus(OpAbort, id, err)

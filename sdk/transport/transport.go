@@ -7,6 +7,20 @@
 //
 //	func main() { transport.Serve(mytransport.New()) }
 //
+// What every plugin kind shares lives in package plugin: the optional
+// interfaces a plugin may implement (plugin.Configurable for a config block,
+// declared as a tagged Go struct with plugin.TypedConfig;
+// plugin.HealthChecker; plugin.Versioned; plugin.LoggerSetter), the serve
+// path (Serve is a thin wrapper of plugin.ServeKind) and the error table
+// that keeps errors' identity across the boundary:
+//
+//	type Config struct {
+//		DialTimeout time.Duration `hcl:"dial_timeout" default:"5s" doc:"Connect timeout."`
+//	}
+//
+//	func (t *T) ConfigSpec() plugin.ConfigSpec { return plugin.TypedConfig(t.Configure) }
+//	func (t *T) Configure(ctx context.Context, c Config) error { ... }
+//
 // The runtime (the plugin host) talks to it over gRPC through NewClient;
 // only handles cross that boundary. A tensor's bytes live in a named
 // shared-memory segment (package shmem) and a Tensor carries a Buffer

@@ -58,7 +58,7 @@ import (
 // binary is installed as <plugin_dir>/goray-transport-tcp-template.
 const Name = "tcp-template"
 
-// Version is the release reported to the host (transport.Versioned).
+// Version is the release reported to the host (plugin.Versioned).
 const Version = "0.1.0"
 
 // Defaults of Config, also the defaults of the config block.
@@ -76,13 +76,13 @@ var ErrClosed = errors.New("tcp-template transport is closed")
 type Config struct {
 	// ListenAddress is the TCP address of the data listener; port 0 picks
 	// a free port.
-	ListenAddress string
+	ListenAddress string `hcl:"listen_address" default:"127.0.0.1:0" doc:"TCP address of the data listener (host:port; port 0 picks a free port)."`
 	// SegmentPrefix starts the names of the shared-memory segments a
 	// Receive allocates for its caller. It must start with shmem.Prefix so
 	// that a node's start-up cleanup finds what crashed processes left.
-	SegmentPrefix string
+	SegmentPrefix string `hcl:"segment_prefix" default:"goray-t-tcp-" doc:"Name prefix of the shared-memory segments receives allocate; must start with goray-t-."`
 	// DialTimeout bounds connecting to a source's data listener.
-	DialTimeout time.Duration
+	DialTimeout time.Duration `hcl:"dial_timeout" default:"5s" doc:"How long a receive may take to connect to the source."`
 }
 
 // DefaultConfig returns the configuration used when nothing is set.
@@ -176,10 +176,10 @@ var _ transport.Transport = (*Transport)(nil)
 
 // Optional interfaces transport.Serve looks for.
 var (
-	_ transport.Configurable  = (*Transport)(nil)
-	_ transport.HealthChecker = (*Transport)(nil)
-	_ transport.Versioned     = (*Transport)(nil)
-	_ transport.LoggerSetter  = (*Transport)(nil)
+	_ plugin.Configurable  = (*Transport)(nil)
+	_ plugin.HealthChecker = (*Transport)(nil)
+	_ plugin.Versioned     = (*Transport)(nil)
+	_ plugin.LoggerSetter  = (*Transport)(nil)
 )
 
 // fail wraps err so that it names the object and the duty. The plugin
@@ -190,47 +190,20 @@ func fail(objectID, op string, err error) error {
 
 // ---------------------------------------------------------------- plugin plumbing
 
-// Schema implements transport.Configurable: the attributes of the plugin's
-// `config { ... }` block. The host decodes the block against it and reports
-// mistakes (unknown names, wrong types, bad durations) at their file:line
-// before the plugin sees anything.
-func (t *Transport) Schema() plugin.Schema {
-	return plugin.Schema{Attributes: map[string]plugin.Attribute{
-		"listen_address": {
-			Type: plugin.TypeString, Optional: true, Default: DefaultListenAddress,
-			Description: "TCP address of the data listener (host:port; port 0 picks a free port).",
-		},
-		"segment_prefix": {
-			Type: plugin.TypeString, Optional: true, Default: DefaultSegmentPrefix,
-			Description: "Name prefix of the shared-memory segments receives allocate; must start with " + shmem.Prefix + ".",
-		},
-		"dial_timeout": {
-			Type: plugin.TypeDuration, Optional: true, Default: DefaultDialTimeout.String(),
-			Description: "How long a receive may take to connect to the source.",
-		},
-	}}
-}
+// ConfigSpec implements plugin.Configurable: Config, whose tags name the
+// attributes of the plugin's `config { ... }` block, their defaults and
+// docs, is the block. The host decodes the block against the schema derived
+// from it and reports mistakes (unknown names, wrong types, bad durations)
+// at their file:line before the plugin sees anything; Configure then gets
+// the block as a Config (defaults filled in).
+func (t *Transport) ConfigSpec() plugin.ConfigSpec { return plugin.TypedConfig(t.Configure) }
 
-// Configure implements transport.Configurable. The host calls it with the
-// decoded block (defaults filled in) after every start of the plugin,
-// before any other call. An error rejects the config; the host reports it
-// at the plugin block. It starts the data listener so that a bad or busy
-// address is reported here rather than at the first transfer.
-func (t *Transport) Configure(_ context.Context, raw map[string]any) error {
-	c := DefaultConfig()
-	if v, ok := raw["listen_address"].(string); ok {
-		c.ListenAddress = v
-	}
-	if v, ok := raw["segment_prefix"].(string); ok {
-		c.SegmentPrefix = v
-	}
-	if v, ok := raw["dial_timeout"].(string); ok { // durations arrive as strings
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("dial_timeout: %v", err)
-		}
-		c.DialTimeout = d
-	}
+// Configure applies c. The host calls it (through ConfigSpec) after every
+// start of the plugin, before any other call. An error rejects the config;
+// the host reports it at the plugin block. It starts the data listener so
+// that a bad or busy address is reported here rather than at the first
+// transfer.
+func (t *Transport) Configure(_ context.Context, c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -245,7 +218,7 @@ func (t *Transport) Configure(_ context.Context, raw map[string]any) error {
 	return err
 }
 
-// Health implements transport.HealthChecker: the transport is healthy while
+// Health implements plugin.HealthChecker: the transport is healthy while
 // its data listener accepts connections. The host restarts a plugin whose
 // checks keep failing.
 func (t *Transport) Health(context.Context) error {
@@ -260,10 +233,10 @@ func (t *Transport) Health(context.Context) error {
 	return nil
 }
 
-// Version implements transport.Versioned.
+// Version implements plugin.Versioned.
 func (t *Transport) Version() string { return Version }
 
-// SetLogger implements transport.LoggerSetter; transport.Serve passes the
+// SetLogger implements plugin.LoggerSetter; transport.Serve passes the
 // plugin's logger, whose entries show up in the node's log.
 func (t *Transport) SetLogger(l hclog.Logger) {
 	if l == nil {

@@ -131,7 +131,7 @@ func TestConformance(t *testing.T) {
 		s, d := pair(t)
 		src = s
 		return s, d
-	}, transporttest.WithInspector(gcInspector(&src)))
+	}, transporttest.Options{Inspector: gcInspector(&src)})
 }
 
 func TestConformanceOverGRPC(t *testing.T) {
@@ -140,7 +140,7 @@ func TestConformanceOverGRPC(t *testing.T) {
 		s, d := pair(t)
 		src = s
 		return transporttest.OverGRPC(t, s), transporttest.OverGRPC(t, d)
-	}, transporttest.WithInspector(gcInspector(&src)), transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{Inspector: gcInspector(&src), LargeSize: 16 << 20})
 }
 
 // TestConformanceOneInstance runs the suite with the source and the
@@ -152,7 +152,7 @@ func TestConformanceOneInstance(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		tr = single(t)
 		return tr, tr
-	}, transporttest.WithInspector(gcInspector(&tr)), transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{Inspector: gcInspector(&tr), LargeSize: 16 << 20})
 }
 
 // overSmallGRPC serves impl over gRPC with a 64 KiB message limit on both
@@ -458,9 +458,12 @@ func TestNonCPUTensorNotSupported(t *testing.T) {
 }
 
 func TestConfigure(t *testing.T) {
-	defaults, err := plugin.NormalizeConfig(tcptemplate.New().Schema(), map[string]any{})
+	defaults, err := plugin.NormalizeConfig(tcptemplate.New().ConfigSpec().Schema(), map[string]any{})
 	if err != nil {
 		t.Fatalf("the schema's defaults do not normalize: %v", err)
+	}
+	if typed, err := plugin.DecodeConfig[tcptemplate.Config](nil); err != nil || typed != tcptemplate.DefaultConfig() {
+		t.Fatalf("the config block's defaults %+v (%v), want DefaultConfig() %+v", typed, err, tcptemplate.DefaultConfig())
 	}
 	with := func(k string, v any) map[string]any {
 		m := map[string]any{}
@@ -488,7 +491,7 @@ func TestConfigure(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := newTransport(t)
-			err := tr.Configure(context.Background(), tc.cfg)
+			err := tr.ConfigSpec().Configure(context.Background(), tc.cfg)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Configure: %v", err)
@@ -509,14 +512,14 @@ func TestConfigure(t *testing.T) {
 
 	t.Run("listen address cannot change while serving", func(t *testing.T) {
 		tr := newTransport(t)
-		if err := tr.Configure(context.Background(), defaults); err != nil {
+		if err := tr.ConfigSpec().Configure(context.Background(), defaults); err != nil {
 			t.Fatal(err)
 		}
-		err := tr.Configure(context.Background(), with("listen_address", "127.0.0.1:1"))
+		err := tr.ConfigSpec().Configure(context.Background(), with("listen_address", "127.0.0.1:1"))
 		if err == nil || !strings.Contains(err.Error(), "cannot change") {
 			t.Fatalf("Configure with a new address: %v, want an error", err)
 		}
-		if err := tr.Configure(context.Background(), with("dial_timeout", "1s")); err != nil {
+		if err := tr.ConfigSpec().Configure(context.Background(), with("dial_timeout", "1s")); err != nil {
 			t.Fatalf("Configure with the same address: %v", err)
 		}
 	})
@@ -539,14 +542,14 @@ func TestInfoIsConstant(t *testing.T) {
 // TestDataListenerRefusesStrangers: the data listener serves only peers
 // that prove they hold the cluster token.
 func TestDataListenerRefusesStrangers(t *testing.T) {
-	defaults, err := plugin.NormalizeConfig(tcptemplate.New().Schema(), map[string]any{})
+	defaults, err := plugin.NormalizeConfig(tcptemplate.New().ConfigSpec().Schema(), map[string]any{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defaults["listen_address"] = "127.0.0.1:0"
 	defaults["segment_prefix"] = testPrefix
 	tr := newTransport(t)
-	if err := tr.Configure(context.Background(), defaults); err != nil {
+	if err := tr.ConfigSpec().Configure(context.Background(), defaults); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
 	authtest.RefusesStrangers(t, tr.Addr(), testToken)

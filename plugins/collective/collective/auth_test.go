@@ -14,7 +14,7 @@ func TestDataListenerRefusesStrangers(t *testing.T) {
 	tr := collective.New()
 	defer tr.Close()
 	cfg := map[string]any{"listen": "127.0.0.1:0", "segment_prefix": testPrefix}
-	if err := tr.Configure(context.Background(), cfg); err != nil {
+	if err := tr.ConfigSpec().Configure(context.Background(), cfg); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
 	authtest.RefusesStrangers(t, tr.Addr(), testToken)

@@ -109,19 +109,19 @@ type Config struct {
 	// Timeout bounds every collective call (and, unless the request says
 	// otherwise, CreateGroup's rendezvous); the caller's context may bound
 	// it further.
-	Timeout time.Duration
+	Timeout time.Duration `hcl:"timeout" default:"30s" doc:"Bound on every collective call and on a group's rendezvous; a rank that does not take part in time breaks the group."`
 	// ChunkSize is the pipeline chunk of the ring algorithms, in bytes.
-	ChunkSize int64
+	ChunkSize int64 `hcl:"chunk_size,size" default:"1MiB" doc:"Pipeline chunk of the ring algorithms (4KiB to 64MiB)."`
 	// Listen is the data listener's host:port; empty means
 	// plugin.NodeIP() on a free port. Peers on other nodes connect to it,
 	// so it must be reachable from them; a listener on every interface
 	// ("0.0.0.0:7070") is advertised as plugin.NodeIP() with its port.
-	Listen string
+	Listen string `hcl:"listen" doc:"host:port of the data listener peers connect to; default the node's IP (GORAY_NODE_IP) on a free port."`
 	// KVNamespace is the cluster KV namespace of the rendezvous records.
-	KVNamespace string
+	KVNamespace string `hcl:"kv_namespace" default:"transport/collective" doc:"Namespace of the rendezvous records in the cluster KV store."`
 	// SegmentPrefix starts the names of the segments a Receive allocates
 	// for its caller; it must start with shmem.Prefix.
-	SegmentPrefix string
+	SegmentPrefix string `hcl:"segment_prefix" default:"goray-t-coll-" doc:"Name prefix of the shared-memory segments receives allocate; must start with goray-t-."`
 }
 
 // DefaultConfig returns the configuration used when nothing is set.
@@ -215,64 +215,23 @@ func New(opts ...Option) *Transport {
 }
 
 var (
-	_ transport.Transport     = (*Transport)(nil)
-	_ transport.Collective    = (*Transport)(nil)
-	_ transport.Configurable  = (*Transport)(nil)
-	_ transport.HealthChecker = (*Transport)(nil)
-	_ transport.Versioned     = (*Transport)(nil)
-	_ transport.LoggerSetter  = (*Transport)(nil)
+	_ transport.Transport  = (*Transport)(nil)
+	_ transport.Collective = (*Transport)(nil)
+	_ plugin.Configurable  = (*Transport)(nil)
+	_ plugin.HealthChecker = (*Transport)(nil)
+	_ plugin.Versioned     = (*Transport)(nil)
+	_ plugin.LoggerSetter  = (*Transport)(nil)
 )
 
 // ---------------------------------------------------------------- plugin plumbing
 
-// Schema implements transport.Configurable.
-func (t *Transport) Schema() plugin.Schema {
-	return plugin.Schema{Attributes: map[string]plugin.Attribute{
-		"timeout": {Type: plugin.TypeDuration, Optional: true, Default: DefaultTimeout.String(),
-			Description: "Bound on every collective call and on a group's rendezvous; a rank that does not take part in time breaks the group."},
-		"chunk_size": {Type: plugin.TypeSize, Optional: true, Default: "1MiB",
-			Description: "Pipeline chunk of the ring algorithms (4KiB to 64MiB)."},
-		"listen": {Type: plugin.TypeString, Optional: true,
-			Description: "host:port of the data listener peers connect to; default the node's IP (GORAY_NODE_IP) on a free port."},
-		"kv_namespace": {Type: plugin.TypeString, Optional: true, Default: DefaultKVNamespace,
-			Description: "Namespace of the rendezvous records in the cluster KV store."},
-		"segment_prefix": {Type: plugin.TypeString, Optional: true, Default: DefaultSegmentPrefix,
-			Description: "Name prefix of the shared-memory segments receives allocate; must start with " + shmem.Prefix + "."},
-	}}
-}
+// ConfigSpec implements plugin.Configurable: Config, whose tags give the
+// config block's attributes and defaults (those of DefaultConfig).
+func (t *Transport) ConfigSpec() plugin.ConfigSpec { return plugin.TypedConfig(t.Configure) }
 
-// Configure implements transport.Configurable; it binds the listener so a
-// bad or busy address is reported at start.
-func (t *Transport) Configure(_ context.Context, raw map[string]any) error {
-	c := DefaultConfig()
-	if v, ok := raw["timeout"].(string); ok {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("timeout: %v", err)
-		}
-		c.Timeout = d
-	}
-	switch v := raw["chunk_size"].(type) {
-	case int64:
-		c.ChunkSize = v
-	case float64:
-		c.ChunkSize = int64(v)
-	case string:
-		n, err := plugin.ParseSize(v)
-		if err != nil {
-			return fmt.Errorf("chunk_size: %v", err)
-		}
-		c.ChunkSize = n
-	}
-	if v, ok := raw["listen"].(string); ok {
-		c.Listen = v
-	}
-	if v, ok := raw["kv_namespace"].(string); ok {
-		c.KVNamespace = v
-	}
-	if v, ok := raw["segment_prefix"].(string); ok {
-		c.SegmentPrefix = v
-	}
+// Configure validates c and applies it; it binds the listener so a bad or
+// busy address is reported at start.
+func (t *Transport) Configure(_ context.Context, c Config) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -291,7 +250,7 @@ func (t *Transport) Configure(_ context.Context, raw map[string]any) error {
 	return err
 }
 
-// Health implements transport.HealthChecker: healthy while the data
+// Health implements plugin.HealthChecker: healthy while the data
 // listener accepts connections.
 func (t *Transport) Health(context.Context) error {
 	t.mu.Lock()
@@ -305,10 +264,10 @@ func (t *Transport) Health(context.Context) error {
 	return nil
 }
 
-// Version implements transport.Versioned.
+// Version implements plugin.Versioned.
 func (t *Transport) Version() string { return Version }
 
-// SetLogger implements transport.LoggerSetter.
+// SetLogger implements plugin.LoggerSetter.
 func (t *Transport) SetLogger(l hclog.Logger) {
 	if l == nil {
 		l = hclog.NewNullLogger()

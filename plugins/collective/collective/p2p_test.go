@@ -65,7 +65,7 @@ func TestConformance(t *testing.T) {
 		kv := plugin.NewMemoryKV()
 		src = conformanceInstance(t, kv)
 		return src, conformanceInstance(t, kv)
-	}, transporttest.WithInspector(inspector(&src)), transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{Inspector: inspector(&src), LargeSize: 16 << 20})
 }
 
 func TestConformanceOverGRPC(t *testing.T) {
@@ -74,7 +74,7 @@ func TestConformanceOverGRPC(t *testing.T) {
 		kv := plugin.NewMemoryKV()
 		src = conformanceInstance(t, kv)
 		return transporttest.OverGRPC(t, src), transporttest.OverGRPC(t, conformanceInstance(t, kv))
-	}, transporttest.WithInspector(inspector(&src)), transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{Inspector: inspector(&src), LargeSize: 16 << 20})
 }
 
 // TestConformanceOneInstance: source and destination on one instance, as
@@ -84,7 +84,7 @@ func TestConformanceOneInstance(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		tr = conformanceInstance(t, plugin.NewMemoryKV())
 		return tr, tr
-	}, transporttest.WithInspector(inspector(&tr)), transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{Inspector: inspector(&tr), LargeSize: 16 << 20})
 }
 
 // transfer runs Send and Receive of an extracted object at once.
@@ -180,7 +180,7 @@ func TestConfigure(t *testing.T) {
 	ok := map[string]any{"timeout": "5s", "chunk_size": int64(256 << 10), "listen": "127.0.0.1:0", "kv_namespace": "x", "segment_prefix": testPrefix}
 	tr := collective.New()
 	defer tr.Close()
-	if err := tr.Configure(context.Background(), ok); err != nil {
+	if err := tr.ConfigSpec().Configure(context.Background(), ok); err != nil {
 		t.Fatalf("Configure: %v", err)
 	}
 	if tr.Addr() == "" || !strings.HasPrefix(tr.Addr(), "127.0.0.1:") {
@@ -189,8 +189,11 @@ func TestConfigure(t *testing.T) {
 	if err := tr.Health(context.Background()); err != nil {
 		t.Errorf("Health: %v", err)
 	}
-	if err := tr.Schema().Validate(); err != nil {
+	if err := tr.ConfigSpec().Err(); err != nil {
 		t.Errorf("schema: %v", err)
+	}
+	if defaults, err := plugin.DecodeConfig[collective.Config](nil); err != nil || defaults != collective.DefaultConfig() {
+		t.Errorf("the config block's defaults %+v (%v), want DefaultConfig() %+v", defaults, err, collective.DefaultConfig())
 	}
 	for name, bad := range map[string]map[string]any{
 		"timeout":        {"timeout": "-1s"},
@@ -201,13 +204,13 @@ func TestConfigure(t *testing.T) {
 		"namespace":      {"kv_namespace": ""},
 		"prefix":         {"segment_prefix": "mine-"},
 	} {
-		if err := collective.New().Configure(context.Background(), bad); err == nil {
+		if err := collective.New().ConfigSpec().Configure(context.Background(), bad); err == nil {
 			t.Errorf("Configure accepted a bad %s: %v", name, bad)
 		}
 	}
 	wild := collective.New()
 	defer wild.Close()
-	if err := wild.Configure(context.Background(), map[string]any{"listen": "0.0.0.0:0"}); err != nil {
+	if err := wild.ConfigSpec().Configure(context.Background(), map[string]any{"listen": "0.0.0.0:0"}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(wild.Addr(), plugin.NodeIP()+":") {
@@ -215,7 +218,7 @@ func TestConfigure(t *testing.T) {
 	}
 	busy := collective.New()
 	defer busy.Close()
-	if err := busy.Configure(context.Background(), map[string]any{"listen": tr.Addr()}); err == nil {
+	if err := busy.ConfigSpec().Configure(context.Background(), map[string]any{"listen": tr.Addr()}); err == nil {
 		t.Error("Configure accepted a busy listen address")
 	}
 	_ = tr.Close()

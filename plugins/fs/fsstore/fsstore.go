@@ -46,50 +46,42 @@ func New() *Store { return &Store{log: hclog.NewNullLogger()} }
 // Configure would with `directory = dir` and `fsync = fsync`.
 func Open(ctx context.Context, dir string, fsync bool) (*Store, error) {
 	s := New()
-	if err := s.Configure(ctx, map[string]any{"directory": dir, "fsync": fsync}); err != nil {
+	if err := s.Configure(ctx, Config{Directory: dir, FSync: fsync}); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// SetLogger implements storage.LoggerSetter.
+// SetLogger implements plugin.LoggerSetter.
 func (s *Store) SetLogger(l hclog.Logger) {
 	s.mu.Lock()
 	s.log = l
 	s.mu.Unlock()
 }
 
-// Schema implements storage.Configurable.
-func (s *Store) Schema() plugin.Schema {
-	return plugin.Schema{Attributes: map[string]plugin.Attribute{
-		"directory": {
-			Type:        plugin.TypeString,
-			Required:    true,
-			Description: "Absolute path of the directory objects are spilled to; created if missing.",
-		},
-		"fsync": {
-			Type:        plugin.TypeBool,
-			Optional:    true,
-			Default:     true,
-			Description: "Flush every object (and its directory entry) to disk before Write returns.",
-		},
-	}}
+// Config is the plugin's `config { ... }` block.
+type Config struct {
+	// Directory is the absolute path of the directory objects are spilled
+	// to; it is created if missing.
+	Directory string `hcl:"directory,required" doc:"Absolute path of the directory objects are spilled to; created if missing."`
+	// FSync flushes every object (and its directory entry) to disk before
+	// Write returns.
+	FSync bool `hcl:"fsync" default:"true" doc:"Flush every object (and its directory entry) to disk before Write returns."`
 }
 
-// Configure implements storage.Configurable: it creates the directory if
-// needed, checks that it can write there, and removes the temporary files
-// of writes that a crash (of this or an earlier plugin process) interrupted.
-func (s *Store) Configure(ctx context.Context, cfg map[string]any) error {
-	dir, _ := cfg["directory"].(string)
+// ConfigSpec implements plugin.Configurable: Config is the config block.
+func (s *Store) ConfigSpec() plugin.ConfigSpec { return plugin.TypedConfig(s.Configure) }
+
+// Configure creates the directory if needed, checks that it can write
+// there, and removes the temporary files of writes that a crash (of this or
+// an earlier plugin process) interrupted.
+func (s *Store) Configure(ctx context.Context, c Config) error {
+	dir, sync := c.Directory, c.FSync
 	if dir == "" {
 		return errors.New(`directory: the directory to spill objects to is required, e.g. directory = "/var/lib/goray/spill"`)
 	}
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("directory: %q is not an absolute path (the plugin's working directory is not the config file's)", dir)
-	}
-	sync := true
-	if v, ok := cfg["fsync"].(bool); ok {
-		sync = v
 	}
 	root := filepath.Clean(dir)
 	if st, err := os.Stat(root); err == nil && !st.IsDir() {
@@ -178,7 +170,7 @@ func TempFiles(dir string) ([]string, error) {
 	return out, err
 }
 
-// Health implements storage.HealthChecker: a configured store is healthy.
+// Health implements plugin.HealthChecker: a configured store is healthy.
 // A vanished directory does not fail the check: calls report
 // storage.ErrUnavailable, and a restarted plugin would recreate the
 // directory at Configure, which is what the store avoids.

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
+	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/storage/storagetest"
 )
@@ -93,13 +94,13 @@ func TestConfigureErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	tests := []struct {
-		cfg  map[string]any
+		cfg  fsstore.Config
 		want string
 	}{
-		{map[string]any{}, "directory: the directory to spill objects to is required"},
-		{map[string]any{"directory": "relative/spill"}, `"relative/spill" is not an absolute path`},
-		{map[string]any{"directory": file}, "is not a directory"},
-		{map[string]any{"directory": filepath.Join(file, "sub")}, "creating " + filepath.Join(file, "sub")},
+		{fsstore.Config{}, "directory: the directory to spill objects to is required"},
+		{fsstore.Config{Directory: "relative/spill"}, `"relative/spill" is not an absolute path`},
+		{fsstore.Config{Directory: file}, "is not a directory"},
+		{fsstore.Config{Directory: filepath.Join(file, "sub")}, "creating " + filepath.Join(file, "sub")},
 	}
 	for _, tc := range tests {
 		err := fsstore.New().Configure(ctx, tc.cfg)
@@ -108,7 +109,10 @@ func TestConfigureErrors(t *testing.T) {
 		}
 	}
 	// The schema makes directory required and fsync default to true.
-	sch := fsstore.New().Schema()
+	if err := fsstore.New().ConfigSpec().Configure(ctx, map[string]any{}); !errors.Is(err, plugin.ErrInvalidConfig) || !strings.Contains(err.Error(), `"directory" is required`) {
+		t.Errorf("a block without directory: %v", err)
+	}
+	sch := fsstore.New().ConfigSpec().Schema()
 	if a := sch.Attributes["directory"]; !a.Required {
 		t.Error("directory is not required")
 	}

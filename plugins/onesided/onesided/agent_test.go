@@ -657,6 +657,9 @@ func TestConfigure(t *testing.T) {
 	if err := Schema().Validate(); err != nil {
 		t.Fatal(err)
 	}
+	if defaults, err := plugin.DecodeConfig[Config](nil); err != nil || defaults != DefaultConfig() {
+		t.Fatalf("the config block's defaults %+v (%v), want DefaultConfig() %+v", defaults, err, DefaultConfig())
+	}
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -696,7 +699,7 @@ func TestConfigure(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := New(WithKV(plugin.NewMemoryKV()))
 			defer tr.Close()
-			err := tr.Configure(context.Background(), tc.cfg)
+			err := tr.ConfigSpec().Configure(context.Background(), tc.cfg)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("Configure: %v", err)

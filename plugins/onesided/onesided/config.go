@@ -28,29 +28,30 @@ const (
 	maxNameLen   = 128
 )
 
-// Config configures an Agent: the Go form of the plugin's `config { ... }`
-// block (see Transport.Schema).
+// Config configures an Agent. It is also the plugin's `config { ... }`
+// block: its tags give the attributes and their defaults (those of
+// DefaultConfig).
 type Config struct {
 	// Name is the agent's name, unique in the cluster. Empty: the node id
 	// (plugin.EnvNodeID, else "node") plus a random suffix.
-	Name string
+	Name string `hcl:"name" doc:"Agent name, unique in the cluster (default: the node id plus a random suffix)."`
 	// Listen is the read server's TCP address (host:port). Empty: the
 	// node's IP (plugin.NodeIP) and a free port.
-	Listen string
+	Listen string `hcl:"listen" doc:"TCP address of the read server, host:port (default: the node's IP and a free port)."`
 	// ChunkSize is the size of one read request over TCP.
-	ChunkSize int64
+	ChunkSize int64 `hcl:"chunk_size,size" default:"4MiB" doc:"Size of one pipelined read request over TCP (64KiB to 256MiB)."`
 	// Streams is how many TCP connections one transfer uses at most.
-	Streams int
+	Streams int `hcl:"streams" default:"4" doc:"TCP connections one transfer uses at most (1 to 64)."`
 	// KVNamespace is the namespace of the cluster KV holding agent metadata.
-	KVNamespace string
+	KVNamespace string `hcl:"kv_namespace" default:"transport/onesided" doc:"Namespace of the cluster KV where agents publish their metadata."`
 	// SameNodeSHM lets agents of one shared-memory domain read each other's
 	// segments directly; false forces TCP (tests, benchmarks).
-	SameNodeSHM bool
+	SameNodeSHM bool `hcl:"same_node_shm" default:"true" doc:"Read segments of agents of the same node through shared memory; false forces TCP."`
 	// SegmentPrefix starts the names of the segments a Receive allocates;
 	// it must start with shmem.Prefix.
-	SegmentPrefix string
+	SegmentPrefix string `hcl:"segment_prefix" default:"goray-t-os-" doc:"Name prefix of the shared-memory segments receives allocate; must start with goray-t-."`
 	// DialTimeout bounds connecting to a source agent's read server.
-	DialTimeout time.Duration
+	DialTimeout time.Duration `hcl:"dial_timeout" default:"5s" doc:"How long a read may take to connect to the source agent."`
 }
 
 // DefaultConfig returns the configuration used when nothing is set.
@@ -128,82 +129,22 @@ func (c Config) withDefaults() Config {
 }
 
 // Schema returns the plugin's config block: name, listen, chunk_size,
-// streams, kv_namespace, same_node_shm, segment_prefix and dial_timeout.
+// streams, kv_namespace, same_node_shm, segment_prefix and dial_timeout,
+// derived from Config.
 func Schema() plugin.Schema {
-	return plugin.Schema{Attributes: map[string]plugin.Attribute{
-		"name": {
-			Type: plugin.TypeString, Optional: true,
-			Description: "Agent name, unique in the cluster (default: the node id plus a random suffix).",
-		},
-		"listen": {
-			Type: plugin.TypeString, Optional: true,
-			Description: "TCP address of the read server, host:port (default: the node's IP and a free port).",
-		},
-		"chunk_size": {
-			Type: plugin.TypeSize, Optional: true, Default: "4MiB",
-			Description: "Size of one pipelined read request over TCP (64KiB to 256MiB).",
-		},
-		"streams": {
-			Type: plugin.TypeNumber, Optional: true, Default: DefaultStreams,
-			Description: "TCP connections one transfer uses at most (1 to 64).",
-		},
-		"kv_namespace": {
-			Type: plugin.TypeString, Optional: true, Default: DefaultKVNamespace,
-			Description: "Namespace of the cluster KV where agents publish their metadata.",
-		},
-		"same_node_shm": {
-			Type: plugin.TypeBool, Optional: true, Default: true,
-			Description: "Read segments of agents of the same node through shared memory; false forces TCP.",
-		},
-		"segment_prefix": {
-			Type: plugin.TypeString, Optional: true, Default: DefaultSegmentPrefix,
-			Description: "Name prefix of the shared-memory segments receives allocate; must start with " + shmem.Prefix + ".",
-		},
-		"dial_timeout": {
-			Type: plugin.TypeDuration, Optional: true, Default: DefaultDialTimeout.String(),
-			Description: "How long a read may take to connect to the source agent.",
-		},
-	}}
+	s, err := plugin.SchemaOf[Config]()
+	if err != nil {
+		panic(err) // Config's tags are fixed; TestConfigure checks them
+	}
+	return s
 }
 
-// ParseConfig turns a config block (as Configure receives it; absent
+// ParseConfig turns a config block (as the host sends it; absent
 // attributes take their defaults) into a validated Config.
 func ParseConfig(raw map[string]any) (Config, error) {
-	norm, err := plugin.NormalizeConfig(Schema(), raw)
+	c, err := plugin.DecodeConfig[Config](raw)
 	if err != nil {
 		return Config{}, err
-	}
-	c := DefaultConfig()
-	if v, ok := norm["name"].(string); ok {
-		c.Name = v
-	}
-	if v, ok := norm["listen"].(string); ok {
-		c.Listen = v
-	}
-	if v, ok := norm["chunk_size"].(int64); ok {
-		c.ChunkSize = v
-	}
-	if v, ok := norm["streams"].(float64); ok {
-		if v != float64(int(v)) {
-			return Config{}, fmt.Errorf("streams %v: want a whole number", v)
-		}
-		c.Streams = int(v)
-	}
-	if v, ok := norm["kv_namespace"].(string); ok {
-		c.KVNamespace = v
-	}
-	if v, ok := norm["same_node_shm"].(bool); ok {
-		c.SameNodeSHM = v
-	}
-	if v, ok := norm["segment_prefix"].(string); ok {
-		c.SegmentPrefix = v
-	}
-	if v, ok := norm["dial_timeout"].(string); ok {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return Config{}, fmt.Errorf("dial_timeout: %v", err)
-		}
-		c.DialTimeout = d
 	}
 	if err := c.Validate(); err != nil {
 		return Config{}, err

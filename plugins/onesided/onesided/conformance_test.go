@@ -51,14 +51,14 @@ func pairFactory(shm bool, src **Transport) transporttest.Factory {
 // across nodes.
 func TestConformanceTCP(t *testing.T) {
 	var src *Transport
-	transporttest.Run(t, pairFactory(false, &src), transporttest.WithInspector(collectedInspector(&src)))
+	transporttest.Run(t, pairFactory(false, &src), transporttest.Options{Inspector: collectedInspector(&src)})
 }
 
 // TestConformanceSHM: two agents of one shared-memory domain: zero copy
 // without targets, one memcpy into targets.
 func TestConformanceSHM(t *testing.T) {
 	var src *Transport
-	transporttest.Run(t, pairFactory(true, &src), transporttest.WithInspector(collectedInspector(&src)))
+	transporttest.Run(t, pairFactory(true, &src), transporttest.Options{Inspector: collectedInspector(&src)})
 }
 
 // TestConformanceOneAgent: one instance is both ends, as on a node where
@@ -68,7 +68,7 @@ func TestConformanceOneAgent(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
 		src = newTransport(t, plugin.NewMemoryKV(), testConfig(true))
 		return src, src
-	}, transporttest.WithInspector(collectedInspector(&src)), transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{Inspector: collectedInspector(&src), LargeSize: 16 << 20})
 }
 
 // TestConformanceOverGRPC runs the TCP pair through the gRPC bridge the
@@ -79,5 +79,5 @@ func TestConformanceOverGRPC(t *testing.T) {
 		s := newTransport(t, kv, testConfig(false))
 		d := newTransport(t, kv, testConfig(false))
 		return transporttest.OverGRPC(t, s), transporttest.OverGRPC(t, d)
-	}, transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{LargeSize: 16 << 20})
 }

@@ -20,7 +20,7 @@ import (
 // <plugin_dir>/goray-transport-onesided.
 const Name = "onesided"
 
-// Version is the release reported to the host (transport.Versioned).
+// Version is the release reported to the host (plugin.Versioned).
 const Version = "0.1.0"
 
 // Option configures New.
@@ -61,26 +61,25 @@ func New(opts ...Option) *Transport {
 }
 
 var (
-	_ transport.Transport     = (*Transport)(nil)
-	_ transport.Configurable  = (*Transport)(nil)
-	_ transport.HealthChecker = (*Transport)(nil)
-	_ transport.Versioned     = (*Transport)(nil)
-	_ transport.LoggerSetter  = (*Transport)(nil)
+	_ transport.Transport  = (*Transport)(nil)
+	_ plugin.Configurable  = (*Transport)(nil)
+	_ plugin.HealthChecker = (*Transport)(nil)
+	_ plugin.Versioned     = (*Transport)(nil)
+	_ plugin.LoggerSetter  = (*Transport)(nil)
 )
 
 func fail(objectID, op string, err error) error {
 	return &transport.TransferError{ObjectID: objectID, Op: op, Err: err}
 }
 
-// Schema implements transport.Configurable (see the package Schema).
-func (t *Transport) Schema() plugin.Schema { return Schema() }
+// ConfigSpec implements plugin.Configurable: Config is the config block.
+func (t *Transport) ConfigSpec() plugin.ConfigSpec { return plugin.TypedConfig(t.Configure) }
 
-// Configure implements transport.Configurable: it parses the block and
-// starts the agent (binding the read server, so a busy address is reported
-// here). A later Configure with another configuration replaces the agent.
-func (t *Transport) Configure(ctx context.Context, raw map[string]any) error {
-	cfg, err := ParseConfig(raw)
-	if err != nil {
+// Configure validates cfg and starts the agent (binding the read server, so
+// a busy address is reported here). A later Configure with another
+// configuration replaces the agent.
+func (t *Transport) Configure(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -96,7 +95,7 @@ func (t *Transport) Configure(ctx context.Context, raw map[string]any) error {
 		t.agent = nil
 	}
 	t.cfg = cfg
-	_, err = t.startLocked(ctx)
+	_, err := t.startLocked(ctx)
 	return err
 }
 
@@ -122,7 +121,7 @@ func (t *Transport) Agent(ctx context.Context) (*Agent, error) {
 	return t.startLocked(ctx)
 }
 
-// Health implements transport.HealthChecker: healthy while the agent's
+// Health implements plugin.HealthChecker: healthy while the agent's
 // read server accepts connections (and before the agent starts).
 func (t *Transport) Health(ctx context.Context) error {
 	t.mu.Lock()
@@ -137,10 +136,10 @@ func (t *Transport) Health(ctx context.Context) error {
 	return a.Health(ctx)
 }
 
-// Version implements transport.Versioned.
+// Version implements plugin.Versioned.
 func (t *Transport) Version() string { return Version }
 
-// SetLogger implements transport.LoggerSetter.
+// SetLogger implements plugin.LoggerSetter.
 func (t *Transport) SetLogger(l hclog.Logger) {
 	if l == nil {
 		l = hclog.NewNullLogger()

@@ -85,17 +85,17 @@ func New() *Store { return &Store{log: hclog.NewNullLogger()} }
 // take their defaults, as in a plugin.
 func Open(ctx context.Context, cfg map[string]any) (*Store, error) {
 	s := New()
-	norm, err := plugin.NormalizeConfig(s.Schema(), cfg)
+	c, err := plugin.DecodeConfig[Config](cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Configure(ctx, norm); err != nil {
+	if err := s.Configure(ctx, c); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// SetLogger implements storage.LoggerSetter.
+// SetLogger implements plugin.LoggerSetter.
 func (s *Store) SetLogger(l hclog.Logger) {
 	s.mu.Lock()
 	s.log = l
@@ -108,37 +108,26 @@ func (s *Store) logger() hclog.Logger {
 	return s.log
 }
 
-// Schema implements storage.Configurable.
-func (s *Store) Schema() plugin.Schema {
-	return plugin.Schema{Attributes: map[string]plugin.Attribute{
-		"endpoint": {Type: plugin.TypeString, Optional: true,
-			Description: `S3 endpoint as host:port ("127.0.0.1:9000" for a MinIO); empty is $AWS_ENDPOINT_URL_S3 or $AWS_ENDPOINT_URL (a URL whose scheme sets tls), else AWS S3.`},
-		"bucket": {Type: plugin.TypeString, Required: true,
-			Description: "Bucket the objects are stored in."},
-		"prefix": {Type: plugin.TypeString, Optional: true,
-			Description: `Key prefix inside the bucket ("goray/spill"); empty is the bucket's root.`},
-		"region": {Type: plugin.TypeString, Optional: true,
-			Description: "Region of the bucket; empty asks the endpoint."},
-		"access_key": {Type: plugin.TypeString, Optional: true,
-			Description: "Access key id; empty uses the AWS chain: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, ~/.aws/credentials (AWS_PROFILE), then the instance's IAM role."},
-		"secret_key":    {Type: plugin.TypeString, Optional: true, Sensitive: true, Description: "Secret access key (with access_key)."},
-		"session_token": {Type: plugin.TypeString, Optional: true, Sensitive: true, Description: "Session token of temporary credentials (with access_key)."},
-		"tls": {Type: plugin.TypeBool, Optional: true, Default: true,
-			Description: "Use HTTPS (an endpoint from $AWS_ENDPOINT_URL follows its URL's scheme instead)."},
-		"insecure_skip_verify": {Type: plugin.TypeBool, Optional: true, Default: false,
-			Description: "Accept any TLS certificate (tests only)."},
-		"create_bucket": {Type: plugin.TypeBool, Optional: true, Default: false,
-			Description: "Create the bucket if it does not exist."},
-		"part_size": {Type: plugin.TypeSize, Optional: true, Default: "16MiB",
-			Description: "Size of the parts of multipart uploads (at least 5MiB); objects up to it go in one PUT."},
-		"concurrency": {Type: plugin.TypeNumber, Optional: true, Default: DefaultConcurrency,
-			Description: "Parts of one object uploaded in parallel."},
-		"timeout": {Type: plugin.TypeDuration, Optional: true, Default: DefaultTimeout.String(),
-			Description: "How long to wait for the endpoint to connect or answer a request; an endpoint that does not gives ErrUnavailable."},
-		"max_retries": {Type: plugin.TypeNumber, Optional: true, Default: DefaultMaxRetries,
-			Description: "Attempts per request before a failure is reported (the runtime retries whole operations itself)."},
-	}}
+// Config is the plugin's `config { ... }` block.
+type Config struct {
+	Endpoint           string        `hcl:"endpoint" doc:"S3 endpoint as host:port (\"127.0.0.1:9000\" for a MinIO); empty is $AWS_ENDPOINT_URL_S3 or $AWS_ENDPOINT_URL (a URL whose scheme sets tls), else AWS S3."`
+	Bucket             string        `hcl:"bucket,required" doc:"Bucket the objects are stored in."`
+	Prefix             string        `hcl:"prefix" doc:"Key prefix inside the bucket (\"goray/spill\"); empty is the bucket's root."`
+	Region             string        `hcl:"region" doc:"Region of the bucket; empty asks the endpoint."`
+	AccessKey          string        `hcl:"access_key" doc:"Access key id; empty uses the AWS chain: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, ~/.aws/credentials (AWS_PROFILE), then the instance's IAM role."`
+	SecretKey          string        `hcl:"secret_key,sensitive" doc:"Secret access key (with access_key)."`
+	SessionToken       string        `hcl:"session_token,sensitive" doc:"Session token of temporary credentials (with access_key)."`
+	TLS                bool          `hcl:"tls" default:"true" doc:"Use HTTPS (an endpoint from $AWS_ENDPOINT_URL follows its URL's scheme instead)."`
+	InsecureSkipVerify bool          `hcl:"insecure_skip_verify" default:"false" doc:"Accept any TLS certificate (tests only)."`
+	CreateBucket       bool          `hcl:"create_bucket" default:"false" doc:"Create the bucket if it does not exist."`
+	PartSize           int64         `hcl:"part_size,size" default:"16MiB" doc:"Size of the parts of multipart uploads (at least 5MiB); objects up to it go in one PUT."`
+	Concurrency        int           `hcl:"concurrency" default:"4" doc:"Parts of one object uploaded in parallel."`
+	Timeout            time.Duration `hcl:"timeout" default:"30s" doc:"How long to wait for the endpoint to connect or answer a request; an endpoint that does not gives ErrUnavailable."`
+	MaxRetries         int           `hcl:"max_retries" default:"3" doc:"Attempts per request before a failure is reported (the runtime retries whole operations itself)."`
 }
+
+// ConfigSpec implements plugin.Configurable: Config is the config block.
+func (s *Store) ConfigSpec() plugin.ConfigSpec { return plugin.TypedConfig(s.Configure) }
 
 // EnvEndpointURL and EnvEndpointURLS3 name the AWS SDKs' variables for
 // another S3 endpoint ("http://127.0.0.1:9000"), which the plugin uses when
@@ -166,59 +155,38 @@ func endpointFromEnv(secure bool) (string, bool, error) {
 	return "s3.amazonaws.com", secure, nil
 }
 
-// Configure implements storage.Configurable. It checks that the endpoint
-// answers, that the credentials work and that the bucket exists (or creates
-// it with create_bucket = true).
-func (s *Store) Configure(ctx context.Context, raw map[string]any) error {
-	str := func(k string) string { v, _ := raw[k].(string); return v }
-	boolean := func(k string, def bool) bool {
-		if v, ok := raw[k].(bool); ok {
-			return v
-		}
-		return def
-	}
-	bucket := str("bucket")
+// Configure checks that the endpoint answers, that the credentials work
+// and that the bucket exists (or creates it with create_bucket = true).
+func (s *Store) Configure(ctx context.Context, cfg Config) error {
+	bucket := cfg.Bucket
 	if bucket == "" {
 		return errors.New("bucket: the bucket to store objects in is required")
 	}
-	prefix := strings.Trim(str("prefix"), "/")
+	prefix := strings.Trim(cfg.Prefix, "/")
 	if prefix != "" {
 		if err := storage.ValidKey(prefix); err != nil {
-			return fmt.Errorf("prefix: %q is not a valid key prefix: %v", str("prefix"), err)
+			return fmt.Errorf("prefix: %q is not a valid key prefix: %v", cfg.Prefix, err)
 		}
 		prefix += "/"
 	}
-	partSize := int64(DefaultPartSize)
-	if v, ok := raw["part_size"].(int64); ok {
-		partSize = v
-	}
+	partSize := cfg.PartSize
 	if partSize < MinPartSize || partSize > MaxPartSize {
 		return fmt.Errorf("part_size: %d bytes is outside S3's limits (5MiB to 5GiB)", partSize)
 	}
-	concurrency := DefaultConcurrency
-	if v, ok := raw["concurrency"].(float64); ok {
-		if v < 1 || v > 64 || v != float64(int(v)) {
-			return fmt.Errorf("concurrency: want a whole number from 1 to 64, got %v", v)
-		}
-		concurrency = int(v)
+	concurrency := cfg.Concurrency
+	if concurrency < 1 || concurrency > 64 {
+		return fmt.Errorf("concurrency: want a whole number from 1 to 64, got %v", concurrency)
 	}
-	maxRetries := DefaultMaxRetries
-	if v, ok := raw["max_retries"].(float64); ok {
-		if v < 1 || v > 20 || v != float64(int(v)) {
-			return fmt.Errorf("max_retries: want a whole number from 1 to 20, got %v", v)
-		}
-		maxRetries = int(v)
+	maxRetries := cfg.MaxRetries
+	if maxRetries < 1 || maxRetries > 20 {
+		return fmt.Errorf("max_retries: want a whole number from 1 to 20, got %v", maxRetries)
 	}
-	timeout := DefaultTimeout
-	if v := str("timeout"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("timeout: want a positive duration, got %q", v)
-		}
-		timeout = d
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		return fmt.Errorf("timeout: want a positive duration, got %q", timeout)
 	}
-	secure := boolean("tls", true)
-	endpoint := str("endpoint")
+	secure := cfg.TLS
+	endpoint := cfg.Endpoint
 	if endpoint == "" {
 		var err error
 		if endpoint, secure, err = endpointFromEnv(secure); err != nil {
@@ -236,7 +204,7 @@ func (s *Store) Configure(ctx context.Context, raw map[string]any) error {
 	transport.DialContext = (&net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}).DialContext
 	transport.TLSHandshakeTimeout = timeout
 	transport.ResponseHeaderTimeout = timeout
-	if boolean("insecure_skip_verify", false) {
+	if cfg.InsecureSkipVerify {
 		if transport.TLSClientConfig == nil {
 			transport.TLSClientConfig = &tls.Config{}
 		}
@@ -244,14 +212,14 @@ func (s *Store) Configure(ctx context.Context, raw map[string]any) error {
 	}
 
 	var creds *credentials.Credentials
-	accessKey := str("access_key")
+	accessKey := cfg.AccessKey
 	switch {
 	case accessKey != "":
-		if str("secret_key") == "" {
+		if cfg.SecretKey == "" {
 			return errors.New("secret_key: required with access_key")
 		}
-		creds = credentials.NewStaticV4(accessKey, str("secret_key"), str("session_token"))
-	case str("secret_key") != "" || str("session_token") != "":
+		creds = credentials.NewStaticV4(accessKey, cfg.SecretKey, cfg.SessionToken)
+	case cfg.SecretKey != "" || cfg.SessionToken != "":
 		return errors.New("access_key: required with secret_key and session_token")
 	default:
 		creds = credentials.NewChainCredentials([]credentials.Provider{
@@ -273,7 +241,7 @@ func (s *Store) Configure(ctx context.Context, raw map[string]any) error {
 		Creds:      creds,
 		Secure:     secure,
 		Transport:  transport,
-		Region:     str("region"),
+		Region:     cfg.Region,
 		MaxRetries: maxRetries,
 	})
 	if err != nil {
@@ -292,7 +260,7 @@ func (s *Store) Configure(ctx context.Context, raw map[string]any) error {
 		parts:       make(chan struct{}, 2*concurrency),
 	}
 	c.pool = &sync.Pool{New: func() any { b := make([]byte, c.partSize); return &b }}
-	if err := c.checkBucket(cctx, boolean("create_bucket", false), str("region")); err != nil {
+	if err := c.checkBucket(cctx, cfg.CreateBucket, cfg.Region); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -335,7 +303,7 @@ func (c *config) checkBucket(ctx context.Context, create bool, region string) er
 	return nil
 }
 
-// Health implements storage.HealthChecker. It retries the aborts of
+// Health implements plugin.HealthChecker. It retries the aborts of
 // uploads that failed while the endpoint was unreachable. It does not fail
 // when the endpoint is down: calls report storage.ErrUnavailable then, and
 // restarting the plugin would not help.

@@ -116,35 +116,30 @@ func New(opts ...Option) transport.Transport {
 // DefaultMaxPoll is the default of WithMaxPoll and of the max_poll setting.
 const DefaultMaxPoll = 20 * time.Millisecond
 
-// Schema implements transport.Configurable: the plugin's config block.
-func (t *Transport) Schema() plugin.Schema {
-	return plugin.Schema{Attributes: map[string]plugin.Attribute{
-		"max_poll": {
-			Type:        plugin.TypeDuration,
-			Optional:    true,
-			Default:     DefaultMaxPoll.String(),
-			Description: "Longest interval between two looks for an object a receive waits for.",
-		},
-	}}
+// Config is the plugin's `config { ... }` block.
+type Config struct {
+	// MaxPoll is the longest interval between two looks for an object a
+	// receive waits for (positive).
+	MaxPoll time.Duration `hcl:"max_poll" default:"20ms" doc:"Longest interval between two looks for an object a receive waits for."`
 }
 
-// Configure implements transport.Configurable.
-func (t *Transport) Configure(_ context.Context, cfg map[string]any) error {
-	if v, ok := cfg["max_poll"]; ok {
-		s, _ := v.(string)
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("max_poll: want a positive duration, got %v", v)
-		}
-		t.maxPoll.Store(int64(d))
+// ConfigSpec implements plugin.Configurable: Config is the plugin's config
+// block.
+func (t *Transport) ConfigSpec() plugin.ConfigSpec { return plugin.TypedConfig(t.Configure) }
+
+// Configure applies c.
+func (t *Transport) Configure(_ context.Context, c Config) error {
+	if c.MaxPoll <= 0 {
+		return fmt.Errorf("max_poll: want a positive duration, got %v", c.MaxPoll)
 	}
+	t.maxPoll.Store(int64(c.MaxPoll))
 	return nil
 }
 
 // MaxPoll returns the configured max_poll.
 func (t *Transport) MaxPoll() time.Duration { return time.Duration(t.maxPoll.Load()) }
 
-// SetLogger implements transport.LoggerSetter.
+// SetLogger implements plugin.LoggerSetter.
 func (t *Transport) SetLogger(l hclog.Logger) {
 	if l != nil {
 		t.log = l
@@ -604,9 +599,9 @@ func (t *Transport) Abort(_ context.Context, req *transport.AbortRequest) (*tran
 }
 
 var (
-	_ transport.Transport    = (*Transport)(nil)
-	_ transport.Configurable = (*Transport)(nil)
-	_ transport.LoggerSetter = (*Transport)(nil)
+	_ transport.Transport = (*Transport)(nil)
+	_ plugin.Configurable = (*Transport)(nil)
+	_ plugin.LoggerSetter = (*Transport)(nil)
 )
 
 // Objects returns how many objects this instance holds (extracted and not

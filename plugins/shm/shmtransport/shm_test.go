@@ -31,14 +31,14 @@ func TestConformance(t *testing.T) {
 			}
 		})
 		return src, dst
-	}, transporttest.WithInspector(manifestGone))
+	}, transporttest.Options{Inspector: manifestGone})
 }
 
 // The same suite through the gRPC bridge the plugin binary uses.
 func TestConformanceOverGRPC(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) (src, dst transport.Transport) {
 		return transporttest.OverGRPC(t, shm.New()), transporttest.OverGRPC(t, shm.New())
-	}, transporttest.WithInspector(manifestGone))
+	}, transporttest.Options{Inspector: manifestGone})
 }
 
 func newObject(t *testing.T, dt transport.DType, shape ...int64) transport.Tensor {
@@ -164,8 +164,11 @@ func TestGarbageCollectClearsAbort(t *testing.T) {
 
 func TestConfigure(t *testing.T) {
 	tr := shm.New().(*shm.Transport)
-	if err := tr.Schema().Validate(); err != nil {
+	if err := tr.ConfigSpec().Err(); err != nil {
 		t.Fatal(err)
+	}
+	if got := tr.ConfigSpec().Schema().Attributes["max_poll"].Default; got != shm.DefaultMaxPoll.String() {
+		t.Fatalf("max_poll default %v, want %v", got, shm.DefaultMaxPoll)
 	}
 	if tr.MaxPoll() != shm.DefaultMaxPoll {
 		t.Fatalf("default max_poll %v", tr.MaxPoll())
@@ -181,7 +184,7 @@ func TestConfigure(t *testing.T) {
 		{map[string]any{"max_poll": 3.0}, 5 * time.Millisecond, false},
 	}
 	for _, tc := range tests {
-		err := tr.Configure(context.Background(), tc.cfg)
+		err := tr.ConfigSpec().Configure(context.Background(), tc.cfg)
 		if tc.ok != (err == nil) {
 			t.Errorf("Configure(%v) = %v", tc.cfg, err)
 		}

@@ -25,7 +25,8 @@ type Factory func(t *testing.T) storage.Storage
 // not a multiple of any chunk or part size.
 const DefaultLargeSize = 2<<30 + 3
 
-// Options tune the suite. Zero fields take their defaults.
+// Options tune the suite. Zero fields take their defaults; new settings
+// are new fields, so callers keep compiling.
 type Options struct {
 	// LargeSize is the size of the multi-GiB round trip (default
 	// DefaultLargeSize). The data is generated and checked as it streams,
@@ -77,17 +78,9 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Run runs the conformance suite against the storage made by f. Pass at
-// most one Options.
-func Run(t *testing.T, f Factory, opts ...Options) {
-	var o Options
-	switch len(opts) {
-	case 0:
-	case 1:
-		o = opts[0]
-	default:
-		t.Fatalf("storagetest.Run: %d Options given, want at most one", len(opts))
-	}
+// Run runs the conformance suite against the storage made by f, tuned by o
+// (Options{} for the defaults).
+func Run(t *testing.T, f Factory, o Options) {
 	o = o.withDefaults()
 	tests := []struct {
 		name string

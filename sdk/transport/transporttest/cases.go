@@ -113,7 +113,7 @@ func testZeroLength(e *env) {
 func testLarge(e *env) {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	n := e.cfg.large / 4
+	n := e.cfg.LargeSize / 4
 	tn := e.tensor(transport.Float32, 99, n)
 	e.roundTrip(ctx, newObjectID(), []transport.Tensor{tn}, nil, true)
 }
@@ -171,8 +171,8 @@ func testGarbageCollect(e *env) {
 			}
 		}
 		sub.wantGone(ctx, id, meta)
-		if e.cfg.inspector != nil {
-			if err := e.cfg.inspector(ctx, id); err != nil {
+		if e.cfg.Inspector != nil {
+			if err := e.cfg.Inspector(ctx, id); err != nil {
 				t.Errorf("inspector after GarbageCollect: %v", err)
 			}
 		}
@@ -346,7 +346,7 @@ func testReceiveFirst(e *env) {
 	select {
 	case got := <-res:
 		e.t.Fatalf("Receive returned before Send (err=%v)", got.err)
-	case <-time.After(e.cfg.blockCheck):
+	case <-time.After(e.cfg.BlockCheck):
 	}
 	if _, err := e.src.Send(ctx, &transport.SendRequest{ObjectID: id, Tensors: meta.Tensors, TransportData: meta.TransportData}); err != nil {
 		e.t.Fatalf("Send: %v", err)
@@ -382,7 +382,7 @@ func testCancel(e *env) {
 	ccancel()
 	wantErr(e.t, "Receive after its context was cancelled", e.await(done, "cancelled Receive"), context.Canceled)
 
-	dctx, dcancel := context.WithTimeout(ctx, 2*e.cfg.blockCheck)
+	dctx, dcancel := context.WithTimeout(ctx, 2*e.cfg.BlockCheck)
 	defer dcancel()
 	req := pendingReq()
 	dres := make(chan error, 1)
@@ -401,7 +401,7 @@ func testCancel(e *env) {
 func testConcurrent(e *env) {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	n := e.cfg.concurrency
+	n := e.cfg.Concurrency
 	type job struct {
 		id      string
 		tensors []transport.Tensor

@@ -5,7 +5,7 @@
 //	func TestConformance(t *testing.T) {
 //		transporttest.Run(t, func(t *testing.T) (src, dst transport.Transport) {
 //			return mytransport.New(), mytransport.New()
-//		})
+//		}, transporttest.Options{LargeSize: 16 << 20})
 //	}
 //
 // The suite covers round trips of every dtype and many shapes (bytes are
@@ -45,42 +45,48 @@ type Factory func(t *testing.T) (src, dst transport.Transport)
 // segments are unlinked and that the object can no longer be received.
 type Inspector func(ctx context.Context, objectID string) error
 
-// Option tunes the suite.
-type Option func(*config)
+// DefaultLargeSize is the size of the large-tensor test.
+const DefaultLargeSize = 64 << 20
 
-type config struct {
-	large       int64
-	concurrency int
-	timeout     time.Duration
-	blockCheck  time.Duration
-	inspector   Inspector
+// Options tune the suite. Zero fields take their defaults; new settings
+// are new fields, so callers keep compiling.
+type Options struct {
+	// LargeSize is the size of the large-tensor test in bytes (default
+	// DefaultLargeSize); slow transports may lower it.
+	LargeSize int64
+	// Concurrency is how many transfers the concurrency test runs at once
+	// (default 16).
+	Concurrency int
+	// Timeout bounds every transport call the suite makes (default 30 s),
+	// so a hanging transport fails instead of wedging the test binary.
+	Timeout time.Duration
+	// BlockCheck is how long the suite watches a receive that must block
+	// (it must still be pending after that long; default 50 ms).
+	BlockCheck time.Duration
+	// Inspector, if set, checks that garbage collection freed everything.
+	Inspector Inspector
 }
 
-// WithLargeSize sets the size of the large-tensor test in bytes (default
-// 64 MiB); slow transports may lower it.
-func WithLargeSize(n int64) Option { return func(c *config) { c.large = n } }
-
-// WithConcurrency sets how many transfers the concurrency test runs at once
-// (default 16).
-func WithConcurrency(n int) Option { return func(c *config) { c.concurrency = n } }
-
-// WithTimeout bounds every transport call the suite makes (default 30 s), so
-// a hanging transport fails instead of wedging the test binary.
-func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
-
-// WithBlockCheck sets how long the suite watches a receive that must block
-// (it must still be pending after that long; default 50 ms).
-func WithBlockCheck(d time.Duration) Option { return func(c *config) { c.blockCheck = d } }
-
-// WithInspector adds a check that garbage collection freed everything.
-func WithInspector(i Inspector) Option { return func(c *config) { c.inspector = i } }
-
-// Run runs the conformance suite against the transport made by f.
-func Run(t *testing.T, f Factory, opts ...Option) {
-	cfg := config{large: 64 << 20, concurrency: 16, timeout: 30 * time.Second, blockCheck: 50 * time.Millisecond}
-	for _, o := range opts {
-		o(&cfg)
+func (o Options) withDefaults() Options {
+	if o.LargeSize <= 0 {
+		o.LargeSize = DefaultLargeSize
 	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 16
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.BlockCheck <= 0 {
+		o.BlockCheck = 50 * time.Millisecond
+	}
+	return o
+}
+
+// Run runs the conformance suite against the transport made by f, tuned by
+// o (Options{} for the defaults).
+func Run(t *testing.T, f Factory, o Options) {
+	cfg := o.withDefaults()
 	tests := []struct {
 		name string
 		fn   func(*env)
@@ -122,7 +128,7 @@ type env struct {
 	t        *testing.T
 	src, dst transport.Transport
 	info     *transport.InfoResponse
-	cfg      config
+	cfg      Options
 	prefix   string
 	st       *state // shared with subtests
 }
@@ -154,7 +160,7 @@ func (e *env) meta(id string) *transport.ExtractMetadataResponse {
 }
 
 func (e *env) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), e.cfg.timeout)
+	return context.WithTimeout(context.Background(), e.cfg.Timeout)
 }
 
 func (e *env) cleanup() {
@@ -432,7 +438,7 @@ func (e *env) pendingReceive(ctx context.Context, req *transport.ReceiveRequest)
 	select {
 	case err := <-done:
 		e.t.Fatalf("receive of object %s returned before it could (err=%v); it must block", req.ObjectID, err)
-	case <-time.After(e.cfg.blockCheck):
+	case <-time.After(e.cfg.BlockCheck):
 	}
 	return done
 }
@@ -440,7 +446,7 @@ func (e *env) pendingReceive(ctx context.Context, req *transport.ReceiveRequest)
 // await waits for the result of a call that must now return promptly.
 func (e *env) await(done <-chan error, what string) error {
 	e.t.Helper()
-	limit := min(e.cfg.timeout, promptly)
+	limit := min(e.cfg.Timeout, promptly)
 	select {
 	case err := <-done:
 		return err

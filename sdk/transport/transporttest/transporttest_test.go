@@ -13,12 +13,12 @@ import (
 func TestLoopback(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) (src, dst transport.Transport) {
 		return loopback.Pair()
-	}, transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{LargeSize: 16 << 20})
 }
 
 func TestLoopbackOverGRPC(t *testing.T) {
 	transporttest.Run(t, func(t *testing.T) (src, dst transport.Transport) {
 		src, dst = loopback.Pair()
 		return transporttest.OverGRPC(t, src), transporttest.OverGRPC(t, dst)
-	}, transporttest.WithLargeSize(16<<20))
+	}, transporttest.Options{LargeSize: 16 << 20})
 }

@@ -1,4 +1,9 @@
-package host
+// Package hclspec decodes a plugin's `config { ... }` HCL block against the
+// plugin.Schema the plugin reports, as Nomad's plugins/shared/hclspec and
+// HCL's hcldec do: the host validates the block before the plugin sees it,
+// with every diagnostic at the offending attribute's file:line. It also
+// names cty types for messages (TypeName), which node config shares.
+package hclspec
 
 import (
 	"fmt"
@@ -11,18 +16,17 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"
 
-	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
 
-// DecodeConfig decodes a plugin's `config { ... }` body against the schema
-// the plugin reported, into the values plugin.ServeConfig.Configure
-// receives. Unknown attributes and blocks (with a "did you mean"
+// Decode decodes a plugin's `config { ... }` body against the schema the
+// plugin reported, into the values plugin.ServeConfig.Configure receives
+// (which plugin.TypedConfig turns into the plugin's config struct). Unknown attributes and blocks (with a "did you mean"
 // suggestion), missing required attributes, wrong types and malformed
 // sizes and durations are diagnostics at their source range. A nil body (no
 // config block) decodes as empty; a required attribute is then reported at
 // missing, the plugin block's header.
-func DecodeConfig(body hcl.Body, s plugin.Schema, missing hcl.Range) (map[string]any, hcl.Diagnostics) {
+func Decode(body hcl.Body, s plugin.Schema, missing hcl.Range) (map[string]any, hcl.Diagnostics) {
 	if body == nil {
 		body = hcl.EmptyBody()
 	}
@@ -121,7 +125,7 @@ func decodeAttr(a *hcl.Attribute, path string, attr plugin.Attribute) (any, bool
 	}
 	typeErr := func(got cty.Value) hcl.Diagnostics {
 		return diag("Incorrect attribute value type",
-			fmt.Sprintf("Inappropriate value for attribute %q: %s is required, got %s.", path, attr.Type.Describe(), typeName(got)))
+			fmt.Sprintf("Inappropriate value for attribute %q: %s is required, got %s.", path, attr.Type.Describe(), TypeName(got)))
 	}
 	if v.IsNull() {
 		if attr.Required {
@@ -170,7 +174,7 @@ func decodeAttr(a *hcl.Attribute, path string, attr plugin.Attribute) (any, bool
 			_, ev := it.Element()
 			if ev.IsNull() || ev.Type() != cty.String {
 				return nil, false, diag("Incorrect attribute value type",
-					fmt.Sprintf("Inappropriate value for element %d of attribute %q: a string is required, got %s.", i, path, typeName(ev)))
+					fmt.Sprintf("Inappropriate value for element %d of attribute %q: a string is required, got %s.", i, path, TypeName(ev)))
 			}
 			out = append(out, ev.AsString())
 		}
@@ -185,7 +189,7 @@ func decodeAttr(a *hcl.Attribute, path string, attr plugin.Attribute) (any, bool
 			k, ev := it.Element()
 			if ev.IsNull() || ev.Type() != cty.String {
 				return nil, false, diag("Incorrect attribute value type",
-					fmt.Sprintf("Inappropriate value for %s[%q]: a string is required, got %s.", path, k.AsString(), typeName(ev)))
+					fmt.Sprintf("Inappropriate value for %s[%q]: a string is required, got %s.", path, k.AsString(), TypeName(ev)))
 			}
 			out[k.AsString()] = ev.AsString()
 		}
@@ -203,7 +207,7 @@ func decodeAttr(a *hcl.Attribute, path string, attr plugin.Attribute) (any, bool
 	case plugin.TypeSize:
 		switch v.Type() {
 		case cty.String:
-			n, err := config.ParseSize(v.AsString())
+			n, err := plugin.ParseSize(v.AsString())
 			if err != nil {
 				detail := fmt.Sprintf("Invalid value for attribute %q: %s.", path, err)
 				if attr.Sensitive {
@@ -227,8 +231,8 @@ func decodeAttr(a *hcl.Attribute, path string, attr plugin.Attribute) (any, bool
 		fmt.Sprintf("The plugin declares attribute %q with type %q, which this host does not know.", path, string(attr.Type)))
 }
 
-// typeName describes v's type for messages.
-func typeName(v cty.Value) string {
+// TypeName describes v's type for messages ("string", "number", "null").
+func TypeName(v cty.Value) string {
 	if v.IsNull() {
 		return "null"
 	}

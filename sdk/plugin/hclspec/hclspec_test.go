@@ -1,4 +1,4 @@
-package host
+package hclspec
 
 import (
 	"reflect"
@@ -11,7 +11,7 @@ import (
 	"github.com/goray-dev/goray/sdk/plugin"
 )
 
-func TestDecodeConfig(t *testing.T) {
+func TestDecode(t *testing.T) {
 	schema := plugin.Schema{
 		Attributes: map[string]plugin.Attribute{
 			"token":  {Type: plugin.TypeDuration, Sensitive: true},
@@ -43,7 +43,7 @@ func TestDecodeConfig(t *testing.T) {
 			if diags.HasErrors() {
 				t.Fatal(diags.Error())
 			}
-			got, diags := DecodeConfig(f.Body, schema, hcl.Range{Filename: "c.hcl"})
+			got, diags := Decode(f.Body, schema, hcl.Range{Filename: "c.hcl"})
 			if tc.summary == "" {
 				if diags.HasErrors() {
 					t.Fatal(diags.Error())
@@ -65,4 +65,13 @@ func TestDecodeConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+func findDiag(diags hcl.Diagnostics, summary string) *hcl.Diagnostic {
+	for _, d := range diags {
+		if d.Severity == hcl.DiagError && d.Summary == summary {
+			return d
+		}
+	}
+	return nil
 }
