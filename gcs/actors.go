@@ -226,15 +226,17 @@ func (s *Server) lookupActorLocked(id ids.ID, name string) (*actorEntry, error) 
 	return a, nil
 }
 
-// waitError is returned when a GetActor wait ends with its context. It
-// unwraps to the context's error and carries the matching gRPC status.
+// waitError is returned when a GetActor or GetPlacementGroup wait ends
+// with its context. It unwraps to the context's error and carries the
+// matching gRPC status.
 type waitError struct {
-	actor ids.ID
-	err   error
+	what string // "actor %s to be alive"
+	id   ids.ID
+	err  error
 }
 
 func (e *waitError) Error() string {
-	return fmt.Sprintf("waiting for actor %s to be alive: %v", e.actor, e.err)
+	return fmt.Sprintf("waiting for "+e.what+": %v", e.id, e.err)
 }
 
 func (e *waitError) Unwrap() error { return e.err }
@@ -290,7 +292,7 @@ func (s *Server) GetActor(ctx context.Context, req *gorayv1.GetActorRequest) (*g
 			s.waiters.Add(-1)
 		case <-ctx.Done():
 			s.waiters.Add(-1)
-			return nil, &waitError{actor: id, err: ctx.Err()}
+			return nil, &waitError{what: "actor %s to be alive", id: id, err: ctx.Err()}
 		}
 	}
 }

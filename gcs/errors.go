@@ -34,11 +34,11 @@ func (e *InvalidArgumentError) GRPCStatus() *status.Status {
 // NotFoundError reports that an object is not in the GCS tables
 // (codes.NotFound).
 type NotFoundError struct {
-	// Kind is "node", "job" or "actor".
+	// Kind is "node", "job", "actor" or "placement group".
 	Kind string
 	// ID is the id looked up, or ids.Nil for a lookup by Name.
 	ID ids.ID
-	// Name is the name looked up (actors only), or "".
+	// Name is the name looked up (actors and placement groups), or "".
 	Name string
 }
 
@@ -55,20 +55,26 @@ func (e *NotFoundError) GRPCStatus() *status.Status {
 	return status.New(codes.NotFound, e.Error())
 }
 
-// NameTakenError reports that a live actor already holds a name
-// (codes.AlreadyExists).
+// NameTakenError reports that a live actor, or a placement group that is
+// not removed, already holds a name (codes.AlreadyExists).
 type NameTakenError struct {
-	// Name is the requested actor name.
+	// Kind is "placement group"; empty means "actor".
+	Kind string
+	// Name is the requested name.
 	Name string
-	// Holder is the live actor that holds it.
+	// Holder is the live actor or group that holds it.
 	Holder ids.ID
-	// Class is the holder's class name.
+	// Class is the holder's class name (actors).
 	Class string
 }
 
 // Error describes the problem and the object it concerns.
 func (e *NameTakenError) Error() string {
-	return fmt.Sprintf("actor name %q is already taken by actor %s", e.Name, e.Holder)
+	kind := e.Kind
+	if kind == "" {
+		kind = "actor"
+	}
+	return fmt.Sprintf("%s name %q is already taken by %s %s", kind, e.Name, kind, e.Holder)
 }
 
 // GRPCStatus maps the error to codes.AlreadyExists, with the holder as an
@@ -76,6 +82,9 @@ func (e *NameTakenError) Error() string {
 // parse the message.
 func (e *NameTakenError) GRPCStatus() *status.Status {
 	st := status.New(codes.AlreadyExists, e.Error())
+	if e.Kind != "" {
+		return st
+	}
 	if d, err := st.WithDetails(&gorayv1.ActorInfo{ActorId: e.Holder.Bytes(), Name: e.Name, ClassName: e.Class}); err == nil {
 		return d
 	}

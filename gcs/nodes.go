@@ -7,6 +7,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
 )
 
 type nodeEntry struct {
@@ -17,12 +18,35 @@ type nodeEntry struct {
 	pending       []*gorayv1.PendingDemand
 	spill         *gorayv1.SpillStats
 	lastHeartbeat time.Time
+	// groups are the placement group resources committed on the node,
+	// part of its total besides its own (info.total).
+	groups resources.Set
+}
+
+// totalLocked is the node's total: its own resources and the placement
+// group resources committed on it. s.mu must be held.
+func (n *nodeEntry) totalLocked() *gorayv1.Resources {
+	if len(n.groups) == 0 {
+		return n.info.GetTotal()
+	}
+	t := &gorayv1.Resources{Amounts: make(map[string]int64, len(n.info.GetTotal().GetAmounts())+len(n.groups))}
+	for k, v := range n.info.GetTotal().GetAmounts() {
+		t.Amounts[k] = v
+	}
+	for k, v := range n.groups {
+		t.Amounts[k] += v
+	}
+	return t
 }
 
 // viewLocked returns a copy of the node's view; s.mu must be held.
 func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
+	info := cloneMsg(n.info)
+	if len(n.groups) > 0 {
+		info.Total = n.totalLocked()
+	}
 	v := &gorayv1.NodeView{
-		Info:            cloneMsg(n.info),
+		Info:            info,
 		StoreUsed:       n.storeUsed,
 		StoreCapacity:   n.storeCapacity,
 		LastHeartbeatMs: n.lastHeartbeat.UnixMilli(),
@@ -127,7 +151,7 @@ func (s *Server) ReportHeartbeat(_ context.Context, req *gorayv1.HeartbeatReques
 	if n.info.GetState() == StateDead {
 		return &gorayv1.HeartbeatReply{Dead: true}, nil
 	}
-	if err := checkHeartbeat(req, n.info.GetTotal()); err != nil {
+	if err := checkHeartbeat(req, n.totalLocked()); err != nil {
 		return nil, err
 	}
 	n.lastHeartbeat = now

@@ -1,6 +1,12 @@
 // Package gcs implements the global control service: the head node's
-// in-memory tables of nodes, jobs and actors plus a namespaced key-value
-// store, served over gRPC as gorayv1.GcsServer.
+// in-memory tables of nodes, jobs, actors and placement groups plus a
+// namespaced key-value store, served over gRPC as gorayv1.GcsServer.
+//
+// Placement groups are placed by their own manager (placement.go), with
+// its own lock: it chooses nodes with gcs/internal/placement and reserves
+// the bundles on the raylets in two phases (prepare on every node, then
+// commit; a failed prepare gives the others back), one group at a time,
+// so two groups never hold parts of each other's resources.
 //
 // The GCS is never on the per-task path. Nodes register and send periodic
 // heartbeats; Run declares a node dead after Options.FailureThreshold missed
@@ -50,6 +56,9 @@ type Options struct {
 	Now func() time.Time
 	// KV bounds the key-value store; zero fields take the defaults.
 	KV KVLimits
+	// Reserver reserves placement group bundles on raylets; nil leaves
+	// every group PENDING (unit tests of other tables).
+	Reserver BundleReserver
 }
 
 // Server is the GCS. Create it with New, expose it with Register and run the
@@ -82,6 +91,9 @@ type Server struct {
 
 	// waiters counts GetActor calls blocked in wait_alive (for tests).
 	waiters atomic.Int64
+
+	// pgs is the placement group manager, with its own lock.
+	pgs *placementGroups
 }
 
 var _ gorayv1.GcsServer = (*Server)(nil)
@@ -100,7 +112,7 @@ func New(opts Options) *Server {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Server{
+	s := &Server{
 		period:    opts.HeartbeatPeriod,
 		threshold: opts.FailureThreshold,
 		log:       opts.Logger,
@@ -114,6 +126,8 @@ func New(opts Options) *Server {
 		kvLimits:  opts.KV.withDefaults(),
 		kvUse:     map[string]*kvUsage{},
 	}
+	s.pgs = newPlacementGroups(s, opts.Reserver, opts.Logger, opts.HeartbeatPeriod)
+	return s
 }
 
 // Register registers the Gcs service on g.
@@ -121,8 +135,15 @@ func (s *Server) Register(g *grpc.Server) {
 	gorayv1.RegisterGcsServer(g, s)
 }
 
-// Run checks node health once per heartbeat period until ctx is done.
+// Run checks node health once per heartbeat period, and places placement
+// groups, until ctx is done.
 func (s *Server) Run(ctx context.Context) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.pgs.run(ctx)
+	}()
+	defer func() { <-done }()
 	t := time.NewTicker(s.period)
 	defer t.Stop()
 	for {

@@ -515,7 +515,10 @@ func (n *Node) startGCS() (string, error) {
 		return "", fmt.Errorf("GCS cannot listen on %s: %w", addr, err)
 	}
 	addr = lis.Addr().String()
-	n.gcs = gcs.New(gcs.Options{HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold, Logger: n.log.Named("gcs")})
+	// The GCS reserves placement group bundles on the raylets with the
+	// cluster's credentials.
+	reserver := gcs.NewRayletReserver(func(target string) (*grpc.ClientConn, error) { return rpc.Dial(target, n.auth) })
+	n.gcs = gcs.New(gcs.Options{HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold, Logger: n.log.Named("gcs"), Reserver: reserver})
 	// No GCS message comes near the 256 MiB other servers accept (a KV
 	// value is at most 8 MiB), so an authenticated but misbehaving peer
 	// cannot make the head read more than this per call.
@@ -523,7 +526,11 @@ func (n *Node) startGCS() (string, error) {
 	n.gcs.Register(n.gcsGRPC)
 	n.wg.Add(2)
 	go func() { defer n.wg.Done(); _ = n.gcsGRPC.Serve(lis) }()
-	go func() { defer n.wg.Done(); n.gcs.Run(n.ctx) }()
+	go func() {
+		defer n.wg.Done()
+		n.gcs.Run(n.ctx)
+		_ = reserver.Close()
+	}()
 	return addr, nil
 }
 

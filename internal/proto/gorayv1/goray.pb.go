@@ -130,6 +130,122 @@ func (ActorState) EnumDescriptor() ([]byte, []int) {
 	return file_goray_proto_rawDescGZIP(), []int{1}
 }
 
+type PlacementStrategy int32
+
+const (
+	// As few nodes as possible (best effort).
+	PlacementStrategy_PLACEMENT_STRATEGY_PACK PlacementStrategy = 0
+	// As many distinct nodes as possible (best effort).
+	PlacementStrategy_PLACEMENT_STRATEGY_SPREAD PlacementStrategy = 1
+	// Every bundle on one node, or wait.
+	PlacementStrategy_PLACEMENT_STRATEGY_STRICT_PACK PlacementStrategy = 2
+	// Every bundle on a distinct node, or wait.
+	PlacementStrategy_PLACEMENT_STRATEGY_STRICT_SPREAD PlacementStrategy = 3
+)
+
+// Enum value maps for PlacementStrategy.
+var (
+	PlacementStrategy_name = map[int32]string{
+		0: "PLACEMENT_STRATEGY_PACK",
+		1: "PLACEMENT_STRATEGY_SPREAD",
+		2: "PLACEMENT_STRATEGY_STRICT_PACK",
+		3: "PLACEMENT_STRATEGY_STRICT_SPREAD",
+	}
+	PlacementStrategy_value = map[string]int32{
+		"PLACEMENT_STRATEGY_PACK":          0,
+		"PLACEMENT_STRATEGY_SPREAD":        1,
+		"PLACEMENT_STRATEGY_STRICT_PACK":   2,
+		"PLACEMENT_STRATEGY_STRICT_SPREAD": 3,
+	}
+)
+
+func (x PlacementStrategy) Enum() *PlacementStrategy {
+	p := new(PlacementStrategy)
+	*p = x
+	return p
+}
+
+func (x PlacementStrategy) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PlacementStrategy) Descriptor() protoreflect.EnumDescriptor {
+	return file_goray_proto_enumTypes[2].Descriptor()
+}
+
+func (PlacementStrategy) Type() protoreflect.EnumType {
+	return &file_goray_proto_enumTypes[2]
+}
+
+func (x PlacementStrategy) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PlacementStrategy.Descriptor instead.
+func (PlacementStrategy) EnumDescriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{2}
+}
+
+type PlacementGroupState int32
+
+const (
+	// Waiting for room; pending_reason says for what.
+	PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING PlacementGroupState = 0
+	// Bundles held on their nodes, being committed.
+	PlacementGroupState_PLACEMENT_GROUP_STATE_PREPARED PlacementGroupState = 1
+	// Every bundle reserved.
+	PlacementGroupState_PLACEMENT_GROUP_STATE_CREATED PlacementGroupState = 2
+	// Removed (by its owner, or with its job); final.
+	PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED PlacementGroupState = 3
+	// A node holding some of its bundles died; they are being placed again.
+	PlacementGroupState_PLACEMENT_GROUP_STATE_RESCHEDULING PlacementGroupState = 4
+)
+
+// Enum value maps for PlacementGroupState.
+var (
+	PlacementGroupState_name = map[int32]string{
+		0: "PLACEMENT_GROUP_STATE_PENDING",
+		1: "PLACEMENT_GROUP_STATE_PREPARED",
+		2: "PLACEMENT_GROUP_STATE_CREATED",
+		3: "PLACEMENT_GROUP_STATE_REMOVED",
+		4: "PLACEMENT_GROUP_STATE_RESCHEDULING",
+	}
+	PlacementGroupState_value = map[string]int32{
+		"PLACEMENT_GROUP_STATE_PENDING":      0,
+		"PLACEMENT_GROUP_STATE_PREPARED":     1,
+		"PLACEMENT_GROUP_STATE_CREATED":      2,
+		"PLACEMENT_GROUP_STATE_REMOVED":      3,
+		"PLACEMENT_GROUP_STATE_RESCHEDULING": 4,
+	}
+)
+
+func (x PlacementGroupState) Enum() *PlacementGroupState {
+	p := new(PlacementGroupState)
+	*p = x
+	return p
+}
+
+func (x PlacementGroupState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PlacementGroupState) Descriptor() protoreflect.EnumDescriptor {
+	return file_goray_proto_enumTypes[3].Descriptor()
+}
+
+func (PlacementGroupState) Type() protoreflect.EnumType {
+	return &file_goray_proto_enumTypes[3]
+}
+
+func (x PlacementGroupState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PlacementGroupState.Descriptor instead.
+func (PlacementGroupState) EnumDescriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{3}
+}
+
 type GetObjectStatusReply_Status int32
 
 const (
@@ -163,11 +279,11 @@ func (x GetObjectStatusReply_Status) String() string {
 }
 
 func (GetObjectStatusReply_Status) Descriptor() protoreflect.EnumDescriptor {
-	return file_goray_proto_enumTypes[2].Descriptor()
+	return file_goray_proto_enumTypes[4].Descriptor()
 }
 
 func (GetObjectStatusReply_Status) Type() protoreflect.EnumType {
-	return &file_goray_proto_enumTypes[2]
+	return &file_goray_proto_enumTypes[4]
 }
 
 func (x GetObjectStatusReply_Status) Number() protoreflect.EnumNumber {
@@ -176,7 +292,7 @@ func (x GetObjectStatusReply_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GetObjectStatusReply_Status.Descriptor instead.
 func (GetObjectStatusReply_Status) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{9, 0}
+	return file_goray_proto_rawDescGZIP(), []int{10, 0}
 }
 
 type RayletCommand_Kind int32
@@ -219,11 +335,11 @@ func (x RayletCommand_Kind) String() string {
 }
 
 func (RayletCommand_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_goray_proto_enumTypes[3].Descriptor()
+	return file_goray_proto_enumTypes[5].Descriptor()
 }
 
 func (RayletCommand_Kind) Type() protoreflect.EnumType {
-	return &file_goray_proto_enumTypes[3]
+	return &file_goray_proto_enumTypes[5]
 }
 
 func (x RayletCommand_Kind) Number() protoreflect.EnumNumber {
@@ -232,7 +348,7 @@ func (x RayletCommand_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RayletCommand_Kind.Descriptor instead.
 func (RayletCommand_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{24, 0}
+	return file_goray_proto_rawDescGZIP(), []int{31, 0}
 }
 
 type SchedulingStrategy_Kind int32
@@ -273,11 +389,11 @@ func (x SchedulingStrategy_Kind) String() string {
 }
 
 func (SchedulingStrategy_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_goray_proto_enumTypes[4].Descriptor()
+	return file_goray_proto_enumTypes[6].Descriptor()
 }
 
 func (SchedulingStrategy_Kind) Type() protoreflect.EnumType {
-	return &file_goray_proto_enumTypes[4]
+	return &file_goray_proto_enumTypes[6]
 }
 
 func (x SchedulingStrategy_Kind) Number() protoreflect.EnumNumber {
@@ -286,7 +402,7 @@ func (x SchedulingStrategy_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SchedulingStrategy_Kind.Descriptor instead.
 func (SchedulingStrategy_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27, 0}
+	return file_goray_proto_rawDescGZIP(), []int{34, 0}
 }
 
 // Address is where a process serves gRPC.
@@ -574,7 +690,10 @@ type TaskSpec struct {
 	TensorTransport string `protobuf:"bytes,16,opt,name=tensor_transport,json=tensorTransport,proto3" json:"tensor_transport,omitempty"`
 	// Actor creation: the transports the actor uses (must be registered on
 	// its node).
-	Transports    []string `protobuf:"bytes,17,rep,name=transports,proto3" json:"transports,omitempty"`
+	Transports []string `protobuf:"bytes,17,rep,name=transports,proto3" json:"transports,omitempty"`
+	// Set when the task or actor runs in a placement group's bundle; its
+	// resources are then the bundle's (see PlacementOptions).
+	Placement     *PlacementOptions `protobuf:"bytes,18,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -728,6 +847,81 @@ func (x *TaskSpec) GetTransports() []string {
 	return nil
 }
 
+func (x *TaskSpec) GetPlacement() *PlacementOptions {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
+// PlacementOptions places a task or actor in a placement group. The
+// submitter rewrites its resources into the group's: {"CPU": 1} becomes
+// {"CPU_group_<index>_<group id hex>": 1} (any bundle when index is -1:
+// "CPU_group_<group id hex>") plus a sliver of "bundle_group_..." so that a
+// task asking for nothing still lands in the bundle.
+type PlacementOptions struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	// -1: any bundle of the group.
+	BundleIndex int32 `protobuf:"varint,2,opt,name=bundle_index,json=bundleIndex,proto3" json:"bundle_index,omitempty"`
+	// Tasks and actors this one submits go to the same group (any bundle)
+	// unless they say otherwise.
+	CaptureChildTasks bool `protobuf:"varint,3,opt,name=capture_child_tasks,json=captureChildTasks,proto3" json:"capture_child_tasks,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *PlacementOptions) Reset() {
+	*x = PlacementOptions{}
+	mi := &file_goray_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementOptions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementOptions) ProtoMessage() {}
+
+func (x *PlacementOptions) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementOptions.ProtoReflect.Descriptor instead.
+func (*PlacementOptions) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *PlacementOptions) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
+}
+
+func (x *PlacementOptions) GetBundleIndex() int32 {
+	if x != nil {
+		return x.BundleIndex
+	}
+	return 0
+}
+
+func (x *PlacementOptions) GetCaptureChildTasks() bool {
+	if x != nil {
+		return x.CaptureChildTasks
+	}
+	return false
+}
+
 // ReturnObject is the result of a task: inline when small, otherwise sealed in
 // the store of node_id.
 type ReturnObject struct {
@@ -745,7 +939,7 @@ type ReturnObject struct {
 
 func (x *ReturnObject) Reset() {
 	*x = ReturnObject{}
-	mi := &file_goray_proto_msgTypes[5]
+	mi := &file_goray_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +951,7 @@ func (x *ReturnObject) String() string {
 func (*ReturnObject) ProtoMessage() {}
 
 func (x *ReturnObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[5]
+	mi := &file_goray_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +964,7 @@ func (x *ReturnObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnObject.ProtoReflect.Descriptor instead.
 func (*ReturnObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{5}
+	return file_goray_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ReturnObject) GetObjectId() []byte {
@@ -831,7 +1025,7 @@ type TaskRequest struct {
 
 func (x *TaskRequest) Reset() {
 	*x = TaskRequest{}
-	mi := &file_goray_proto_msgTypes[6]
+	mi := &file_goray_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +1037,7 @@ func (x *TaskRequest) String() string {
 func (*TaskRequest) ProtoMessage() {}
 
 func (x *TaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[6]
+	mi := &file_goray_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +1050,7 @@ func (x *TaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskRequest.ProtoReflect.Descriptor instead.
 func (*TaskRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{6}
+	return file_goray_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TaskRequest) GetSpec() *TaskSpec {
@@ -884,7 +1078,7 @@ type TaskReply struct {
 
 func (x *TaskReply) Reset() {
 	*x = TaskReply{}
-	mi := &file_goray_proto_msgTypes[7]
+	mi := &file_goray_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1090,7 @@ func (x *TaskReply) String() string {
 func (*TaskReply) ProtoMessage() {}
 
 func (x *TaskReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[7]
+	mi := &file_goray_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1103,7 @@ func (x *TaskReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReply.ProtoReflect.Descriptor instead.
 func (*TaskReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{7}
+	return file_goray_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *TaskReply) GetTaskId() []byte {
@@ -956,7 +1150,7 @@ type GetObjectStatusRequest struct {
 
 func (x *GetObjectStatusRequest) Reset() {
 	*x = GetObjectStatusRequest{}
-	mi := &file_goray_proto_msgTypes[8]
+	mi := &file_goray_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -968,7 +1162,7 @@ func (x *GetObjectStatusRequest) String() string {
 func (*GetObjectStatusRequest) ProtoMessage() {}
 
 func (x *GetObjectStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[8]
+	mi := &file_goray_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -981,7 +1175,7 @@ func (x *GetObjectStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectStatusRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{8}
+	return file_goray_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetObjectStatusRequest) GetObjectId() []byte {
@@ -1001,7 +1195,7 @@ type GetObjectStatusReply struct {
 
 func (x *GetObjectStatusReply) Reset() {
 	*x = GetObjectStatusReply{}
-	mi := &file_goray_proto_msgTypes[9]
+	mi := &file_goray_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1207,7 @@ func (x *GetObjectStatusReply) String() string {
 func (*GetObjectStatusReply) ProtoMessage() {}
 
 func (x *GetObjectStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[9]
+	mi := &file_goray_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1220,7 @@ func (x *GetObjectStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStatusReply.ProtoReflect.Descriptor instead.
 func (*GetObjectStatusReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{9}
+	return file_goray_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetObjectStatusReply) GetStatus() GetObjectStatusReply_Status {
@@ -1054,7 +1248,7 @@ type UpdateBorrowersRequest struct {
 
 func (x *UpdateBorrowersRequest) Reset() {
 	*x = UpdateBorrowersRequest{}
-	mi := &file_goray_proto_msgTypes[10]
+	mi := &file_goray_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1066,7 +1260,7 @@ func (x *UpdateBorrowersRequest) String() string {
 func (*UpdateBorrowersRequest) ProtoMessage() {}
 
 func (x *UpdateBorrowersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[10]
+	mi := &file_goray_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1079,7 +1273,7 @@ func (x *UpdateBorrowersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBorrowersRequest.ProtoReflect.Descriptor instead.
 func (*UpdateBorrowersRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{10}
+	return file_goray_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateBorrowersRequest) GetBorrower() *Address {
@@ -1113,7 +1307,7 @@ type UpdateBorrowersReply struct {
 
 func (x *UpdateBorrowersReply) Reset() {
 	*x = UpdateBorrowersReply{}
-	mi := &file_goray_proto_msgTypes[11]
+	mi := &file_goray_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1319,7 @@ func (x *UpdateBorrowersReply) String() string {
 func (*UpdateBorrowersReply) ProtoMessage() {}
 
 func (x *UpdateBorrowersReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[11]
+	mi := &file_goray_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1332,7 @@ func (x *UpdateBorrowersReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBorrowersReply.ProtoReflect.Descriptor instead.
 func (*UpdateBorrowersReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{11}
+	return file_goray_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateBorrowersReply) GetUnknown() [][]byte {
@@ -1158,7 +1352,7 @@ type ExitRequest struct {
 
 func (x *ExitRequest) Reset() {
 	*x = ExitRequest{}
-	mi := &file_goray_proto_msgTypes[12]
+	mi := &file_goray_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1364,7 @@ func (x *ExitRequest) String() string {
 func (*ExitRequest) ProtoMessage() {}
 
 func (x *ExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[12]
+	mi := &file_goray_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1377,7 @@ func (x *ExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitRequest.ProtoReflect.Descriptor instead.
 func (*ExitRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{12}
+	return file_goray_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExitRequest) GetReason() string {
@@ -1208,7 +1402,7 @@ type ExitReply struct {
 
 func (x *ExitReply) Reset() {
 	*x = ExitReply{}
-	mi := &file_goray_proto_msgTypes[13]
+	mi := &file_goray_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1414,7 @@ func (x *ExitReply) String() string {
 func (*ExitReply) ProtoMessage() {}
 
 func (x *ExitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[13]
+	mi := &file_goray_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1427,7 @@ func (x *ExitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitReply.ProtoReflect.Descriptor instead.
 func (*ExitReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{13}
+	return file_goray_proto_rawDescGZIP(), []int{14}
 }
 
 type CancelTaskRequest struct {
@@ -1245,7 +1439,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_goray_proto_msgTypes[14]
+	mi := &file_goray_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1451,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[14]
+	mi := &file_goray_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1464,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{14}
+	return file_goray_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CancelTaskRequest) GetTaskId() []byte {
@@ -1290,7 +1484,7 @@ type CancelTaskReply struct {
 
 func (x *CancelTaskReply) Reset() {
 	*x = CancelTaskReply{}
-	mi := &file_goray_proto_msgTypes[15]
+	mi := &file_goray_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1302,7 +1496,7 @@ func (x *CancelTaskReply) String() string {
 func (*CancelTaskReply) ProtoMessage() {}
 
 func (x *CancelTaskReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[15]
+	mi := &file_goray_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1315,7 +1509,7 @@ func (x *CancelTaskReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskReply.ProtoReflect.Descriptor instead.
 func (*CancelTaskReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{15}
+	return file_goray_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CancelTaskReply) GetRunning() bool {
@@ -1338,7 +1532,7 @@ type CancelObjectRequest struct {
 
 func (x *CancelObjectRequest) Reset() {
 	*x = CancelObjectRequest{}
-	mi := &file_goray_proto_msgTypes[16]
+	mi := &file_goray_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1544,7 @@ func (x *CancelObjectRequest) String() string {
 func (*CancelObjectRequest) ProtoMessage() {}
 
 func (x *CancelObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[16]
+	mi := &file_goray_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1557,7 @@ func (x *CancelObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelObjectRequest.ProtoReflect.Descriptor instead.
 func (*CancelObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{16}
+	return file_goray_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelObjectRequest) GetObjectId() []byte {
@@ -1388,7 +1582,7 @@ type CancelObjectReply struct {
 
 func (x *CancelObjectReply) Reset() {
 	*x = CancelObjectReply{}
-	mi := &file_goray_proto_msgTypes[17]
+	mi := &file_goray_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1400,7 +1594,7 @@ func (x *CancelObjectReply) String() string {
 func (*CancelObjectReply) ProtoMessage() {}
 
 func (x *CancelObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[17]
+	mi := &file_goray_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1413,7 +1607,7 @@ func (x *CancelObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelObjectReply.ProtoReflect.Descriptor instead.
 func (*CancelObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{17}
+	return file_goray_proto_rawDescGZIP(), []int{18}
 }
 
 type ListOwnedRequest struct {
@@ -1424,7 +1618,7 @@ type ListOwnedRequest struct {
 
 func (x *ListOwnedRequest) Reset() {
 	*x = ListOwnedRequest{}
-	mi := &file_goray_proto_msgTypes[18]
+	mi := &file_goray_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1436,7 +1630,7 @@ func (x *ListOwnedRequest) String() string {
 func (*ListOwnedRequest) ProtoMessage() {}
 
 func (x *ListOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[18]
+	mi := &file_goray_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1449,7 +1643,7 @@ func (x *ListOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnedRequest.ProtoReflect.Descriptor instead.
 func (*ListOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{18}
+	return file_goray_proto_rawDescGZIP(), []int{19}
 }
 
 type TaskState struct {
@@ -1469,7 +1663,7 @@ type TaskState struct {
 
 func (x *TaskState) Reset() {
 	*x = TaskState{}
-	mi := &file_goray_proto_msgTypes[19]
+	mi := &file_goray_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1481,7 +1675,7 @@ func (x *TaskState) String() string {
 func (*TaskState) ProtoMessage() {}
 
 func (x *TaskState) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[19]
+	mi := &file_goray_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1494,7 +1688,7 @@ func (x *TaskState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskState.ProtoReflect.Descriptor instead.
 func (*TaskState) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{19}
+	return file_goray_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *TaskState) GetTaskId() []byte {
@@ -1577,7 +1771,7 @@ type ObjectState struct {
 
 func (x *ObjectState) Reset() {
 	*x = ObjectState{}
-	mi := &file_goray_proto_msgTypes[20]
+	mi := &file_goray_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1783,7 @@ func (x *ObjectState) String() string {
 func (*ObjectState) ProtoMessage() {}
 
 func (x *ObjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[20]
+	mi := &file_goray_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1796,7 @@ func (x *ObjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectState.ProtoReflect.Descriptor instead.
 func (*ObjectState) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{20}
+	return file_goray_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ObjectState) GetObjectId() []byte {
@@ -1679,7 +1873,7 @@ type ListOwnedReply struct {
 
 func (x *ListOwnedReply) Reset() {
 	*x = ListOwnedReply{}
-	mi := &file_goray_proto_msgTypes[21]
+	mi := &file_goray_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1885,7 @@ func (x *ListOwnedReply) String() string {
 func (*ListOwnedReply) ProtoMessage() {}
 
 func (x *ListOwnedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[21]
+	mi := &file_goray_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1898,7 @@ func (x *ListOwnedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnedReply.ProtoReflect.Descriptor instead.
 func (*ListOwnedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{21}
+	return file_goray_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListOwnedReply) GetOwner() *Address {
@@ -1728,6 +1922,332 @@ func (x *ListOwnedReply) GetObjects() []*ObjectState {
 	return nil
 }
 
+type PrepareBundlesRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	Bundles          []*Bundle              `protobuf:"bytes,2,rep,name=bundles,proto3" json:"bundles,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *PrepareBundlesRequest) Reset() {
+	*x = PrepareBundlesRequest{}
+	mi := &file_goray_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareBundlesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareBundlesRequest) ProtoMessage() {}
+
+func (x *PrepareBundlesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareBundlesRequest.ProtoReflect.Descriptor instead.
+func (*PrepareBundlesRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PrepareBundlesRequest) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
+}
+
+func (x *PrepareBundlesRequest) GetBundles() []*Bundle {
+	if x != nil {
+		return x.Bundles
+	}
+	return nil
+}
+
+type PrepareBundlesReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// False when the bundles do not fit the node's available resources now;
+	// nothing is held then.
+	Success bool   `protobuf:"varint,1,opt,name=success,proto3" json:"success,omitempty"`
+	Reason  string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The node's available resources after the call.
+	Available     *Resources `protobuf:"bytes,3,opt,name=available,proto3" json:"available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrepareBundlesReply) Reset() {
+	*x = PrepareBundlesReply{}
+	mi := &file_goray_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrepareBundlesReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrepareBundlesReply) ProtoMessage() {}
+
+func (x *PrepareBundlesReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrepareBundlesReply.ProtoReflect.Descriptor instead.
+func (*PrepareBundlesReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PrepareBundlesReply) GetSuccess() bool {
+	if x != nil {
+		return x.Success
+	}
+	return false
+}
+
+func (x *PrepareBundlesReply) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *PrepareBundlesReply) GetAvailable() *Resources {
+	if x != nil {
+		return x.Available
+	}
+	return nil
+}
+
+type CommitBundlesRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	Indexes          []int32                `protobuf:"varint,2,rep,packed,name=indexes,proto3" json:"indexes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *CommitBundlesRequest) Reset() {
+	*x = CommitBundlesRequest{}
+	mi := &file_goray_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitBundlesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitBundlesRequest) ProtoMessage() {}
+
+func (x *CommitBundlesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitBundlesRequest.ProtoReflect.Descriptor instead.
+func (*CommitBundlesRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CommitBundlesRequest) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
+}
+
+func (x *CommitBundlesRequest) GetIndexes() []int32 {
+	if x != nil {
+		return x.Indexes
+	}
+	return nil
+}
+
+type CommitBundlesReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Available     *Resources             `protobuf:"bytes,1,opt,name=available,proto3" json:"available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitBundlesReply) Reset() {
+	*x = CommitBundlesReply{}
+	mi := &file_goray_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitBundlesReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitBundlesReply) ProtoMessage() {}
+
+func (x *CommitBundlesReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitBundlesReply.ProtoReflect.Descriptor instead.
+func (*CommitBundlesReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *CommitBundlesReply) GetAvailable() *Resources {
+	if x != nil {
+		return x.Available
+	}
+	return nil
+}
+
+type CancelReserveRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	// Empty: every bundle of the group on this node.
+	Indexes []int32 `protobuf:"varint,2,rep,packed,name=indexes,proto3" json:"indexes,omitempty"`
+	// Said to the callers of tasks and actors that end with the bundles.
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelReserveRequest) Reset() {
+	*x = CancelReserveRequest{}
+	mi := &file_goray_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelReserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelReserveRequest) ProtoMessage() {}
+
+func (x *CancelReserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelReserveRequest.ProtoReflect.Descriptor instead.
+func (*CancelReserveRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *CancelReserveRequest) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
+}
+
+func (x *CancelReserveRequest) GetIndexes() []int32 {
+	if x != nil {
+		return x.Indexes
+	}
+	return nil
+}
+
+func (x *CancelReserveRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CancelReserveReply struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Available *Resources             `protobuf:"bytes,1,opt,name=available,proto3" json:"available,omitempty"`
+	// Workers ended because they held leases of the bundles.
+	WorkersKilled int32 `protobuf:"varint,2,opt,name=workers_killed,json=workersKilled,proto3" json:"workers_killed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CancelReserveReply) Reset() {
+	*x = CancelReserveReply{}
+	mi := &file_goray_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CancelReserveReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CancelReserveReply) ProtoMessage() {}
+
+func (x *CancelReserveReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CancelReserveReply.ProtoReflect.Descriptor instead.
+func (*CancelReserveReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CancelReserveReply) GetAvailable() *Resources {
+	if x != nil {
+		return x.Available
+	}
+	return nil
+}
+
+func (x *CancelReserveReply) GetWorkersKilled() int32 {
+	if x != nil {
+		return x.WorkersKilled
+	}
+	return 0
+}
+
 type WorkerMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// First message: registration.
@@ -1743,7 +2263,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_goray_proto_msgTypes[22]
+	mi := &file_goray_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1755,7 +2275,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[22]
+	mi := &file_goray_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1768,7 +2288,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{22}
+	return file_goray_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WorkerMessage) GetWorkerId() []byte {
@@ -1811,7 +2331,7 @@ type DriverMessage struct {
 
 func (x *DriverMessage) Reset() {
 	*x = DriverMessage{}
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2343,7 @@ func (x *DriverMessage) String() string {
 func (*DriverMessage) ProtoMessage() {}
 
 func (x *DriverMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2356,7 @@ func (x *DriverMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverMessage.ProtoReflect.Descriptor instead.
 func (*DriverMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{23}
+	return file_goray_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DriverMessage) GetJob() *JobInfo {
@@ -1880,7 +2400,7 @@ type RayletCommand struct {
 
 func (x *RayletCommand) Reset() {
 	*x = RayletCommand{}
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +2412,7 @@ func (x *RayletCommand) String() string {
 func (*RayletCommand) ProtoMessage() {}
 
 func (x *RayletCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +2425,7 @@ func (x *RayletCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RayletCommand.ProtoReflect.Descriptor instead.
 func (*RayletCommand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{24}
+	return file_goray_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RayletCommand) GetKind() RayletCommand_Kind {
@@ -1978,7 +2498,7 @@ type StoreInfo struct {
 
 func (x *StoreInfo) Reset() {
 	*x = StoreInfo{}
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1990,7 +2510,7 @@ func (x *StoreInfo) String() string {
 func (*StoreInfo) ProtoMessage() {}
 
 func (x *StoreInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2003,7 +2523,7 @@ func (x *StoreInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreInfo.ProtoReflect.Descriptor instead.
 func (*StoreInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{25}
+	return file_goray_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StoreInfo) GetFdSocket() string {
@@ -2051,7 +2571,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2063,7 +2583,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2076,7 +2596,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{26}
+	return file_goray_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LeaseRequest) GetJobId() []byte {
@@ -2147,7 +2667,7 @@ type SchedulingStrategy struct {
 
 func (x *SchedulingStrategy) Reset() {
 	*x = SchedulingStrategy{}
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2159,7 +2679,7 @@ func (x *SchedulingStrategy) String() string {
 func (*SchedulingStrategy) ProtoMessage() {}
 
 func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2172,7 +2692,7 @@ func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulingStrategy.ProtoReflect.Descriptor instead.
 func (*SchedulingStrategy) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27}
+	return file_goray_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SchedulingStrategy) GetKind() SchedulingStrategy_Kind {
@@ -2205,7 +2725,7 @@ type CancelLeaseRequest struct {
 
 func (x *CancelLeaseRequest) Reset() {
 	*x = CancelLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2737,7 @@ func (x *CancelLeaseRequest) String() string {
 func (*CancelLeaseRequest) ProtoMessage() {}
 
 func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2750,7 @@ func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CancelLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{28}
+	return file_goray_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CancelLeaseRequest) GetRequestId() []byte {
@@ -2250,7 +2770,7 @@ type CancelLeaseReply struct {
 
 func (x *CancelLeaseReply) Reset() {
 	*x = CancelLeaseReply{}
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2782,7 @@ func (x *CancelLeaseReply) String() string {
 func (*CancelLeaseReply) ProtoMessage() {}
 
 func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2795,7 @@ func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseReply.ProtoReflect.Descriptor instead.
 func (*CancelLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{29}
+	return file_goray_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CancelLeaseReply) GetReturned() bool {
@@ -2295,7 +2815,7 @@ type TaskBlockedRequest struct {
 
 func (x *TaskBlockedRequest) Reset() {
 	*x = TaskBlockedRequest{}
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2827,7 @@ func (x *TaskBlockedRequest) String() string {
 func (*TaskBlockedRequest) ProtoMessage() {}
 
 func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2840,7 @@ func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedRequest.ProtoReflect.Descriptor instead.
 func (*TaskBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{30}
+	return file_goray_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *TaskBlockedRequest) GetWorkerId() []byte {
@@ -2345,7 +2865,7 @@ type TaskBlockedReply struct {
 
 func (x *TaskBlockedReply) Reset() {
 	*x = TaskBlockedReply{}
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2877,7 @@ func (x *TaskBlockedReply) String() string {
 func (*TaskBlockedReply) ProtoMessage() {}
 
 func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2890,7 @@ func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedReply.ProtoReflect.Descriptor instead.
 func (*TaskBlockedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31}
+	return file_goray_proto_rawDescGZIP(), []int{38}
 }
 
 type TransportInvokeRequest struct {
@@ -2385,7 +2905,7 @@ type TransportInvokeRequest struct {
 
 func (x *TransportInvokeRequest) Reset() {
 	*x = TransportInvokeRequest{}
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2917,7 @@ func (x *TransportInvokeRequest) String() string {
 func (*TransportInvokeRequest) ProtoMessage() {}
 
 func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2930,7 @@ func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeRequest.ProtoReflect.Descriptor instead.
 func (*TransportInvokeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{32}
+	return file_goray_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *TransportInvokeRequest) GetName() string {
@@ -2443,7 +2963,7 @@ type TransportInvokeReply struct {
 
 func (x *TransportInvokeReply) Reset() {
 	*x = TransportInvokeReply{}
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2455,7 +2975,7 @@ func (x *TransportInvokeReply) String() string {
 func (*TransportInvokeReply) ProtoMessage() {}
 
 func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2468,7 +2988,7 @@ func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeReply.ProtoReflect.Descriptor instead.
 func (*TransportInvokeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{33}
+	return file_goray_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TransportInvokeReply) GetPayload() []byte {
@@ -2500,7 +3020,7 @@ type LeaseReply struct {
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2512,7 +3032,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2525,7 +3045,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34}
+	return file_goray_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -2588,7 +3108,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2600,7 +3120,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2613,7 +3133,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{35}
+	return file_goray_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -2638,7 +3158,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2650,7 +3170,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2663,7 +3183,7 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36}
+	return file_goray_proto_rawDescGZIP(), []int{43}
 }
 
 type CreateObjectRequest struct {
@@ -2682,7 +3202,7 @@ type CreateObjectRequest struct {
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +3214,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +3227,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37}
+	return file_goray_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -2754,7 +3274,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2766,7 +3286,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2779,7 +3299,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{38}
+	return file_goray_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -2800,7 +3320,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2812,7 +3332,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2825,7 +3345,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -2850,7 +3370,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +3382,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +3395,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{40}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 type GetObjectsRequest struct {
@@ -2889,7 +3409,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3421,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3434,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{41}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -2944,7 +3464,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3476,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3489,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{42}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -3016,7 +3536,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3548,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3561,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{43}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -3061,7 +3581,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3593,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3606,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -3111,7 +3631,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3123,7 +3643,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3136,7 +3656,7 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 type PullObjectRequest struct {
@@ -3152,7 +3672,7 @@ type PullObjectRequest struct {
 
 func (x *PullObjectRequest) Reset() {
 	*x = PullObjectRequest{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3164,7 +3684,7 @@ func (x *PullObjectRequest) String() string {
 func (*PullObjectRequest) ProtoMessage() {}
 
 func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3177,7 +3697,7 @@ func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectRequest.ProtoReflect.Descriptor instead.
 func (*PullObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PullObjectRequest) GetObjectId() []byte {
@@ -3209,7 +3729,7 @@ type PullObjectReply struct {
 
 func (x *PullObjectReply) Reset() {
 	*x = PullObjectReply{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +3741,7 @@ func (x *PullObjectReply) String() string {
 func (*PullObjectReply) ProtoMessage() {}
 
 func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +3754,7 @@ func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectReply.ProtoReflect.Descriptor instead.
 func (*PullObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 type FetchBinaryRequest struct {
@@ -3246,7 +3766,7 @@ type FetchBinaryRequest struct {
 
 func (x *FetchBinaryRequest) Reset() {
 	*x = FetchBinaryRequest{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3258,7 +3778,7 @@ func (x *FetchBinaryRequest) String() string {
 func (*FetchBinaryRequest) ProtoMessage() {}
 
 func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3271,7 +3791,7 @@ func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBinaryRequest.ProtoReflect.Descriptor instead.
 func (*FetchBinaryRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *FetchBinaryRequest) GetSha256() string {
@@ -3291,7 +3811,7 @@ type BinaryChunk struct {
 
 func (x *BinaryChunk) Reset() {
 	*x = BinaryChunk{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3823,7 @@ func (x *BinaryChunk) String() string {
 func (*BinaryChunk) ProtoMessage() {}
 
 func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3836,7 @@ func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
 func (*BinaryChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BinaryChunk) GetData() []byte {
@@ -3343,7 +3863,7 @@ type WorkersDiedRequest struct {
 
 func (x *WorkersDiedRequest) Reset() {
 	*x = WorkersDiedRequest{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3355,7 +3875,7 @@ func (x *WorkersDiedRequest) String() string {
 func (*WorkersDiedRequest) ProtoMessage() {}
 
 func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3368,7 +3888,7 @@ func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
 func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
@@ -3393,7 +3913,7 @@ type WorkersDiedReply struct {
 
 func (x *WorkersDiedReply) Reset() {
 	*x = WorkersDiedReply{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3405,7 +3925,7 @@ func (x *WorkersDiedReply) String() string {
 func (*WorkersDiedReply) ProtoMessage() {}
 
 func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3418,7 +3938,7 @@ func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
 func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 type FreeObjectsRequest struct {
@@ -3432,7 +3952,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3444,7 +3964,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3457,7 +3977,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -3482,7 +4002,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3494,7 +4014,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3507,7 +4027,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 type GetNodeStatsRequest struct {
@@ -3518,7 +4038,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3530,7 +4050,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3543,7 +4063,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 type WorkerStats struct {
@@ -3560,7 +4080,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3572,7 +4092,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3585,7 +4105,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -3641,7 +4161,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3653,7 +4173,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3666,7 +4186,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -3714,7 +4234,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3726,7 +4246,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3739,7 +4259,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -3846,7 +4366,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3858,7 +4378,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3871,7 +4391,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -3953,7 +4473,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4485,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4498,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -3996,7 +4516,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4008,7 +4528,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4021,7 +4541,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 type NodeInfo struct {
@@ -4050,7 +4570,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4582,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4595,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -4205,7 +4725,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4217,7 +4737,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4230,7 +4750,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -4320,15 +4840,18 @@ type ActorInfo struct {
 	MaxConcurrency int32                  `protobuf:"varint,13,opt,name=max_concurrency,json=maxConcurrency,proto3" json:"max_concurrency,omitempty"`
 	// How often the actor may be restarted after its worker dies (-1: no
 	// limit), and how often it was.
-	MaxRestarts   int32 `protobuf:"varint,14,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
-	NumRestarts   int32 `protobuf:"varint,15,opt,name=num_restarts,json=numRestarts,proto3" json:"num_restarts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	MaxRestarts int32 `protobuf:"varint,14,opt,name=max_restarts,json=maxRestarts,proto3" json:"max_restarts,omitempty"`
+	NumRestarts int32 `protobuf:"varint,15,opt,name=num_restarts,json=numRestarts,proto3" json:"num_restarts,omitempty"`
+	// Set when the actor runs in a placement group: it ends when the group
+	// is removed.
+	PlacementGroupId []byte `protobuf:"bytes,16,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4340,7 +4863,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4353,7 +4876,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -4461,6 +4984,13 @@ func (x *ActorInfo) GetNumRestarts() int32 {
 	return 0
 }
 
+func (x *ActorInfo) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
+}
+
 type RegisterNodeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -4470,7 +5000,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4482,7 +5012,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4495,7 +5025,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -4515,7 +5045,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4527,7 +5057,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4540,7 +5070,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -4560,7 +5090,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4572,7 +5102,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4585,7 +5115,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -4610,7 +5140,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4622,7 +5152,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4635,7 +5165,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 type HeartbeatRequest struct {
@@ -4652,7 +5182,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4664,7 +5194,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4677,7 +5207,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -4748,7 +5278,7 @@ type SpillStats struct {
 
 func (x *SpillStats) Reset() {
 	*x = SpillStats{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4760,7 +5290,7 @@ func (x *SpillStats) String() string {
 func (*SpillStats) ProtoMessage() {}
 
 func (x *SpillStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4773,7 +5303,7 @@ func (x *SpillStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
 func (*SpillStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SpillStats) GetLocation() string {
@@ -4869,7 +5399,7 @@ type SpilledObject struct {
 
 func (x *SpilledObject) Reset() {
 	*x = SpilledObject{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4881,7 +5411,7 @@ func (x *SpilledObject) String() string {
 func (*SpilledObject) ProtoMessage() {}
 
 func (x *SpilledObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4894,7 +5424,7 @@ func (x *SpilledObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
 func (*SpilledObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *SpilledObject) GetObjectId() []byte {
@@ -4943,7 +5473,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4955,7 +5485,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4968,7 +5498,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -4986,7 +5516,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4998,7 +5528,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5011,7 +5541,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 type NodeView struct {
@@ -5029,7 +5559,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5041,7 +5571,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5054,7 +5584,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -5115,7 +5645,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5127,7 +5657,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5140,7 +5670,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -5159,7 +5689,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5171,7 +5701,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5184,7 +5714,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -5202,7 +5732,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5214,7 +5744,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5227,7 +5757,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 type MarkJobFinishedRequest struct {
@@ -5239,7 +5769,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5251,7 +5781,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5264,7 +5794,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -5282,7 +5812,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5294,7 +5824,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5307,7 +5837,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 type GetAllJobsRequest struct {
@@ -5322,7 +5852,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5334,7 +5864,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5347,7 +5877,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *GetAllJobsRequest) GetIncludeEnv() bool {
@@ -5366,7 +5896,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5378,7 +5908,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5391,7 +5921,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -5410,7 +5940,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5422,7 +5952,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5435,7 +5965,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -5453,7 +5983,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5465,7 +5995,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5478,7 +6008,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 type UpdateActorRequest struct {
@@ -5490,7 +6020,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5502,7 +6032,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5515,7 +6045,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -5533,7 +6063,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5545,7 +6075,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5558,7 +6088,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 type GetActorRequest struct {
@@ -5579,7 +6109,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5591,7 +6121,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5604,7 +6134,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -5644,7 +6174,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5656,7 +6186,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5669,7 +6199,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -5687,7 +6217,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5699,7 +6229,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5712,7 +6242,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 type ListActorsReply struct {
@@ -5724,7 +6254,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5736,7 +6266,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5749,7 +6279,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -5774,7 +6304,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5786,7 +6316,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5799,7 +6329,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -5838,7 +6368,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5850,7 +6380,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5863,7 +6393,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{97}
 }
 
 type KVPutRequest struct {
@@ -5878,7 +6408,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5890,7 +6420,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5903,7 +6433,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -5943,7 +6473,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5955,7 +6485,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5968,7 +6498,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -5988,7 +6518,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6000,7 +6530,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6013,7 +6543,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -6040,7 +6570,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6052,7 +6582,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6065,7 +6595,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -6093,7 +6623,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6105,7 +6635,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6118,7 +6648,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{95}
+	return file_goray_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -6151,7 +6681,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6163,7 +6693,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6176,7 +6706,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{96}
+	return file_goray_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -6196,7 +6726,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6208,7 +6738,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6221,7 +6751,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{97}
+	return file_goray_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -6247,7 +6777,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6259,7 +6789,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6272,12 +6802,578 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{98}
+	return file_goray_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
 	if x != nil {
 		return x.Keys
+	}
+	return nil
+}
+
+// Bundle is one resource shape of a placement group.
+type Bundle struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Index     int32                  `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	Resources *Resources             `protobuf:"bytes,2,opt,name=resources,proto3" json:"resources,omitempty"`
+	// The node holding it, once placed.
+	NodeId        []byte `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Bundle) Reset() {
+	*x = Bundle{}
+	mi := &file_goray_proto_msgTypes[106]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Bundle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Bundle) ProtoMessage() {}
+
+func (x *Bundle) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[106]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Bundle.ProtoReflect.Descriptor instead.
+func (*Bundle) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{106}
+}
+
+func (x *Bundle) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *Bundle) GetResources() *Resources {
+	if x != nil {
+		return x.Resources
+	}
+	return nil
+}
+
+func (x *Bundle) GetNodeId() []byte {
+	if x != nil {
+		return x.NodeId
+	}
+	return nil
+}
+
+type PlacementGroupInfo struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	// Empty for an anonymous group; a named group is found by name from any
+	// job while it is not REMOVED.
+	Name  string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	JobId []byte `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	// A detached group outlives its job; others are removed when it ends.
+	Detached bool                `protobuf:"varint,4,opt,name=detached,proto3" json:"detached,omitempty"`
+	Strategy PlacementStrategy   `protobuf:"varint,5,opt,name=strategy,proto3,enum=goray.v1.PlacementStrategy" json:"strategy,omitempty"`
+	Bundles  []*Bundle           `protobuf:"bytes,6,rep,name=bundles,proto3" json:"bundles,omitempty"`
+	State    PlacementGroupState `protobuf:"varint,7,opt,name=state,proto3,enum=goray.v1.PlacementGroupState" json:"state,omitempty"`
+	// Why a PENDING or RESCHEDULING group is not created yet.
+	PendingReason string `protobuf:"bytes,8,opt,name=pending_reason,json=pendingReason,proto3" json:"pending_reason,omitempty"`
+	// Set when no node of the cluster could ever hold the group (a bundle,
+	// or a STRICT_PACK group's sum, bigger than any node): it waits for a
+	// bigger node.
+	Infeasible   bool  `protobuf:"varint,9,opt,name=infeasible,proto3" json:"infeasible,omitempty"`
+	CreateTimeMs int64 `protobuf:"varint,10,opt,name=create_time_ms,json=createTimeMs,proto3" json:"create_time_ms,omitempty"`
+	// When the group last became CREATED.
+	ReadyTimeMs   int64  `protobuf:"varint,11,opt,name=ready_time_ms,json=readyTimeMs,proto3" json:"ready_time_ms,omitempty"`
+	RemoveTimeMs  int64  `protobuf:"varint,12,opt,name=remove_time_ms,json=removeTimeMs,proto3" json:"remove_time_ms,omitempty"`
+	RemovalReason string `protobuf:"bytes,13,opt,name=removal_reason,json=removalReason,proto3" json:"removal_reason,omitempty"`
+	// How often bundles were placed again after node deaths.
+	Reschedules   int32 `protobuf:"varint,14,opt,name=reschedules,proto3" json:"reschedules,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlacementGroupInfo) Reset() {
+	*x = PlacementGroupInfo{}
+	mi := &file_goray_proto_msgTypes[107]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlacementGroupInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlacementGroupInfo) ProtoMessage() {}
+
+func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[107]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlacementGroupInfo.ProtoReflect.Descriptor instead.
+func (*PlacementGroupInfo) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{107}
+}
+
+func (x *PlacementGroupInfo) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
+}
+
+func (x *PlacementGroupInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *PlacementGroupInfo) GetJobId() []byte {
+	if x != nil {
+		return x.JobId
+	}
+	return nil
+}
+
+func (x *PlacementGroupInfo) GetDetached() bool {
+	if x != nil {
+		return x.Detached
+	}
+	return false
+}
+
+func (x *PlacementGroupInfo) GetStrategy() PlacementStrategy {
+	if x != nil {
+		return x.Strategy
+	}
+	return PlacementStrategy_PLACEMENT_STRATEGY_PACK
+}
+
+func (x *PlacementGroupInfo) GetBundles() []*Bundle {
+	if x != nil {
+		return x.Bundles
+	}
+	return nil
+}
+
+func (x *PlacementGroupInfo) GetState() PlacementGroupState {
+	if x != nil {
+		return x.State
+	}
+	return PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING
+}
+
+func (x *PlacementGroupInfo) GetPendingReason() string {
+	if x != nil {
+		return x.PendingReason
+	}
+	return ""
+}
+
+func (x *PlacementGroupInfo) GetInfeasible() bool {
+	if x != nil {
+		return x.Infeasible
+	}
+	return false
+}
+
+func (x *PlacementGroupInfo) GetCreateTimeMs() int64 {
+	if x != nil {
+		return x.CreateTimeMs
+	}
+	return 0
+}
+
+func (x *PlacementGroupInfo) GetReadyTimeMs() int64 {
+	if x != nil {
+		return x.ReadyTimeMs
+	}
+	return 0
+}
+
+func (x *PlacementGroupInfo) GetRemoveTimeMs() int64 {
+	if x != nil {
+		return x.RemoveTimeMs
+	}
+	return 0
+}
+
+func (x *PlacementGroupInfo) GetRemovalReason() string {
+	if x != nil {
+		return x.RemovalReason
+	}
+	return ""
+}
+
+func (x *PlacementGroupInfo) GetReschedules() int32 {
+	if x != nil {
+		return x.Reschedules
+	}
+	return 0
+}
+
+type CreatePlacementGroupRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id, name, job_id, detached, strategy and bundles (resources); the rest
+	// is the GCS's.
+	Group         *PlacementGroupInfo `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePlacementGroupRequest) Reset() {
+	*x = CreatePlacementGroupRequest{}
+	mi := &file_goray_proto_msgTypes[108]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePlacementGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePlacementGroupRequest) ProtoMessage() {}
+
+func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[108]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePlacementGroupRequest.ProtoReflect.Descriptor instead.
+func (*CreatePlacementGroupRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{108}
+}
+
+func (x *CreatePlacementGroupRequest) GetGroup() *PlacementGroupInfo {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
+type CreatePlacementGroupReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreatePlacementGroupReply) Reset() {
+	*x = CreatePlacementGroupReply{}
+	mi := &file_goray_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreatePlacementGroupReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreatePlacementGroupReply) ProtoMessage() {}
+
+func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreatePlacementGroupReply.ProtoReflect.Descriptor instead.
+func (*CreatePlacementGroupReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{109}
+}
+
+type RemovePlacementGroupRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RemovePlacementGroupRequest) Reset() {
+	*x = RemovePlacementGroupRequest{}
+	mi := &file_goray_proto_msgTypes[110]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovePlacementGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovePlacementGroupRequest) ProtoMessage() {}
+
+func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[110]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovePlacementGroupRequest.ProtoReflect.Descriptor instead.
+func (*RemovePlacementGroupRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{110}
+}
+
+func (x *RemovePlacementGroupRequest) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
+}
+
+type RemovePlacementGroupReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemovePlacementGroupReply) Reset() {
+	*x = RemovePlacementGroupReply{}
+	mi := &file_goray_proto_msgTypes[111]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemovePlacementGroupReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemovePlacementGroupReply) ProtoMessage() {}
+
+func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[111]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemovePlacementGroupReply.ProtoReflect.Descriptor instead.
+func (*RemovePlacementGroupReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{111}
+}
+
+type GetPlacementGroupRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	// Looked up when placement_group_id is empty.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	WaitReady     bool   `protobuf:"varint,3,opt,name=wait_ready,json=waitReady,proto3" json:"wait_ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPlacementGroupRequest) Reset() {
+	*x = GetPlacementGroupRequest{}
+	mi := &file_goray_proto_msgTypes[112]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPlacementGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPlacementGroupRequest) ProtoMessage() {}
+
+func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[112]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPlacementGroupRequest.ProtoReflect.Descriptor instead.
+func (*GetPlacementGroupRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{112}
+}
+
+func (x *GetPlacementGroupRequest) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
+}
+
+func (x *GetPlacementGroupRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetPlacementGroupRequest) GetWaitReady() bool {
+	if x != nil {
+		return x.WaitReady
+	}
+	return false
+}
+
+type GetPlacementGroupReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         *PlacementGroupInfo    `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPlacementGroupReply) Reset() {
+	*x = GetPlacementGroupReply{}
+	mi := &file_goray_proto_msgTypes[113]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPlacementGroupReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPlacementGroupReply) ProtoMessage() {}
+
+func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[113]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPlacementGroupReply.ProtoReflect.Descriptor instead.
+func (*GetPlacementGroupReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{113}
+}
+
+func (x *GetPlacementGroupReply) GetGroup() *PlacementGroupInfo {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
+type ListPlacementGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPlacementGroupsRequest) Reset() {
+	*x = ListPlacementGroupsRequest{}
+	mi := &file_goray_proto_msgTypes[114]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPlacementGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPlacementGroupsRequest) ProtoMessage() {}
+
+func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[114]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPlacementGroupsRequest.ProtoReflect.Descriptor instead.
+func (*ListPlacementGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{114}
+}
+
+type ListPlacementGroupsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        []*PlacementGroupInfo  `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPlacementGroupsReply) Reset() {
+	*x = ListPlacementGroupsReply{}
+	mi := &file_goray_proto_msgTypes[115]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPlacementGroupsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPlacementGroupsReply) ProtoMessage() {}
+
+func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[115]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPlacementGroupsReply.ProtoReflect.Descriptor instead.
+func (*ListPlacementGroupsReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{115}
+}
+
+func (x *ListPlacementGroupsReply) GetGroups() []*PlacementGroupInfo {
+	if x != nil {
+		return x.Groups
 	}
 	return nil
 }
@@ -6306,7 +7402,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x03ref\x18\x03 \x01(\v2\x13.goray.v1.ObjectRefR\x03ref\x12\x15\n" +
 	"\x06by_ref\x18\x04 \x01(\bR\x05byRef\x12\x17\n" +
 	"\anode_id\x18\x05 \x01(\fR\x06nodeId\x12+\n" +
-	"\x06nested\x18\x06 \x03(\v2\x13.goray.v1.ObjectRefR\x06nested\"\xab\x04\n" +
+	"\x06nested\x18\x06 \x03(\v2\x13.goray.v1.ObjectRefR\x06nested\"\xe5\x04\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\fR\x06taskId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12&\n" +
@@ -6328,7 +7424,12 @@ const file_goray_proto_rawDesc = "" +
 	"\x10tensor_transport\x18\x10 \x01(\tR\x0ftensorTransport\x12\x1e\n" +
 	"\n" +
 	"transports\x18\x11 \x03(\tR\n" +
-	"transports\"\xd0\x01\n" +
+	"transports\x128\n" +
+	"\tplacement\x18\x12 \x01(\v2\x1a.goray.v1.PlacementOptionsR\tplacement\"\x93\x01\n" +
+	"\x10PlacementOptions\x12,\n" +
+	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12!\n" +
+	"\fbundle_index\x18\x02 \x01(\x05R\vbundleIndex\x12.\n" +
+	"\x13capture_child_tasks\x18\x03 \x01(\bR\x11captureChildTasks\"\xd0\x01\n" +
 	"\fReturnObject\x12\x1b\n" +
 	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x1a\n" +
 	"\bmetadata\x18\x02 \x01(\fR\bmetadata\x12\x12\n" +
@@ -6397,7 +7498,26 @@ const file_goray_proto_rawDesc = "" +
 	"\x0eListOwnedReply\x12'\n" +
 	"\x05owner\x18\x01 \x01(\v2\x11.goray.v1.AddressR\x05owner\x12)\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x13.goray.v1.TaskStateR\x05tasks\x12/\n" +
-	"\aobjects\x18\x03 \x03(\v2\x15.goray.v1.ObjectStateR\aobjects\"\x8e\x01\n" +
+	"\aobjects\x18\x03 \x03(\v2\x15.goray.v1.ObjectStateR\aobjects\"q\n" +
+	"\x15PrepareBundlesRequest\x12,\n" +
+	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12*\n" +
+	"\abundles\x18\x02 \x03(\v2\x10.goray.v1.BundleR\abundles\"z\n" +
+	"\x13PrepareBundlesReply\x12\x18\n" +
+	"\asuccess\x18\x01 \x01(\bR\asuccess\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x121\n" +
+	"\tavailable\x18\x03 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\"^\n" +
+	"\x14CommitBundlesRequest\x12,\n" +
+	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12\x18\n" +
+	"\aindexes\x18\x02 \x03(\x05R\aindexes\"G\n" +
+	"\x12CommitBundlesReply\x121\n" +
+	"\tavailable\x18\x01 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\"v\n" +
+	"\x14CancelReserveRequest\x12,\n" +
+	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12\x18\n" +
+	"\aindexes\x18\x02 \x03(\x05R\aindexes\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"n\n" +
+	"\x12CancelReserveReply\x121\n" +
+	"\tavailable\x18\x01 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12%\n" +
+	"\x0eworkers_killed\x18\x02 \x01(\x05R\rworkersKilled\"\x8e\x01\n" +
 	"\rWorkerMessage\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\fR\bworkerId\x12+\n" +
 	"\aaddress\x18\x02 \x01(\v2\x11.goray.v1.AddressR\aaddress\x12\x10\n" +
@@ -6611,7 +7731,7 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"driver_pid\x18\t \x01(\x05R\tdriverPid\x12$\n" +
 	"\x0edriver_node_id\x18\n" +
-	" \x01(\fR\fdriverNodeId\"\x8d\x04\n" +
+	" \x01(\fR\fdriverNodeId\"\xbb\x04\n" +
 	"\tActorInfo\x12\x19\n" +
 	"\bactor_id\x18\x01 \x01(\fR\aactorId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12\x12\n" +
@@ -6629,7 +7749,8 @@ const file_goray_proto_rawDesc = "" +
 	"\tresources\x18\f \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12'\n" +
 	"\x0fmax_concurrency\x18\r \x01(\x05R\x0emaxConcurrency\x12!\n" +
 	"\fmax_restarts\x18\x0e \x01(\x05R\vmaxRestarts\x12!\n" +
-	"\fnum_restarts\x18\x0f \x01(\x05R\vnumRestarts\"=\n" +
+	"\fnum_restarts\x18\x0f \x01(\x05R\vnumRestarts\x12,\n" +
+	"\x12placement_group_id\x18\x10 \x01(\fR\x10placementGroupId\"=\n" +
 	"\x13RegisterNodeRequest\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\"C\n" +
 	"\x11RegisterNodeReply\x12.\n" +
@@ -6740,7 +7861,45 @@ const file_goray_proto_rawDesc = "" +
 	"\x02ns\x18\x01 \x01(\tR\x02ns\x12\x16\n" +
 	"\x06prefix\x18\x02 \x01(\tR\x06prefix\"!\n" +
 	"\vKVKeysReply\x12\x12\n" +
-	"\x04keys\x18\x01 \x03(\tR\x04keys*Z\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"j\n" +
+	"\x06Bundle\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x05R\x05index\x121\n" +
+	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\fR\x06nodeId\"\xa3\x04\n" +
+	"\x12PlacementGroupInfo\x12,\n" +
+	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x15\n" +
+	"\x06job_id\x18\x03 \x01(\fR\x05jobId\x12\x1a\n" +
+	"\bdetached\x18\x04 \x01(\bR\bdetached\x127\n" +
+	"\bstrategy\x18\x05 \x01(\x0e2\x1b.goray.v1.PlacementStrategyR\bstrategy\x12*\n" +
+	"\abundles\x18\x06 \x03(\v2\x10.goray.v1.BundleR\abundles\x123\n" +
+	"\x05state\x18\a \x01(\x0e2\x1d.goray.v1.PlacementGroupStateR\x05state\x12%\n" +
+	"\x0epending_reason\x18\b \x01(\tR\rpendingReason\x12\x1e\n" +
+	"\n" +
+	"infeasible\x18\t \x01(\bR\n" +
+	"infeasible\x12$\n" +
+	"\x0ecreate_time_ms\x18\n" +
+	" \x01(\x03R\fcreateTimeMs\x12\"\n" +
+	"\rready_time_ms\x18\v \x01(\x03R\vreadyTimeMs\x12$\n" +
+	"\x0eremove_time_ms\x18\f \x01(\x03R\fremoveTimeMs\x12%\n" +
+	"\x0eremoval_reason\x18\r \x01(\tR\rremovalReason\x12 \n" +
+	"\vreschedules\x18\x0e \x01(\x05R\vreschedules\"Q\n" +
+	"\x1bCreatePlacementGroupRequest\x122\n" +
+	"\x05group\x18\x01 \x01(\v2\x1c.goray.v1.PlacementGroupInfoR\x05group\"\x1b\n" +
+	"\x19CreatePlacementGroupReply\"K\n" +
+	"\x1bRemovePlacementGroupRequest\x12,\n" +
+	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\"\x1b\n" +
+	"\x19RemovePlacementGroupReply\"{\n" +
+	"\x18GetPlacementGroupRequest\x12,\n" +
+	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"wait_ready\x18\x03 \x01(\bR\twaitReady\"L\n" +
+	"\x16GetPlacementGroupReply\x122\n" +
+	"\x05group\x18\x01 \x01(\v2\x1c.goray.v1.PlacementGroupInfoR\x05group\"\x1c\n" +
+	"\x1aListPlacementGroupsRequest\"P\n" +
+	"\x18ListPlacementGroupsReply\x124\n" +
+	"\x06groups\x18\x01 \x03(\v2\x1c.goray.v1.PlacementGroupInfoR\x06groups*Z\n" +
 	"\bTaskKind\x12\x14\n" +
 	"\x10TASK_KIND_NORMAL\x10\x00\x12\x1c\n" +
 	"\x18TASK_KIND_ACTOR_CREATION\x10\x01\x12\x1a\n" +
@@ -6750,7 +7909,18 @@ const file_goray_proto_rawDesc = "" +
 	"\x13ACTOR_STATE_PENDING\x10\x00\x12\x15\n" +
 	"\x11ACTOR_STATE_ALIVE\x10\x01\x12\x14\n" +
 	"\x10ACTOR_STATE_DEAD\x10\x02\x12\x1a\n" +
-	"\x16ACTOR_STATE_RESTARTING\x10\x032\xfc\x03\n" +
+	"\x16ACTOR_STATE_RESTARTING\x10\x03*\x99\x01\n" +
+	"\x11PlacementStrategy\x12\x1b\n" +
+	"\x17PLACEMENT_STRATEGY_PACK\x10\x00\x12\x1d\n" +
+	"\x19PLACEMENT_STRATEGY_SPREAD\x10\x01\x12\"\n" +
+	"\x1ePLACEMENT_STRATEGY_STRICT_PACK\x10\x02\x12$\n" +
+	" PLACEMENT_STRATEGY_STRICT_SPREAD\x10\x03*\xca\x01\n" +
+	"\x13PlacementGroupState\x12!\n" +
+	"\x1dPLACEMENT_GROUP_STATE_PENDING\x10\x00\x12\"\n" +
+	"\x1ePLACEMENT_GROUP_STATE_PREPARED\x10\x01\x12!\n" +
+	"\x1dPLACEMENT_GROUP_STATE_CREATED\x10\x02\x12!\n" +
+	"\x1dPLACEMENT_GROUP_STATE_REMOVED\x10\x03\x12&\n" +
+	"\"PLACEMENT_GROUP_STATE_RESCHEDULING\x10\x042\xfc\x03\n" +
 	"\n" +
 	"CoreWorker\x12;\n" +
 	"\tPushTasks\x12\x15.goray.v1.TaskRequest\x1a\x13.goray.v1.TaskReply(\x010\x01\x12S\n" +
@@ -6760,7 +7930,7 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12\x1b.goray.v1.CancelTaskRequest\x1a\x19.goray.v1.CancelTaskReply\x12J\n" +
 	"\fCancelObject\x12\x1d.goray.v1.CancelObjectRequest\x1a\x1b.goray.v1.CancelObjectReply\x12A\n" +
-	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xfc\t\n" +
+	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\x84\f\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
 	"\rDriverSession\x12\x17.goray.v1.DriverMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12B\n" +
@@ -6781,7 +7951,10 @@ const file_goray_proto_rawDesc = "" +
 	"PullObject\x12\x1b.goray.v1.PullObjectRequest\x1a\x19.goray.v1.PullObjectReply\x12D\n" +
 	"\vFetchBinary\x12\x1c.goray.v1.FetchBinaryRequest\x1a\x15.goray.v1.BinaryChunk0\x01\x12G\n" +
 	"\vWorkersDied\x12\x1c.goray.v1.WorkersDiedRequest\x1a\x1a.goray.v1.WorkersDiedReply\x12J\n" +
-	"\fShutdownNode\x12\x1d.goray.v1.ShutdownNodeRequest\x1a\x1b.goray.v1.ShutdownNodeReply2\xe8\b\n" +
+	"\fShutdownNode\x12\x1d.goray.v1.ShutdownNodeRequest\x1a\x1b.goray.v1.ShutdownNodeReply\x12X\n" +
+	"\x16PrepareBundleResources\x12\x1f.goray.v1.PrepareBundlesRequest\x1a\x1d.goray.v1.PrepareBundlesReply\x12U\n" +
+	"\x15CommitBundleResources\x12\x1e.goray.v1.CommitBundlesRequest\x1a\x1c.goray.v1.CommitBundlesReply\x12U\n" +
+	"\x15CancelResourceReserve\x12\x1e.goray.v1.CancelReserveRequest\x1a\x1c.goray.v1.CancelReserveReply2\xec\v\n" +
 	"\x03Gcs\x12J\n" +
 	"\fRegisterNode\x12\x1d.goray.v1.RegisterNodeRequest\x1a\x1b.goray.v1.RegisterNodeReply\x12P\n" +
 	"\x0eUnregisterNode\x12\x1f.goray.v1.UnregisterNodeRequest\x1a\x1d.goray.v1.UnregisterNodeReply\x12G\n" +
@@ -6800,7 +7973,11 @@ const file_goray_proto_rawDesc = "" +
 	"\x05KVPut\x12\x16.goray.v1.KVPutRequest\x1a\x14.goray.v1.KVPutReply\x125\n" +
 	"\x05KVGet\x12\x16.goray.v1.KVGetRequest\x1a\x14.goray.v1.KVGetReply\x125\n" +
 	"\x05KVDel\x12\x16.goray.v1.KVDelRequest\x1a\x14.goray.v1.KVDelReply\x128\n" +
-	"\x06KVKeys\x12\x17.goray.v1.KVKeysRequest\x1a\x15.goray.v1.KVKeysReplyB3Z1github.com/goray-dev/goray/internal/proto/gorayv1b\x06proto3"
+	"\x06KVKeys\x12\x17.goray.v1.KVKeysRequest\x1a\x15.goray.v1.KVKeysReply\x12b\n" +
+	"\x14CreatePlacementGroup\x12%.goray.v1.CreatePlacementGroupRequest\x1a#.goray.v1.CreatePlacementGroupReply\x12b\n" +
+	"\x14RemovePlacementGroup\x12%.goray.v1.RemovePlacementGroupRequest\x1a#.goray.v1.RemovePlacementGroupReply\x12Y\n" +
+	"\x11GetPlacementGroup\x12\".goray.v1.GetPlacementGroupRequest\x1a .goray.v1.GetPlacementGroupReply\x12_\n" +
+	"\x13ListPlacementGroups\x12$.goray.v1.ListPlacementGroupsRequest\x1a\".goray.v1.ListPlacementGroupsReplyB3Z1github.com/goray-dev/goray/internal/proto/gorayv1b\x06proto3"
 
 var (
 	file_goray_proto_rawDescOnce sync.Once
@@ -6814,264 +7991,309 @@ func file_goray_proto_rawDescGZIP() []byte {
 	return file_goray_proto_rawDescData
 }
 
-var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 101)
+var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
 var file_goray_proto_goTypes = []any{
-	(TaskKind)(0),                      // 0: goray.v1.TaskKind
-	(ActorState)(0),                    // 1: goray.v1.ActorState
-	(GetObjectStatusReply_Status)(0),   // 2: goray.v1.GetObjectStatusReply.Status
-	(RayletCommand_Kind)(0),            // 3: goray.v1.RayletCommand.Kind
-	(SchedulingStrategy_Kind)(0),       // 4: goray.v1.SchedulingStrategy.Kind
-	(*Address)(nil),                    // 5: goray.v1.Address
-	(*Resources)(nil),                  // 6: goray.v1.Resources
-	(*ObjectRef)(nil),                  // 7: goray.v1.ObjectRef
-	(*TaskArg)(nil),                    // 8: goray.v1.TaskArg
-	(*TaskSpec)(nil),                   // 9: goray.v1.TaskSpec
-	(*ReturnObject)(nil),               // 10: goray.v1.ReturnObject
-	(*TaskRequest)(nil),                // 11: goray.v1.TaskRequest
-	(*TaskReply)(nil),                  // 12: goray.v1.TaskReply
-	(*GetObjectStatusRequest)(nil),     // 13: goray.v1.GetObjectStatusRequest
-	(*GetObjectStatusReply)(nil),       // 14: goray.v1.GetObjectStatusReply
-	(*UpdateBorrowersRequest)(nil),     // 15: goray.v1.UpdateBorrowersRequest
-	(*UpdateBorrowersReply)(nil),       // 16: goray.v1.UpdateBorrowersReply
-	(*ExitRequest)(nil),                // 17: goray.v1.ExitRequest
-	(*ExitReply)(nil),                  // 18: goray.v1.ExitReply
-	(*CancelTaskRequest)(nil),          // 19: goray.v1.CancelTaskRequest
-	(*CancelTaskReply)(nil),            // 20: goray.v1.CancelTaskReply
-	(*CancelObjectRequest)(nil),        // 21: goray.v1.CancelObjectRequest
-	(*CancelObjectReply)(nil),          // 22: goray.v1.CancelObjectReply
-	(*ListOwnedRequest)(nil),           // 23: goray.v1.ListOwnedRequest
-	(*TaskState)(nil),                  // 24: goray.v1.TaskState
-	(*ObjectState)(nil),                // 25: goray.v1.ObjectState
-	(*ListOwnedReply)(nil),             // 26: goray.v1.ListOwnedReply
-	(*WorkerMessage)(nil),              // 27: goray.v1.WorkerMessage
-	(*DriverMessage)(nil),              // 28: goray.v1.DriverMessage
-	(*RayletCommand)(nil),              // 29: goray.v1.RayletCommand
-	(*StoreInfo)(nil),                  // 30: goray.v1.StoreInfo
-	(*LeaseRequest)(nil),               // 31: goray.v1.LeaseRequest
-	(*SchedulingStrategy)(nil),         // 32: goray.v1.SchedulingStrategy
-	(*CancelLeaseRequest)(nil),         // 33: goray.v1.CancelLeaseRequest
-	(*CancelLeaseReply)(nil),           // 34: goray.v1.CancelLeaseReply
-	(*TaskBlockedRequest)(nil),         // 35: goray.v1.TaskBlockedRequest
-	(*TaskBlockedReply)(nil),           // 36: goray.v1.TaskBlockedReply
-	(*TransportInvokeRequest)(nil),     // 37: goray.v1.TransportInvokeRequest
-	(*TransportInvokeReply)(nil),       // 38: goray.v1.TransportInvokeReply
-	(*LeaseReply)(nil),                 // 39: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),         // 40: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),           // 41: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),        // 42: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),          // 43: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),          // 44: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),            // 45: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),          // 46: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                // 47: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),            // 48: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),      // 49: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),        // 50: goray.v1.ReleaseObjectsReply
-	(*PullObjectRequest)(nil),          // 51: goray.v1.PullObjectRequest
-	(*PullObjectReply)(nil),            // 52: goray.v1.PullObjectReply
-	(*FetchBinaryRequest)(nil),         // 53: goray.v1.FetchBinaryRequest
-	(*BinaryChunk)(nil),                // 54: goray.v1.BinaryChunk
-	(*WorkersDiedRequest)(nil),         // 55: goray.v1.WorkersDiedRequest
-	(*WorkersDiedReply)(nil),           // 56: goray.v1.WorkersDiedReply
-	(*FreeObjectsRequest)(nil),         // 57: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),           // 58: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),        // 59: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                // 60: goray.v1.WorkerStats
-	(*PendingDemand)(nil),              // 61: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),          // 62: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),               // 63: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),        // 64: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),          // 65: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                   // 66: goray.v1.NodeInfo
-	(*JobInfo)(nil),                    // 67: goray.v1.JobInfo
-	(*ActorInfo)(nil),                  // 68: goray.v1.ActorInfo
-	(*RegisterNodeRequest)(nil),        // 69: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),          // 70: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),      // 71: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),        // 72: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),           // 73: goray.v1.HeartbeatRequest
-	(*SpillStats)(nil),                 // 74: goray.v1.SpillStats
-	(*SpilledObject)(nil),              // 75: goray.v1.SpilledObject
-	(*HeartbeatReply)(nil),             // 76: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),         // 77: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                   // 78: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),           // 79: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),              // 80: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                // 81: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),     // 82: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),       // 83: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),          // 84: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),            // 85: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),       // 86: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),         // 87: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),         // 88: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),           // 89: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),            // 90: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),              // 91: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),          // 92: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),            // 93: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil), // 94: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),   // 95: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),               // 96: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                 // 97: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),               // 98: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                 // 99: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),               // 100: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                 // 101: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),              // 102: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                // 103: goray.v1.KVKeysReply
-	nil,                                // 104: goray.v1.Resources.AmountsEntry
-	nil,                                // 105: goray.v1.NodeInfo.LabelsEntry
+	(TaskKind)(0),                       // 0: goray.v1.TaskKind
+	(ActorState)(0),                     // 1: goray.v1.ActorState
+	(PlacementStrategy)(0),              // 2: goray.v1.PlacementStrategy
+	(PlacementGroupState)(0),            // 3: goray.v1.PlacementGroupState
+	(GetObjectStatusReply_Status)(0),    // 4: goray.v1.GetObjectStatusReply.Status
+	(RayletCommand_Kind)(0),             // 5: goray.v1.RayletCommand.Kind
+	(SchedulingStrategy_Kind)(0),        // 6: goray.v1.SchedulingStrategy.Kind
+	(*Address)(nil),                     // 7: goray.v1.Address
+	(*Resources)(nil),                   // 8: goray.v1.Resources
+	(*ObjectRef)(nil),                   // 9: goray.v1.ObjectRef
+	(*TaskArg)(nil),                     // 10: goray.v1.TaskArg
+	(*TaskSpec)(nil),                    // 11: goray.v1.TaskSpec
+	(*PlacementOptions)(nil),            // 12: goray.v1.PlacementOptions
+	(*ReturnObject)(nil),                // 13: goray.v1.ReturnObject
+	(*TaskRequest)(nil),                 // 14: goray.v1.TaskRequest
+	(*TaskReply)(nil),                   // 15: goray.v1.TaskReply
+	(*GetObjectStatusRequest)(nil),      // 16: goray.v1.GetObjectStatusRequest
+	(*GetObjectStatusReply)(nil),        // 17: goray.v1.GetObjectStatusReply
+	(*UpdateBorrowersRequest)(nil),      // 18: goray.v1.UpdateBorrowersRequest
+	(*UpdateBorrowersReply)(nil),        // 19: goray.v1.UpdateBorrowersReply
+	(*ExitRequest)(nil),                 // 20: goray.v1.ExitRequest
+	(*ExitReply)(nil),                   // 21: goray.v1.ExitReply
+	(*CancelTaskRequest)(nil),           // 22: goray.v1.CancelTaskRequest
+	(*CancelTaskReply)(nil),             // 23: goray.v1.CancelTaskReply
+	(*CancelObjectRequest)(nil),         // 24: goray.v1.CancelObjectRequest
+	(*CancelObjectReply)(nil),           // 25: goray.v1.CancelObjectReply
+	(*ListOwnedRequest)(nil),            // 26: goray.v1.ListOwnedRequest
+	(*TaskState)(nil),                   // 27: goray.v1.TaskState
+	(*ObjectState)(nil),                 // 28: goray.v1.ObjectState
+	(*ListOwnedReply)(nil),              // 29: goray.v1.ListOwnedReply
+	(*PrepareBundlesRequest)(nil),       // 30: goray.v1.PrepareBundlesRequest
+	(*PrepareBundlesReply)(nil),         // 31: goray.v1.PrepareBundlesReply
+	(*CommitBundlesRequest)(nil),        // 32: goray.v1.CommitBundlesRequest
+	(*CommitBundlesReply)(nil),          // 33: goray.v1.CommitBundlesReply
+	(*CancelReserveRequest)(nil),        // 34: goray.v1.CancelReserveRequest
+	(*CancelReserveReply)(nil),          // 35: goray.v1.CancelReserveReply
+	(*WorkerMessage)(nil),               // 36: goray.v1.WorkerMessage
+	(*DriverMessage)(nil),               // 37: goray.v1.DriverMessage
+	(*RayletCommand)(nil),               // 38: goray.v1.RayletCommand
+	(*StoreInfo)(nil),                   // 39: goray.v1.StoreInfo
+	(*LeaseRequest)(nil),                // 40: goray.v1.LeaseRequest
+	(*SchedulingStrategy)(nil),          // 41: goray.v1.SchedulingStrategy
+	(*CancelLeaseRequest)(nil),          // 42: goray.v1.CancelLeaseRequest
+	(*CancelLeaseReply)(nil),            // 43: goray.v1.CancelLeaseReply
+	(*TaskBlockedRequest)(nil),          // 44: goray.v1.TaskBlockedRequest
+	(*TaskBlockedReply)(nil),            // 45: goray.v1.TaskBlockedReply
+	(*TransportInvokeRequest)(nil),      // 46: goray.v1.TransportInvokeRequest
+	(*TransportInvokeReply)(nil),        // 47: goray.v1.TransportInvokeReply
+	(*LeaseReply)(nil),                  // 48: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),          // 49: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),            // 50: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),         // 51: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),           // 52: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),           // 53: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),             // 54: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),           // 55: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                 // 56: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),             // 57: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),       // 58: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),         // 59: goray.v1.ReleaseObjectsReply
+	(*PullObjectRequest)(nil),           // 60: goray.v1.PullObjectRequest
+	(*PullObjectReply)(nil),             // 61: goray.v1.PullObjectReply
+	(*FetchBinaryRequest)(nil),          // 62: goray.v1.FetchBinaryRequest
+	(*BinaryChunk)(nil),                 // 63: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),          // 64: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),            // 65: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),          // 66: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),            // 67: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),         // 68: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                 // 69: goray.v1.WorkerStats
+	(*PendingDemand)(nil),               // 70: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),           // 71: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),                // 72: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),         // 73: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),           // 74: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                    // 75: goray.v1.NodeInfo
+	(*JobInfo)(nil),                     // 76: goray.v1.JobInfo
+	(*ActorInfo)(nil),                   // 77: goray.v1.ActorInfo
+	(*RegisterNodeRequest)(nil),         // 78: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),           // 79: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),       // 80: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),         // 81: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),            // 82: goray.v1.HeartbeatRequest
+	(*SpillStats)(nil),                  // 83: goray.v1.SpillStats
+	(*SpilledObject)(nil),               // 84: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),              // 85: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),          // 86: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                    // 87: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),            // 88: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),               // 89: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                 // 90: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),      // 91: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),        // 92: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),           // 93: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),             // 94: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),        // 95: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),          // 96: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),          // 97: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),            // 98: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),             // 99: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),               // 100: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),           // 101: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),             // 102: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil),  // 103: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),    // 104: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),                // 105: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                  // 106: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),                // 107: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                  // 108: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),                // 109: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                  // 110: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),               // 111: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                 // 112: goray.v1.KVKeysReply
+	(*Bundle)(nil),                      // 113: goray.v1.Bundle
+	(*PlacementGroupInfo)(nil),          // 114: goray.v1.PlacementGroupInfo
+	(*CreatePlacementGroupRequest)(nil), // 115: goray.v1.CreatePlacementGroupRequest
+	(*CreatePlacementGroupReply)(nil),   // 116: goray.v1.CreatePlacementGroupReply
+	(*RemovePlacementGroupRequest)(nil), // 117: goray.v1.RemovePlacementGroupRequest
+	(*RemovePlacementGroupReply)(nil),   // 118: goray.v1.RemovePlacementGroupReply
+	(*GetPlacementGroupRequest)(nil),    // 119: goray.v1.GetPlacementGroupRequest
+	(*GetPlacementGroupReply)(nil),      // 120: goray.v1.GetPlacementGroupReply
+	(*ListPlacementGroupsRequest)(nil),  // 121: goray.v1.ListPlacementGroupsRequest
+	(*ListPlacementGroupsReply)(nil),    // 122: goray.v1.ListPlacementGroupsReply
+	nil,                                 // 123: goray.v1.Resources.AmountsEntry
+	nil,                                 // 124: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	104, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
-	5,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
-	7,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
-	7,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
+	123, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	7,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
+	9,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
+	9,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
 	0,   // 4: goray.v1.TaskSpec.kind:type_name -> goray.v1.TaskKind
-	8,   // 5: goray.v1.TaskSpec.args:type_name -> goray.v1.TaskArg
-	5,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
-	6,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
-	7,   // 8: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
-	9,   // 9: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
-	10,  // 10: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
-	2,   // 11: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
-	10,  // 12: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
-	5,   // 13: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
-	5,   // 14: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
-	24,  // 15: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
-	25,  // 16: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	5,   // 17: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	67,  // 18: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
-	5,   // 19: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
-	3,   // 20: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	66,  // 21: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	30,  // 22: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
-	6,   // 23: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	32,  // 24: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
-	4,   // 25: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
-	5,   // 26: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	5,   // 27: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	47,  // 28: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
-	5,   // 29: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
-	5,   // 30: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
-	6,   // 31: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	66,  // 32: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
-	6,   // 33: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	60,  // 34: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	61,  // 35: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	47,  // 36: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
-	5,   // 37: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	63,  // 38: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	74,  // 39: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	75,  // 40: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
-	6,   // 41: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	105, // 42: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
-	1,   // 43: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
-	5,   // 44: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
-	5,   // 45: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
-	6,   // 46: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	66,  // 47: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	6,   // 48: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	61,  // 49: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	74,  // 50: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	66,  // 51: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	6,   // 52: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	61,  // 53: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	74,  // 54: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	78,  // 55: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	67,  // 56: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	67,  // 57: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	68,  // 58: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	68,  // 59: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	68,  // 60: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	68,  // 61: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	11,  // 62: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	13,  // 63: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	15,  // 64: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	17,  // 65: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	19,  // 66: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
-	21,  // 67: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
-	23,  // 68: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	27,  // 69: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	28,  // 70: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	31,  // 71: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	40,  // 72: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	33,  // 73: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	35,  // 74: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	37,  // 75: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	42,  // 76: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	44,  // 77: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	46,  // 78: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	49,  // 79: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	57,  // 80: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	59,  // 81: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	51,  // 82: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	53,  // 83: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	55,  // 84: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	64,  // 85: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	69,  // 86: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	71,  // 87: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	73,  // 88: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	77,  // 89: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	80,  // 90: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	82,  // 91: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	84,  // 92: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	86,  // 93: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	88,  // 94: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	90,  // 95: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	92,  // 96: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	94,  // 97: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	96,  // 98: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	98,  // 99: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	100, // 100: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	102, // 101: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	12,  // 102: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	14,  // 103: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	16,  // 104: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	18,  // 105: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	20,  // 106: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	22,  // 107: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
-	26,  // 108: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	29,  // 109: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	29,  // 110: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	39,  // 111: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	41,  // 112: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	34,  // 113: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	36,  // 114: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	38,  // 115: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	43,  // 116: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	45,  // 117: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	48,  // 118: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	50,  // 119: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	58,  // 120: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	62,  // 121: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	52,  // 122: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	54,  // 123: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	56,  // 124: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	65,  // 125: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	70,  // 126: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	72,  // 127: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	76,  // 128: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	79,  // 129: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	81,  // 130: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	83,  // 131: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	85,  // 132: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	87,  // 133: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	89,  // 134: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	91,  // 135: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	93,  // 136: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	95,  // 137: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	97,  // 138: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	99,  // 139: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	101, // 140: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	103, // 141: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	102, // [102:142] is the sub-list for method output_type
-	62,  // [62:102] is the sub-list for method input_type
-	62,  // [62:62] is the sub-list for extension type_name
-	62,  // [62:62] is the sub-list for extension extendee
-	0,   // [0:62] is the sub-list for field type_name
+	10,  // 5: goray.v1.TaskSpec.args:type_name -> goray.v1.TaskArg
+	7,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
+	8,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
+	12,  // 8: goray.v1.TaskSpec.placement:type_name -> goray.v1.PlacementOptions
+	9,   // 9: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
+	11,  // 10: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
+	13,  // 11: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
+	4,   // 12: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
+	13,  // 13: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
+	7,   // 14: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
+	7,   // 15: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
+	27,  // 16: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
+	28,  // 17: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
+	113, // 18: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
+	8,   // 19: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
+	8,   // 20: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
+	8,   // 21: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
+	7,   // 22: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
+	76,  // 23: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	7,   // 24: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
+	5,   // 25: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
+	75,  // 26: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	39,  // 27: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	8,   // 28: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
+	41,  // 29: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	6,   // 30: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
+	7,   // 31: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
+	7,   // 32: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
+	56,  // 33: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	7,   // 34: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
+	7,   // 35: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
+	8,   // 36: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
+	75,  // 37: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	8,   // 38: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
+	69,  // 39: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	70,  // 40: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	56,  // 41: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	7,   // 42: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
+	72,  // 43: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	83,  // 44: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	84,  // 45: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	8,   // 46: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
+	124, // 47: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	1,   // 48: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
+	7,   // 49: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
+	7,   // 50: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
+	8,   // 51: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
+	75,  // 52: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	8,   // 53: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	70,  // 54: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	83,  // 55: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	75,  // 56: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	8,   // 57: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	70,  // 58: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	83,  // 59: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	87,  // 60: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	76,  // 61: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	76,  // 62: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	77,  // 63: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	77,  // 64: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	77,  // 65: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	77,  // 66: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	8,   // 67: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
+	2,   // 68: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
+	113, // 69: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
+	3,   // 70: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
+	114, // 71: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
+	114, // 72: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
+	114, // 73: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
+	14,  // 74: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	16,  // 75: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	18,  // 76: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	20,  // 77: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	22,  // 78: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
+	24,  // 79: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
+	26,  // 80: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	36,  // 81: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	37,  // 82: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	40,  // 83: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	49,  // 84: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	42,  // 85: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	44,  // 86: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	46,  // 87: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	51,  // 88: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	53,  // 89: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	55,  // 90: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	58,  // 91: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	66,  // 92: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	68,  // 93: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	60,  // 94: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	62,  // 95: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	64,  // 96: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	73,  // 97: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	30,  // 98: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
+	32,  // 99: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
+	34,  // 100: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
+	78,  // 101: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	80,  // 102: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	82,  // 103: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	86,  // 104: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	89,  // 105: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	91,  // 106: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	93,  // 107: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	95,  // 108: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	97,  // 109: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	99,  // 110: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	101, // 111: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	103, // 112: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	105, // 113: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	107, // 114: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	109, // 115: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	111, // 116: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	115, // 117: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
+	117, // 118: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
+	119, // 119: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
+	121, // 120: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
+	15,  // 121: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	17,  // 122: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	19,  // 123: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	21,  // 124: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	23,  // 125: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	25,  // 126: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	29,  // 127: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	38,  // 128: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	38,  // 129: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	48,  // 130: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	50,  // 131: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	43,  // 132: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	45,  // 133: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	47,  // 134: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	52,  // 135: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	54,  // 136: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	57,  // 137: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	59,  // 138: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	67,  // 139: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	71,  // 140: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	61,  // 141: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	63,  // 142: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	65,  // 143: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	74,  // 144: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	31,  // 145: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
+	33,  // 146: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
+	35,  // 147: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
+	79,  // 148: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	81,  // 149: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	85,  // 150: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	88,  // 151: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	90,  // 152: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	92,  // 153: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	94,  // 154: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	96,  // 155: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	98,  // 156: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	100, // 157: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	102, // 158: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	104, // 159: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	106, // 160: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	108, // 161: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	110, // 162: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	112, // 163: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	116, // 164: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
+	118, // 165: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
+	120, // 166: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
+	122, // 167: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
+	121, // [121:168] is the sub-list for method output_type
+	74,  // [74:121] is the sub-list for method input_type
+	74,  // [74:74] is the sub-list for extension type_name
+	74,  // [74:74] is the sub-list for extension extendee
+	0,   // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }
@@ -7084,8 +8306,8 @@ func file_goray_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   101,
+			NumEnums:      7,
+			NumMessages:   118,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -387,23 +387,26 @@ var CoreWorker_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Raylet_WorkerSession_FullMethodName      = "/goray.v1.Raylet/WorkerSession"
-	Raylet_DriverSession_FullMethodName      = "/goray.v1.Raylet/DriverSession"
-	Raylet_RequestWorkerLease_FullMethodName = "/goray.v1.Raylet/RequestWorkerLease"
-	Raylet_ReturnWorkerLease_FullMethodName  = "/goray.v1.Raylet/ReturnWorkerLease"
-	Raylet_CancelWorkerLease_FullMethodName  = "/goray.v1.Raylet/CancelWorkerLease"
-	Raylet_NotifyTaskBlocked_FullMethodName  = "/goray.v1.Raylet/NotifyTaskBlocked"
-	Raylet_TransportInvoke_FullMethodName    = "/goray.v1.Raylet/TransportInvoke"
-	Raylet_CreateObject_FullMethodName       = "/goray.v1.Raylet/CreateObject"
-	Raylet_SealObject_FullMethodName         = "/goray.v1.Raylet/SealObject"
-	Raylet_GetObjects_FullMethodName         = "/goray.v1.Raylet/GetObjects"
-	Raylet_ReleaseObjects_FullMethodName     = "/goray.v1.Raylet/ReleaseObjects"
-	Raylet_FreeObjects_FullMethodName        = "/goray.v1.Raylet/FreeObjects"
-	Raylet_GetNodeStats_FullMethodName       = "/goray.v1.Raylet/GetNodeStats"
-	Raylet_PullObject_FullMethodName         = "/goray.v1.Raylet/PullObject"
-	Raylet_FetchBinary_FullMethodName        = "/goray.v1.Raylet/FetchBinary"
-	Raylet_WorkersDied_FullMethodName        = "/goray.v1.Raylet/WorkersDied"
-	Raylet_ShutdownNode_FullMethodName       = "/goray.v1.Raylet/ShutdownNode"
+	Raylet_WorkerSession_FullMethodName          = "/goray.v1.Raylet/WorkerSession"
+	Raylet_DriverSession_FullMethodName          = "/goray.v1.Raylet/DriverSession"
+	Raylet_RequestWorkerLease_FullMethodName     = "/goray.v1.Raylet/RequestWorkerLease"
+	Raylet_ReturnWorkerLease_FullMethodName      = "/goray.v1.Raylet/ReturnWorkerLease"
+	Raylet_CancelWorkerLease_FullMethodName      = "/goray.v1.Raylet/CancelWorkerLease"
+	Raylet_NotifyTaskBlocked_FullMethodName      = "/goray.v1.Raylet/NotifyTaskBlocked"
+	Raylet_TransportInvoke_FullMethodName        = "/goray.v1.Raylet/TransportInvoke"
+	Raylet_CreateObject_FullMethodName           = "/goray.v1.Raylet/CreateObject"
+	Raylet_SealObject_FullMethodName             = "/goray.v1.Raylet/SealObject"
+	Raylet_GetObjects_FullMethodName             = "/goray.v1.Raylet/GetObjects"
+	Raylet_ReleaseObjects_FullMethodName         = "/goray.v1.Raylet/ReleaseObjects"
+	Raylet_FreeObjects_FullMethodName            = "/goray.v1.Raylet/FreeObjects"
+	Raylet_GetNodeStats_FullMethodName           = "/goray.v1.Raylet/GetNodeStats"
+	Raylet_PullObject_FullMethodName             = "/goray.v1.Raylet/PullObject"
+	Raylet_FetchBinary_FullMethodName            = "/goray.v1.Raylet/FetchBinary"
+	Raylet_WorkersDied_FullMethodName            = "/goray.v1.Raylet/WorkersDied"
+	Raylet_ShutdownNode_FullMethodName           = "/goray.v1.Raylet/ShutdownNode"
+	Raylet_PrepareBundleResources_FullMethodName = "/goray.v1.Raylet/PrepareBundleResources"
+	Raylet_CommitBundleResources_FullMethodName  = "/goray.v1.Raylet/CommitBundleResources"
+	Raylet_CancelResourceReserve_FullMethodName  = "/goray.v1.Raylet/CancelResourceReserve"
 )
 
 // RayletClient is the client API for Raylet service.
@@ -453,6 +456,15 @@ type RayletClient interface {
 	// died: their objects are freed here and local owners drop them.
 	WorkersDied(ctx context.Context, in *WorkersDiedRequest, opts ...grpc.CallOption) (*WorkersDiedReply, error)
 	ShutdownNode(ctx context.Context, in *ShutdownNodeRequest, opts ...grpc.CallOption) (*ShutdownNodeReply, error)
+	// Placement group reservation, in two phases driven by the GCS. Prepare
+	// holds a group's bundles out of the node's available resources (all or
+	// none); Commit turns held bundles into the group's resources, which
+	// tasks and actors in the group then lease; CancelResourceReserve gives
+	// prepared or committed bundles back, ending the workers that hold
+	// leases of them. Each is idempotent.
+	PrepareBundleResources(ctx context.Context, in *PrepareBundlesRequest, opts ...grpc.CallOption) (*PrepareBundlesReply, error)
+	CommitBundleResources(ctx context.Context, in *CommitBundlesRequest, opts ...grpc.CallOption) (*CommitBundlesReply, error)
+	CancelResourceReserve(ctx context.Context, in *CancelReserveRequest, opts ...grpc.CallOption) (*CancelReserveReply, error)
 }
 
 type rayletClient struct {
@@ -648,6 +660,36 @@ func (c *rayletClient) ShutdownNode(ctx context.Context, in *ShutdownNodeRequest
 	return out, nil
 }
 
+func (c *rayletClient) PrepareBundleResources(ctx context.Context, in *PrepareBundlesRequest, opts ...grpc.CallOption) (*PrepareBundlesReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PrepareBundlesReply)
+	err := c.cc.Invoke(ctx, Raylet_PrepareBundleResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rayletClient) CommitBundleResources(ctx context.Context, in *CommitBundlesRequest, opts ...grpc.CallOption) (*CommitBundlesReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CommitBundlesReply)
+	err := c.cc.Invoke(ctx, Raylet_CommitBundleResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rayletClient) CancelResourceReserve(ctx context.Context, in *CancelReserveRequest, opts ...grpc.CallOption) (*CancelReserveReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CancelReserveReply)
+	err := c.cc.Invoke(ctx, Raylet_CancelResourceReserve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RayletServer is the server API for Raylet service.
 // All implementations must embed UnimplementedRayletServer
 // for forward compatibility.
@@ -695,6 +737,15 @@ type RayletServer interface {
 	// died: their objects are freed here and local owners drop them.
 	WorkersDied(context.Context, *WorkersDiedRequest) (*WorkersDiedReply, error)
 	ShutdownNode(context.Context, *ShutdownNodeRequest) (*ShutdownNodeReply, error)
+	// Placement group reservation, in two phases driven by the GCS. Prepare
+	// holds a group's bundles out of the node's available resources (all or
+	// none); Commit turns held bundles into the group's resources, which
+	// tasks and actors in the group then lease; CancelResourceReserve gives
+	// prepared or committed bundles back, ending the workers that hold
+	// leases of them. Each is idempotent.
+	PrepareBundleResources(context.Context, *PrepareBundlesRequest) (*PrepareBundlesReply, error)
+	CommitBundleResources(context.Context, *CommitBundlesRequest) (*CommitBundlesReply, error)
+	CancelResourceReserve(context.Context, *CancelReserveRequest) (*CancelReserveReply, error)
 	mustEmbedUnimplementedRayletServer()
 }
 
@@ -755,6 +806,15 @@ func (UnimplementedRayletServer) WorkersDied(context.Context, *WorkersDiedReques
 }
 func (UnimplementedRayletServer) ShutdownNode(context.Context, *ShutdownNodeRequest) (*ShutdownNodeReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ShutdownNode not implemented")
+}
+func (UnimplementedRayletServer) PrepareBundleResources(context.Context, *PrepareBundlesRequest) (*PrepareBundlesReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method PrepareBundleResources not implemented")
+}
+func (UnimplementedRayletServer) CommitBundleResources(context.Context, *CommitBundlesRequest) (*CommitBundlesReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CommitBundleResources not implemented")
+}
+func (UnimplementedRayletServer) CancelResourceReserve(context.Context, *CancelReserveRequest) (*CancelReserveReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CancelResourceReserve not implemented")
 }
 func (UnimplementedRayletServer) mustEmbedUnimplementedRayletServer() {}
 func (UnimplementedRayletServer) testEmbeddedByValue()                {}
@@ -1054,6 +1114,60 @@ func _Raylet_ShutdownNode_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Raylet_PrepareBundleResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PrepareBundlesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).PrepareBundleResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_PrepareBundleResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).PrepareBundleResources(ctx, req.(*PrepareBundlesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raylet_CommitBundleResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CommitBundlesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).CommitBundleResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_CommitBundleResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).CommitBundleResources(ctx, req.(*CommitBundlesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raylet_CancelResourceReserve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CancelReserveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).CancelResourceReserve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_CancelResourceReserve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).CancelResourceReserve(ctx, req.(*CancelReserveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Raylet_ServiceDesc is the grpc.ServiceDesc for Raylet service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1117,6 +1231,18 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ShutdownNode",
 			Handler:    _Raylet_ShutdownNode_Handler,
 		},
+		{
+			MethodName: "PrepareBundleResources",
+			Handler:    _Raylet_PrepareBundleResources_Handler,
+		},
+		{
+			MethodName: "CommitBundleResources",
+			Handler:    _Raylet_CommitBundleResources_Handler,
+		},
+		{
+			MethodName: "CancelResourceReserve",
+			Handler:    _Raylet_CancelResourceReserve_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -1141,22 +1267,26 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Gcs_RegisterNode_FullMethodName        = "/goray.v1.Gcs/RegisterNode"
-	Gcs_UnregisterNode_FullMethodName      = "/goray.v1.Gcs/UnregisterNode"
-	Gcs_ReportHeartbeat_FullMethodName     = "/goray.v1.Gcs/ReportHeartbeat"
-	Gcs_GetAllNodes_FullMethodName         = "/goray.v1.Gcs/GetAllNodes"
-	Gcs_AddJob_FullMethodName              = "/goray.v1.Gcs/AddJob"
-	Gcs_MarkJobFinished_FullMethodName     = "/goray.v1.Gcs/MarkJobFinished"
-	Gcs_GetAllJobs_FullMethodName          = "/goray.v1.Gcs/GetAllJobs"
-	Gcs_RegisterActor_FullMethodName       = "/goray.v1.Gcs/RegisterActor"
-	Gcs_UpdateActor_FullMethodName         = "/goray.v1.Gcs/UpdateActor"
-	Gcs_GetActor_FullMethodName            = "/goray.v1.Gcs/GetActor"
-	Gcs_ListActors_FullMethodName          = "/goray.v1.Gcs/ListActors"
-	Gcs_ReportWorkerFailure_FullMethodName = "/goray.v1.Gcs/ReportWorkerFailure"
-	Gcs_KVPut_FullMethodName               = "/goray.v1.Gcs/KVPut"
-	Gcs_KVGet_FullMethodName               = "/goray.v1.Gcs/KVGet"
-	Gcs_KVDel_FullMethodName               = "/goray.v1.Gcs/KVDel"
-	Gcs_KVKeys_FullMethodName              = "/goray.v1.Gcs/KVKeys"
+	Gcs_RegisterNode_FullMethodName         = "/goray.v1.Gcs/RegisterNode"
+	Gcs_UnregisterNode_FullMethodName       = "/goray.v1.Gcs/UnregisterNode"
+	Gcs_ReportHeartbeat_FullMethodName      = "/goray.v1.Gcs/ReportHeartbeat"
+	Gcs_GetAllNodes_FullMethodName          = "/goray.v1.Gcs/GetAllNodes"
+	Gcs_AddJob_FullMethodName               = "/goray.v1.Gcs/AddJob"
+	Gcs_MarkJobFinished_FullMethodName      = "/goray.v1.Gcs/MarkJobFinished"
+	Gcs_GetAllJobs_FullMethodName           = "/goray.v1.Gcs/GetAllJobs"
+	Gcs_RegisterActor_FullMethodName        = "/goray.v1.Gcs/RegisterActor"
+	Gcs_UpdateActor_FullMethodName          = "/goray.v1.Gcs/UpdateActor"
+	Gcs_GetActor_FullMethodName             = "/goray.v1.Gcs/GetActor"
+	Gcs_ListActors_FullMethodName           = "/goray.v1.Gcs/ListActors"
+	Gcs_ReportWorkerFailure_FullMethodName  = "/goray.v1.Gcs/ReportWorkerFailure"
+	Gcs_KVPut_FullMethodName                = "/goray.v1.Gcs/KVPut"
+	Gcs_KVGet_FullMethodName                = "/goray.v1.Gcs/KVGet"
+	Gcs_KVDel_FullMethodName                = "/goray.v1.Gcs/KVDel"
+	Gcs_KVKeys_FullMethodName               = "/goray.v1.Gcs/KVKeys"
+	Gcs_CreatePlacementGroup_FullMethodName = "/goray.v1.Gcs/CreatePlacementGroup"
+	Gcs_RemovePlacementGroup_FullMethodName = "/goray.v1.Gcs/RemovePlacementGroup"
+	Gcs_GetPlacementGroup_FullMethodName    = "/goray.v1.Gcs/GetPlacementGroup"
+	Gcs_ListPlacementGroups_FullMethodName  = "/goray.v1.Gcs/ListPlacementGroups"
 )
 
 // GcsClient is the client API for Gcs service.
@@ -1187,6 +1317,15 @@ type GcsClient interface {
 	KVGet(ctx context.Context, in *KVGetRequest, opts ...grpc.CallOption) (*KVGetReply, error)
 	KVDel(ctx context.Context, in *KVDelRequest, opts ...grpc.CallOption) (*KVDelReply, error)
 	KVKeys(ctx context.Context, in *KVKeysRequest, opts ...grpc.CallOption) (*KVKeysReply, error)
+	// Placement groups. Create returns at once: the group is PENDING until
+	// every bundle is reserved (CREATED). Get finds a group by id or name;
+	// with wait_ready it blocks until the group is CREATED or REMOVED (or
+	// the call's deadline passes). Remove releases every bundle and ends the
+	// group's actors and tasks.
+	CreatePlacementGroup(ctx context.Context, in *CreatePlacementGroupRequest, opts ...grpc.CallOption) (*CreatePlacementGroupReply, error)
+	RemovePlacementGroup(ctx context.Context, in *RemovePlacementGroupRequest, opts ...grpc.CallOption) (*RemovePlacementGroupReply, error)
+	GetPlacementGroup(ctx context.Context, in *GetPlacementGroupRequest, opts ...grpc.CallOption) (*GetPlacementGroupReply, error)
+	ListPlacementGroups(ctx context.Context, in *ListPlacementGroupsRequest, opts ...grpc.CallOption) (*ListPlacementGroupsReply, error)
 }
 
 type gcsClient struct {
@@ -1357,6 +1496,46 @@ func (c *gcsClient) KVKeys(ctx context.Context, in *KVKeysRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *gcsClient) CreatePlacementGroup(ctx context.Context, in *CreatePlacementGroupRequest, opts ...grpc.CallOption) (*CreatePlacementGroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreatePlacementGroupReply)
+	err := c.cc.Invoke(ctx, Gcs_CreatePlacementGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gcsClient) RemovePlacementGroup(ctx context.Context, in *RemovePlacementGroupRequest, opts ...grpc.CallOption) (*RemovePlacementGroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemovePlacementGroupReply)
+	err := c.cc.Invoke(ctx, Gcs_RemovePlacementGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gcsClient) GetPlacementGroup(ctx context.Context, in *GetPlacementGroupRequest, opts ...grpc.CallOption) (*GetPlacementGroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPlacementGroupReply)
+	err := c.cc.Invoke(ctx, Gcs_GetPlacementGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gcsClient) ListPlacementGroups(ctx context.Context, in *ListPlacementGroupsRequest, opts ...grpc.CallOption) (*ListPlacementGroupsReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPlacementGroupsReply)
+	err := c.cc.Invoke(ctx, Gcs_ListPlacementGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GcsServer is the server API for Gcs service.
 // All implementations must embed UnimplementedGcsServer
 // for forward compatibility.
@@ -1385,6 +1564,15 @@ type GcsServer interface {
 	KVGet(context.Context, *KVGetRequest) (*KVGetReply, error)
 	KVDel(context.Context, *KVDelRequest) (*KVDelReply, error)
 	KVKeys(context.Context, *KVKeysRequest) (*KVKeysReply, error)
+	// Placement groups. Create returns at once: the group is PENDING until
+	// every bundle is reserved (CREATED). Get finds a group by id or name;
+	// with wait_ready it blocks until the group is CREATED or REMOVED (or
+	// the call's deadline passes). Remove releases every bundle and ends the
+	// group's actors and tasks.
+	CreatePlacementGroup(context.Context, *CreatePlacementGroupRequest) (*CreatePlacementGroupReply, error)
+	RemovePlacementGroup(context.Context, *RemovePlacementGroupRequest) (*RemovePlacementGroupReply, error)
+	GetPlacementGroup(context.Context, *GetPlacementGroupRequest) (*GetPlacementGroupReply, error)
+	ListPlacementGroups(context.Context, *ListPlacementGroupsRequest) (*ListPlacementGroupsReply, error)
 	mustEmbedUnimplementedGcsServer()
 }
 
@@ -1442,6 +1630,18 @@ func (UnimplementedGcsServer) KVDel(context.Context, *KVDelRequest) (*KVDelReply
 }
 func (UnimplementedGcsServer) KVKeys(context.Context, *KVKeysRequest) (*KVKeysReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method KVKeys not implemented")
+}
+func (UnimplementedGcsServer) CreatePlacementGroup(context.Context, *CreatePlacementGroupRequest) (*CreatePlacementGroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreatePlacementGroup not implemented")
+}
+func (UnimplementedGcsServer) RemovePlacementGroup(context.Context, *RemovePlacementGroupRequest) (*RemovePlacementGroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemovePlacementGroup not implemented")
+}
+func (UnimplementedGcsServer) GetPlacementGroup(context.Context, *GetPlacementGroupRequest) (*GetPlacementGroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPlacementGroup not implemented")
+}
+func (UnimplementedGcsServer) ListPlacementGroups(context.Context, *ListPlacementGroupsRequest) (*ListPlacementGroupsReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPlacementGroups not implemented")
 }
 func (UnimplementedGcsServer) mustEmbedUnimplementedGcsServer() {}
 func (UnimplementedGcsServer) testEmbeddedByValue()             {}
@@ -1752,6 +1952,78 @@ func _Gcs_KVKeys_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gcs_CreatePlacementGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreatePlacementGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GcsServer).CreatePlacementGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gcs_CreatePlacementGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GcsServer).CreatePlacementGroup(ctx, req.(*CreatePlacementGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gcs_RemovePlacementGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemovePlacementGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GcsServer).RemovePlacementGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gcs_RemovePlacementGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GcsServer).RemovePlacementGroup(ctx, req.(*RemovePlacementGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gcs_GetPlacementGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPlacementGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GcsServer).GetPlacementGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gcs_GetPlacementGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GcsServer).GetPlacementGroup(ctx, req.(*GetPlacementGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gcs_ListPlacementGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPlacementGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GcsServer).ListPlacementGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gcs_ListPlacementGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GcsServer).ListPlacementGroups(ctx, req.(*ListPlacementGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gcs_ServiceDesc is the grpc.ServiceDesc for Gcs service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1822,6 +2094,22 @@ var Gcs_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "KVKeys",
 			Handler:    _Gcs_KVKeys_Handler,
+		},
+		{
+			MethodName: "CreatePlacementGroup",
+			Handler:    _Gcs_CreatePlacementGroup_Handler,
+		},
+		{
+			MethodName: "RemovePlacementGroup",
+			Handler:    _Gcs_RemovePlacementGroup_Handler,
+		},
+		{
+			MethodName: "GetPlacementGroup",
+			Handler:    _Gcs_GetPlacementGroup_Handler,
+		},
+		{
+			MethodName: "ListPlacementGroups",
+			Handler:    _Gcs_ListPlacementGroups_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

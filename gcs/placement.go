@@ -1,0 +1,735 @@
+package gcs
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/goray-dev/goray/gcs/internal/placement"
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+)
+
+// Placement group limits.
+const (
+	// maxBundles is how many bundles one group may have.
+	maxBundles = 1000
+	// reserveTimeout bounds each prepare, commit and cancel call to a
+	// raylet.
+	reserveTimeout = 10 * time.Second
+)
+
+// BundleReserver reserves placement group bundles on a node's raylet: the
+// GCS's side of the two-phase protocol (see the Raylet service's
+// PrepareBundleResources). The GCS calls it from one goroutine per group
+// at a time, never with a lock held.
+type BundleReserver interface {
+	// Prepare holds bundles of group on node, all or none.
+	Prepare(ctx context.Context, node *gorayv1.NodeInfo, group ids.ID, bundles []*gorayv1.Bundle) (*gorayv1.PrepareBundlesReply, error)
+	// Commit turns prepared bundles into the group's resources.
+	Commit(ctx context.Context, node *gorayv1.NodeInfo, group ids.ID, indexes []int32) (*gorayv1.CommitBundlesReply, error)
+	// Cancel gives bundles back (nil indexes: every bundle of the group on
+	// the node) and ends the work holding them, telling it reason.
+	Cancel(ctx context.Context, node *gorayv1.NodeInfo, group ids.ID, indexes []int32, reason string) (*gorayv1.CancelReserveReply, error)
+}
+
+// pgEntry is one placement group of the table.
+type pgEntry struct {
+	id       ids.ID
+	info     *gorayv1.PlacementGroupInfo
+	bundles  []resources.Set
+	strategy placement.Strategy
+	// changed is closed and replaced on every state change, for
+	// GetPlacementGroup's wait_ready.
+	changed chan struct{}
+}
+
+func (e *pgEntry) notifyLocked() {
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// placementGroups is the GCS's placement group manager: the group table
+// and the scheduler that reserves groups on raylets in two phases. Its
+// lock (mu) guards the table; it reads nodes from the Server and marks
+// actors dead through it only with mu released. Groups are placed one at
+// a time by run's goroutine, so two groups never hold parts of each other's
+// resources: one is created, the other waits.
+type placementGroups struct {
+	s        *Server
+	reserver BundleReserver
+	log      hclog.Logger
+	retry    time.Duration
+
+	kick chan struct{} // capacity 1: schedule now
+
+	mu     sync.Mutex
+	groups map[ids.ID]*pgEntry
+	order  []ids.ID
+	byName map[string]ids.ID // live (not REMOVED) named groups
+}
+
+func newPlacementGroups(s *Server, r BundleReserver, log hclog.Logger, retry time.Duration) *placementGroups {
+	return &placementGroups{
+		s: s, reserver: r, log: log.Named("placement"), retry: retry,
+		kick:   make(chan struct{}, 1),
+		groups: map[ids.ID]*pgEntry{},
+		byName: map[string]ids.ID{},
+	}
+}
+
+func (p *placementGroups) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+var strategies = map[gorayv1.PlacementStrategy]placement.Strategy{
+	gorayv1.PlacementStrategy_PLACEMENT_STRATEGY_PACK:          placement.Pack,
+	gorayv1.PlacementStrategy_PLACEMENT_STRATEGY_SPREAD:        placement.Spread,
+	gorayv1.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_PACK:   placement.StrictPack,
+	gorayv1.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_SPREAD: placement.StrictSpread,
+}
+
+// CreatePlacementGroup adds a group in state PENDING and returns at once;
+// the scheduler reserves it as soon as it fits. Creating the same id again
+// is a no-op. A name held by a group that is not REMOVED is refused with
+// NameTakenError; a finished job cannot create groups (JobFinishedError).
+func (s *Server) CreatePlacementGroup(_ context.Context, req *gorayv1.CreatePlacementGroupRequest) (*gorayv1.CreatePlacementGroupReply, error) {
+	in := req.GetGroup()
+	if in == nil {
+		return nil, &InvalidArgumentError{Field: "group", Problem: "required"}
+	}
+	id, err := parseID("group.placement_group_id", in.GetPlacementGroupId())
+	if err != nil {
+		return nil, err
+	}
+	job, err := parseOptionalID("group.job_id", in.GetJobId())
+	if err != nil {
+		return nil, err
+	}
+	strategy, ok := strategies[in.GetStrategy()]
+	if !ok {
+		return nil, &InvalidArgumentError{Field: "group.strategy", Problem: fmt.Sprintf("unknown strategy %v", in.GetStrategy())}
+	}
+	if len(in.GetName()) > maxNodeString {
+		return nil, &InvalidArgumentError{Field: "group.name", Problem: fmt.Sprintf("%d bytes long, more than %d", len(in.GetName()), maxNodeString)}
+	}
+	n := len(in.GetBundles())
+	if n == 0 || n > maxBundles {
+		return nil, &InvalidArgumentError{Field: "group.bundles", Problem: fmt.Sprintf("%d bundles; a group has 1 to %d", n, maxBundles)}
+	}
+	bundles := make([]resources.Set, n)
+	for i, b := range in.GetBundles() {
+		field := fmt.Sprintf("group.bundles[%d]", i)
+		if err := checkResources(field+".resources", b.GetResources()); err != nil {
+			return nil, err
+		}
+		set := resources.Set{}
+		for k, v := range b.GetResources().GetAmounts() {
+			if v > 0 {
+				set[k] = v
+			}
+			if resources.IsGroupName(k) {
+				return nil, &InvalidArgumentError{Field: field + ".resources", Problem: fmt.Sprintf("%q is a placement group resource; a bundle asks for node resources", k)}
+			}
+		}
+		if len(set) == 0 {
+			return nil, &InvalidArgumentError{Field: field, Problem: "a bundle must ask for some resource"}
+		}
+		bundles[i] = set
+	}
+	if !job.IsNil() {
+		s.mu.Lock()
+		j, ok := s.jobs[job]
+		finished := ok && j.GetState() == StateFinished
+		s.mu.Unlock()
+		if finished {
+			return nil, &JobFinishedError{ID: job, Op: "create placement group"}
+		}
+	}
+	info := &gorayv1.PlacementGroupInfo{
+		PlacementGroupId: id.Bytes(),
+		Name:             in.GetName(),
+		JobId:            in.GetJobId(),
+		Detached:         in.GetDetached(),
+		Strategy:         in.GetStrategy(),
+		State:            gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING,
+		PendingReason:    "waiting to be scheduled",
+		CreateTimeMs:     s.nowMs(),
+	}
+	for i, b := range bundles {
+		info.Bundles = append(info.Bundles, &gorayv1.Bundle{Index: int32(i), Resources: &gorayv1.Resources{Amounts: b.Clone()}})
+	}
+	p := s.pgs
+	p.mu.Lock()
+	if _, ok := p.groups[id]; ok {
+		p.mu.Unlock()
+		return &gorayv1.CreatePlacementGroupReply{}, nil
+	}
+	if name := info.GetName(); name != "" {
+		if holder, ok := p.byName[name]; ok {
+			p.mu.Unlock()
+			return nil, &NameTakenError{Kind: "placement group", Name: name, Holder: holder}
+		}
+		p.byName[name] = id
+	}
+	p.groups[id] = &pgEntry{id: id, info: info, bundles: bundles, strategy: strategy, changed: make(chan struct{})}
+	p.order = append(p.order, id)
+	p.mu.Unlock()
+	p.log.Info("placement group created", "group", id.Short(), "name", info.GetName(), "strategy", strategy, "bundles", n)
+	p.wake()
+	return &gorayv1.CreatePlacementGroupReply{}, nil
+}
+
+// RemovePlacementGroup removes a group: every bundle is given back, and
+// the group's actors and the tasks running in it end. Removing a removed
+// group is a no-op; an unknown id is NotFoundError.
+func (s *Server) RemovePlacementGroup(ctx context.Context, req *gorayv1.RemovePlacementGroupRequest) (*gorayv1.RemovePlacementGroupReply, error) {
+	id, err := parseID("placement_group_id", req.GetPlacementGroupId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.pgs.remove(ctx, id, "removed by its owner"); err != nil {
+		return nil, err
+	}
+	return &gorayv1.RemovePlacementGroupReply{}, nil
+}
+
+// GetPlacementGroup returns a group by id or, when the id is empty, by
+// name (a group that is not REMOVED). With wait_ready it blocks until the
+// group is CREATED or REMOVED, or the call's context ends.
+func (s *Server) GetPlacementGroup(ctx context.Context, req *gorayv1.GetPlacementGroupRequest) (*gorayv1.GetPlacementGroupReply, error) {
+	id, err := parseOptionalID("placement_group_id", req.GetPlacementGroupId())
+	if err != nil {
+		return nil, err
+	}
+	name := req.GetName()
+	if id.IsNil() && name == "" {
+		return nil, &InvalidArgumentError{Field: "placement_group_id", Problem: "placement_group_id or name is required"}
+	}
+	p := s.pgs
+	for {
+		p.mu.Lock()
+		e := p.lookupLocked(id, name)
+		if e == nil {
+			p.mu.Unlock()
+			return nil, &NotFoundError{Kind: "placement group", ID: id, Name: name}
+		}
+		st := e.info.GetState()
+		done := st == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_CREATED || st == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED
+		if !req.GetWaitReady() || done {
+			info := cloneMsg(e.info)
+			p.mu.Unlock()
+			return &gorayv1.GetPlacementGroupReply{Group: info}, nil
+		}
+		id = e.id // keep waiting on this group even if the name is reused
+		ch := e.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, &waitError{what: "placement group %s to be ready", id: id, err: ctx.Err()}
+		}
+	}
+}
+
+// ListPlacementGroups returns every group, removed ones too, in creation
+// order.
+func (s *Server) ListPlacementGroups(context.Context, *gorayv1.ListPlacementGroupsRequest) (*gorayv1.ListPlacementGroupsReply, error) {
+	return &gorayv1.ListPlacementGroupsReply{Groups: s.PlacementGroups()}, nil
+}
+
+// PlacementGroups returns a snapshot of every group in creation order.
+func (s *Server) PlacementGroups() []*gorayv1.PlacementGroupInfo {
+	p := s.pgs
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*gorayv1.PlacementGroupInfo, 0, len(p.order))
+	for _, id := range p.order {
+		out = append(out, cloneMsg(p.groups[id].info))
+	}
+	return out
+}
+
+func (p *placementGroups) lookupLocked(id ids.ID, name string) *pgEntry {
+	if id.IsNil() {
+		id = p.byName[name]
+	}
+	return p.groups[id]
+}
+
+// run places pending groups whenever something may have changed (a group
+// was created, a node joined or died, a job finished) and every retry
+// period (resources are freed without events), until ctx ends.
+func (p *placementGroups) run(ctx context.Context) {
+	events, unsubscribe := p.s.Subscribe()
+	defer unsubscribe()
+	t := time.NewTicker(p.retry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		case <-t.C:
+		case ev := <-events:
+			p.handle(ctx, ev)
+		}
+		p.schedule(ctx)
+	}
+}
+
+// handle reacts to a table change.
+func (p *placementGroups) handle(ctx context.Context, ev Event) {
+	switch ev.Kind {
+	case EventNodeDead:
+		p.nodeDied(ids.MustFromBytes(ev.Node.GetNodeId()))
+		if f, ok := p.reserver.(interface{ Forget(*gorayv1.NodeInfo) }); ok {
+			f.Forget(ev.Node)
+		}
+	case EventJobFinished:
+		job := ids.MustFromBytes(ev.Job.GetJobId())
+		p.mu.Lock()
+		var ended []ids.ID
+		for _, id := range p.order {
+			e := p.groups[id]
+			if !e.info.GetDetached() && ids.MustFromBytes(e.info.GetJobId()) == job && e.info.GetState() != gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+				ended = append(ended, id)
+			}
+		}
+		p.mu.Unlock()
+		for _, id := range ended {
+			if err := p.remove(ctx, id, "its job finished"); err != nil {
+				p.log.Warn("removing a finished job's placement group", "group", id.Short(), "error", err)
+			}
+		}
+	}
+}
+
+// nodeDied puts the bundles the dead node held back to be placed: their
+// groups go RESCHEDULING.
+func (p *placementGroups) nodeDied(node ids.ID) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, id := range p.order {
+		e := p.groups[id]
+		if e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+			continue
+		}
+		lost := 0
+		for _, b := range e.info.GetBundles() {
+			if len(b.GetNodeId()) > 0 && ids.MustFromBytes(b.GetNodeId()) == node {
+				b.NodeId = nil
+				lost++
+			}
+		}
+		if lost == 0 {
+			continue
+		}
+		if e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_CREATED {
+			e.info.State = gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_RESCHEDULING
+			e.info.Reschedules++
+		}
+		e.info.PendingReason = fmt.Sprintf("node %s holding %d of its bundles died", node.Short(), lost)
+		p.log.Warn("placement group lost bundles", "group", id.Short(), "node", node.Short(), "bundles", lost)
+		e.notifyLocked()
+	}
+	p.wake()
+}
+
+// remove marks a group REMOVED and gives its bundles back.
+func (p *placementGroups) remove(ctx context.Context, id ids.ID, reason string) error {
+	p.mu.Lock()
+	e, ok := p.groups[id]
+	if !ok {
+		p.mu.Unlock()
+		return &NotFoundError{Kind: "placement group", ID: id}
+	}
+	if e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+		p.mu.Unlock()
+		return nil
+	}
+	e.info.State = gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED
+	e.info.RemoveTimeMs = p.s.nowMs()
+	e.info.RemovalReason = reason
+	e.info.PendingReason = ""
+	if name := e.info.GetName(); name != "" && p.byName[name] == id {
+		delete(p.byName, name)
+	}
+	for _, b := range e.info.GetBundles() {
+		b.NodeId = nil
+	}
+	e.notifyLocked()
+	p.mu.Unlock()
+
+	p.log.Info("placement group removed", "group", id.Short(), "reason", reason)
+	why := fmt.Sprintf("placement group %s was removed (%s)", id.Short(), reason)
+	p.s.groupRemoved(id, why)
+	// Every node hears of it, not only those holding bundles: a node with
+	// requests queued for the group fails them.
+	p.cancelOn(ctx, id, p.s.aliveNodes(), why)
+	return nil
+}
+
+// cancelOn tells each of nodes that group is gone: each gives back the
+// group's bundles it holds (prepared or committed), ends the work holding
+// them and fails requests queued for the group. The group's resources
+// come off the nodes' totals.
+func (p *placementGroups) cancelOn(ctx context.Context, group ids.ID, nodes []*gorayv1.NodeInfo, reason string) {
+	if p.reserver == nil {
+		return
+	}
+	for _, n := range nodes {
+		nid := ids.MustFromBytes(n.GetNodeId())
+		cctx, cancel := context.WithTimeout(ctx, reserveTimeout)
+		rep, err := p.reserver.Cancel(cctx, n, group, nil, reason)
+		cancel()
+		if err != nil {
+			p.log.Warn("cancelling a placement group's bundles", "group", group.Short(), "node", nid.Short(), "error", err)
+		} else {
+			p.s.setAvailable(nid, rep.GetAvailable())
+		}
+		p.s.dropGroupResources(nid, group)
+	}
+}
+
+// schedule tries to place every PENDING and RESCHEDULING group, oldest
+// first. A group that does not fit records why and waits; younger groups
+// still get their turn.
+func (p *placementGroups) schedule(ctx context.Context) {
+	p.mu.Lock()
+	var todo []ids.ID
+	for _, id := range p.order {
+		switch p.groups[id].info.GetState() {
+		case gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING, gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_RESCHEDULING:
+			todo = append(todo, id)
+		}
+	}
+	p.mu.Unlock()
+	for _, id := range todo {
+		if ctx.Err() != nil {
+			return
+		}
+		p.place(ctx, id)
+	}
+}
+
+// place reserves one group: choose nodes, prepare on each, commit on each.
+func (p *placementGroups) place(ctx context.Context, id ids.ID) {
+	p.mu.Lock()
+	e := p.groups[id]
+	st := e.info.GetState()
+	if st != gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING && st != gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_RESCHEDULING {
+		p.mu.Unlock()
+		return
+	}
+	fixed := map[int]string{}
+	for _, b := range e.info.GetBundles() {
+		if len(b.GetNodeId()) > 0 {
+			fixed[int(b.GetIndex())] = ids.MustFromBytes(b.GetNodeId()).String()
+		}
+	}
+	bundles, strategy := e.bundles, e.strategy
+	p.mu.Unlock()
+
+	nodes, infos := p.s.placementNodes()
+	if p.reserver == nil {
+		p.setPending(id, "this GCS cannot reach raylets to reserve bundles", false)
+		return
+	}
+	out, err := placement.Place(strategy, bundles, nodes, fixed)
+	if err != nil {
+		nf, _ := err.(*placement.NoFitError)
+		p.setPending(id, err.Error(), nf != nil && nf.Infeasible)
+		return
+	}
+	// The bundles to reserve now, by node.
+	want := map[string][]*gorayv1.Bundle{}
+	for i, nid := range out {
+		if _, ok := fixed[i]; ok {
+			continue
+		}
+		want[nid] = append(want[nid], &gorayv1.Bundle{Index: int32(i), Resources: &gorayv1.Resources{Amounts: bundles[i]}})
+	}
+	if st == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING {
+		p.setState(id, gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PREPARED)
+	}
+	nodeIDs := make([]string, 0, len(want))
+	nodeID := map[string]ids.ID{}
+	for nid := range want {
+		nodeIDs = append(nodeIDs, nid)
+		nodeID[nid] = ids.MustFromBytes(infos[nid].GetNodeId())
+	}
+	sort.Strings(nodeIDs)
+	// Phase 1: hold the bundles on every node, all or none.
+	var prepared []string
+	fail := func(reason string) {
+		for _, nid := range prepared {
+			idx := make([]int32, 0, len(want[nid]))
+			for _, b := range want[nid] {
+				idx = append(idx, b.GetIndex())
+			}
+			cctx, cancel := context.WithTimeout(ctx, reserveTimeout)
+			rep, err := p.reserver.Cancel(cctx, infos[nid], id, idx, "placement failed: "+reason)
+			cancel()
+			if err == nil {
+				p.s.setAvailable(nodeID[nid], rep.GetAvailable())
+			}
+			p.s.dropBundleResources(nodeID[nid], id, idx, bundles)
+		}
+		p.revert(id, st, reason)
+	}
+	for _, nid := range nodeIDs {
+		cctx, cancel := context.WithTimeout(ctx, reserveTimeout)
+		rep, err := p.reserver.Prepare(cctx, infos[nid], id, want[nid])
+		cancel()
+		switch {
+		case err != nil:
+			fail(fmt.Sprintf("preparing on node %s: %v", short(nid), err))
+			return
+		case !rep.GetSuccess():
+			p.s.setAvailable(nodeID[nid], rep.GetAvailable())
+			fail(fmt.Sprintf("node %s: %s", short(nid), rep.GetReason()))
+			return
+		}
+		p.s.setAvailable(nodeID[nid], rep.GetAvailable())
+		prepared = append(prepared, nid)
+	}
+	// Phase 2: the group's resources appear on the nodes' totals first, so
+	// that a heartbeat showing them available is never refused.
+	for _, nid := range nodeIDs {
+		for _, b := range want[nid] {
+			p.s.addGroupResources(nodeID[nid], resources.BundleResources(bundles[b.GetIndex()], id.String(), int(b.GetIndex())))
+		}
+	}
+	for _, nid := range nodeIDs {
+		idx := make([]int32, 0, len(want[nid]))
+		for _, b := range want[nid] {
+			idx = append(idx, b.GetIndex())
+		}
+		cctx, cancel := context.WithTimeout(ctx, reserveTimeout)
+		rep, err := p.reserver.Commit(cctx, infos[nid], id, idx)
+		cancel()
+		if err != nil {
+			fail(fmt.Sprintf("committing on node %s: %v", short(nid), err))
+			return
+		}
+		p.s.setAvailable(nodeID[nid], rep.GetAvailable())
+	}
+	alive := map[ids.ID]bool{}
+	for _, n := range p.s.aliveNodes() {
+		alive[ids.MustFromBytes(n.GetNodeId())] = true
+	}
+	p.mu.Lock()
+	if e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+		// Removed while being placed: what was just reserved goes back.
+		p.mu.Unlock()
+		var ns []*gorayv1.NodeInfo
+		for _, nid := range nodeIDs {
+			ns = append(ns, infos[nid])
+		}
+		p.cancelOn(ctx, id, ns, "placement group "+id.Short()+" was removed")
+		return
+	}
+	for _, nid := range nodeIDs {
+		for _, b := range want[nid] {
+			e.info.Bundles[b.GetIndex()].NodeId = infos[nid].GetNodeId()
+		}
+	}
+	// A node may have died while the group was being placed: its bundles
+	// (reserved just now, or kept from before) are lost again.
+	missing := 0
+	for _, b := range e.info.GetBundles() {
+		if len(b.GetNodeId()) == 0 || !alive[ids.MustFromBytes(b.GetNodeId())] {
+			b.NodeId = nil
+			missing++
+		}
+	}
+	if missing > 0 {
+		e.info.State = st
+		e.info.PendingReason = fmt.Sprintf("%d bundles were on nodes that died while the group was being placed", missing)
+		e.notifyLocked()
+		p.mu.Unlock()
+		p.wake()
+		return
+	}
+	e.info.State = gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_CREATED
+	e.info.PendingReason = ""
+	e.info.Infeasible = false
+	e.info.ReadyTimeMs = p.s.nowMs()
+	e.notifyLocked()
+	p.mu.Unlock()
+	p.log.Info("placement group created on its nodes", "group", id.Short(), "nodes", len(nodeIDs))
+}
+
+func short(hexID string) string {
+	if len(hexID) > 8 {
+		return hexID[:8]
+	}
+	return hexID
+}
+
+// setPending records why a group waits.
+func (p *placementGroups) setPending(id ids.ID, reason string, infeasible bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.groups[id]
+	if e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+		return
+	}
+	if e.info.GetPendingReason() != reason || e.info.GetInfeasible() != infeasible {
+		e.info.PendingReason = reason
+		e.info.Infeasible = infeasible
+		e.notifyLocked()
+	}
+}
+
+func (p *placementGroups) setState(id ids.ID, st gorayv1.PlacementGroupState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.groups[id]
+	if e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+		return
+	}
+	e.info.State = st
+	e.notifyLocked()
+}
+
+// revert puts a group whose reservation failed back to the state it was
+// placed from, with the reason.
+func (p *placementGroups) revert(id ids.ID, st gorayv1.PlacementGroupState, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.groups[id]
+	if e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+		return
+	}
+	e.info.State = st
+	e.info.PendingReason = reason
+	e.notifyLocked()
+	p.log.Debug("placement group reservation failed; will retry", "group", id.Short(), "reason", reason)
+}
+
+// ---------------------------------------------------------------- nodes
+
+// placementNodes returns the alive nodes as placement sees them (their
+// own resources, not the groups' on them), and their infos by hex id.
+func (s *Server) placementNodes() ([]placement.Node, map[string]*gorayv1.NodeInfo) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []placement.Node
+	infos := map[string]*gorayv1.NodeInfo{}
+	for _, id := range s.nodeOrder {
+		n := s.nodes[id]
+		if n.info.GetState() != StateAlive {
+			continue
+		}
+		total := resources.Set{}
+		for k, v := range n.info.GetTotal().GetAmounts() {
+			total[k] = v
+		}
+		avail := resources.Set{}
+		for k, v := range n.available.GetAmounts() {
+			if !resources.IsGroupName(k) {
+				avail[k] = v
+			}
+		}
+		out = append(out, placement.Node{ID: id.String(), Total: total, Available: avail})
+		infos[id.String()] = cloneMsg(n.info)
+	}
+	return out, infos
+}
+
+// aliveNodes returns the infos of the alive nodes.
+func (s *Server) aliveNodes() []*gorayv1.NodeInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*gorayv1.NodeInfo
+	for _, id := range s.nodeOrder {
+		if n := s.nodes[id]; n.info.GetState() == StateAlive {
+			out = append(out, cloneMsg(n.info))
+		}
+	}
+	return out
+}
+
+// setAvailable records a node's available resources as its raylet
+// reported them in a reservation reply (fresher than its last heartbeat).
+func (s *Server) setAvailable(id ids.ID, avail *gorayv1.Resources) {
+	if avail == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := s.nodes[id]; n != nil && n.info.GetState() == StateAlive {
+		n.available = cloneMsg(avail)
+	}
+}
+
+// addGroupResources adds committed bundle resources to a node's total.
+func (s *Server) addGroupResources(id ids.ID, add resources.Set) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[id]
+	if n == nil {
+		return
+	}
+	if n.groups == nil {
+		n.groups = resources.Set{}
+	}
+	n.groups.Add(add)
+}
+
+// dropBundleResources takes bundles idx of group off a node's total.
+func (s *Server) dropBundleResources(id ids.ID, group ids.ID, idx []int32, bundles []resources.Set) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[id]
+	if n == nil || n.groups == nil {
+		return
+	}
+	for _, i := range idx {
+		sub := resources.BundleResources(bundles[i], group.String(), int(i))
+		for k, v := range sub {
+			if n.groups[k] -= v; n.groups[k] <= 0 {
+				delete(n.groups, k)
+			}
+		}
+	}
+}
+
+// dropGroupResources takes every resource of group off a node's total.
+func (s *Server) dropGroupResources(node ids.ID, group ids.ID) {
+	suffix := "_" + group.String()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[node]
+	if n == nil {
+		return
+	}
+	for k := range n.groups {
+		if strings.HasSuffix(k, suffix) {
+			delete(n.groups, k)
+		}
+	}
+}
+
+// groupRemoved ends the actors of a removed group.
+func (s *Server) groupRemoved(group ids.ID, reason string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, aid := range s.actorSeq {
+		a := s.actors[aid]
+		if pg := a.info.GetPlacementGroupId(); len(pg) > 0 && ids.MustFromBytes(pg) == group {
+			s.markActorDeadLocked(a, reason)
+		}
+	}
+}
