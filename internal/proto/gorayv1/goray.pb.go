@@ -2565,8 +2565,12 @@ type LeaseRequest struct {
 	// run a spilled-back request at all queues it instead of passing it on
 	// again, unless it can never fit it.
 	SpillbackCount int32 `protobuf:"varint,8,opt,name=spillback_count,json=spillbackCount,proto3" json:"spillback_count,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Set when the request is for a placement group's bundle (its resources
+	// are the group's): a raylet told the group was removed fails it with
+	// placement_group_removed instead of queueing it.
+	PlacementGroupId []byte `protobuf:"bytes,9,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
@@ -2653,6 +2657,13 @@ func (x *LeaseRequest) GetSpillbackCount() int32 {
 		return x.SpillbackCount
 	}
 	return 0
+}
+
+func (x *LeaseRequest) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
 }
 
 // SchedulingStrategy says which nodes a task or actor may run on.
@@ -3014,8 +3025,11 @@ type LeaseReply struct {
 	// Set when the request can never be scheduled (a hard node affinity to a
 	// dead node or to one that can never fit it); the text says why.
 	Unschedulable string `protobuf:"bytes,7,opt,name=unschedulable,proto3" json:"unschedulable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Set (with unschedulable saying why) when the request's placement group
+	// was removed.
+	PlacementGroupRemoved bool `protobuf:"varint,8,opt,name=placement_group_removed,json=placementGroupRemoved,proto3" json:"placement_group_removed,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *LeaseReply) Reset() {
@@ -3095,6 +3109,13 @@ func (x *LeaseReply) GetUnschedulable() string {
 		return x.Unschedulable
 	}
 	return ""
+}
+
+func (x *LeaseReply) GetPlacementGroupRemoved() bool {
+	if x != nil {
+		return x.PlacementGroupRemoved
+	}
+	return false
 }
 
 type ReturnLeaseRequest struct {
@@ -7546,7 +7567,7 @@ const file_goray_proto_rawDesc = "" +
 	"\tStoreInfo\x12\x1b\n" +
 	"\tfd_socket\x18\x01 \x01(\tR\bfdSocket\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12!\n" +
-	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xae\x02\n" +
+	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xdc\x02\n" +
 	"\fLeaseRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x19\n" +
@@ -7556,7 +7577,8 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x06 \x01(\fR\trequestId\x128\n" +
 	"\bstrategy\x18\a \x01(\v2\x1c.goray.v1.SchedulingStrategyR\bstrategy\x12'\n" +
-	"\x0fspillback_count\x18\b \x01(\x05R\x0espillbackCount\"\xac\x01\n" +
+	"\x0fspillback_count\x18\b \x01(\x05R\x0espillbackCount\x12,\n" +
+	"\x12placement_group_id\x18\t \x01(\fR\x10placementGroupId\"\xac\x01\n" +
 	"\x12SchedulingStrategy\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.goray.v1.SchedulingStrategy.KindR\x04kind\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12\x12\n" +
@@ -7580,7 +7602,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\"0\n" +
 	"\x14TransportInvokeReply\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\"\x8e\x02\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\"\xc6\x02\n" +
 	"\n" +
 	"LeaseReply\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12)\n" +
@@ -7592,7 +7614,8 @@ const file_goray_proto_rawDesc = "" +
 	"worker_pid\x18\x04 \x01(\x05R\tworkerPid\x12*\n" +
 	"\x11spillback_node_id\x18\x05 \x01(\fR\x0fspillbackNodeId\x12)\n" +
 	"\x10spillback_raylet\x18\x06 \x01(\tR\x0fspillbackRaylet\x12$\n" +
-	"\runschedulable\x18\a \x01(\tR\runschedulable\"\\\n" +
+	"\runschedulable\x18\a \x01(\tR\runschedulable\x126\n" +
+	"\x17placement_group_removed\x18\b \x01(\bR\x15placementGroupRemoved\"\\\n" +
 	"\x12ReturnLeaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12+\n" +
 	"\x11disconnect_worker\x18\x02 \x01(\bR\x10disconnectWorker\"\x12\n" +
