@@ -76,9 +76,9 @@ func copyExecutable(t *testing.T, src, dst string) {
 }
 
 func (h *harness) workerCount() int {
-	h.r.mu.Lock()
-	defer h.r.mu.Unlock()
-	return len(h.r.workers)
+	h.r.pool.mu.Lock()
+	defer h.r.pool.mu.Unlock()
+	return len(h.r.pool.workers)
 }
 
 // TestDriverMustNameBinaryHash: a driver whose job does not name its
@@ -226,9 +226,9 @@ func TestLocalBinaryFromRunningDriver(t *testing.T) {
 		}
 	}
 	w := h.workerByID(l.GetWorker().GetWorkerId())
-	h.r.mu.Lock()
+	h.r.pool.mu.Lock()
 	pid := w.pid
-	h.r.mu.Unlock()
+	h.r.pool.mu.Unlock()
 	if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || exe != cached {
 		t.Errorf("the worker runs %q (%v), want the checked copy %s", exe, err, cached)
 	}
@@ -244,7 +244,7 @@ func TestWorkerEnv(t *testing.T) {
 	t.Setenv("GORAY_TEST_SHARED", "node")
 	jobID := ids.New()
 	w := &worker{id: ids.New(), job: &job{id: jobID}}
-	env := h.r.workerEnv(w, []string{"GORAY_TEST_FWD=job", "GORAY_TEST_SHARED=job", EnvWorkerID + "=forged", EnvJobID + "=forged"})
+	env := h.r.pool.workerEnv(w, []string{"GORAY_TEST_FWD=job", "GORAY_TEST_SHARED=job", EnvWorkerID + "=forged", EnvJobID + "=forged"})
 	// What exec.Cmd does with duplicates: the last value wins.
 	get := func(name string) (string, bool) {
 		v, ok := "", false

@@ -1,7 +1,6 @@
 package raylet
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -17,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/raylet/internal/dataplane"
 )
 
 // panickyStore panics when the bytes of one object are asked for, to
@@ -38,14 +38,14 @@ func (s *panickyStore) Data(offset, size int64) []byte {
 // address, the object and its bytes.
 func dataPlane(t *testing.T, store ObjectStore, fs *fakeStore, size int64, log hclog.Logger) (string, ids.ObjectID, []byte) {
 	t.Helper()
-	r := &Raylet{cfg: Config{NodeID: ids.New(), Store: store}, log: log}
+	om := newObjectManager(Config{NodeID: ids.New(), Store: store}, log, nil, nil)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { r.ServeData(lis); close(done) }()
-	t.Cleanup(func() { lis.Close(); r.closePeerConns(); <-done })
+	go func() { om.data.Serve(lis); close(done) }()
+	t.Cleanup(func() { lis.Close(); om.closeConns(); <-done })
 	oid := ids.ObjectIDFor(ids.New(), 1)
 	off, err := fs.Create(oid, size, []byte("M"), ids.New())
 	if err != nil {
@@ -64,7 +64,7 @@ func dataPlane(t *testing.T, store ObjectStore, fs *fakeStore, size int64, log h
 // rawRequest encodes a request the way a hostile peer may: any offset and
 // length.
 func rawRequest(magic uint32, oid ids.ObjectID, off, length uint64) []byte {
-	b := make([]byte, dataRequestSize)
+	b := make([]byte, dataplane.RequestSize)
 	binary.BigEndian.PutUint32(b, magic)
 	copy(b[4:], oid[:])
 	binary.BigEndian.PutUint64(b[4+ids.ObjectIDSize:], off)
@@ -77,12 +77,12 @@ func readWhole(t *testing.T, addr string, oid ids.ObjectID, want []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rr, err := dialData(ctx, addr, nil)
+	rr, err := dataplane.Dial(ctx, addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rr.Close()
-	size, meta, err := rr.request(oid, 0, -1)
+	size, meta, err := rr.Request(oid, 0, -1)
 	if err != nil {
 		t.Fatalf("normal request on a new connection: %v", err)
 	}
@@ -90,7 +90,7 @@ func readWhole(t *testing.T, addr string, oid ids.ObjectID, want []byte) {
 		t.Fatalf("header: size %d meta %q", size, meta)
 	}
 	got := make([]byte, size)
-	if err := rr.readInto(got); err != nil {
+	if err := rr.ReadInto(got); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
@@ -121,36 +121,36 @@ func TestDataPlaneRefusesHostileRanges(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rr, err := dialData(ctx, addr, nil)
+	rr, err := dataplane.Dial(ctx, addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rr.Close()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req := rawRequest(dataMagic, oid, tt.off, tt.length)
+			req := rawRequest(dataplane.Magic, oid, tt.off, tt.length)
 			if len(req) != 4+ids.ObjectIDSize+16 {
 				t.Fatalf("request of %d bytes", len(req))
 			}
-			if _, err := rr.conn.Write(req); err != nil {
+			if _, err := rr.Conn().Write(req); err != nil {
 				t.Fatal(err)
 			}
-			_, _, err := readResponse(rr.br, 0)
-			var de *dataError
-			if !errors.As(err, &de) || de.status != dataBadRange {
+			_, _, err := dataplane.ReadResponse(rr.Buffered(), 0)
+			var de *dataplane.Error
+			if !errors.As(err, &de) || de.Status != dataplane.StatusBadRange {
 				t.Fatalf("response = %v, want a bad-range refusal", err)
 			}
-			if !strings.Contains(de.msg, tt.want) || !strings.Contains(de.msg, oid.String()) {
-				t.Fatalf("refusal %q does not name the object and say %q", de.msg, tt.want)
+			if !strings.Contains(de.Msg, tt.want) || !strings.Contains(de.Msg, oid.String()) {
+				t.Fatalf("refusal %q does not name the object and say %q", de.Msg, tt.want)
 			}
 		})
 	}
 	// The same connection still serves, and so does a new one.
-	if _, _, err := rr.request(oid, size-2, 10); err != nil {
+	if _, _, err := rr.Request(oid, size-2, 10); err != nil {
 		t.Fatalf("after refusals: %v", err)
 	}
 	tail := make([]byte, 2)
-	if err := rr.readInto(tail); err != nil || !bytes.Equal(tail, src[size-2:]) {
+	if err := rr.ReadInto(tail); err != nil || !bytes.Equal(tail, src[size-2:]) {
 		t.Fatalf("clamped range: %x, %v", tail, err)
 	}
 	readWhole(t, addr, oid, src)
@@ -163,15 +163,15 @@ func TestDataPlaneDropsBadMagic(t *testing.T) {
 	addr, oid, src := dataPlane(t, fs, fs, 4096, hclog.NewNullLogger())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rr, err := dialData(ctx, addr, nil)
+	rr, err := dataplane.Dial(ctx, addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rr.Close()
-	if _, err := rr.conn.Write(rawRequest(0xdeadbeef, oid, 0, 1)); err != nil {
+	if _, err := rr.Conn().Write(rawRequest(0xdeadbeef, oid, 0, 1)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rr.br.ReadByte(); !errors.Is(err, io.EOF) {
+	if _, err := rr.Buffered().ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("read after a bad magic = %v, want EOF", err)
 	}
 	readWhole(t, addr, oid, src)
@@ -198,12 +198,12 @@ func TestDataPlaneRecoversFromPanic(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rr, err := dialData(ctx, addr, nil)
+	rr, err := dataplane.Dial(ctx, addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rr.Close()
-	if _, _, err := rr.request(bad, 0, -1); err == nil {
+	if _, _, err := rr.Request(bad, 0, -1); err == nil {
 		t.Fatal("request that panicked the server succeeded")
 	}
 	out := logs.String()
@@ -226,93 +226,4 @@ func TestDataPlaneRecoversFromPanic(t *testing.T) {
 		<-time.After(5 * time.Millisecond)
 	}
 	readWhole(t, addr, good, src)
-}
-
-func TestDataRange(t *testing.T) {
-	tests := []struct {
-		off, length, size int64
-		wantOff, wantLen  int64
-		err               string
-	}{
-		{0, -1, 10, 0, 10, ""},
-		{3, -1, 10, 3, 7, ""},
-		{10, -1, 10, 10, 0, ""},
-		{0, 0, 0, 0, 0, ""},
-		{2, 5, 10, 2, 5, ""},
-		{8, 5, 10, 8, 2, ""},
-		{0, math.MaxInt64, 10, 0, 10, ""},
-		{1, math.MaxInt64, 10, 0, 0, "overflows"},
-		{math.MaxInt64, 1, 10, 0, 0, "outside"},
-		{11, 0, 10, 0, 0, "outside"},
-		{-1, 1, 10, 0, 0, "negative"},
-		{math.MinInt64, 1, 10, 0, 0, "negative"},
-		{0, -2, 10, 0, 0, "negative"},
-		{0, math.MinInt64, 10, 0, 0, "negative"},
-		{0, 1, -1, 0, 0, "size -1 is negative"},
-	}
-	for _, tt := range tests {
-		off, n, err := dataRange(tt.off, tt.length, tt.size)
-		if tt.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.err) {
-				t.Errorf("dataRange(%d, %d, %d) = %v, want an error saying %q", tt.off, tt.length, tt.size, err, tt.err)
-			}
-			continue
-		}
-		if err != nil || off != tt.wantOff || n != tt.wantLen {
-			t.Errorf("dataRange(%d, %d, %d) = %d, %d, %v; want %d, %d", tt.off, tt.length, tt.size, off, n, err, tt.wantOff, tt.wantLen)
-		}
-	}
-}
-
-// okHeader is a response header saying ok, size, metadata length n.
-func okHeader(size int64, n uint32) []byte {
-	b := make([]byte, 13)
-	binary.BigEndian.PutUint64(b[1:], uint64(size))
-	binary.BigEndian.PutUint32(b[9:], n)
-	return b
-}
-
-// refusal is a refusal with a message length field of l and msg.
-func refusal(status byte, l uint32, msg string) []byte {
-	b := make([]byte, 17)
-	b[0] = status
-	binary.BigEndian.PutUint32(b[13:], l)
-	return append(b, msg...)
-}
-
-func TestReadResponse(t *testing.T) {
-	tests := []struct {
-		name string
-		in   []byte
-		off  int64
-		size int64
-		meta string
-		err  string
-	}{
-		{"ok", append(okHeader(10, 1), 'M'), 0, 10, "M", ""},
-		{"ok at the end", okHeader(10, 0), 10, 10, "", ""},
-		{"refusal", refusal(dataNotFound, 4, "gone"), 0, 0, "", "gone"},
-		{"negative size", okHeader(-1, 0), 0, 0, "", "announces -1 bytes"},
-		{"size below the offset", okHeader(5, 0), 6, 0, "", "announces 5 bytes for a read at offset 6"},
-		{"huge size", okHeader(math.MaxInt64, 0), 0, 0, "", "announces 9223372036854775807 bytes"},
-		{"huge metadata", okHeader(1, math.MaxUint32), 0, 0, "", "4294967295 bytes of metadata"},
-		{"huge refusal", refusal(dataBadRange, math.MaxUint32, "x"), 0, 0, "", "message of 4294967295 bytes"},
-		{"truncated header", okHeader(1, 0)[:7], 0, 0, "", "unexpected EOF"},
-		{"truncated metadata", okHeader(1, 5), 0, 0, "", "EOF"},
-		{"truncated refusal", refusal(dataBadRange, 10, "abc"), 0, 0, "", "unexpected EOF"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			size, meta, err := readResponse(bufio.NewReader(bytes.NewReader(tt.in)), tt.off)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("readResponse = %d, %q, %v; want an error saying %q", size, meta, err, tt.err)
-				}
-				return
-			}
-			if err != nil || size != tt.size || string(meta) != tt.meta {
-				t.Fatalf("readResponse = %d, %q, %v; want %d, %q", size, meta, err, tt.size, tt.meta)
-			}
-		})
-	}
 }

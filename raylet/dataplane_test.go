@@ -11,18 +11,19 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/raylet/internal/dataplane"
 )
 
 func TestDataPlaneRanges(t *testing.T) {
 	store := newFakeStore()
-	r := &Raylet{cfg: Config{NodeID: ids.New(), Store: store}, log: hclog.NewNullLogger()}
+	om := newObjectManager(Config{NodeID: ids.New(), Store: store}, hclog.NewNullLogger(), nil, nil)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan struct{})
-	go func() { r.ServeData(lis); close(done) }()
-	defer func() { lis.Close(); r.closePeerConns(); <-done }()
+	go func() { om.data.Serve(lis); close(done) }()
+	defer func() { lis.Close(); om.closeConns(); <-done }()
 
 	oid := ids.ObjectIDFor(ids.New(), 1)
 	const size = 3<<20 + 7
@@ -39,14 +40,14 @@ func TestDataPlaneRanges(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rr, err := dialData(ctx, lis.Addr().String(), nil)
+	rr, err := dataplane.Dial(ctx, lis.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rr.Close()
 	// Several requests on one connection, including an empty and a clamped range.
 	for _, c := range []struct{ off, length, want int64 }{{0, 1 << 20, 1 << 20}, {size - 10, -1, 10}, {5, 0, 0}, {size - 3, 100, 3}} {
-		gotSize, meta, err := rr.request(oid, c.off, c.length)
+		gotSize, meta, err := rr.Request(oid, c.off, c.length)
 		if err != nil {
 			t.Fatalf("range %+v: %v", c, err)
 		}
@@ -54,7 +55,7 @@ func TestDataPlaneRanges(t *testing.T) {
 			t.Fatalf("header: size %d meta %q", gotSize, meta)
 		}
 		dst := make([]byte, c.want)
-		if err := rr.readInto(dst); err != nil {
+		if err := rr.ReadInto(dst); err != nil {
 			t.Fatal(err)
 		}
 		for i, b := range dst {
@@ -64,27 +65,27 @@ func TestDataPlaneRanges(t *testing.T) {
 		}
 	}
 	// Refusals name the problem and keep the connection usable.
-	_, _, err = rr.request(ids.ObjectIDFor(ids.New(), 1), 0, -1)
-	var de *dataError
-	if !errors.As(err, &de) || de.status != dataNotFound || !strings.Contains(de.msg, "is not in the store") {
+	_, _, err = rr.Request(ids.ObjectIDFor(ids.New(), 1), 0, -1)
+	var de *dataplane.Error
+	if !errors.As(err, &de) || de.Status != dataplane.StatusNotFound || !strings.Contains(de.Msg, "is not in the store") {
 		t.Fatalf("unknown object: %v", err)
 	}
-	_, _, err = rr.request(oid, size+1, 1)
-	if !errors.As(err, &de) || de.status != dataBadRange || !strings.Contains(de.msg, "outside") {
+	_, _, err = rr.Request(oid, size+1, 1)
+	if !errors.As(err, &de) || de.Status != dataplane.StatusBadRange || !strings.Contains(de.Msg, "outside") {
 		t.Fatalf("bad offset: %v", err)
 	}
-	if _, _, err := rr.request(oid, 0, 1); err != nil {
+	if _, _, err := rr.Request(oid, 0, 1); err != nil {
 		t.Fatalf("after refusals: %v", err)
 	}
 	// A cancelled context unblocks a read.
 	cctx, ccancel := context.WithCancel(context.Background())
-	rr2, err := dialData(cctx, lis.Addr().String(), nil)
+	rr2, err := dataplane.Dial(cctx, lis.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rr2.Close()
 	ccancel()
-	if err := rr2.readInto(make([]byte, 1)); err == nil {
+	if err := rr2.ReadInto(make([]byte, 1)); err == nil {
 		t.Fatal("read after cancel succeeded")
 	}
 }

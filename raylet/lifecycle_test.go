@@ -38,9 +38,9 @@ func (h *harness) cancelLease(rid string) *gorayv1.CancelLeaseReply {
 }
 
 func (h *harness) leaseCount() int {
-	h.r.mu.Lock()
-	defer h.r.mu.Unlock()
-	return len(h.r.leases)
+	h.r.sched.mu.Lock()
+	defer h.r.sched.mu.Unlock()
+	return len(h.r.sched.leases)
 }
 
 // flagCtx is a context whose Err becomes non-nil when cancelled is set,
@@ -390,17 +390,17 @@ func TestWorkerDiedBroadcast(t *testing.T) {
 
 // workerByID returns the raylet's record of a worker.
 func (h *harness) workerByID(id []byte) *worker {
-	h.r.mu.Lock()
-	defer h.r.mu.Unlock()
-	return h.r.workers[ids.MustFromBytes(id)]
+	h.r.pool.mu.Lock()
+	defer h.r.pool.mu.Unlock()
+	return h.r.pool.workers[ids.MustFromBytes(id)]
 }
 
 // reapLater runs the idle reaper as if an hour had passed and reports which
 // of ws it decided to kill.
 func (h *harness) reapLater(ws ...*worker) []bool {
-	h.r.mu.Lock()
-	defer h.r.mu.Unlock()
-	h.r.reapIdleLocked(time.Now().Add(time.Hour))
+	h.r.reapIdle(time.Now().Add(time.Hour))
+	h.r.pool.mu.Lock()
+	defer h.r.pool.mu.Unlock()
 	out := make([]bool, len(ws))
 	for i, w := range ws {
 		out[i] = w.killing
@@ -419,9 +419,9 @@ func TestReaperSparesOwnersAndHolders(t *testing.T) {
 		var ow, pw *worker
 		waitFor(t, "both workers to register and the owner to report", func() bool {
 			ow, pw = nil, nil
-			h.r.mu.Lock()
-			defer h.r.mu.Unlock()
-			for _, w := range h.r.workers {
+			h.r.pool.mu.Lock()
+			defer h.r.pool.mu.Unlock()
+			for _, w := range h.r.pool.workers {
 				if w.state != stateIdle {
 					continue
 				}

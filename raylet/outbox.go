@@ -3,14 +3,13 @@ package raylet
 import (
 	"sync"
 
-	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 )
 
 // outbox queues commands for one session stream (a driver's or a
 // worker's). The session's handler goroutine is the stream's only sender:
 // it sends REGISTERED itself and then drains the outbox, so sends never
-// interleave, and pushing (done under Raylet.mu) never waits for a slow
+// interleave, and pushing (done under a component's lock) never waits for a slow
 // stream. The queue is unbounded; it only grows by one small command per
 // process death on the node while a stream is stuck.
 type outbox struct {
@@ -41,27 +40,4 @@ func (o *outbox) take() []*gorayv1.RayletCommand {
 	q := o.queue
 	o.queue = nil
 	return q
-}
-
-// broadcastDiedLocked tells every other live session of the node (drivers
-// of running jobs and registered workers) that the process dead died, so
-// that owners drop it as a borrower.
-func (r *Raylet) broadcastDiedLocked(dead ids.ID) {
-	if r.shuttingDown || dead.IsNil() {
-		return
-	}
-	died := func() *gorayv1.RayletCommand {
-		// One message per stream: streams marshal concurrently.
-		return &gorayv1.RayletCommand{Kind: gorayv1.RayletCommand_WORKER_DIED, WorkerId: dead.Bytes()}
-	}
-	for _, j := range r.jobs {
-		if j.ready && !j.finished && j.out != nil && j.driverID != dead {
-			j.out.push(died())
-		}
-	}
-	for _, w := range r.workers {
-		if w.id != dead && !w.killing && w.registered() {
-			w.out.push(died())
-		}
-	}
 }

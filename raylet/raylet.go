@@ -5,6 +5,50 @@
 //
 // Owners lease a worker with RequestWorkerLease and then push tasks directly
 // to the worker's CoreWorker address; the raylet is not on the per-task path.
+//
+// # Components
+//
+// The raylet is split along Ray's lines; each component is a type with its
+// own state, its own lock and a small API, in a file named after it:
+//
+//   - scheduler (scheduler.go): scheduling classes and their queue, the
+//     granted leases, the available resources and pending demand; the
+//     policies themselves are pure functions in internal/policy.
+//   - workerPool (workerpool.go): spawning, reusing and reaping worker
+//     processes, and their deaths.
+//   - objectManager (objectmanager.go): object ownership, creating objects
+//     and making room, eviction of copies, pulls from other nodes, the data
+//     plane (internal/dataplane) and the spiller (internal/spill).
+//   - clusterView (clusterview.go): the other nodes as the GCS reports
+//     them, node deaths and connections to other raylets.
+//   - jobTable (jobs.go): the job table; checked job binaries are cached by
+//     internal/binaries.
+//
+// Raylet (raylet.go) composes them and runs the node's lifecycle (New, Run,
+// Shutdown, registration, heartbeats); the few operations that span
+// components (a lease request, a worker's death, a job's end, a node's
+// death) are Raylet methods in operations.go. The gRPC layer (rpc.go)
+// decodes a request, calls one component or one such Raylet method, and
+// encodes the reply; it takes no lock itself.
+//
+// # Lock rule
+//
+// No component calls another while holding its own lock, nor holds it
+// across a gRPC or network call, a store call that may wait, or a channel
+// send that may block. Events from one component to another (a worker
+// died, a node died, objects freed, resources released) are delivered
+// after the sender unlocked. A component that needs another declares the
+// small interface it uses (workerBinder, poolEvents, binarySource,
+// peerDirectory, spill.Store, spill.Objects, dataplane.Source), so that
+// each can be tested with a fake. Each type's doc comment says what its
+// lock guards.
+//
+// Granting a lease therefore takes two steps: the scheduler picks the
+// requests that fit and reserves their resources under its lock, the
+// worker pool binds idle workers to them under its own, and the scheduler
+// then grants the bound ones (and puts the others back) under its lock
+// again. A request cancelled, or a worker dead, in between is noticed in
+// the last step.
 package raylet
 
 import (
@@ -12,11 +56,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -28,6 +71,7 @@ import (
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/recvseg"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/raylet/internal/binaries"
 )
 
 // Default worker pool settings (see config.WorkerPool).
@@ -125,73 +169,35 @@ type Config struct {
 	Spill SpillConfig
 }
 
-// poolSettings are the resolved worker pool settings.
-type poolSettings struct {
-	prestart     int
-	maxIdle      int
-	idleTimeout  time.Duration
-	startTimeout time.Duration
-	maxStarting  int
-}
-
 // Raylet is the node's local scheduler, worker pool and object store front.
-// It implements gorayv1.RayletServer.
+// It implements gorayv1.RayletServer. It composes the components (see the
+// package doc) and holds no lock of its own: its fields are set in New, or
+// are channels, Once values and atomics.
 type Raylet struct {
 	gorayv1.UnimplementedRayletServer
 
 	cfg       Config
 	log       hclog.Logger
-	pool      poolSettings
 	hbPeriod  time.Duration
 	startTime time.Time
 	hostname  string
-	logDir    string
-
-	spawnCh   chan spawnRequest
-	spawnStop chan struct{}
-	spawnDone chan struct{}
 
 	closing     chan struct{} // closed when Shutdown starts
 	closingOnce sync.Once
 	done        chan struct{} // closed when the node is asked to stop
 	doneOnce    sync.Once
 
-	wg sync.WaitGroup // worker goroutines and kill timers
-
 	shutdownOnce sync.Once
 	shutdownErr  error
 
-	outMu sync.Mutex // serialises WorkerOutput writes
+	stopping   atomic.Bool // Shutdown has started
+	registered atomic.Bool // node registered with the GCS
 
-	mu           sync.Mutex
-	shuttingDown bool
-	registered   bool // node registered with the GCS
-	available    resources.Set
-	jobs         map[ids.ID]*job
-	workers      map[ids.ID]*worker
-	leases       map[ids.ID]*lease
-	classes      map[string]*schedClass
-	order        []*schedClass
-	rr           int
-	starting     int
-	creates      map[ids.ObjectID]ids.ID              // unsealed object -> creating client
-	owners       map[ids.ObjectID]ids.ID              // created object -> owner, until freed
-	owned        map[ids.ID]map[ids.ObjectID]struct{} // owner -> its objects
-	tombstones   tombstones                           // cancelled request ids not seen yet
-	// ownerNodes maps objects owned by processes of other nodes to that
-	// node: they are freed when it dies.
-	ownerNodes map[ids.ObjectID]ids.ID
-	// peers is the view of the other nodes, refreshed from the GCS.
-	peers      map[ids.ID]*peerNode
-	spreadNext int
-	pulls      map[ids.ObjectID]*pull // transfers from other nodes in flight
-	secondary  map[ids.ObjectID]bool  // copies pulled from other nodes
-	spill      *spiller
-	binaries   map[string]*binaryFetch
-
-	connMu    sync.Mutex
-	conns     map[string]*grpc.ClientConn // to other raylets, by address
-	dataConns map[net.Conn]struct{}       // served object data connections
+	jobs    *jobTable
+	sched   *scheduler
+	pool    *workerPool
+	objects *objectManager
+	cluster *clusterView
 }
 
 // New validates cfg, creates the session's sockets and logs directories and
@@ -230,68 +236,32 @@ func New(cfg Config) (*Raylet, error) {
 	}
 	host, _ := os.Hostname()
 	r := &Raylet{
-		cfg:        cfg,
-		log:        cfg.Logger.Named("raylet"),
-		pool:       resolvePool(cfg.Pool, cfg.Resources),
-		hbPeriod:   cfg.HeartbeatPeriod,
-		startTime:  time.Now(),
-		hostname:   host,
-		logDir:     filepath.Join(cfg.SessionDir, "logs"),
-		spawnCh:    make(chan spawnRequest),
-		spawnStop:  make(chan struct{}),
-		spawnDone:  make(chan struct{}),
-		closing:    make(chan struct{}),
-		done:       make(chan struct{}),
-		available:  cfg.Resources.Clone(),
-		jobs:       map[ids.ID]*job{},
-		workers:    map[ids.ID]*worker{},
-		leases:     map[ids.ID]*lease{},
-		classes:    map[string]*schedClass{},
-		creates:    map[ids.ObjectID]ids.ID{},
-		owners:     map[ids.ObjectID]ids.ID{},
-		owned:      map[ids.ID]map[ids.ObjectID]struct{}{},
-		ownerNodes: map[ids.ObjectID]ids.ID{},
-		peers:      map[ids.ID]*peerNode{},
-		pulls:      map[ids.ObjectID]*pull{},
-		secondary:  map[ids.ObjectID]bool{},
-		binaries:   map[string]*binaryFetch{},
-		conns:      map[string]*grpc.ClientConn{},
+		cfg:       cfg,
+		log:       cfg.Logger.Named("raylet"),
+		hbPeriod:  cfg.HeartbeatPeriod,
+		startTime: time.Now(),
+		hostname:  host,
+		closing:   make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	if r.hbPeriod <= 0 {
 		r.hbPeriod = DefaultHeartbeatPeriod
 	}
-	r.spill = newSpiller(r, cfg.Spill)
-	go r.spawnLoop()
+	r.cluster = newClusterView(cfg.NodeID, cfg.GCS, cfg.Auth, r.log)
+	bins := binaries.New(cfg.BinaryCacheDir, cfg.NodeID, r.log, func(node ids.ID) (gorayv1.RayletClient, error) {
+		cli, _, err := r.peerClient(node)
+		return cli, err
+	})
+	r.jobs = newJobTable(cfg.NodeID, r.log, bins)
+	r.pool = newWorkerPool(cfg, r.log, r.closing, r.jobs, r)
+	r.sched = newScheduler(cfg.NodeID, cfg.Resources, r.log, r.pool)
+	r.objects = newObjectManager(cfg, r.log, r.closing, r)
 	return r, nil
 }
 
-func resolvePool(p config.WorkerPool, total resources.Set) poolSettings {
-	cpus := int(math.Floor(total.Get(resources.CPU)))
-	s := poolSettings{
-		prestart:     min(2, cpus),
-		maxIdle:      cpus,
-		idleTimeout:  p.IdleTimeout,
-		startTimeout: p.StartTimeout,
-		maxStarting:  max(2, cpus),
-	}
-	if p.Prestart != nil {
-		s.prestart = max(0, *p.Prestart)
-	}
-	if p.MaxIdle != nil {
-		s.maxIdle = max(0, *p.MaxIdle)
-	}
-	if s.idleTimeout <= 0 {
-		s.idleTimeout = DefaultIdleTimeout
-	}
-	if s.startTimeout <= 0 {
-		s.startTimeout = DefaultStartTimeout
-	}
-	return s
-}
-
-func (r *Raylet) nodeIP() string {
-	if r.cfg.NodeIP != "" {
-		return r.cfg.NodeIP
+func nodeIP(cfg Config) string {
+	if cfg.NodeIP != "" {
+		return cfg.NodeIP
 	}
 	return "127.0.0.1"
 }
@@ -320,9 +290,7 @@ func (r *Raylet) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("raylet: registering node %s with the GCS: %w", r.cfg.NodeID, err)
 		}
-		r.mu.Lock()
-		r.registered = true
-		r.mu.Unlock()
+		r.registered.Store(true)
 		period := r.hbPeriod
 		if ms := reply.GetHeartbeatPeriodMs(); ms > 0 {
 			period = time.Duration(ms) * time.Millisecond
@@ -336,7 +304,7 @@ func (r *Raylet) Run(ctx context.Context) error {
 		r.log.Info("node registered", "node_id", r.cfg.NodeID, "heartbeat_period", period)
 		r.syncCluster(ctx)
 	}
-	if r.spill.enabled() {
+	if r.objects.spill.Enabled() {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go func() {
@@ -346,9 +314,9 @@ func (r *Raylet) Run(ctx context.Context) error {
 			case <-sctx.Done():
 			}
 		}()
-		go r.spill.run(sctx)
+		go r.objects.spill.Run(sctx)
 	}
-	reapEvery := min(r.pool.idleTimeout/4, time.Second)
+	reapEvery := min(r.pool.settings.idleTimeout/4, time.Second)
 	reapEvery = max(reapEvery, 10*time.Millisecond)
 	reap := time.NewTicker(reapEvery)
 	defer reap.Stop()
@@ -362,24 +330,25 @@ func (r *Raylet) Run(ctx context.Context) error {
 			r.heartbeat(ctx)
 			r.syncCluster(ctx)
 		case now := <-reap.C:
-			r.mu.Lock()
-			r.reapIdleLocked(now)
-			r.mu.Unlock()
+			r.reapIdle(now)
 		}
 	}
 }
 
+// reapIdle has the pool kill surplus idle workers that hold no lease.
+func (r *Raylet) reapIdle(now time.Time) {
+	r.pool.reap(now, r.sched.holders())
+}
+
 func (r *Raylet) heartbeat(ctx context.Context) {
-	r.mu.Lock()
 	req := &gorayv1.HeartbeatRequest{
 		NodeId:    r.cfg.NodeID.Bytes(),
-		Available: resourcesProto(nonNegative(r.available)),
-		Pending:   r.pendingDemandLocked(),
+		Available: resourcesProto(nonNegative(r.sched.availableResources())),
+		Pending:   r.sched.pendingDemand(),
 	}
-	r.mu.Unlock()
 	u := r.cfg.Store.Usage()
 	req.StoreUsed, req.StoreCapacity = u.Used, u.Capacity
-	req.Spill = r.spill.statsProto()
+	req.Spill = r.objects.spill.Stats()
 	ctx, cancel := context.WithTimeout(ctx, max(r.hbPeriod, gcsTimeout))
 	defer cancel()
 	reply, err := r.cfg.GCS.ReportHeartbeat(ctx, req)
@@ -403,25 +372,12 @@ func (r *Raylet) Shutdown(ctx context.Context) error {
 }
 
 func (r *Raylet) shutdown(ctx context.Context) error {
-	defer r.closePeerConns()
-	r.mu.Lock()
-	r.shuttingDown = true
-	for _, c := range r.order {
-		for _, p := range c.queue {
-			p.err = ErrShuttingDown
-			close(p.ready)
-		}
-	}
-	r.order, r.classes, r.rr = nil, map[string]*schedClass{}, 0
-	ws := make([]*worker, 0, len(r.workers))
-	hadActors := false
-	for _, w := range r.workers {
-		ws = append(ws, w)
-		hadActors = hadActors || !w.actorID.IsNil()
-		r.killWorkerLocked(w, "node shutting down", false)
-	}
-	registered := r.registered
-	r.mu.Unlock()
+	defer r.objects.closeConns()
+	defer r.cluster.close()
+	r.stopping.Store(true)
+	r.jobs.close()
+	r.sched.close()
+	ws, hadActors := r.pool.close()
 	// Only now wake the sessions and Run: waiting requests must learn of
 	// the shutdown, not of their job ending as a consequence.
 	r.closingOnce.Do(func() { close(r.closing) })
@@ -437,12 +393,10 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 		}
 	}
 	for _, w := range ws {
-		r.sigkill(w)
+		r.pool.sigkill(w)
 	}
-	r.wg.Wait()
-	close(r.spawnStop)
-	<-r.spawnDone
-	r.spill.deleteAll(ctx)
+	r.pool.stop()
+	r.objects.spill.DeleteAll(ctx)
 	if _, err := recvseg.SweepAll(r.cfg.SessionDir); err != nil {
 		r.log.Warn("unlinking received tensor segments at shutdown failed", "error", err)
 	}
@@ -460,7 +414,7 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 			r.log.Warn("reporting the node's actors failed to the GCS", "error", err)
 		}
 	}
-	if registered && r.cfg.GCS != nil {
+	if r.registered.Load() && r.cfg.GCS != nil {
 		uctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 		defer cancel()
 		if _, err := r.cfg.GCS.UnregisterNode(uctx, &gorayv1.UnregisterNodeRequest{

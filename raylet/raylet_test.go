@@ -210,7 +210,7 @@ func TestCancelledLeaseTakesNothing(t *testing.T) {
 			if got := h.availableCPU(); got != resources.Unit {
 				t.Fatalf("available CPU = %d, want all of it (1 CPU)", got)
 			}
-			if n := len(h.r.leases); n != 0 {
+			if n := h.leaseCount(); n != 0 {
 				t.Fatalf("%d leases left", n)
 			}
 		})
@@ -615,15 +615,11 @@ func TestIdleWorkersReaped(t *testing.T) {
 		h.driver()
 		waitFor(t, "workers to register", func() bool { return len(h.workers("IDLE")) == 3 })
 		// Not yet idle for IdleTimeout (60s default): nothing is reaped.
-		h.r.mu.Lock()
-		h.r.reapIdleLocked(time.Now())
-		h.r.mu.Unlock()
+		h.r.reapIdle(time.Now())
 		if n := len(h.workers("IDLE")); n != 3 {
 			t.Fatalf("%d idle workers after an early reap, want 3", n)
 		}
-		h.r.mu.Lock()
-		h.r.reapIdleLocked(time.Now().Add(time.Hour))
-		h.r.mu.Unlock()
+		h.r.reapIdle(time.Now().Add(time.Hour))
 		waitFor(t, "surplus idle workers to exit", func() bool { return len(h.workers("")) == 1 })
 	})
 }

@@ -2,6 +2,7 @@ package raylet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -52,62 +53,36 @@ func (r *Raylet) WorkerSession(stream gorayv1.Raylet_WorkerSessionServer) error 
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "worker registration: %v", err)
 	}
-	r.mu.Lock()
-	w := r.workers[wid]
-	switch {
-	case r.shuttingDown:
-		r.mu.Unlock()
-		return toStatus(ErrShuttingDown)
-	case w == nil:
-		r.mu.Unlock()
-		return status.Errorf(codes.NotFound, "worker %s was not started by this raylet", wid)
-	case w.state != stateStarting || w.killing:
-		r.mu.Unlock()
-		return status.Errorf(codes.FailedPrecondition, "worker %s cannot register in state %s", wid, w.state)
-	}
 	addr := proto.Clone(msg.GetAddress()).(*gorayv1.Address)
 	if addr == nil {
 		addr = &gorayv1.Address{}
 	}
 	addr.NodeId, addr.WorkerId = r.cfg.NodeID.Bytes(), wid.Bytes()
-	w.addr = addr
-	if w.pid == 0 {
-		w.pid = int(msg.GetPid())
+	w, err := r.pool.register(wid, addr, int(msg.GetPid()))
+	var re *registerError
+	switch {
+	case errors.As(err, &re) && re.unknown:
+		return status.Error(codes.NotFound, err.Error())
+	case errors.As(err, &re):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case err != nil:
+		return toStatus(err)
 	}
-	jobID := w.job.id
-	r.mu.Unlock()
 
 	if err := stream.Send(&gorayv1.RayletCommand{
 		Kind:       gorayv1.RayletCommand_REGISTERED,
 		Node:       r.nodeInfo(),
 		Store:      r.storeInfo(),
-		JobId:      jobID.Bytes(),
+		JobId:      w.job.id.Bytes(),
 		GcsAddress: r.cfg.GCSAddress,
 	}); err != nil {
-		r.mu.Lock()
-		r.killWorkerLocked(w, fmt.Sprintf("worker session failed: %v", err), true)
-		r.mu.Unlock()
+		r.pool.kill(w, fmt.Sprintf("worker session failed: %v", err), "", true)
 		return err
 	}
-
-	r.mu.Lock()
-	if w.state == stateStarting && !w.killing {
-		w.startTimer.Stop()
-		w.state = stateIdle
-		w.idleSince = time.Now()
-		r.starting--
-		w.job.starting--
-		w.job.startFailures = 0
-		w.job.idle = append(w.job.idle, w)
-		r.dispatchLocked()
-		r.log.Debug("worker registered", "worker_id", wid, "job_id", jobID, "pid", w.pid, "address", addr.GetUnixPath())
-	}
-	r.mu.Unlock()
+	r.workerReady(w)
 
 	recvDone := recvUntilError(stream.Recv, func(m *gorayv1.WorkerMessage) {
-		r.mu.Lock()
-		w.ownsObjects = m.GetOwnsObjects()
-		r.mu.Unlock()
+		r.pool.setOwnsObjects(w, m.GetOwnsObjects())
 	})
 	reason := ""
 loop:
@@ -141,12 +116,7 @@ loop:
 	if reason != "" {
 		// The process may have died on its own (the usual way a session
 		// ends): let its exit status explain the death.
-		r.mu.Lock()
-		if w.sessionReason == "" {
-			w.sessionReason = reason
-		}
-		r.killWorkerLocked(w, "", false)
-		r.mu.Unlock()
+		r.pool.kill(w, "", reason, false)
 	}
 	return nil
 }
@@ -186,11 +156,6 @@ func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error 
 		info.DriverPid = msg.GetPid()
 	}
 	info.DriverNodeId = r.cfg.NodeID.Bytes()
-	// Check the binary now (hashed once per sha256 and cached), so that no
-	// worker ever runs an unchecked one.
-	if _, err := r.jobBinary(stream.Context(), info); err != nil {
-		return status.Errorf(codes.InvalidArgument, "driver registration: %v", err)
-	}
 	j := &job{
 		id:         jobID,
 		info:       info,
@@ -198,39 +163,19 @@ func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error 
 		driverAddr: msg.GetAddress(),
 		driverPID:  msg.GetPid(),
 		out:        newOutbox(),
-		workers:    map[ids.ID]*worker{},
 	}
-
-	r.mu.Lock()
-	if r.shuttingDown {
-		r.mu.Unlock()
-		return toStatus(ErrShuttingDown)
+	var (
+		bb *badBinaryError
+		ge *gcsError
+	)
+	switch err := r.registerJob(stream.Context(), j); {
+	case errors.As(err, &bb):
+		return status.Errorf(codes.InvalidArgument, "driver registration: %v", bb.err)
+	case errors.As(err, &ge):
+		return status.Errorf(status.Code(ge.err), "%v", err)
+	case err != nil:
+		return toStatus(err)
 	}
-	if _, dup := r.jobs[jobID]; dup {
-		r.mu.Unlock()
-		return status.Errorf(codes.AlreadyExists, "job %s is already registered on this node", jobID)
-	}
-	r.jobs[jobID] = j // reserved; not ready until the GCS knows it
-	r.mu.Unlock()
-
-	if r.cfg.GCS != nil {
-		if _, err := r.cfg.GCS.AddJob(stream.Context(), &gorayv1.AddJobRequest{Job: info}); err != nil {
-			r.mu.Lock()
-			delete(r.jobs, jobID)
-			r.mu.Unlock()
-			return status.Errorf(status.Code(err), "adding job %s to the GCS: %v", jobID, err)
-		}
-	}
-	if r.cfg.GCS != nil {
-		// The job will schedule here: start from a fresh view of the
-		// cluster, not one up to a report period old.
-		r.syncCluster(stream.Context())
-	}
-	// Ready before the reply: the driver leases workers as soon as it has
-	// it.
-	r.mu.Lock()
-	j.ready = true
-	r.mu.Unlock()
 	if err := stream.Send(&gorayv1.RayletCommand{
 		Kind:       gorayv1.RayletCommand_REGISTERED,
 		Node:       r.nodeInfo(),
@@ -241,13 +186,7 @@ func (r *Raylet) DriverSession(stream gorayv1.Raylet_DriverSessionServer) error 
 		r.endJob(j)
 		return err
 	}
-	r.mu.Lock()
-	if !r.shuttingDown {
-		for range r.pool.prestart {
-			r.startWorkerLocked(j)
-		}
-	}
-	r.mu.Unlock()
+	r.pool.prestart(j)
 	r.log.Info("job registered", "job_id", jobID, "binary", info.GetBinaryPath(), "driver_pid", msg.GetPid())
 
 	recvDone := recvUntilError(stream.Recv, nil)
@@ -273,51 +212,6 @@ loop:
 	return nil
 }
 
-// endJob ends j after its driver disconnected.
-func (r *Raylet) endJob(j *job) {
-	r.mu.Lock()
-	if j.finished {
-		r.mu.Unlock()
-		return
-	}
-	j.finished = true
-	delete(r.jobs, j.id)
-	r.failJobLocked(j, &JobFinishedError{Job: j.id})
-	for _, w := range j.workers {
-		r.killWorkerLocked(w, "job finished", false)
-	}
-	var aborts, frees []ids.ObjectID
-	if !j.driverID.IsNil() {
-		aborts, frees = r.objectsOfDeadLocked(j.driverID)
-		if j.ready {
-			r.broadcastDiedLocked(j.driverID)
-			if !r.shuttingDown {
-				defer r.notifyPeersDied(j.driverID)
-			}
-		}
-	}
-	r.mu.Unlock()
-
-	if !j.driverID.IsNil() {
-		r.sweepReceived(j.driverID)
-		r.cfg.Store.ReleaseClient(j.driverID)
-		for _, o := range aborts {
-			_ = r.cfg.Store.Abort(o)
-		}
-		if len(frees) > 0 {
-			r.freeObjects(frees)
-		}
-	}
-	if r.cfg.GCS != nil && !j.remote {
-		ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
-		defer cancel()
-		if _, err := r.cfg.GCS.MarkJobFinished(ctx, &gorayv1.MarkJobFinishedRequest{JobId: j.id.Bytes()}); err != nil {
-			r.log.Warn("marking job finished in the GCS", "job_id", j.id, "error", err)
-		}
-	}
-	r.log.Info("job finished", "job_id", j.id)
-}
-
 // RequestWorkerLease waits until a worker of the job can be leased with the
 // requested resources, then returns its address. When the call's context
 // ends first (or just as the lease is granted) the request is withdrawn
@@ -340,101 +234,28 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 		}
 	}
 
-	r.mu.Lock()
-	j := r.jobs[jobID]
-	switch {
-	case r.shuttingDown:
-		r.mu.Unlock()
-		return nil, toStatus(ErrShuttingDown)
-	case j != nil && !j.ready:
-		r.mu.Unlock()
-		return nil, toStatus(&JobNotFoundError{Job: jobID})
-	case j == nil && r.cfg.GCS == nil:
-		r.mu.Unlock()
-		return nil, toStatus(&JobNotFoundError{Job: jobID})
-	}
-	if rid := string(req.GetRequestId()); rid != "" && r.tombstones.take(rid, time.Now()) {
-		r.mu.Unlock()
-		return nil, toStatus(&LeaseCancelledError{RequestID: req.GetRequestId()})
-	}
-	if st := req.GetStrategy(); st.GetKind() == gorayv1.SchedulingStrategy_NODE_AFFINITY && r.cfg.GCS != nil {
-		if target, err := ids.FromBytes(st.GetNodeId()); err == nil && target != r.cfg.NodeID && r.peers[target] == nil {
-			// A node that joined since the last refresh: look again.
-			r.mu.Unlock()
-			r.syncCluster(ctx)
-			r.mu.Lock()
-		}
-	}
-	d := r.scheduleLocked(res, req.GetStrategy(), req.GetSpillbackCount())
-	switch {
-	case d.unschedulable != "":
-		r.mu.Unlock()
-		r.log.Debug("lease request unschedulable", "function", req.GetFunction(), "reason", d.unschedulable)
-		return &gorayv1.LeaseReply{Unschedulable: d.unschedulable}, nil
-	case d.spill != nil:
-		r.mu.Unlock()
-		r.log.Trace("lease request spilled back", "function", req.GetFunction(), "to", d.spill.id)
-		return spillReply(d.spill), nil
-	}
-	if j == nil {
-		// A job of another node's driver: learn it (and its binary) first.
-		r.mu.Unlock()
-		var err error
-		if j, err = r.remoteJob(ctx, jobID); err != nil {
-			return nil, toStatus(err)
-		}
-		r.mu.Lock()
-		if r.shuttingDown {
-			r.mu.Unlock()
-			return nil, toStatus(ErrShuttingDown)
-		}
-	}
 	holder, _ := ids.FromBytes(req.GetHolderId())
 	p := &pendingLease{
-		job: j, res: res, actorID: actorID, holder: holder, requestID: string(req.GetRequestId()),
+		res: res, actorID: actorID, holder: holder, requestID: string(req.GetRequestId()),
 		function: req.GetFunction(), strategy: req.GetStrategy(), queued: time.Now(), ready: make(chan struct{}),
 	}
-	r.enqueueLocked(p)
-	r.dispatchLocked()
-	r.mu.Unlock()
-
-	select {
-	case <-p.ready:
-	case <-ctx.Done():
-		r.mu.Lock()
-		switch {
-		case p.lease != nil:
-			r.returnLeaseLocked(p.lease, false) // no-op when already ended
-		case p.err == nil:
-			r.dequeueLocked(p)
-			r.dispatchLocked()
-		}
-		r.mu.Unlock()
-		return nil, status.FromContextError(ctx.Err()).Err()
-	}
-	if p.err != nil {
-		return nil, toStatus(p.err)
-	}
-	if p.spill != nil {
-		return spillReply(p.spill), nil
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if p.lease.cancelled {
-		return nil, toStatus(&LeaseCancelledError{RequestID: req.GetRequestId()})
-	}
-	if err := ctx.Err(); err != nil {
-		// Granted as the caller gave up: it would never learn of the lease.
-		r.returnLeaseLocked(p.lease, false)
+	d, l, err := r.requestLease(ctx, jobID, p, req.GetSpillbackCount())
+	switch {
+	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return nil, status.FromContextError(err).Err()
+	case err != nil:
+		return nil, toStatus(err)
+	case d.Unschedulable != "":
+		r.log.Debug("lease request unschedulable", "function", req.GetFunction(), "reason", d.Unschedulable)
+		return &gorayv1.LeaseReply{Unschedulable: d.Unschedulable}, nil
+	case d.Spill != nil:
+		r.log.Trace("lease request spilled back", "function", req.GetFunction(), "to", d.Spill.ID)
+		return spillReply(d.Spill), nil
 	}
-	w := p.lease.worker
-	r.log.Trace("lease granted", "lease_id", p.lease.id, "worker_id", w.id, "job_id", jobID,
-		"resources", p.res.String(), "actor_id", actorID, "function", p.function)
 	return &gorayv1.LeaseReply{
-		LeaseId:   p.lease.id.Bytes(),
-		Worker:    proto.Clone(w.addr).(*gorayv1.Address),
-		WorkerPid: int32(w.pid),
+		LeaseId:   l.id.Bytes(),
+		Worker:    proto.Clone(l.addr).(*gorayv1.Address),
+		WorkerPid: int32(l.pid),
 	}, nil
 }
 
@@ -446,11 +267,7 @@ func (r *Raylet) ReturnWorkerLease(ctx context.Context, req *gorayv1.ReturnLease
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "return lease: lease id: %v", err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if l := r.leases[id]; l != nil {
-		r.returnLeaseLocked(l, req.GetDisconnectWorker())
-	} else {
+	if !r.sched.returnLease(id, req.GetDisconnectWorker()) {
 		r.log.Debug("return of unknown lease", "lease_id", id)
 	}
 	return &gorayv1.ReturnLeaseReply{}, nil
@@ -469,42 +286,12 @@ func (r *Raylet) CancelWorkerLease(ctx context.Context, req *gorayv1.CancelLease
 	if rid == "" {
 		return nil, status.Error(codes.InvalidArgument, "cancel lease: request_id is required")
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var waiting []*pendingLease
-	for _, c := range r.order {
-		for _, p := range c.queue {
-			if p.requestID == rid {
-				waiting = append(waiting, p)
-			}
-		}
-	}
-	for _, p := range waiting {
-		r.dequeueLocked(p)
-		p.err = &LeaseCancelledError{RequestID: req.GetRequestId()}
-		close(p.ready)
-	}
-	var granted []*lease
-	for _, l := range r.leases {
-		if l.requestID == rid {
-			granted = append(granted, l)
-		}
-	}
-	for _, l := range granted {
-		l.cancelled = true
-		r.returnLeaseLocked(l, false)
-	}
-	if len(waiting) > 0 && len(granted) == 0 {
-		r.dispatchLocked()
-	}
-	if len(waiting)+len(granted) == 0 {
-		// The request may still be on its way: refuse it when it arrives.
-		r.tombstones.add(rid, time.Now())
-	} else {
+	waiting, returned := r.cancelLease(rid)
+	if waiting+returned > 0 {
 		r.log.Debug("lease request cancelled", "request_id", fmt.Sprintf("%x", req.GetRequestId()),
-			"waiting", len(waiting), "returned", len(granted))
+			"waiting", waiting, "returned", returned)
 	}
-	return &gorayv1.CancelLeaseReply{Returned: len(granted) > 0}, nil
+	return &gorayv1.CancelLeaseReply{Returned: returned > 0}, nil
 }
 
 // NotifyTaskBlocked records that a worker executing a task under a lease
@@ -520,30 +307,9 @@ func (r *Raylet) NotifyTaskBlocked(ctx context.Context, req *gorayv1.TaskBlocked
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "task blocked: worker id: %v", err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w := r.workers[wid]
-	if w == nil || w.state == stateDead {
-		for _, j := range r.jobs {
-			if j.driverID == wid && !j.finished {
-				return &gorayv1.TaskBlockedReply{}, nil // drivers hold no lease
-			}
-		}
-		return nil, toStatus(&WorkerNotFoundError{Worker: wid})
+	if err := r.taskBlocked(wid, req.GetBlocked()); err != nil {
+		return nil, toStatus(err)
 	}
-	l := w.lease
-	if l == nil || l.blocked == req.GetBlocked() {
-		return &gorayv1.TaskBlockedReply{}, nil
-	}
-	l.blocked = req.GetBlocked()
-	if l.blocked {
-		r.available.Add(l.lentCPU())
-		r.dispatchLocked()
-	} else {
-		r.available.Sub(l.lentCPU()) // may go negative: oversubscribed
-	}
-	r.log.Trace("task blocked", "worker_id", wid, "lease_id", l.id, "blocked", l.blocked,
-		"available", r.available.String())
 	return &gorayv1.TaskBlockedReply{}, nil
 }
 
@@ -567,15 +333,11 @@ func (r *Raylet) CreateObject(ctx context.Context, req *gorayv1.CreateObjectRequ
 			return nil, status.Errorf(codes.InvalidArgument, "create object %s: creator id: %v", oid, err)
 		}
 	}
-	off, err := r.createMakingRoom(ctx, oid, req.GetDataSize(), req.GetMetadata(), creator)
+	ownerNode, _ := ids.FromBytes(req.GetOwner().GetNodeId())
+	off, err := r.objects.create(ctx, oid, req.GetDataSize(), req.GetMetadata(), owner, ownerNode, creator)
 	if err != nil {
 		return nil, storeStatus(err)
 	}
-	r.mu.Lock()
-	r.creates[oid] = creator
-	ownerNode, _ := ids.FromBytes(req.GetOwner().GetNodeId())
-	r.trackOwnerLocked(oid, owner, ownerNode)
-	r.mu.Unlock()
 	return &gorayv1.CreateObjectReply{Offset: off}, nil
 }
 
@@ -586,15 +348,9 @@ func (r *Raylet) SealObject(ctx context.Context, req *gorayv1.SealObjectRequest)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "seal object: %v", err)
 	}
-	r.mu.Lock()
-	client := r.creates[oid]
-	r.mu.Unlock()
-	if err := r.cfg.Store.Seal(oid, client, req.GetRelease()); err != nil {
+	if err := r.objects.seal(oid, req.GetRelease()); err != nil {
 		return nil, storeStatus(err)
 	}
-	r.mu.Lock()
-	delete(r.creates, oid)
-	r.mu.Unlock()
 	return &gorayv1.SealObjectReply{}, nil
 }
 
@@ -605,14 +361,10 @@ func (r *Raylet) GetObjects(ctx context.Context, req *gorayv1.GetObjectsRequest)
 	if err != nil {
 		return nil, err
 	}
-	for _, o := range objs {
-		if r.spill.has(o) && !r.cfg.Store.Contains(o) {
-			if err := r.spill.restoreObject(ctx, o); err != nil {
-				return nil, status.Errorf(codes.Unavailable, "object %s is spilled and could not be restored: %v", o, err)
-			}
-		}
+	entries, err := r.objects.get(ctx, objs, ids.MustFromBytes(req.GetClientId()))
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	entries := r.cfg.Store.GetEntries(objs, ids.MustFromBytes(req.GetClientId()))
 	out := make([]*gorayv1.StoreObject, 0, len(entries))
 	for _, e := range entries {
 		out = append(out, storeObject(e))
@@ -636,20 +388,7 @@ func (r *Raylet) FreeObjects(ctx context.Context, req *gorayv1.FreeObjectsReques
 	if err != nil {
 		return nil, err
 	}
-	r.freeObjects(objs)
-	r.mu.Lock()
-	for _, o := range objs {
-		delete(r.creates, o)
-		r.forgetObjectLocked(o)
-	}
-	r.mu.Unlock()
-	if req.GetBroadcast() {
-		ids := req.GetObjectIds()
-		r.tellPeers("free objects", func(ctx context.Context, c gorayv1.RayletClient) error {
-			_, err := c.FreeObjects(ctx, &gorayv1.FreeObjectsRequest{ObjectIds: ids})
-			return err
-		})
-	}
+	r.freeObjects(objs, req.GetObjectIds(), req.GetBroadcast())
 	return &gorayv1.FreeObjectsReply{}, nil
 }
 
@@ -657,31 +396,11 @@ func (r *Raylet) FreeObjects(ctx context.Context, req *gorayv1.FreeObjectsReques
 // objects, workers, pending lease demand and connected clients.
 func (r *Raylet) GetNodeStats(ctx context.Context, req *gorayv1.GetNodeStatsRequest) (*gorayv1.GetNodeStatsReply, error) {
 	reply := &gorayv1.GetNodeStatsReply{Node: r.nodeInfo()}
-	r.mu.Lock()
-	reply.Available = resourcesProto(r.available)
-	reply.Pending = r.pendingDemandLocked()
-	for _, j := range r.jobs {
-		if j.ready && j.driverAddr != nil {
-			reply.Clients = append(reply.Clients, proto.Clone(j.driverAddr).(*gorayv1.Address))
-		}
-	}
-	for _, w := range r.workers {
-		ws := &gorayv1.WorkerStats{
-			WorkerId: w.id.Bytes(),
-			Pid:      int32(w.pid),
-			JobId:    w.job.id.Bytes(),
-			State:    w.state.String(),
-		}
-		if !w.actorID.IsNil() {
-			ws.ActorId = w.actorID.Bytes()
-		}
-		if w.addr != nil {
-			ws.Address = proto.Clone(w.addr).(*gorayv1.Address)
-			reply.Clients = append(reply.Clients, proto.Clone(w.addr).(*gorayv1.Address))
-		}
-		reply.Workers = append(reply.Workers, ws)
-	}
-	r.mu.Unlock()
+	reply.Available = resourcesProto(r.sched.availableResources())
+	reply.Pending = r.sched.pendingDemand()
+	reply.Clients = r.jobs.drivers()
+	workers, clients := r.pool.stats()
+	reply.Workers, reply.Clients = workers, append(reply.Clients, clients...)
 	u := r.cfg.Store.Usage()
 	reply.StoreUsed, reply.StoreCapacity, reply.StoreObjects = u.Used, u.Capacity, int64(u.Objects)
 	for _, e := range r.cfg.Store.ListEntries() {
@@ -690,7 +409,7 @@ func (r *Raylet) GetNodeStats(ctx context.Context, req *gorayv1.GetNodeStatsRequ
 	if r.cfg.Plugins != nil {
 		reply.Plugins = r.cfg.Plugins()
 	}
-	reply.Spill, reply.Spilled = r.spill.statsProto(), r.spill.listProto()
+	reply.Spill, reply.Spilled = r.objects.spill.Stats(), r.objects.spill.List()
 	return reply, nil
 }
 
@@ -700,4 +419,48 @@ func (r *Raylet) ShutdownNode(ctx context.Context, req *gorayv1.ShutdownNodeRequ
 	r.log.Info("node shutdown requested", "reason", req.GetReason())
 	r.closeDone()
 	return &gorayv1.ShutdownNodeReply{}, nil
+}
+
+// FetchBinary streams a job binary this node has (a local driver's, or one
+// in the cache) by its sha256.
+func (r *Raylet) FetchBinary(req *gorayv1.FetchBinaryRequest, stream gorayv1.Raylet_FetchBinaryServer) error {
+	return r.jobs.sendBinary(req.GetSha256(), stream.Send)
+}
+
+// PullObject copies an object from the node holding it into this node's
+// store. Concurrent pulls of one object share one transfer.
+func (r *Raylet) PullObject(ctx context.Context, req *gorayv1.PullObjectRequest) (*gorayv1.PullObjectReply, error) {
+	oid, err := ids.ObjectIDFromBytes(req.GetObjectId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "pull object: %v", err)
+	}
+	node, err := ids.FromBytes(req.GetNodeId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "pull object %s: node id: %v", oid, err)
+	}
+	err = r.objects.pull(ctx, oid, node, req.GetOwner())
+	var nd *NodeDeadError
+	switch {
+	case err == nil:
+		return &gorayv1.PullObjectReply{}, nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return nil, status.FromContextError(ctx.Err()).Err()
+	case errors.As(err, &nd):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return nil, status.Errorf(codes.Unavailable, "pulling object %s from node %s: %v", oid, node.Short(), err)
+}
+
+// WorkersDied handles the death of drivers or workers of another node: the
+// objects they owned are freed here and local processes drop them as
+// borrowers.
+func (r *Raylet) WorkersDied(ctx context.Context, req *gorayv1.WorkersDiedRequest) (*gorayv1.WorkersDiedReply, error) {
+	var dead []ids.ID
+	for _, b := range req.GetWorkerIds() {
+		if id, err := ids.FromBytes(b); err == nil {
+			dead = append(dead, id)
+		}
+	}
+	r.remoteProcessesDied(dead)
+	return &gorayv1.WorkersDiedReply{}, nil
 }

@@ -129,27 +129,21 @@ func metaFromPB(m *pb.TensorMeta) TensorMeta {
 	return TensorMeta{DType: DType(m.Dtype), Shape: m.Shape, Device: m.Device}
 }
 
-func metasToPB(ms []TensorMeta) []*pb.TensorMeta {
-	if ms == nil {
+// mapSlice converts each element of xs with f; nil stays nil.
+func mapSlice[T, U any](xs []T, f func(T) U) []U {
+	if xs == nil {
 		return nil
 	}
-	out := make([]*pb.TensorMeta, len(ms))
-	for i, m := range ms {
-		out[i] = metaToPB(m)
+	out := make([]U, len(xs))
+	for i, x := range xs {
+		out[i] = f(x)
 	}
 	return out
 }
 
-func metasFromPB(ms []*pb.TensorMeta) []TensorMeta {
-	if ms == nil {
-		return nil
-	}
-	out := make([]TensorMeta, len(ms))
-	for i, m := range ms {
-		out[i] = metaFromPB(m)
-	}
-	return out
-}
+func metasToPB(ms []TensorMeta) []*pb.TensorMeta { return mapSlice(ms, metaToPB) }
+
+func metasFromPB(ms []*pb.TensorMeta) []TensorMeta { return mapSlice(ms, metaFromPB) }
 
 func tensorToPB(t Tensor) *pb.Tensor {
 	return &pb.Tensor{
@@ -170,27 +164,9 @@ func tensorFromPB(t *pb.Tensor) Tensor {
 	return out
 }
 
-func tensorsToPB(ts []Tensor) []*pb.Tensor {
-	if ts == nil {
-		return nil
-	}
-	out := make([]*pb.Tensor, len(ts))
-	for i, t := range ts {
-		out[i] = tensorToPB(t)
-	}
-	return out
-}
+func tensorsToPB(ts []Tensor) []*pb.Tensor { return mapSlice(ts, tensorToPB) }
 
-func tensorsFromPB(ts []*pb.Tensor) []Tensor {
-	if ts == nil {
-		return nil
-	}
-	out := make([]Tensor, len(ts))
-	for i, t := range ts {
-		out[i] = tensorFromPB(t)
-	}
-	return out
-}
+func tensorsFromPB(ts []*pb.Tensor) []Tensor { return mapSlice(ts, tensorFromPB) }
 
 // ---------------------------------------------------------------- server
 

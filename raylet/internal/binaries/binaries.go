@@ -1,4 +1,14 @@
-package raylet
+// Package binaries is the raylet's cache of checked job binaries.
+//
+// A raylet runs only job binaries whose sha256 it has checked itself: a
+// job names its binary's sha256 (JobInfo.binary_sha256), and Cache.Path
+// finds a local file with that content, hashing it once and re-checking
+// the file's identity (inode, size, times) before every worker start, so a
+// file replaced since it was hashed is hashed again, never run unchecked.
+// A binary the node does not have is copied from the running driver's
+// /proc/<pid>/exe or fetched from the driver's node (FetchBinary) into the
+// cache directory.
+package binaries
 
 import (
 	"context"
@@ -8,8 +18,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
 	"github.com/goray-dev/goray/internal/digest"
@@ -17,11 +29,30 @@ import (
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 )
 
-// A raylet runs only job binaries whose sha256 it has checked itself: a
-// job names its binary's sha256 (JobInfo.binary_sha256), and jobBinary
-// finds a local file with that content, hashing it once and re-checking
-// the file's identity (inode, size, times) before every worker start, so a
-// file replaced since it was hashed is hashed again, never run unchecked.
+// PeerFunc returns a client for the raylet of another node.
+type PeerFunc func(node ids.ID) (gorayv1.RayletClient, error)
+
+// Cache finds, checks and fetches job binaries by sha256. mu guards the
+// checks in flight and done (one per sha256); no lock is held while a
+// file is hashed or fetched.
+type Cache struct {
+	dir    string
+	nodeID ids.ID
+	log    hclog.Logger
+	peer   PeerFunc
+
+	mu      sync.Mutex
+	fetches map[string]*binaryFetch
+}
+
+// New returns a cache of binaries in dir for node nodeID; peer reaches
+// other nodes' raylets to fetch binaries of their drivers.
+func New(dir string, nodeID ids.ID, log hclog.Logger, peer PeerFunc) *Cache {
+	return &Cache{dir: dir, nodeID: nodeID, log: log, peer: peer, fetches: map[string]*binaryFetch{}}
+}
+
+// Dir is the cache directory.
+func (c *Cache) Dir() string { return c.dir }
 
 // binaryFetch is one check (or fetch) of a job binary by sha256.
 type binaryFetch struct {
@@ -81,9 +112,9 @@ func hashFile(path string) (string, fileID, error) {
 	return hex.EncodeToString(h.Sum(nil)), fileIDOf(&after), nil
 }
 
-// BinaryHashError reports a job whose binary this node cannot find with
+// HashError reports a job whose binary this node cannot find with
 // the sha256 the job names, so none of its workers is started.
-type BinaryHashError struct {
+type HashError struct {
 	// Job is the job's id.
 	Job ids.ID
 	// Path is the binary the job names; Want its sha256 per the job, Got
@@ -94,7 +125,7 @@ type BinaryHashError struct {
 }
 
 // Error names the job, the binary and both hashes.
-func (e *BinaryHashError) Error() string {
+func (e *HashError) Error() string {
 	got := "cannot be read"
 	if e.Got != "" {
 		got = "has sha256 " + e.Got
@@ -107,38 +138,38 @@ func (e *BinaryHashError) Error() string {
 }
 
 // Unwrap returns the cause.
-func (e *BinaryHashError) Unwrap() error { return e.Err }
+func (e *HashError) Unwrap() error { return e.Err }
 
-// jobBinary returns a local path of the job's binary whose content has the
+// Path returns a local path of the job's binary whose content has the
 // job's sha256, checked by this raylet: the driver's own path when this
 // node can read the same file, else a copy in the node's binary cache
 // (from the running driver's /proc/<pid>/exe when the driver is here, else
 // fetched from the driver's node). Each sha256 is checked once and cached;
 // later calls only make sure the file did not change since.
-func (r *Raylet) jobBinary(ctx context.Context, info *gorayv1.JobInfo) (string, error) {
+func (c *Cache) Path(ctx context.Context, info *gorayv1.JobInfo) (string, error) {
 	sum := info.GetBinarySha256()
 	if !digest.ValidSHA256(sum) {
 		return "", fmt.Errorf("invalid binary_sha256 %q: a job must name its binary's sha256 (64 lowercase hexadecimal digits); this raylet runs no binary it has not checked", sum)
 	}
 	for attempt := 0; ; attempt++ {
-		r.mu.Lock()
-		f := r.binaries[sum]
+		c.mu.Lock()
+		f := c.fetches[sum]
 		if f == nil {
 			f = &binaryFetch{done: make(chan struct{})}
-			r.binaries[sum] = f
+			c.fetches[sum] = f
 			go func() {
-				f.path, f.id, f.err = r.fetchBinary(info)
+				f.path, f.id, f.err = c.fetch(info)
 				if f.err != nil {
-					r.mu.Lock()
-					if r.binaries[sum] == f {
-						delete(r.binaries, sum) // let a later job try again
+					c.mu.Lock()
+					if c.fetches[sum] == f {
+						delete(c.fetches, sum) // let a later job try again
 					}
-					r.mu.Unlock()
+					c.mu.Unlock()
 				}
 				close(f.done)
 			}()
 		}
-		r.mu.Unlock()
+		c.mu.Unlock()
 		select {
 		case <-f.done:
 		case <-ctx.Done():
@@ -151,20 +182,20 @@ func (r *Raylet) jobBinary(ctx context.Context, info *gorayv1.JobInfo) (string, 
 			return f.path, nil
 		}
 		// Replaced, rewritten or removed since it was checked: check again.
-		r.mu.Lock()
-		if r.binaries[sum] == f {
-			delete(r.binaries, sum)
+		c.mu.Lock()
+		if c.fetches[sum] == f {
+			delete(c.fetches, sum)
 		}
-		r.mu.Unlock()
+		c.mu.Unlock()
 		if attempt > 0 {
 			return "", fmt.Errorf("job binary %s (sha256 %s) keeps changing while it is checked", f.path, sum[:12])
 		}
-		r.log.Info("job binary changed since it was checked; checking again", "path", f.path, "sha256", sum[:12])
+		c.log.Info("job binary changed since it was checked; checking again", "path", f.path, "sha256", sum[:12])
 	}
 }
 
-// fetchBinary finds or makes a local file with the job's sha256.
-func (r *Raylet) fetchBinary(info *gorayv1.JobInfo) (string, fileID, error) {
+// fetch finds or makes a local file with the job's sha256.
+func (c *Cache) fetch(info *gorayv1.JobInfo) (string, fileID, error) {
 	sum := info.GetBinarySha256()
 	jobID, _ := ids.FromBytes(info.GetJobId())
 	// The driver's path, when the same file is visible here (one machine).
@@ -172,19 +203,19 @@ func (r *Raylet) fetchBinary(info *gorayv1.JobInfo) (string, fileID, error) {
 	if err == nil && got == sum {
 		return info.GetBinaryPath(), id, nil
 	}
-	hashErr := &BinaryHashError{Job: jobID, Path: info.GetBinaryPath(), Want: sum, Got: got, Err: err}
+	hashErr := &HashError{Job: jobID, Path: info.GetBinaryPath(), Want: sum, Got: got, Err: err}
 	if hashErr.Got != "" {
 		hashErr.Err = nil
 	}
-	cached := filepath.Join(r.cfg.BinaryCacheDir, sum)
+	cached := filepath.Join(c.dir, sum)
 	if got, id, err := hashFile(cached); err == nil {
 		if got == sum {
 			return cached, id, nil
 		}
-		r.log.Warn("cached job binary is corrupt; fetching it again", "path", cached, "sha256", got)
+		c.log.Warn("cached job binary is corrupt; fetching it again", "path", cached, "sha256", got)
 		_ = os.Remove(cached)
 	}
-	if string(info.GetDriverNodeId()) == string(r.cfg.NodeID[:]) {
+	if string(info.GetDriverNodeId()) == string(c.nodeID[:]) {
 		// The driver runs here: its executable, even if its file was
 		// replaced or removed since it started.
 		if info.GetDriverPid() <= 0 {
@@ -196,13 +227,13 @@ func (r *Raylet) fetchBinary(info *gorayv1.JobInfo) (string, fileID, error) {
 			return "", fileID{}, hashErr
 		}
 		defer src.Close()
-		if _, err := r.installBinary(sum, src); err != nil {
+		if _, err := c.Install(sum, src); err != nil {
 			hashErr.Err = fmt.Errorf("the driver's running executable %s: %w", exe, err)
 			return "", fileID{}, hashErr
 		}
-		r.log.Info("job binary copied from the running driver", "sha256", sum[:12], "from", exe)
+		c.log.Info("job binary copied from the running driver", "sha256", sum[:12], "from", exe)
 	} else {
-		if err := r.fetchRemoteBinary(info); err != nil {
+		if err := c.fetchRemote(info); err != nil {
 			return "", fileID{}, err
 		}
 	}
@@ -213,15 +244,15 @@ func (r *Raylet) fetchBinary(info *gorayv1.JobInfo) (string, fileID, error) {
 	return cached, id, nil
 }
 
-// fetchRemoteBinary streams the job's binary from the driver's node into
+// fetchRemote streams the job's binary from the driver's node into
 // the cache.
-func (r *Raylet) fetchRemoteBinary(info *gorayv1.JobInfo) error {
+func (c *Cache) fetchRemote(info *gorayv1.JobInfo) error {
 	sum := info.GetBinarySha256()
 	driverNode, err := ids.FromBytes(info.GetDriverNodeId())
 	if err != nil {
 		return fmt.Errorf("no driver node to fetch binary %s from", sum[:12])
 	}
-	cli, _, err := r.peerClient(driverNode)
+	cli, err := c.peer(driverNode)
 	if err != nil {
 		return fmt.Errorf("fetching binary %s: %w", sum[:12], err)
 	}
@@ -232,11 +263,11 @@ func (r *Raylet) fetchRemoteBinary(info *gorayv1.JobInfo) error {
 	if err != nil {
 		return fmt.Errorf("fetching binary %s from node %s: %w", sum[:12], driverNode.Short(), err)
 	}
-	n, err := r.installBinary(sum, &chunkReader{recv: st.Recv})
+	n, err := c.Install(sum, &chunkReader{recv: st.Recv})
 	if err != nil {
 		return fmt.Errorf("fetching binary %s from node %s: %w", sum[:12], driverNode.Short(), err)
 	}
-	r.log.Info("job binary fetched", "sha256", sum[:12], "from", driverNode, "bytes", n, "took", time.Since(start))
+	c.log.Info("job binary fetched", "sha256", sum[:12], "from", driverNode, "bytes", n, "took", time.Since(start))
 	return nil
 }
 
@@ -259,13 +290,13 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// installBinary writes src into the binary cache (a 0700 directory) as
+// Install writes src into the binary cache (a 0700 directory) as
 // <sha256>, mode 0700, if its content has that sha256.
-func (r *Raylet) installBinary(sum string, src io.Reader) (int64, error) {
-	if err := os.MkdirAll(r.cfg.BinaryCacheDir, 0o700); err != nil {
+func (c *Cache) Install(sum string, src io.Reader) (int64, error) {
+	if err := os.MkdirAll(c.dir, 0o700); err != nil {
 		return 0, err
 	}
-	tmp, err := os.CreateTemp(r.cfg.BinaryCacheDir, ".fetch-*")
+	tmp, err := os.CreateTemp(c.dir, ".fetch-*")
 	if err != nil {
 		return 0, err
 	}
@@ -284,5 +315,5 @@ func (r *Raylet) installBinary(sum string, src io.Reader) (int64, error) {
 	if err := os.Chmod(tmp.Name(), 0o700); err != nil {
 		return n, err
 	}
-	return n, os.Rename(tmp.Name(), filepath.Join(r.cfg.BinaryCacheDir, sum))
+	return n, os.Rename(tmp.Name(), filepath.Join(c.dir, sum))
 }

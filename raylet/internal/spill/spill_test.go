@@ -1,4 +1,4 @@
-package raylet
+package spill
 
 import (
 	"bytes"

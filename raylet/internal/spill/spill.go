@@ -1,0 +1,883 @@
+// Package spill is the raylet's spiller: it moves primary copies of
+// objects from the node's store to storage (a storage plugin, or local disk)
+// when the store fills up, fusing small objects into files, restores them
+// when they are read, and, with shared storage, records each spilled
+// object in the GCS so that another node can restore it after this node
+// died.
+package spill
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/goray-dev/goray/internal/ids"
+	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/sdk/storage"
+)
+
+// gcsTimeout bounds GCS calls.
+const gcsTimeout = 5 * time.Second
+
+// Entry is what the spiller needs to know of an object in the store.
+type Entry struct {
+	ID       ids.ObjectID
+	Found    bool
+	Offset   int64
+	DataSize int64
+	Metadata []byte
+	Pins     int
+	Sealed   bool
+	Freed    bool
+	// Seq orders objects by creation (larger is newer).
+	Seq int64
+}
+
+// Store is the node's object store as the spiller uses it.
+type Store interface {
+	// ListEntries lists every object.
+	ListEntries() []Entry
+	// GetEntries looks objects up, pinning the found ones for client.
+	GetEntries(objs []ids.ObjectID, client ids.ID) []Entry
+	// Release drops client's pins on objs.
+	Release(objs []ids.ObjectID, client ids.ID)
+	// Free deletes objs (once unpinned).
+	Free(objs []ids.ObjectID)
+	// Usage reports the bytes in use and the capacity.
+	Usage() (used, capacity int64)
+	// Capacity is the arena size in bytes.
+	Capacity() int64
+	// Contains reports whether the object exists (sealed or not).
+	Contains(id ids.ObjectID) bool
+	// Data returns the arena bytes [offset, offset+size).
+	Data(offset, size int64) []byte
+	// Seal makes an object immutable; with release the creator's pin is
+	// dropped.
+	Seal(id ids.ObjectID, client ids.ID, release bool) error
+	// Abort discards an unsealed object.
+	Abort(id ids.ObjectID) error
+}
+
+// Objects is what the spiller needs from the node's object bookkeeping.
+// The spiller calls it with its lock released.
+type Objects interface {
+	// Primaries reports which objects are primary copies: created on this
+	// node, not freed by their owner.
+	Primaries(objs []ids.ObjectID) []bool
+	// Alive reports which objects their owners have not freed.
+	Alive(objs []ids.ObjectID) []bool
+	// EvictSecondaries frees unpinned copies of other nodes' objects until
+	// need bytes are free, and returns the bytes freed.
+	EvictSecondaries(need int64) int64
+	// CreateMakingRoom creates an object, making room when it does not
+	// fit.
+	CreateMakingRoom(ctx context.Context, oid ids.ObjectID, size int64, meta []byte, creator ids.ID) (int64, error)
+	// Track records that owner owns the primary copy oid.
+	Track(oid ids.ObjectID, owner *gorayv1.Address)
+}
+
+// Spilling defaults (see Config).
+const (
+	// DefaultThreshold is Config.Threshold's default.
+	DefaultThreshold = 0.8
+	// DefaultMinFileSize is Config.MinFileSize's default.
+	DefaultMinFileSize = 100 << 20
+	// DefaultMaxObjectsPerFile is Config.MaxObjectsPerFile's default.
+	DefaultMaxObjectsPerFile = 1000
+	// DefaultWait is Config.Wait's default.
+	DefaultWait = 60 * time.Second
+	// spillCheck is how often usage is compared with the threshold.
+	spillCheck = 100 * time.Millisecond
+	// spillBackoffMax caps the wait between failed spill attempts.
+	spillBackoffMax = 5 * time.Second
+)
+
+// Config configures spilling primary copies of objects to storage when
+// the store fills up, and restoring them when they are read.
+type Config struct {
+	// Storage returns the backend (a storage plugin's client, which may
+	// change when the plugin restarts); nil turns spilling off.
+	Storage func() (storage.Storage, error)
+	// Location names the backend for status output.
+	Location string
+	// Threshold is the fraction of the store above which objects spill
+	// (default 0.8).
+	Threshold float64
+	// MinFileSize: small objects are fused into files of at least this
+	// many bytes when there are enough (default 100 MiB).
+	MinFileSize int64
+	// MaxObjectsPerFile caps the objects fused into one file (default
+	// 1000).
+	MaxObjectsPerFile int
+	// KeepFiles keeps the stored files when the node shuts down.
+	KeepFiles bool
+	// Wait is how long a create that does not fit waits for spilling to
+	// make room before it fails (default 60s; the caller's deadline too).
+	Wait time.Duration
+	// Prefix starts every key this node writes ("<session>/<node id>/").
+	Prefix string
+	// ArenaPath, when set, is a path a storage plugin can open to map the
+	// store's arena (/proc/<pid>/fd/<memfd>): restores then have the plugin
+	// write straight into the arena (storage.ReaderInto).
+	ArenaPath string
+	// Shared names the storage plugin when every node can read what this
+	// node stores ("" for node-local storage). Each spilled object is then
+	// recorded in the GCS (node, object → plugin, file, range), so that
+	// after this node dies another node spilling to the same plugin
+	// restores the object from storage instead of losing it.
+	Shared string
+}
+
+// spillRecordNS is the GCS KV namespace of the spill records; keys are
+// recordKey(node, object).
+const spillRecordNS = "spill"
+
+// spillRecord says where a node spilled an object, for other nodes.
+type spillRecord struct {
+	Storage string `json:"storage"`
+	Key     string `json:"key"`
+	URL     string `json:"url"`
+	Offset  int64  `json:"offset"`
+	Size    int64  `json:"size"`
+	Meta    []byte `json:"meta,omitempty"`
+}
+
+func recordKey(node ids.ID, oid ids.ObjectID) string { return node.String() + "/" + oid.String() }
+
+// ErrNoSpilledCopy says no node recorded a spilled copy of the object.
+var ErrNoSpilledCopy = errors.New("no spilled copy was recorded")
+
+// spillFile is one stored file of fused objects.
+type spillFile struct {
+	key, url string
+	size     int64
+	live     int // objects of the file not freed yet
+	// foreign: a dead node's file this node restored objects from; never
+	// deleted here (other nodes may still need it).
+	foreign bool
+}
+
+// spilledObject is where an object's bytes are stored.
+type spilledObject struct {
+	file         *spillFile
+	offset, size int64
+	meta         []byte
+	// inMemory is set while a restored copy is also in the store.
+	inMemory bool
+	// record is the object's GCS spill record key ("" for none).
+	record string
+}
+
+// restore is a restore of an object in flight.
+type restore struct {
+	done chan struct{}
+	err  error
+}
+
+// Spiller spills and restores the primary copies of a node's objects.
+//
+// mu guards objs, files, busy, restores, seq, need, progress, failing,
+// lastFreed and stats. The spiller asks its Objects which objects are
+// primary or still alive, and has them make room, only with mu released;
+// it calls the store, the storage and the GCS with mu released too.
+type Spiller struct {
+	cfg     Config
+	nodeID  ids.ID
+	store   Store
+	objects Objects
+	gcs     gorayv1.GcsClient
+	log     hclog.Logger
+
+	mu       sync.Mutex
+	objs     map[ids.ObjectID]*spilledObject
+	files    map[string]*spillFile
+	busy     map[ids.ObjectID]bool // being written
+	restores map[ids.ObjectID]*restore
+	seq      int
+	need     int64         // bytes a waiting create needs
+	progress chan struct{} // closed and replaced after every spill attempt
+	kick     chan struct{}
+	failing  error
+	// lastFreed is what the last spill round freed.
+	lastFreed int64
+	// noReadInto is set once the plugin answered that it cannot ReadInto.
+	noReadInto atomic.Bool
+	stats      gorayv1.SpillStats
+}
+
+// New returns the spiller of node nodeID's store (its objects' ownership
+// kept by objects); gcs (nil: none) records spilled objects of shared
+// storage. Spilling is off when cfg.Storage is nil.
+func New(cfg Config, nodeID ids.ID, store Store, objects Objects, gcs gorayv1.GcsClient, log hclog.Logger) *Spiller {
+	if cfg.Threshold <= 0 || cfg.Threshold > 1 {
+		cfg.Threshold = DefaultThreshold
+	}
+	if cfg.MinFileSize <= 0 {
+		cfg.MinFileSize = DefaultMinFileSize
+	}
+	if cfg.MaxObjectsPerFile <= 0 {
+		cfg.MaxObjectsPerFile = DefaultMaxObjectsPerFile
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = DefaultWait
+	}
+	return &Spiller{
+		cfg: cfg, nodeID: nodeID, store: store, objects: objects, gcs: gcs, log: log,
+		objs: map[ids.ObjectID]*spilledObject{}, files: map[string]*spillFile{},
+		busy: map[ids.ObjectID]bool{}, restores: map[ids.ObjectID]*restore{},
+		progress: make(chan struct{}), kick: make(chan struct{}, 1),
+	}
+}
+
+// Enabled reports whether spilling is on (a nil Spiller is off).
+func (s *Spiller) Enabled() bool { return s != nil && s.cfg.Storage != nil }
+
+// Run spills whenever the store is above the threshold or a create waits
+// for room, backing off while the storage fails, until ctx ends.
+func (s *Spiller) Run(ctx context.Context) {
+	t := time.NewTicker(spillCheck)
+	defer t.Stop()
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kick:
+		}
+		for {
+			used, capacity := s.store.Usage()
+			s.mu.Lock()
+			need := s.need
+			s.mu.Unlock()
+			over := used - int64(s.cfg.Threshold*float64(capacity))
+			if over <= 0 && need <= 0 {
+				break
+			}
+			freed, err := s.spillOnce(ctx, max(over, need, 1))
+			s.signal(freed, err)
+			if err != nil {
+				s.log.Warn("spilling objects failed; retrying", "error", err, "retry_in", backoff)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, spillBackoffMax)
+				continue
+			}
+			backoff = 100 * time.Millisecond
+			if freed == 0 {
+				break // nothing more to spill
+			}
+		}
+	}
+}
+
+// signal wakes the creates waiting for room and records the outcome.
+func (s *Spiller) signal(freed int64, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failing = err
+	s.lastFreed = freed
+	close(s.progress)
+	s.progress = make(chan struct{})
+}
+
+// candidate is an object that may leave memory.
+type candidate struct {
+	id   ids.ObjectID
+	size int64
+	meta []byte
+	// stored: a restored copy whose bytes are still in storage, freed
+	// without writing.
+	stored bool
+}
+
+// candidates lists sealed, unpinned primary copies, oldest id first.
+func (s *Spiller) candidates() []candidate {
+	// Oldest first, as Ray does: the newest objects are the likeliest to
+	// be read soon.
+	entries := s.store.ListEntries()
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
+	oids := make([]ids.ObjectID, len(entries))
+	for i, e := range entries {
+		oids[i] = e.ID
+	}
+	primary := s.objects.Primaries(oids)
+	var out []candidate
+	s.mu.Lock()
+	for i, e := range entries {
+		if !e.Sealed || e.Freed || e.Pins > 0 || e.DataSize == 0 || s.busy[e.ID] || !primary[i] {
+			continue
+		}
+		so := s.objs[e.ID]
+		out = append(out, candidate{id: e.ID, size: e.DataSize, meta: e.Metadata, stored: so != nil && so.inMemory})
+	}
+	s.mu.Unlock()
+	return out
+}
+
+// spillOnce frees at least need bytes of memory if it can: restored
+// copies whose bytes are still stored first (no write), then one file of
+// fused objects. It returns the bytes freed.
+func (s *Spiller) spillOnce(ctx context.Context, need int64) (int64, error) {
+	// Copies of other nodes' objects go first: dropping them loses nothing.
+	freed := s.objects.EvictSecondaries(need)
+	if freed >= need {
+		return freed, nil
+	}
+	cands := s.candidates()
+	var drop []ids.ObjectID
+	var batch []candidate
+	var batchBytes int64
+	for _, c := range cands {
+		if c.stored {
+			drop = append(drop, c.id)
+			freed += c.size
+		}
+	}
+	for _, c := range cands {
+		if c.stored {
+			continue
+		}
+		if freed+batchBytes >= need && batchBytes >= s.cfg.MinFileSize {
+			break
+		}
+		if len(batch) == s.cfg.MaxObjectsPerFile {
+			break
+		}
+		batch = append(batch, c)
+		batchBytes += c.size
+	}
+	if len(drop) > 0 {
+		s.mu.Lock()
+		for _, id := range drop {
+			if so := s.objs[id]; so != nil {
+				so.inMemory = false
+			}
+		}
+		s.mu.Unlock()
+		s.store.Free(drop)
+	}
+	if len(batch) == 0 {
+		return freed, nil
+	}
+	n, err := s.writeFile(ctx, batch)
+	return freed + n, err
+}
+
+// writeFile writes the objects into one stored file, then releases them
+// from memory. Objects freed meanwhile are not recorded.
+func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, error) {
+	st, err := s.cfg.Storage()
+	if err != nil {
+		return 0, fmt.Errorf("spill storage %s: %w", s.cfg.Location, err)
+	}
+	client := ids.New()
+	objs := make([]ids.ObjectID, len(batch))
+	for i, c := range batch {
+		objs[i] = c.id
+	}
+	entries := s.store.GetEntries(objs, client) // pinned while written
+	defer s.store.Release(objs, client)
+	var parts []io.Reader
+	var offsets []int64
+	var total int64
+	var pinned []candidate
+	for i, e := range entries {
+		if !e.Found {
+			continue // freed meanwhile
+		}
+		parts = append(parts, bytes.NewReader(s.store.Data(e.Offset, e.DataSize)))
+		offsets = append(offsets, total)
+		total += e.DataSize
+		pinned = append(pinned, batch[i])
+	}
+	if len(pinned) == 0 {
+		return 0, nil
+	}
+	s.mu.Lock()
+	s.seq++
+	key := fmt.Sprintf("%s%06d.spill", s.cfg.Prefix, s.seq)
+	for _, c := range pinned {
+		s.busy[c.id] = true
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		for _, c := range pinned {
+			delete(s.busy, c.id)
+		}
+		s.mu.Unlock()
+	}()
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	rep, err := st.Write(wctx, &storage.WriteRequest{Key: key, Size: total, Body: io.MultiReader(parts...)})
+	if err != nil {
+		return 0, fmt.Errorf("writing %d objects (%d bytes) to %s: %w", len(pinned), total, s.cfg.Location, err)
+	}
+	took := time.Since(start)
+	// Stored: tell the cluster where (shared storage), record, then let
+	// the memory go. An object the owner freed while it was written is not
+	// recorded.
+	records := s.publish(ctx, key, rep.URL, pinned, offsets)
+	f := &spillFile{key: key, url: rep.URL, size: total}
+	var release []ids.ObjectID
+	var unrecord []string
+	oids := make([]ids.ObjectID, len(pinned))
+	for i, c := range pinned {
+		oids[i] = c.id
+	}
+	alive := s.objects.Alive(oids)
+	s.mu.Lock()
+	for i, c := range pinned {
+		if !alive[i] {
+			if records[i] != "" {
+				unrecord = append(unrecord, records[i])
+			}
+			continue
+		}
+		s.objs[c.id] = &spilledObject{file: f, offset: offsets[i], size: c.size, meta: c.meta, record: records[i]}
+		f.live++
+		release = append(release, c.id)
+	}
+	s.files[key] = f
+	s.stats.SpilledBytes += total
+	s.stats.SpilledObjects += int64(len(pinned))
+	s.stats.SpillSeconds += took.Seconds()
+	empty := f.live == 0
+	if empty {
+		delete(s.files, key)
+	}
+	s.mu.Unlock()
+	s.store.Free(release)
+	if empty {
+		s.deleteFiles([]string{key})
+	}
+	if len(unrecord) > 0 {
+		go s.unpublish(unrecord)
+	}
+	s.log.Debug("objects spilled", "objects", len(release), "bytes", total, "url", rep.URL, "took", took)
+	return total, nil
+}
+
+// WaitForRoom makes room for a create of size bytes: it asks the spill
+// loop for it and waits for progress until the create fits, ctx ends, or
+// the wait bound passes. It returns the last spill error, if any.
+func (s *Spiller) WaitForRoom(ctx context.Context, size int64, try func() error) error {
+	if size > s.store.Capacity() {
+		return fmt.Errorf("the object (%d bytes) is larger than the whole store (%d bytes)", size, s.store.Capacity())
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Wait)
+	defer cancel()
+	s.mu.Lock()
+	s.need += size
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.need -= size
+		s.mu.Unlock()
+	}()
+	for {
+		s.mu.Lock()
+		progress := s.progress
+		s.mu.Unlock()
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-progress:
+		case <-ctx.Done():
+			s.mu.Lock()
+			failing := s.failing
+			s.mu.Unlock()
+			if failing != nil {
+				return fmt.Errorf("spilling is failing because %w", failing)
+			}
+			return fmt.Errorf("spilling could not make room within %s: %w", s.cfg.Wait, ctx.Err())
+		}
+		err := try()
+		if err == nil {
+			return nil
+		}
+		s.mu.Lock()
+		stuck := s.failing == nil && s.lastFreed == 0
+		s.mu.Unlock()
+		if stuck {
+			// A round that worked but found nothing to spill: the rest is
+			// in use (pinned by readers) or not spillable.
+			return errors.New("nothing more can be spilled: the objects in memory are in use")
+		}
+	}
+}
+
+// Has reports whether the object's bytes are stored (and not in memory).
+func (s *Spiller) Has(id ids.ObjectID) bool {
+	if !s.Enabled() {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	so := s.objs[id]
+	return so != nil
+}
+
+// Restore brings a spilled object back into the store (concurrent
+// restores of one object share the work). It is a no-op for objects that
+// are in memory or not spilled.
+func (s *Spiller) Restore(ctx context.Context, id ids.ObjectID) error {
+	s.mu.Lock()
+	so := s.objs[id]
+	if so == nil || so.inMemory {
+		s.mu.Unlock()
+		return nil
+	}
+	rs := s.restores[id]
+	if rs == nil {
+		rs = &restore{done: make(chan struct{})}
+		s.restores[id] = rs
+		file, off, size, meta := so.file, so.offset, so.size, so.meta
+		go func() {
+			rs.err = s.doRestore(id, file, off, size, meta)
+			s.mu.Lock()
+			delete(s.restores, id)
+			if rs.err == nil {
+				if cur := s.objs[id]; cur != nil {
+					cur.inMemory = true
+				}
+			}
+			s.mu.Unlock()
+			close(rs.done)
+		}()
+	}
+	s.mu.Unlock()
+	select {
+	case <-rs.done:
+		return rs.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta []byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	creator := ids.New()
+	arenaOff, err := s.objects.CreateMakingRoom(ctx, id, size, meta, creator)
+	if err != nil {
+		if s.store.Contains(id) {
+			return nil
+		}
+		return fmt.Errorf("restoring object %s: %w", id, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = s.store.Abort(id)
+		}
+	}()
+	st, err := s.cfg.Storage()
+	if err != nil {
+		return fmt.Errorf("restoring object %s: %w", id, err)
+	}
+	if err := s.readIntoArena(ctx, st, f.key, off, arenaOff, size); err != nil {
+		return fmt.Errorf("restoring object %s from %s: %w", id, f.url, err)
+	}
+	if err := s.store.Seal(id, creator, true); err != nil {
+		return err
+	}
+	ok = true
+	s.mu.Lock()
+	s.stats.RestoredBytes += size
+	s.stats.RestoredObjects++
+	s.stats.RestoreSeconds += time.Since(start).Seconds()
+	s.mu.Unlock()
+	return nil
+}
+
+// Parallel restore reads: an object of at least 2×restoreRange bytes is
+// read by up to restoreStreams ranged reads at once (as S3 transfer
+// managers do: one stream rarely fills the link).
+const (
+	restoreRange   = 8 << 20
+	restoreStreams = 4
+)
+
+// splitRanges calls part for [0, size) in up to restoreStreams ranges at
+// once when size is large (one call otherwise), and returns the first
+// error.
+func splitRanges(ctx context.Context, size int64, part func(ctx context.Context, lo, n int64) error) error {
+	n := min(restoreStreams, int(size/restoreRange))
+	if n <= 1 {
+		return part(ctx, 0, size)
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	per := (size + int64(n) - 1) / int64(n)
+	for lo := int64(0); lo < size; lo += per {
+		l := min(per, size-lo)
+		g.Go(func() error { return part(ctx, lo, l) })
+	}
+	return g.Wait()
+}
+
+// readRanges reads len(dst) bytes of the stored file key from offset off
+// into dst, by parallel ranged reads when dst is large.
+func readRanges(ctx context.Context, st storage.Storage, key string, off int64, dst []byte) error {
+	return splitRanges(ctx, int64(len(dst)), func(ctx context.Context, lo, n int64) error {
+		return readRange(ctx, st, key, off+lo, dst[lo:lo+n])
+	})
+}
+
+// readIntoArena reads size bytes of the stored file key from offset off
+// into the arena at arenaOff, in parallel ranges when large: written
+// straight into the arena by the plugin (ReadInto) when the storage is a
+// plugin that can, else streamed back and copied.
+func (s *Spiller) readIntoArena(ctx context.Context, st storage.Storage, key string, off, arenaOff, size int64) error {
+	ri, direct := st.(storage.ReaderInto)
+	direct = direct && s.cfg.ArenaPath != "" && !s.noReadInto.Load()
+	if !direct {
+		return readRanges(ctx, st, key, off, s.store.Data(arenaOff, size))
+	}
+	err := splitRanges(ctx, size, func(ctx context.Context, lo, n int64) error {
+		_, err := ri.ReadInto(ctx, &storage.ReadIntoRequest{Key: key, Offset: off + lo, Length: n, TargetPath: s.cfg.ArenaPath, TargetOffset: arenaOff + lo})
+		return err
+	})
+	if errors.Is(err, storage.ErrNotSupported) {
+		s.noReadInto.Store(true) // a plugin built before ReadInto: stream
+		return readRanges(ctx, st, key, off, s.store.Data(arenaOff, size))
+	}
+	return err
+}
+
+// readRange reads len(dst) bytes of the stored file key from offset off.
+func readRange(ctx context.Context, st storage.Storage, key string, off int64, dst []byte) error {
+	rep, err := st.Read(ctx, &storage.ReadRequest{Key: key, Offset: off, Length: int64(len(dst))})
+	if err != nil {
+		return err
+	}
+	defer rep.Body.Close()
+	_, err = io.ReadFull(rep.Body, dst)
+	return err
+}
+
+// Forget drops the stored copies of freed objects and deletes files none
+// of whose objects is alive.
+func (s *Spiller) Forget(objs []ids.ObjectID) {
+	if !s.Enabled() {
+		return
+	}
+	var dead, records []string
+	s.mu.Lock()
+	for _, id := range objs {
+		so := s.objs[id]
+		if so == nil {
+			continue
+		}
+		delete(s.objs, id)
+		if so.record != "" {
+			records = append(records, so.record)
+		}
+		so.file.live--
+		if so.file.live == 0 && !so.file.foreign {
+			delete(s.files, so.file.key)
+			dead = append(dead, so.file.key)
+		}
+	}
+	s.mu.Unlock()
+	if len(dead) > 0 {
+		go s.deleteFiles(dead)
+	}
+	if len(records) > 0 {
+		go s.unpublish(records)
+	}
+}
+
+// deleteFiles deletes stored files, logging failures.
+func (s *Spiller) deleteFiles(keys []string) {
+	st, err := s.cfg.Storage()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err = st.Delete(ctx, &storage.DeleteRequest{Keys: keys})
+	}
+	if err != nil {
+		s.log.Warn("deleting spilled files failed", "files", len(keys), "error", err)
+	}
+}
+
+// DeleteAll deletes every file this node stored (shutdown).
+func (s *Spiller) DeleteAll(ctx context.Context) {
+	if !s.Enabled() || s.cfg.KeepFiles {
+		return
+	}
+	s.mu.Lock()
+	var keys, records []string
+	for k := range s.files {
+		keys = append(keys, k)
+	}
+	for _, so := range s.objs {
+		if so.record != "" {
+			records = append(records, so.record)
+		}
+	}
+	s.files = map[string]*spillFile{}
+	s.objs = map[ids.ObjectID]*spilledObject{}
+	s.mu.Unlock()
+	s.unpublish(records)
+	if len(keys) == 0 {
+		return
+	}
+	st, err := s.cfg.Storage()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		_, err = st.Delete(ctx, &storage.DeleteRequest{Keys: keys})
+	}
+	if err != nil {
+		s.log.Warn("deleting spilled files at shutdown failed", "files", len(keys), "error", err)
+	}
+}
+
+// publish records in the GCS where the objects of a stored file are, when
+// the storage is shared, and returns the record keys (by batch index; ""
+// when not recorded). Failures are logged: the object is then only
+// reachable through this node, as with node-local storage.
+func (s *Spiller) publish(ctx context.Context, key, url string, batch []candidate, offsets []int64) []string {
+	out := make([]string, len(batch))
+	if s.cfg.Shared == "" || s.gcs == nil {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(ctx, gcsTimeout)
+	defer cancel()
+	// One put per object, several at once: a fused file may hold many.
+	var g errgroup.Group
+	g.SetLimit(publishConcurrency)
+	for i, c := range batch {
+		g.Go(func() error {
+			v, err := json.Marshal(spillRecord{Storage: s.cfg.Shared, Key: key, URL: url, Offset: offsets[i], Size: c.size, Meta: c.meta})
+			if err == nil {
+				rk := recordKey(s.nodeID, c.id)
+				if _, err = s.gcs.KVPut(ctx, &gorayv1.KVPutRequest{Ns: spillRecordNS, Key: rk, Value: v, Overwrite: true}); err == nil {
+					out[i] = rk
+					return nil
+				}
+			}
+			s.log.Warn("recording a spilled object in the GCS failed; it is lost if this node dies", "object_id", c.id, "error", err)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return out
+}
+
+// publishConcurrency bounds the spill record puts in flight.
+const publishConcurrency = 16
+
+// unpublish deletes spill records.
+func (s *Spiller) unpublish(records []string) {
+	if len(records) == 0 || s.gcs == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
+	defer cancel()
+	for _, k := range records {
+		if _, err := s.gcs.KVDel(ctx, &gorayv1.KVDelRequest{Ns: spillRecordNS, Key: k}); err != nil {
+			s.log.Debug("deleting a spill record failed", "key", k, "error", err)
+			return
+		}
+	}
+}
+
+// RestoreFromRecord restores an object whose node died from the copy that
+// node spilled to shared storage, when it recorded one and this node
+// spills to the same storage plugin. The restored object is a primary copy
+// of this node owned by owner; it keeps the dead node's file as its stored
+// copy (dropped again without writing), and the file is never deleted
+// here. ErrNoSpilledCopy when there is no record.
+func (s *Spiller) RestoreFromRecord(oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) error {
+	if !s.Enabled() || s.gcs == nil {
+		return ErrNoSpilledCopy
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
+	rk := recordKey(node, oid)
+	rep, err := s.gcs.KVGet(ctx, &gorayv1.KVGetRequest{Ns: spillRecordNS, Key: rk})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("looking up a spilled copy: %w", err)
+	}
+	if !rep.GetFound() {
+		return ErrNoSpilledCopy
+	}
+	var rec spillRecord
+	if err := json.Unmarshal(rep.GetValue(), &rec); err != nil {
+		return fmt.Errorf("spill record %s: %w", rk, err)
+	}
+	if rec.Storage != s.cfg.Shared {
+		return fmt.Errorf("its spilled copy %s is in storage plugin %q, which this node does not spill to", rec.URL, rec.Storage)
+	}
+	f := &spillFile{key: rec.Key, url: rec.URL, foreign: true}
+	if err := s.doRestore(oid, f, rec.Offset, rec.Size, rec.Meta); err != nil {
+		return err
+	}
+	s.objects.Track(oid, owner)
+	s.mu.Lock()
+	if _, ok := s.objs[oid]; !ok {
+		f.live++
+		s.objs[oid] = &spilledObject{file: f, offset: rec.Offset, size: rec.Size, meta: rec.Meta, inMemory: true, record: rk}
+	}
+	s.mu.Unlock()
+	s.log.Info("object of a dead node restored from its spilled copy", "object_id", oid, "node", node, "url", rec.URL)
+	return nil
+}
+
+// Stats reports the spill counters.
+func (s *Spiller) Stats() *gorayv1.SpillStats {
+	if !s.Enabled() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &gorayv1.SpillStats{
+		Location: s.cfg.Location, SpilledBytes: s.stats.SpilledBytes, SpilledObjects: s.stats.SpilledObjects,
+		RestoredBytes: s.stats.RestoredBytes, RestoredObjects: s.stats.RestoredObjects,
+		SpillSeconds: s.stats.SpillSeconds, RestoreSeconds: s.stats.RestoreSeconds, Files: int64(len(s.files)),
+	}
+	for _, so := range s.objs {
+		if !so.inMemory {
+			st.StoredObjects++
+			st.StoredBytes += so.size
+		}
+	}
+	if s.failing != nil {
+		st.Failing = s.failing.Error()
+	}
+	return st
+}
+
+// List lists the spilled objects.
+func (s *Spiller) List() []*gorayv1.SpilledObject {
+	if !s.Enabled() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*gorayv1.SpilledObject, 0, len(s.objs))
+	for id, so := range s.objs {
+		out = append(out, &gorayv1.SpilledObject{ObjectId: id.Bytes(), Url: so.file.url, Offset: so.offset, Size: so.size, InMemory: so.inMemory})
+	}
+	return out
+}
