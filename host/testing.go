@@ -119,3 +119,24 @@ func BuildPlugin(dir, pkg, name string) (string, error) {
 	}
 	return out, nil
 }
+
+// RunWithPlugin is the body of a plugin test's TestMain: it builds the
+// plugin package in the current directory (BuildPlugin) as name into a
+// fresh temporary directory, sets *bin to the binary's path, runs the tests
+// and removes the directory. It returns the exit code for os.Exit: m.Run's,
+// or 1 (with the error on stderr) when the plugin does not build.
+//
+//	func TestMain(m *testing.M) { os.Exit(host.RunWithPlugin(m, "goray-storage-fs", &pluginBin)) }
+func RunWithPlugin(m *testing.M, name string, bin *string) int {
+	dir, err := os.MkdirTemp("", "goray-plugin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if *bin, err = BuildPlugin(dir, ".", name); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}

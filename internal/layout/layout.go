@@ -8,7 +8,8 @@
 //   - internal/...: libraries every part of the runtime shares (ids,
 //     codec, protocols, auth, rpc options, the object store, resources,
 //     spawn). They import nothing above them. internal/testservers holds
-//     the real servers tests and the benchmark run (MinIO).
+//     the real servers tests and the benchmark run (MinIO; a GCS, whose
+//     package gcstest imports gcs and is exempt from this rule).
 //   - sdk/plugin, sdk/transport, sdk/storage (and later plugin kinds): the
 //     plugin SDKs a plugin author imports. They import the plugin protocols
 //     and little else of the module, never the runtime.
@@ -95,6 +96,9 @@ var Rules = []Rule{
 		// plugin kinds, the size parser and the HCL type names are the plugin
 		// SDK's, which config validates node files with.
 		Allow: []string{"sdk/transport/shmem", "sdk/plugin", "sdk/plugin/hclspec"},
+		// The test GCS serves the real GCS server; only tests import it
+		// (the test server rule below).
+		Except: []string{"internal/testservers/gcstest"},
 	},
 	{
 		Why:  "test servers are for tests and the benchmark app, not for the product",

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,8 +22,8 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/goray-dev/goray/config"
-	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/host"
+	"github.com/goray-dev/goray/internal/testservers/gcstest"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
@@ -40,17 +39,7 @@ var pluginBin string
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "gc")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if pluginBin, err = host.BuildPlugin(dir, ".", "goray-transport-collective"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
+	code := host.RunWithPlugin(m, "goray-transport-collective", &pluginBin)
 	shmem.Default.Purge()
 	if left, err := shmem.List(testPrefix); err == nil && len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "shared-memory segments left behind: %v\n", left)
@@ -58,27 +47,6 @@ func run(m *testing.M) int {
 		code = 1
 	}
 	return code
-}
-
-// startGCS serves a real GCS on a loopback TCP port and returns its address.
-func startGCS(t *testing.T) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	gcs.New(gcs.Options{}).Register(srv)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-served
-	})
-	return lis.Addr().String()
 }
 
 // node is one plugin process under its own host (as on its own node).
@@ -219,7 +187,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 // the GCS and run every collective; destroying the group leaves nothing in
 // the KV.
 func TestCollectivesAcrossPlugins(t *testing.T) {
-	gcsAddr := startGCS(t)
+	gcsAddr := gcstest.Start(t)
 	const n = 3
 	nodes := []*node{startNode(t, gcsAddr, nodeConfig), startNode(t, gcsAddr, nodeConfig), startNode(t, gcsAddr, nodeConfig)}
 	group := "plugins"
@@ -330,7 +298,7 @@ func TestCollectivesAcrossPlugins(t *testing.T) {
 // fail promptly with ErrRankFailed naming that rank, long before the
 // collective timeout (one minute here).
 func TestKillRankMidAllReduce(t *testing.T) {
-	gcsAddr := startGCS(t)
+	gcsAddr := gcstest.Start(t)
 	const n = 3
 	nodes := []*node{startNode(t, gcsAddr, nodeConfig), startNode(t, gcsAddr, nodeConfig), startNode(t, gcsAddr, nodeConfig)}
 	group := "doomed"

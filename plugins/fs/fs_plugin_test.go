@@ -9,13 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
-	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/storage/storagetest"
 )
@@ -23,23 +21,7 @@ import (
 // pluginBin is the plugin binary, built once by TestMain.
 var pluginBin string
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "gfs")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if pluginBin, err = host.BuildPlugin(dir, ".", "goray-storage-fs"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(host.RunWithPlugin(m, "goray-storage-fs", &pluginBin)) }
 
 func tempDir(t testing.TB) string {
 	t.Helper()
@@ -58,17 +40,7 @@ func launch(t testing.TB, dir, extra string) (storage.Storage, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, v := host.Launch(ctx, t, pluginBin, "storage", "fs", fmt.Sprintf("directory = %q\n%s", dir, extra))
-	if v != storage.APIVersion {
-		t.Fatalf("negotiated API version %d, want %d", v, storage.APIVersion)
-	}
-	info, err := plugin.NewInfoClient(conn).Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Kind != plugin.KindStorage || info.Name != "fs" {
-		t.Fatalf("plugin says it is %s %q", info.Kind, info.Name)
-	}
-	return storage.NewClient(conn, v), info.Pid
+	return storagetest.PluginClient(ctx, t, conn, v, "fs")
 }
 
 // TestConformancePlugin runs the conformance suite through real plugin
@@ -121,31 +93,6 @@ func TestInfoLocation(t *testing.T) {
 	}
 }
 
-// stallBody yields size random bytes, stalling after stall of them until
-// release is closed.
-type stallBody struct {
-	size, stall, off int64
-	release          <-chan struct{}
-}
-
-func (b *stallBody) Read(p []byte) (int, error) {
-	if b.off == b.size {
-		return 0, io.EOF
-	}
-	if b.off == b.stall {
-		<-b.release
-		b.stall = -1
-	}
-	end := b.size
-	if b.stall > b.off {
-		end = b.stall
-	}
-	p = p[:min(int64(len(p)), end-b.off)]
-	_, _ = rand.Read(p)
-	b.off += int64(len(p))
-	return len(p), nil
-}
-
 // TestKillMidWrite kills the plugin (kill -9) in the middle of a write: the
 // write fails with ErrUnavailable, the crash leaves a temporary file, and a
 // fresh plugin's Configure removes it; the key never reads back.
@@ -155,45 +102,21 @@ func TestKillMidWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const key = "sess/node-a/000001.spill"
-	release := make(chan struct{})
-	var once sync.Once
-	resume := func() { once.Do(func() { close(release) }) }
-	defer resume()
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.Write(ctx, &storage.WriteRequest{Key: key, Size: 64 << 20, Body: &stallBody{size: 64 << 20, stall: 8 << 20, release: release}})
-		done <- err
-	}()
-	// Wait until the plugin has written part of the object to its
-	// temporary file.
-	var tmp string
-	for tmp == "" {
-		left, _ := fsstore.TempFiles(dir)
-		for _, p := range left {
-			if st, err := os.Stat(p); err == nil && st.Size() >= 4<<20 {
-				tmp = p
+	storagetest.KillMidWrite(ctx, t, s, pid, key, storagetest.KillMidWriteOptions{
+		Size:    64 << 20,
+		StallAt: 8 << 20,
+		// The plugin has written part of the object to its temporary file.
+		InProgress: func(context.Context) bool {
+			left, _ := fsstore.TempFiles(dir)
+			for _, p := range left {
+				if st, err := os.Stat(p); err == nil && st.Size() >= 4<<20 {
+					return true
+				}
 			}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("Write returned before the kill: %v", err)
-		case <-ctx.Done():
-			t.Fatal("no temporary file of 4 MiB appeared")
-		case <-time.After(10 * time.Millisecond): // polling interval
-		}
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	resume() // the host keeps sending into the dead plugin's stream
-	select {
-	case err := <-done:
-		if !errors.Is(err, storage.ErrUnavailable) {
-			t.Errorf("Write to a killed plugin: %v, want ErrUnavailable", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Write did not return within 10s of the plugin's death")
-	}
+			return false
+		},
+		Awaited: "temporary file of 4 MiB",
+	})
 	// A fresh plugin on the same directory cleans up at Configure. (The
 	// first host restarts its plugin too, which may clean up first.)
 	s2, _ := launch(t, dir, "")
@@ -225,49 +148,5 @@ const benchSize = 1 << 30
 func BenchmarkPlugin(b *testing.B) {
 	dir := tempDir(b)
 	s, _ := launch(b, dir, "fsync = false")
-	ctx := context.Background()
-	block := make([]byte, storage.ChunkSize)
-	_, _ = rand.Read(block)
-	b.Run("Write", func(b *testing.B) {
-		b.SetBytes(benchSize)
-		for b.Loop() {
-			if _, err := s.Write(ctx, &storage.WriteRequest{Key: "bench", Size: benchSize, Body: &repeatReader{block: block, left: benchSize}}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("Read", func(b *testing.B) {
-		b.SetBytes(benchSize)
-		for b.Loop() {
-			r, err := s.Read(ctx, &storage.ReadRequest{Key: "bench", Length: storage.ToEnd})
-			if err != nil {
-				b.Fatal(err)
-			}
-			n, err := io.Copy(io.Discard, r.Body)
-			r.Body.Close()
-			if err != nil || n != benchSize {
-				b.Fatalf("read %d bytes: %v", n, err)
-			}
-		}
-	})
-}
-
-// repeatReader yields left bytes copied from block over and over.
-type repeatReader struct {
-	block []byte
-	off   int
-	left  int64
-}
-
-func (r *repeatReader) Read(p []byte) (int, error) {
-	if r.left == 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > r.left {
-		p = p[:r.left]
-	}
-	n := copy(p, r.block[r.off:])
-	r.off = (r.off + n) % len(r.block)
-	r.left -= int64(n)
-	return n, nil
+	storagetest.BenchmarkWriteRead(b, s, "bench", benchSize)
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -15,10 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-
-	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/host"
+	"github.com/goray-dev/goray/internal/testservers/gcstest"
 	"github.com/goray-dev/goray/plugins/onesided/onesided"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
@@ -36,17 +33,7 @@ var pluginBin string
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "gos")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if pluginBin, err = host.BuildPlugin(dir, ".", "goray-transport-onesided"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	code := m.Run()
+	code := host.RunWithPlugin(m, "goray-transport-onesided", &pluginBin)
 	if left, err := shmem.List(testPrefix); err == nil && len(left) > 0 {
 		fmt.Fprintf(os.Stderr, "shared-memory segments left behind: %v\n", left)
 		_, _ = shmem.CleanupPrefix(testPrefix)
@@ -55,29 +42,16 @@ func run(m *testing.M) int {
 	return code
 }
 
-// startGCS serves a real GCS on a loopback TCP port and points the plugins
-// started afterwards at it (GORAY_GCS_ADDRESS). It returns its address.
+// startGCS serves a real GCS on a loopback TCP port (gcstest.Start) and
+// points the plugins started afterwards at it (GORAY_GCS_ADDRESS). It
+// returns its address.
 func startGCS(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	gcs.New(gcs.Options{}).Register(g)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		_ = g.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		g.Stop()
-		<-served
-	})
-	t.Setenv(plugin.EnvGCSAddress, lis.Addr().String())
+	addr := gcstest.Start(t)
+	t.Setenv(plugin.EnvGCSAddress, addr)
 	t.Setenv(plugin.EnvNodeID, "0a0b0c0d")
 	t.Setenv(plugin.EnvNodeIP, "127.0.0.1")
-	return lis.Addr().String()
+	return addr
 }
 
 // launch starts the plugin binary through a real host and returns a

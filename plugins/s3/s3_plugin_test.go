@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,23 +22,7 @@ import (
 // pluginBin is the plugin binary, built once by TestMain.
 var pluginBin string
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "gs3")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if pluginBin, err = host.BuildPlugin(dir, ".", "goray-storage-s3"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(host.RunWithPlugin(m, "goray-storage-s3", &pluginBin)) }
 
 // launch starts the plugin binary through a real host, configured for the
 // server's bucket, and returns a storage client of it and the plugin's pid.
@@ -51,17 +33,7 @@ func launch(t testing.TB, srv *miniotest.Server, bucket, extra string) (storage.
 	cfg := fmt.Sprintf("endpoint = %q\nbucket = %q\ntls = false\naccess_key = %q\nsecret_key = %q\n%s",
 		srv.Endpoint, bucket, srv.AccessKey, srv.SecretKey, extra)
 	conn, v := host.Launch(ctx, t, pluginBin, "storage", "s3", cfg)
-	if v != storage.APIVersion {
-		t.Fatalf("negotiated API version %d, want %d", v, storage.APIVersion)
-	}
-	info, err := plugin.NewInfoClient(conn).Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.Kind != plugin.KindStorage || info.Name != "s3" {
-		t.Fatalf("plugin says it is %s %q", info.Kind, info.Name)
-	}
-	return storage.NewClient(conn, v), info.Pid
+	return storagetest.PluginClient(ctx, t, conn, v, "s3")
 }
 
 // incompleteUploads lists the keys of the bucket's multipart uploads that
@@ -127,31 +99,6 @@ func TestConfigureErrorsThroughHost(t *testing.T) {
 	}
 }
 
-// stallBody yields size random bytes, stalling after stall of them until
-// release is closed.
-type stallBody struct {
-	size, stall, off int64
-	release          <-chan struct{}
-}
-
-func (b *stallBody) Read(p []byte) (int, error) {
-	if b.off == b.size {
-		return 0, io.EOF
-	}
-	if b.off == b.stall {
-		<-b.release
-		b.stall = -1
-	}
-	end := b.size
-	if b.stall > b.off {
-		end = b.stall
-	}
-	p = p[:min(int64(len(p)), end-b.off)]
-	_, _ = rand.Read(p)
-	b.off += int64(len(p))
-	return len(p), nil
-}
-
 // TestKillMidWrite kills the plugin (kill -9) in the middle of a multipart
 // upload: the write fails with ErrUnavailable and the object never becomes
 // readable.
@@ -162,54 +109,28 @@ func TestKillMidWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const key = "sess/node-a/000001.spill"
-	release := make(chan struct{})
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
-	done := make(chan error, 1)
-	go func() {
-		_, err := s.Write(ctx, &storage.WriteRequest{Key: key, Size: 64 << 20, Body: &stallBody{size: 64 << 20, stall: 30 << 20, release: release}})
-		done <- err
-	}()
-	// Wait until the upload has parts on the server.
 	c, err := srv.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for uploaded := false; !uploaded; {
-		for u := range c.ListIncompleteUploads(ctx, "spill", key, true) {
-			if u.Err != nil || u.Key != key {
-				continue
+	storagetest.KillMidWrite(ctx, t, s, pid, key, storagetest.KillMidWriteOptions{
+		Size:    64 << 20,
+		StallAt: 30 << 20,
+		// The upload has parts on the server.
+		InProgress: func(ctx context.Context) bool {
+			for u := range c.ListIncompleteUploads(ctx, "spill", key, true) {
+				if u.Err != nil || u.Key != key {
+					continue
+				}
+				parts, err := minio.Core{Client: c}.ListObjectParts(ctx, "spill", key, u.UploadID, 0, 100)
+				if err == nil && len(parts.ObjectParts) > 0 {
+					return true
+				}
 			}
-			parts, err := minio.Core{Client: c}.ListObjectParts(ctx, "spill", key, u.UploadID, 0, 100)
-			if err == nil && len(parts.ObjectParts) > 0 {
-				uploaded = true
-			}
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("Write returned before the kill: %v", err)
-		case <-ctx.Done():
-			t.Fatal("no part of the upload reached the server")
-		case <-time.After(20 * time.Millisecond): // polling interval
-		}
-	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	close(release)
-	select {
-	case err := <-done:
-		if !errors.Is(err, storage.ErrUnavailable) {
-			t.Errorf("Write to a killed plugin: %v, want ErrUnavailable", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Write did not return within 10s of the plugin's death")
-	}
+			return false
+		},
+		Awaited: "part of the upload on the server",
+	})
 	if _, err := c.StatObject(ctx, "spill", key, minio.StatObjectOptions{}); s3Code(err) != "NoSuchKey" {
 		t.Errorf("the interrupted object on the server: %v, want NoSuchKey", err)
 	}
@@ -249,34 +170,11 @@ func BenchmarkS3(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	block := make([]byte, storage.ChunkSize)
-	_, _ = rand.Read(block)
-	b.Run("PluginWrite", func(b *testing.B) {
-		b.SetBytes(benchSize)
-		for b.Loop() {
-			if _, err := s.Write(ctx, &storage.WriteRequest{Key: "plugin", Size: benchSize, Body: &repeatReader{block: block, left: benchSize}}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("PluginRead", func(b *testing.B) {
-		b.SetBytes(benchSize)
-		for b.Loop() {
-			r, err := s.Read(ctx, &storage.ReadRequest{Key: "plugin", Length: storage.ToEnd})
-			if err != nil {
-				b.Fatal(err)
-			}
-			n, err := io.Copy(io.Discard, r.Body)
-			r.Body.Close()
-			if err != nil || n != benchSize {
-				b.Fatalf("read %d bytes: %v", n, err)
-			}
-		}
-	})
+	b.Run("Plugin", func(b *testing.B) { storagetest.BenchmarkWriteRead(b, s, "plugin", benchSize) })
 	b.Run("MinioGoPut", func(b *testing.B) {
 		b.SetBytes(benchSize)
 		for b.Loop() {
-			if _, err := c.PutObject(ctx, "bench", "raw", &repeatReader{block: block, left: benchSize}, benchSize, minio.PutObjectOptions{}); err != nil {
+			if _, err := c.PutObject(ctx, "bench", "raw", storagetest.RepeatReader(benchSize), benchSize, minio.PutObjectOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -295,24 +193,4 @@ func BenchmarkS3(b *testing.B) {
 			}
 		}
 	})
-}
-
-// repeatReader yields left bytes copied from block over and over.
-type repeatReader struct {
-	block []byte
-	off   int
-	left  int64
-}
-
-func (r *repeatReader) Read(p []byte) (int, error) {
-	if r.left == 0 {
-		return 0, io.EOF
-	}
-	if int64(len(p)) > r.left {
-		p = p[:r.left]
-	}
-	n := copy(p, r.block[r.off:])
-	r.off = (r.off + n) % len(r.block)
-	r.left -= int64(n)
-	return n, nil
 }

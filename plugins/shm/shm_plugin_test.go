@@ -19,23 +19,7 @@ import (
 // pluginBin is the plugin binary, built once by TestMain.
 var pluginBin string
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
-
-func run(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "gt")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if pluginBin, err = host.BuildPlugin(dir, ".", "goray-transport-shm"); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
+func TestMain(m *testing.M) { os.Exit(host.RunWithPlugin(m, "goray-transport-shm", &pluginBin)) }
 
 // launch starts the plugin binary through a real host and returns a
 // transport client of it.

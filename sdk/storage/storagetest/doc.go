@@ -25,4 +25,13 @@
 // Every key the suite writes is under a fresh "storagetest-<random>/"
 // prefix and deleted when its subtest ends, so the Factory may hand out one
 // shared backend.
+//
+// For the plugin binary (built with host.RunWithPlugin or host.BuildPlugin
+// and run with host.Launch), PluginClient checks the connection and the
+// plugin's identity and returns a client and the process' pid, and
+// KillMidWrite kills the process in the middle of a write (its body a
+// StallingReader) and checks that the write fails with
+// storage.ErrUnavailable; the plugin's test then checks what the crash left
+// in its backend. BenchmarkWriteRead measures writes and reads of any
+// storage, with RepeatReader as a cheap body.
 package storagetest
