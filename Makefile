@@ -30,7 +30,7 @@ private-tmp = tmp=$$(mktemp -d /tmp/gXXX) || exit 1; \
 		echo "FAIL: left behind in the tests' TMPDIR $$tmp:"; ls -lA $$tmp; rc=1; fi; \
 	rm -rf $$tmp; exit $$rc
 
-.PHONY: all build test go-test race bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
+.PHONY: all build test go-test race redis bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
 
 all: build
 
@@ -43,7 +43,7 @@ build:
 ## and a few seconds of each fuzz target.
 test: fmt-check vet generate-check go-test race bench-smoke fuzz-smoke
 
-go-test: $(TOOLS)/minio
+go-test: $(TOOLS)/minio redis
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS))
 
 # The packages with the most shared state (the raylet's components, the core
@@ -51,7 +51,7 @@ go-test: $(TOOLS)/minio
 RACE_PKGS ?= ./raylet/... ./sdk/ray/...
 
 ## race: the raylet and core worker tests under -race (part of test).
-race:
+race: redis
 	$(call private-tmp,$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS))
 
 bin/goray: FORCE
@@ -87,10 +87,10 @@ bench: bin/goray
 
 FORCE:
 
-unit: $(TOOLS)/minio
+unit: $(TOOLS)/minio redis
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$($(GO) list ./... | grep -v /acceptance))
 
-acceptance: $(TOOLS)/minio
+acceptance: $(TOOLS)/minio redis
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v $(TEST_FLAGS) ./acceptance/...)
 
 vet:
@@ -109,7 +109,15 @@ generate-check: generate
 	@if ! git diff --quiet -- '*.go'; then \
 		echo "generated code is out of date; run 'make generate' and commit:"; git diff --stat -- '*.go'; exit 1; fi
 
-tools: protoc $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/minio
+tools: protoc redis $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/minio
+
+# redis-server comes from Debian's redis-server package: the GCS storage
+# tests run a real one on loopback (internal/testservers/redistest).
+redis:
+	@command -v redis-server >/dev/null || { \
+		echo "installing redis-server (Debian)"; \
+		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
 
 # protoc comes from Debian's protobuf-compiler package.
 protoc:

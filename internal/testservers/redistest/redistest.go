@@ -1,0 +1,183 @@
+// Package redistest runs a real redis-server for a test: on 127.0.0.1 at
+// a free port, with its data in a temporary directory, append-only with
+// fsync on every write (so a restart loses nothing), stopped and removed
+// when the test ends. `make tools` installs the server (Debian's
+// redis-server package).
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/goray-dev/goray/internal/spawn"
+)
+
+// EnvBinary names the environment variable that overrides where the
+// redis-server binary is.
+const EnvBinary = "GORAY_REDIS_SERVER"
+
+// startTimeout bounds a start (and a restart).
+const startTimeout = 30 * time.Second
+
+// Binary returns the redis-server binary: $GORAY_REDIS_SERVER, else
+// redis-server on $PATH. The error says how to install it.
+func Binary() (string, error) {
+	if p := os.Getenv(EnvBinary); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("the redis-server named by $%s: %w", EnvBinary, err)
+		}
+		return p, nil
+	}
+	p, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", fmt.Errorf("redis-server is not installed: run `make tools` (it installs Debian's redis-server package) or set $%s", EnvBinary)
+	}
+	return p, nil
+}
+
+// Server is a running redis-server of a test.
+type Server struct {
+	// Address is 127.0.0.1:port.
+	Address string
+	// Password is required of clients (requirepass).
+	Password string
+	// Dir holds the server's data.
+	Dir string
+
+	t    testing.TB
+	bin  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Start starts a server with a fresh data directory and a random
+// password, waits until it answers, and stops it at t's cleanup. A missing
+// binary fails t with how to install it.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin, err := Binary()
+	if err != nil {
+		t.Fatalf("redistest: %v", err)
+	}
+	s := &Server{t: t, bin: bin, Dir: t.TempDir(), Password: fmt.Sprintf("pw%d", time.Now().UnixNano())}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatalf("redistest: %v", err)
+		}
+		s.Address = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		if lastErr = s.start(); lastErr == nil {
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+	t.Fatalf("redistest: %v", lastErr)
+	return nil
+}
+
+// freePort finds a port nothing listens on now (the server may lose a
+// race for it; Start then tries another).
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) start() error {
+	_, port, _ := net.SplitHostPort(s.Address)
+	cmd := exec.Command(s.bin,
+		"--bind", "127.0.0.1", "--port", port, "--dir", s.Dir,
+		"--requirepass", s.Password,
+		"--appendonly", "yes", "--appendfsync", "always",
+		"--save", "", "--daemonize", "no", "--protected-mode", "yes",
+		"--logfile", filepath.Join(s.Dir, "redis.log"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := spawn.Start(cmd); err != nil {
+		return fmt.Errorf("starting %s: %w", s.bin, err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(s.done)
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-s.done:
+			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+			return fmt.Errorf("redis-server at %s exited at start: %s", s.Address, lastLines(string(log), 5))
+		default:
+		}
+		if s.ping() == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond) // polling interval
+	}
+	s.kill()
+	return fmt.Errorf("redis-server at %s did not answer within %s", s.Address, startTimeout)
+}
+
+// ping sends AUTH and PING and expects +PONG.
+func (s *Server) ping() error {
+	c, err := net.DialTimeout("tcp", s.Address, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	fmt.Fprintf(c, "AUTH %s\r\nPING\r\n", s.Password)
+	r := bufio.NewReader(c)
+	for _, want := range []string{"+OK", "+PONG"} {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(line) != want {
+			return fmt.Errorf("redis-server answered %q, want %s", strings.TrimSpace(line), want)
+		}
+	}
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+func (s *Server) kill() {
+	if s.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	<-s.done
+	s.cmd = nil
+}
+
+// Kill kills the server with SIGKILL (as a crash) and waits for it.
+func (s *Server) Kill() { s.kill() }
+
+// Restart kills the server if it runs and starts it again on the same
+// address and data directory, failing the test if it does not come back.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.kill()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("redistest: restart: %v", err)
+	}
+}
+
+// Stop kills the server; the data directory goes with the test's TempDir.
+func (s *Server) Stop() { s.kill() }
