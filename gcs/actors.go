@@ -42,7 +42,9 @@ func validateAddress(field string, addr *gorayv1.Address) error {
 // time. It fails with NameTakenError when a non-DEAD actor has the same
 // non-empty name (a dead actor's name is free), AlreadyExistsError when the
 // id is registered, and JobFinishedError when the actor's job has finished.
-func (s *Server) RegisterActor(_ context.Context, req *gorayv1.RegisterActorRequest) (*gorayv1.RegisterActorReply, error) {
+func (s *Server) RegisterActor(ctx context.Context, req *gorayv1.RegisterActorRequest) (_ *gorayv1.RegisterActorReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	in := req.GetActor()
 	if in == nil {
 		return nil, &InvalidArgumentError{Field: "actor", Problem: "required"}
@@ -87,6 +89,8 @@ func (s *Server) RegisterActor(_ context.Context, req *gorayv1.RegisterActorRequ
 	if name != "" {
 		s.byName[name] = id
 	}
+	s.saveActorLocked(a)
+	d = s.durableLocked()
 	s.log.Debug("actor registered", "actor", id.Short(), "name", name, "class", info.GetClassName(), "job", jobID.Short())
 	s.publishLocked(Event{Kind: EventActorRegistered, Actor: info})
 	return &gorayv1.RegisterActorReply{}, nil
@@ -96,7 +100,9 @@ func (s *Server) RegisterActor(_ context.Context, req *gorayv1.RegisterActorRequ
 // and end_time_ms into the actor. State PENDING (the zero value) means "no
 // change". Updates to a DEAD actor are ignored: an actor never comes back.
 // An actor that becomes ALIVE on a node already declared dead dies at once.
-func (s *Server) UpdateActor(_ context.Context, req *gorayv1.UpdateActorRequest) (*gorayv1.UpdateActorReply, error) {
+func (s *Server) UpdateActor(ctx context.Context, req *gorayv1.UpdateActorRequest) (_ *gorayv1.UpdateActorReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	in := req.GetActor()
 	if in == nil {
 		return nil, &InvalidArgumentError{Field: "actor", Problem: "required"}
@@ -156,6 +162,8 @@ func (s *Server) UpdateActor(_ context.Context, req *gorayv1.UpdateActorRequest)
 			a.info.DeathReason = in.GetDeathReason()
 		}
 	}
+	s.saveActorLocked(a)
+	d = s.durableLocked()
 	return &gorayv1.UpdateActorReply{}, nil
 }
 
@@ -174,6 +182,7 @@ func (s *Server) markActorDeadLocked(a *actorEntry, reason string) {
 	if a.info.GetEndTimeMs() == 0 {
 		a.info.EndTimeMs = s.nowMs()
 	}
+	s.saveActorLocked(a)
 	s.log.Info("actor dead", "actor", a.id.Short(), "name", a.info.GetName(), "reason", reason)
 	a.notifyLocked()
 	s.publishLocked(Event{Kind: EventActorStateChanged, Actor: a.info})
@@ -204,6 +213,7 @@ func (s *Server) actorFailedLocked(a *actorEntry, reason string, permanent bool)
 	a.info.State = gorayv1.ActorState_ACTOR_STATE_RESTARTING
 	a.info.NumRestarts++
 	a.info.DeathReason = reason // the failure it restarts from
+	s.saveActorLocked(a)
 	s.log.Info("actor restarting", "actor", a.id.Short(), "name", a.info.GetName(), "restart", a.info.GetNumRestarts(), "reason", reason)
 	a.notifyLocked()
 	s.publishLocked(Event{Kind: EventActorStateChanged, Actor: a.info})
@@ -306,7 +316,9 @@ func (s *Server) ListActors(context.Context, *gorayv1.ListActorsRequest) (*goray
 // worker_id or, when worker_id is empty, every actor on node_id: it dies,
 // or restarts when it may (see actorFailedLocked). The node itself is not
 // marked dead.
-func (s *Server) ReportWorkerFailure(_ context.Context, req *gorayv1.ReportWorkerFailureRequest) (*gorayv1.ReportWorkerFailureReply, error) {
+func (s *Server) ReportWorkerFailure(ctx context.Context, req *gorayv1.ReportWorkerFailureRequest) (_ *gorayv1.ReportWorkerFailureReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	worker, err := parseOptionalID("worker_id", req.GetWorkerId())
 	if err != nil {
 		return nil, err
@@ -335,5 +347,6 @@ func (s *Server) ReportWorkerFailure(_ context.Context, req *gorayv1.ReportWorke
 			s.actorFailedLocked(a, reason, req.GetPermanent())
 		}
 	}
+	d = s.durableLocked()
 	return &gorayv1.ReportWorkerFailureReply{}, nil
 }

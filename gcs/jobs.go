@@ -14,7 +14,9 @@ import (
 // JobFinishedError. A job must name its binary (binary_path) and the
 // binary's sha256 (64 lowercase hex digits): raylets run only a binary
 // with that hash, so a job without one is refused (InvalidArgumentError).
-func (s *Server) AddJob(_ context.Context, req *gorayv1.AddJobRequest) (*gorayv1.AddJobReply, error) {
+func (s *Server) AddJob(ctx context.Context, req *gorayv1.AddJobRequest) (_ *gorayv1.AddJobReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	if req.GetJob() == nil {
 		return nil, &InvalidArgumentError{Field: "job", Problem: "required"}
 	}
@@ -46,6 +48,8 @@ func (s *Server) AddJob(_ context.Context, req *gorayv1.AddJobRequest) (*gorayv1
 	job.EndTimeMs = 0
 	s.jobs[id] = job
 	s.jobOrder = append(s.jobOrder, id)
+	s.saveLocked(tableJobs, id.String(), job)
+	d = s.durableLocked()
 	s.log.Info("job added", "job", id.Short(), "binary", job.GetBinaryPath(), "pid", job.GetDriverPid())
 	s.publishLocked(Event{Kind: EventJobAdded, Job: job})
 	return &gorayv1.AddJobReply{}, nil
@@ -54,7 +58,9 @@ func (s *Server) AddJob(_ context.Context, req *gorayv1.AddJobRequest) (*gorayv1
 // MarkJobFinished marks the job FINISHED with the server's end time and kills
 // every actor of the job with reason "job finished". Finishing a finished job
 // is a no-op.
-func (s *Server) MarkJobFinished(_ context.Context, req *gorayv1.MarkJobFinishedRequest) (*gorayv1.MarkJobFinishedReply, error) {
+func (s *Server) MarkJobFinished(ctx context.Context, req *gorayv1.MarkJobFinishedRequest) (_ *gorayv1.MarkJobFinishedReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	id, err := parseID("job_id", req.GetJobId())
 	if err != nil {
 		return nil, err
@@ -70,6 +76,7 @@ func (s *Server) MarkJobFinished(_ context.Context, req *gorayv1.MarkJobFinished
 	}
 	job.State = StateFinished
 	job.EndTimeMs = s.nowMs()
+	s.saveLocked(tableJobs, id.String(), job)
 	s.log.Info("job finished", "job", id.Short())
 	s.publishLocked(Event{Kind: EventJobFinished, Job: job})
 	for _, aid := range s.actorSeq {
@@ -78,6 +85,7 @@ func (s *Server) MarkJobFinished(_ context.Context, req *gorayv1.MarkJobFinished
 			s.markActorDeadLocked(a, "job finished")
 		}
 	}
+	d = s.durableLocked()
 	return &gorayv1.MarkJobFinishedReply{}, nil
 }
 

@@ -14,7 +14,9 @@ import (
 // Namespaces, keys and values are bounded (InvalidArgumentError), and so is
 // what a namespace and the whole store hold (QuotaExceededError); see
 // KVLimits.
-func (s *Server) KVPut(_ context.Context, req *gorayv1.KVPutRequest) (*gorayv1.KVPutReply, error) {
+func (s *Server) KVPut(ctx context.Context, req *gorayv1.KVPutRequest) (_ *gorayv1.KVPutReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	ns, key, value := req.GetNs(), req.GetKey(), req.GetValue()
 	if key == "" {
 		return nil, &InvalidArgumentError{Field: "key", Problem: "required"}
@@ -66,6 +68,10 @@ func (s *Server) KVPut(_ context.Context, req *gorayv1.KVPutRequest) (*gorayv1.K
 	}
 	s.kvUse[ns] = use
 	m[key] = slices.Clone(value)
+	if s.journal != nil {
+		s.journal.putRaw(tableKV, kvRecordKey(ns, key), value)
+		d = s.durableLocked()
+	}
 	use.bytes += delta
 	use.keys = keys
 	s.kvTotal += delta
@@ -77,6 +83,9 @@ func (s *Server) KVPut(_ context.Context, req *gorayv1.KVPutRequest) (*gorayv1.K
 func (s *Server) kvDeleteLocked(ns string, m map[string][]byte, key string) {
 	cost := kvCost(key, m[key])
 	delete(m, key)
+	if s.journal != nil {
+		s.journal.del(tableKV, kvRecordKey(ns, key))
+	}
 	if use := s.kvUse[ns]; use != nil {
 		use.bytes -= cost
 		use.keys--
@@ -107,7 +116,9 @@ func (s *Server) KVGet(_ context.Context, req *gorayv1.KVGetRequest) (*gorayv1.K
 // KVDel deletes (ns, key), or with by_prefix every key of ns starting with
 // key (an empty prefix deletes the whole namespace). It returns how many keys
 // were deleted.
-func (s *Server) KVDel(_ context.Context, req *gorayv1.KVDelRequest) (*gorayv1.KVDelReply, error) {
+func (s *Server) KVDel(ctx context.Context, req *gorayv1.KVDelRequest) (_ *gorayv1.KVDelReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	if req.GetKey() == "" && !req.GetByPrefix() {
 		return nil, &InvalidArgumentError{Field: "key", Problem: "required unless by_prefix is set"}
 	}
@@ -140,6 +151,7 @@ func (s *Server) KVDel(_ context.Context, req *gorayv1.KVDelRequest) (*gorayv1.K
 		}
 		delete(s.kvUse, ns)
 	}
+	d = s.durableLocked()
 	return &gorayv1.KVDelReply{Deleted: n}, nil
 }
 

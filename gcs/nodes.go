@@ -69,7 +69,9 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 // with NodeDeadError. What the node says about itself is validated first
 // (resources, labels, addresses, lengths; see checkNodeInfo), refused with
 // InvalidArgumentError naming the field.
-func (s *Server) RegisterNode(_ context.Context, req *gorayv1.RegisterNodeRequest) (*gorayv1.RegisterNodeReply, error) {
+func (s *Server) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequest) (_ *gorayv1.RegisterNodeReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	if req.GetNode() == nil {
 		return nil, &InvalidArgumentError{Field: "node", Problem: "required"}
 	}
@@ -104,6 +106,8 @@ func (s *Server) RegisterNode(_ context.Context, req *gorayv1.RegisterNodeReques
 	}
 	s.nodes[id] = n
 	s.nodeOrder = append(s.nodeOrder, id)
+	s.saveLocked(tableNodes, id.String(), info)
+	d = s.durableLocked()
 	s.log.Info("node registered", "node", id.Short(), "name", info.GetNodeName(), "head", info.GetIsHead())
 	s.publishLocked(Event{Kind: EventNodeAdded, Node: info})
 	return reply, nil
@@ -112,7 +116,9 @@ func (s *Server) RegisterNode(_ context.Context, req *gorayv1.RegisterNodeReques
 // UnregisterNode marks the node DEAD with the given reason (default
 // "unregistered"): its actors fail as on any node death (they die, or
 // restart). Unregistering a dead node is a no-op.
-func (s *Server) UnregisterNode(_ context.Context, req *gorayv1.UnregisterNodeRequest) (*gorayv1.UnregisterNodeReply, error) {
+func (s *Server) UnregisterNode(ctx context.Context, req *gorayv1.UnregisterNodeRequest) (_ *gorayv1.UnregisterNodeReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	id, err := parseID("node_id", req.GetNodeId())
 	if err != nil {
 		return nil, err
@@ -128,6 +134,7 @@ func (s *Server) UnregisterNode(_ context.Context, req *gorayv1.UnregisterNodeRe
 		return nil, &NotFoundError{Kind: "node", ID: id}
 	}
 	s.markNodeDeadLocked(id, n, reason)
+	d = s.durableLocked()
 	return &gorayv1.UnregisterNodeReply{}, nil
 }
 
@@ -206,6 +213,7 @@ func (s *Server) markNodeDeadLocked(id ids.ID, n *nodeEntry, reason string) {
 	n.info.State = StateDead
 	n.info.EndTimeMs = s.nowMs()
 	n.info.DeathReason = reason
+	s.saveLocked(tableNodes, id.String(), n.info)
 	s.log.Warn("node dead", "node", id.Short(), "name", n.info.GetNodeName(), "reason", reason)
 	s.publishLocked(Event{Kind: EventNodeDead, Node: n.info})
 

@@ -50,9 +50,11 @@ type pgEntry struct {
 	changed chan struct{}
 }
 
-func (e *pgEntry) notifyLocked() {
+// changedLocked wakes e's waiters and saves it; p.mu must be held.
+func (p *placementGroups) changedLocked(e *pgEntry) {
 	close(e.changed)
 	e.changed = make(chan struct{})
+	p.s.saveLocked(tableGroups, e.id.String(), e.info)
 }
 
 // placementGroups is the GCS's placement group manager: the group table
@@ -102,7 +104,9 @@ var strategies = map[gorayv1.PlacementStrategy]placement.Strategy{
 // the scheduler reserves it as soon as it fits. Creating the same id again
 // is a no-op. A name held by a group that is not REMOVED is refused with
 // NameTakenError; a finished job cannot create groups (JobFinishedError).
-func (s *Server) CreatePlacementGroup(_ context.Context, req *gorayv1.CreatePlacementGroupRequest) (*gorayv1.CreatePlacementGroupReply, error) {
+func (s *Server) CreatePlacementGroup(ctx context.Context, req *gorayv1.CreatePlacementGroupRequest) (_ *gorayv1.CreatePlacementGroupReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	in := req.GetGroup()
 	if in == nil {
 		return nil, &InvalidArgumentError{Field: "group", Problem: "required"}
@@ -183,6 +187,8 @@ func (s *Server) CreatePlacementGroup(_ context.Context, req *gorayv1.CreatePlac
 	}
 	p.groups[id] = &pgEntry{id: id, info: info, bundles: bundles, strategy: strategy, changed: make(chan struct{})}
 	p.order = append(p.order, id)
+	s.saveLocked(tableGroups, id.String(), info)
+	d = s.durableLocked()
 	p.mu.Unlock()
 	p.log.Info("placement group created", "group", id.Short(), "name", info.GetName(), "strategy", strategy, "bundles", n)
 	p.wake()
@@ -192,7 +198,9 @@ func (s *Server) CreatePlacementGroup(_ context.Context, req *gorayv1.CreatePlac
 // RemovePlacementGroup removes a group: every bundle is given back, and
 // the group's actors and the tasks running in it end. Removing a removed
 // group is a no-op; an unknown id is NotFoundError.
-func (s *Server) RemovePlacementGroup(ctx context.Context, req *gorayv1.RemovePlacementGroupRequest) (*gorayv1.RemovePlacementGroupReply, error) {
+func (s *Server) RemovePlacementGroup(ctx context.Context, req *gorayv1.RemovePlacementGroupRequest) (_ *gorayv1.RemovePlacementGroupReply, err error) {
+	var d durable
+	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	id, err := parseID("placement_group_id", req.GetPlacementGroupId())
 	if err != nil {
 		return nil, err
@@ -200,6 +208,7 @@ func (s *Server) RemovePlacementGroup(ctx context.Context, req *gorayv1.RemovePl
 	if err := s.pgs.remove(ctx, id, "removed by its owner"); err != nil {
 		return nil, err
 	}
+	d = s.durableNow()
 	return &gorayv1.RemovePlacementGroupReply{}, nil
 }
 
@@ -340,7 +349,7 @@ func (p *placementGroups) nodeDied(node ids.ID) {
 		}
 		e.info.PendingReason = fmt.Sprintf("node %s holding %d of its bundles died", node.Short(), lost)
 		p.log.Warn("placement group lost bundles", "group", id.Short(), "node", node.Short(), "bundles", lost)
-		e.notifyLocked()
+		p.changedLocked(e)
 	}
 	p.wake()
 }
@@ -367,7 +376,7 @@ func (p *placementGroups) remove(ctx context.Context, id ids.ID, reason string) 
 	for _, b := range e.info.GetBundles() {
 		b.NodeId = nil
 	}
-	e.notifyLocked()
+	p.changedLocked(e)
 	p.mu.Unlock()
 
 	p.log.Info("placement group removed", "group", id.Short(), "reason", reason)
@@ -556,7 +565,7 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 	if missing > 0 {
 		e.info.State = st
 		e.info.PendingReason = fmt.Sprintf("%d bundles were on nodes that died while the group was being placed", missing)
-		e.notifyLocked()
+		p.changedLocked(e)
 		p.mu.Unlock()
 		p.wake()
 		return
@@ -565,7 +574,7 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 	e.info.PendingReason = ""
 	e.info.Infeasible = false
 	e.info.ReadyTimeMs = p.s.nowMs()
-	e.notifyLocked()
+	p.changedLocked(e)
 	p.mu.Unlock()
 	p.log.Info("placement group created on its nodes", "group", id.Short(), "nodes", len(nodeIDs))
 }
@@ -588,7 +597,7 @@ func (p *placementGroups) setPending(id ids.ID, reason string, infeasible bool) 
 	if e.info.GetPendingReason() != reason || e.info.GetInfeasible() != infeasible {
 		e.info.PendingReason = reason
 		e.info.Infeasible = infeasible
-		e.notifyLocked()
+		p.changedLocked(e)
 	}
 }
 
@@ -600,7 +609,7 @@ func (p *placementGroups) setState(id ids.ID, st gorayv1.PlacementGroupState) {
 		return
 	}
 	e.info.State = st
-	e.notifyLocked()
+	p.changedLocked(e)
 }
 
 // revert puts a group whose reservation failed back to the state it was
@@ -614,7 +623,7 @@ func (p *placementGroups) revert(id ids.ID, st gorayv1.PlacementGroupState, reas
 	}
 	e.info.State = st
 	e.info.PendingReason = reason
-	e.notifyLocked()
+	p.changedLocked(e)
 	p.log.Debug("placement group reservation failed; will retry", "group", id.Short(), "reason", reason)
 }
 

@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/goray-dev/goray/gcs/internal/store"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/hashicorp/go-hclog"
@@ -59,6 +60,9 @@ type Options struct {
 	// Reserver reserves placement group bundles on raylets; nil leaves
 	// every group PENDING (unit tests of other tables).
 	Reserver BundleReserver
+	// Storage is where Open keeps the tables (New keeps them in memory
+	// only).
+	Storage Storage
 }
 
 // Server is the GCS. Create it with New, expose it with Register and run the
@@ -94,6 +98,14 @@ type Server struct {
 
 	// pgs is the placement group manager, with its own lock.
 	pgs *placementGroups
+
+	// storage and journal keep the tables across restarts (nil without
+	// storage); clusterID is kept there too.
+	storage   store.Store
+	journal   *journal
+	clusterID string
+	restored  bool
+	started   time.Time
 }
 
 var _ gorayv1.GcsServer = (*Server)(nil)
@@ -125,6 +137,8 @@ func New(opts Options) *Server {
 		kv:        map[string]map[string][]byte{},
 		kvLimits:  opts.KV.withDefaults(),
 		kvUse:     map[string]*kvUsage{},
+		started:   opts.Now(),
+		clusterID: ids.New().String(),
 	}
 	s.pgs = newPlacementGroups(s, opts.Reserver, opts.Logger, opts.HeartbeatPeriod)
 	return s

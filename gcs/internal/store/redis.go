@@ -8,6 +8,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+func init() {
+	// go-redis prints connection errors on its own; the store returns
+	// them instead, and the GCS logs them once.
+	redis.SetLogger(quietLogger{})
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
 // RedisOptions says where a Redis store is.
 type RedisOptions struct {
 	// Address is host:port.
