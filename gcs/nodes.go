@@ -21,6 +21,11 @@ type nodeEntry struct {
 	// groups are the placement group resources committed on the node,
 	// part of its total besides its own (info.total).
 	groups resources.Set
+	// holding is what a placement group being reserved holds on the node
+	// (prepared, not yet committed everywhere). Views add it back to the
+	// available resources, so that no one sees a group's reservation
+	// while it is partial; placement itself uses the true figures.
+	holding resources.Set
 }
 
 // totalLocked is the node's total: its own resources and the placement
@@ -53,6 +58,15 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 	}
 	if n.available != nil {
 		v.Available = cloneMsg(n.available)
+		if len(n.holding) > 0 {
+			tot := n.totalLocked().GetAmounts()
+			if v.Available.Amounts == nil {
+				v.Available.Amounts = map[string]int64{}
+			}
+			for k, h := range n.holding {
+				v.Available.Amounts[k] = min(v.Available.Amounts[k]+h, tot[k])
+			}
+		}
 	}
 	if n.spill != nil {
 		v.Spill = cloneMsg(n.spill)

@@ -494,6 +494,7 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 			}
 			p.s.dropBundleResources(nodeID[nid], id, idx, bundles)
 		}
+		p.s.releaseHolds(nodeID)
 		p.revert(id, st, reason)
 	}
 	for _, nid := range nodeIDs {
@@ -509,7 +510,11 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 			fail(fmt.Sprintf("node %s: %s", short(nid), rep.GetReason()))
 			return
 		}
-		p.s.setAvailable(nodeID[nid], rep.GetAvailable())
+		held := resources.Set{}
+		for _, b := range want[nid] {
+			held.Add(bundles[b.GetIndex()])
+		}
+		p.s.hold(nodeID[nid], rep.GetAvailable(), held)
 		prepared = append(prepared, nid)
 	}
 	// Phase 2: the group's resources appear on the nodes' totals first, so
@@ -533,6 +538,9 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 		}
 		p.s.setAvailable(nodeID[nid], rep.GetAvailable())
 	}
+	// Every node committed: the group's reservation is whole, and views
+	// show it from now on.
+	p.s.releaseHolds(nodeID)
 	alive := map[ids.ID]bool{}
 	for _, n := range p.s.aliveNodes() {
 		alive[ids.MustFromBytes(n.GetNodeId())] = true
@@ -680,6 +688,35 @@ func (s *Server) setAvailable(id ids.ID, avail *gorayv1.Resources) {
 	defer s.mu.Unlock()
 	if n := s.nodes[id]; n != nil && n.info.GetState() == StateAlive {
 		n.available = cloneMsg(avail)
+	}
+}
+
+// hold records a node's available resources after a prepare, and what the
+// prepare holds there (see nodeEntry.holding).
+func (s *Server) hold(id ids.ID, avail *gorayv1.Resources, held resources.Set) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[id]
+	if n == nil {
+		return
+	}
+	if avail != nil && n.info.GetState() == StateAlive {
+		n.available = cloneMsg(avail)
+	}
+	if n.holding == nil {
+		n.holding = resources.Set{}
+	}
+	n.holding.Add(held)
+}
+
+// releaseHolds forgets what a reservation held on nodes.
+func (s *Server) releaseHolds(nodes map[string]ids.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range nodes {
+		if n := s.nodes[id]; n != nil {
+			n.holding = nil
+		}
 	}
 }
 

@@ -26,6 +26,8 @@ type fakeRaylets struct {
 	cancels   map[ids.ID]int // group -> Cancel calls
 	failOn    map[ids.ID]bool
 	failed    int // prepares failed by failOn
+	// gate, when set for a node, holds its prepares until closed.
+	gate map[ids.ID]chan struct{}
 }
 
 func newFakeRaylets() *fakeRaylets {
@@ -35,6 +37,7 @@ func newFakeRaylets() *fakeRaylets {
 		committed: map[ids.ID]map[ids.ID]map[int32]bool{},
 		cancels:   map[ids.ID]int{},
 		failOn:    map[ids.ID]bool{},
+		gate:      map[ids.ID]chan struct{}{},
 	}
 }
 
@@ -50,6 +53,12 @@ func (f *fakeRaylets) availPB(node ids.ID) *gorayv1.Resources {
 
 func (f *fakeRaylets) Prepare(_ context.Context, n *gorayv1.NodeInfo, g ids.ID, bundles []*gorayv1.Bundle) (*gorayv1.PrepareBundlesReply, error) {
 	node := ids.MustFromBytes(n.GetNodeId())
+	f.mu.Lock()
+	gate := f.gate[node]
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failOn[node] {
@@ -405,4 +414,44 @@ func TestCreatePlacementGroupRefusesBadInput(t *testing.T) {
 	cancel()
 	_, err := pc.c.GetPlacementGroup(ctx, &gorayv1.GetPlacementGroupRequest{PlacementGroupId: id.Bytes(), WaitReady: true})
 	wantCode(t, err, codes.Canceled, "")
+}
+
+// TestPartialReservationIsNotVisible: while a group is prepared on one node
+// and not yet on the other, the cluster's view of available resources
+// shows no hold (no one sees a partial reservation); once it is created
+// the view shows all of it.
+func TestPartialReservationIsNotVisible(t *testing.T) {
+	pc, nodes := startPGCluster(t, 4, 4)
+	gate := make(chan struct{})
+	// Bundles are prepared in node id order: gate the later node.
+	later := nodes[1]
+	if later.String() < nodes[0].String() {
+		later = nodes[0]
+	}
+	pc.f.mu.Lock()
+	pc.f.gate[later] = gate
+	pc.f.mu.Unlock()
+	id := pc.create(t, "", strictSpread, newID(), false, 3, 3)
+	waitFor(t, "the first node prepared and its reply recorded", func() bool {
+		pc.s.mu.Lock()
+		defer pc.s.mu.Unlock()
+		for _, n := range pc.s.nodes {
+			if len(n.holding) > 0 && n.available.GetAmounts()["CPU"] == 1*resources.Unit {
+				return true
+			}
+		}
+		return false
+	})
+	for _, n := range nodes {
+		if got := nodeView(t, pc.c, n).GetAvailable().GetAmounts()["CPU"]; got != 4*resources.Unit {
+			t.Errorf("node %s shows %v CPU available during the reservation; want all 4", n.Short(), float64(got)/resources.Unit)
+		}
+	}
+	close(gate)
+	pc.waitState(t, id, stCreated)
+	for _, n := range nodes {
+		if got := nodeView(t, pc.c, n).GetAvailable().GetAmounts()["CPU"]; got != 1*resources.Unit {
+			t.Errorf("node %s shows %v CPU available once the group is created; want 1", n.Short(), float64(got)/resources.Unit)
+		}
+	}
 }
