@@ -130,6 +130,26 @@ func (e *NodeDeadError) GRPCStatus() *status.Status {
 	return status.New(codes.FailedPrecondition, e.Error())
 }
 
+// OtherClusterError reports a node that belongs to another cluster than
+// this GCS's (codes.FailedPrecondition): a raylet of an old cluster meeting
+// a GCS started fresh, or pointed at the wrong head.
+type OtherClusterError struct {
+	// Node is the refused node; Cluster the cluster it belongs to; Want
+	// this GCS's cluster.
+	Node          ids.ID
+	Cluster, Want string
+}
+
+// Error describes the problem and the object it concerns.
+func (e *OtherClusterError) Error() string {
+	return fmt.Sprintf("node %s belongs to cluster %s, not to this GCS's cluster %s", e.Node, e.Cluster, e.Want)
+}
+
+// GRPCStatus maps the error to codes.FailedPrecondition.
+func (e *OtherClusterError) GRPCStatus() *status.Status {
+	return status.New(codes.FailedPrecondition, e.Error())
+}
+
 // JobFinishedError reports an operation that needs a running job on a job
 // that has finished (codes.FailedPrecondition).
 type JobFinishedError struct {

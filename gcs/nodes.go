@@ -97,7 +97,10 @@ func (s *Server) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequ
 		s.log.Warn("node registration refused", "node", id.Short(), "error", err)
 		return nil, err
 	}
-	reply := &gorayv1.RegisterNodeReply{HeartbeatPeriodMs: s.period.Milliseconds()}
+	if c := req.GetClusterId(); c != "" && c != s.clusterID {
+		return nil, &OtherClusterError{Node: id, Cluster: c, Want: s.clusterID}
+	}
+	reply := &gorayv1.RegisterNodeReply{HeartbeatPeriodMs: s.period.Milliseconds(), ClusterId: s.clusterID}
 	now := s.now()
 
 	s.mu.Lock()

@@ -263,3 +263,19 @@ func TestUnregisterNode(t *testing.T) {
 		t.Fatalf("default reason %q, want %q", r, "unregistered")
 	}
 }
+
+// TestRegisterRefusesAnotherCluster: a node that says it belongs to
+// another cluster is refused; the reply tells a new node the cluster id.
+func TestRegisterRefusesAnotherCluster(t *testing.T) {
+	s, c := startServer(t, Options{})
+	id := newID()
+	rep, err := c.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: nodeInfo(id, "n")})
+	mustOK(t, err)
+	if rep.GetClusterId() != s.ClusterID() || rep.GetClusterId() == "" {
+		t.Fatalf("reply cluster id %q, want %q", rep.GetClusterId(), s.ClusterID())
+	}
+	_, err = c.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: nodeInfo(newID(), "m"), ClusterId: "another"})
+	wantCode(t, err, codes.FailedPrecondition, "belongs to cluster another")
+	_, err = c.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: nodeInfo(id, "n"), ClusterId: s.ClusterID()})
+	mustOK(t, err)
+}

@@ -5013,8 +5013,12 @@ func (x *ActorInfo) GetPlacementGroupId() []byte {
 }
 
 type RegisterNodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// The cluster the node belongs to, when it joined before (a node
+	// re-registering with a restarted GCS); a GCS of another cluster refuses
+	// it. Empty for a node joining for the first time.
+	ClusterId     string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5056,12 +5060,21 @@ func (x *RegisterNodeRequest) GetNode() *NodeInfo {
 	return nil
 }
 
+func (x *RegisterNodeRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
 type RegisterNodeReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Health check settings the node must follow.
 	HeartbeatPeriodMs int64 `protobuf:"varint,1,opt,name=heartbeat_period_ms,json=heartbeatPeriodMs,proto3" json:"heartbeat_period_ms,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The cluster's id, kept across GCS restarts.
+	ClusterId     string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterNodeReply) Reset() {
@@ -5099,6 +5112,13 @@ func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
 		return x.HeartbeatPeriodMs
 	}
 	return 0
+}
+
+func (x *RegisterNodeReply) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type UnregisterNodeRequest struct {
@@ -7773,11 +7793,15 @@ const file_goray_proto_rawDesc = "" +
 	"\x0fmax_concurrency\x18\r \x01(\x05R\x0emaxConcurrency\x12!\n" +
 	"\fmax_restarts\x18\x0e \x01(\x05R\vmaxRestarts\x12!\n" +
 	"\fnum_restarts\x18\x0f \x01(\x05R\vnumRestarts\x12,\n" +
-	"\x12placement_group_id\x18\x10 \x01(\fR\x10placementGroupId\"=\n" +
+	"\x12placement_group_id\x18\x10 \x01(\fR\x10placementGroupId\"\\\n" +
 	"\x13RegisterNodeRequest\x12&\n" +
-	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\"C\n" +
+	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\"b\n" +
 	"\x11RegisterNodeReply\x12.\n" +
-	"\x13heartbeat_period_ms\x18\x01 \x01(\x03R\x11heartbeatPeriodMs\"H\n" +
+	"\x13heartbeat_period_ms\x18\x01 \x01(\x03R\x11heartbeatPeriodMs\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\"H\n" +
 	"\x15UnregisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x15\n" +
