@@ -84,15 +84,17 @@ func toStatus(err error) error {
 		ws  *WorkerStartError
 		lc  *LeaseCancelledError
 		wnf *WorkerNotFoundError
+		pgr *PlacementGroupRemovedError
+		bnp *BundleNotPreparedError
 	)
 	switch {
 	case errors.Is(err, ErrShuttingDown):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.As(err, &nf), errors.As(err, &fin), errors.As(err, &ws):
+	case errors.As(err, &nf), errors.As(err, &fin), errors.As(err, &ws), errors.As(err, &pgr):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.As(err, &lc):
 		return status.Error(codes.Canceled, err.Error())
-	case errors.As(err, &wnf):
+	case errors.As(err, &wnf), errors.As(err, &bnp):
 		return status.Error(codes.NotFound, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())

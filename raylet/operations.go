@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -12,6 +13,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/recvseg"
+	"github.com/goray-dev/goray/internal/resources"
 	"github.com/goray-dev/goray/raylet/internal/policy"
 )
 
@@ -148,6 +150,34 @@ func (r *Raylet) cancelLease(rid string) (waiting, returned int) {
 		r.sched.dispatch()
 	}
 	return waiting, len(granted)
+}
+
+// cancelBundles gives back the bundles of group named by indexes (none:
+// every bundle of the group here, and the group is remembered as removed;
+// see scheduler.cancelBundles). The workers of the leases that held the
+// cancelled bundles' resources are killed at once, with reason, and the
+// resources given back are dispatched. It reports how many workers were
+// killed and the available resources after the call.
+func (r *Raylet) cancelBundles(group ids.ID, indexes []int, reason string) (killed int, avail resources.Set) {
+	all := len(indexes) == 0
+	if reason == "" {
+		reason = fmt.Sprintf("the bundles of placement group %s on node %s were cancelled", group.Short(), r.cfg.NodeID.Short())
+	}
+	ended := r.sched.cancelBundles(group, indexes, all, reason)
+	if len(ended) > 0 {
+		ws := make([]*worker, 0, len(ended))
+		for _, l := range ended {
+			if l.worker != nil && !slices.Contains(ws, l.worker) {
+				ws = append(ws, l.worker)
+			}
+		}
+		r.pool.forceKill(ws, reason)
+		killed = len(ws)
+		r.log.Info("placement group bundles cancelled; killed their workers", "group", group.Short(),
+			"bundles", indexes, "workers", killed, "reason", reason)
+	}
+	r.sched.dispatch()
+	return killed, r.sched.availableResources()
 }
 
 // taskBlocked records that the task of worker id blocked or resumed (see

@@ -12,8 +12,11 @@
 // own state, its own lock and a small API, in a file named after it:
 //
 //   - scheduler (scheduler.go): scheduling classes and their queue, the
-//     granted leases, the available resources and pending demand; the
-//     policies themselves are pure functions in internal/policy.
+//     granted leases, the total and available resources and pending
+//     demand; the placement group bundles held on the node (prepared or
+//     committed, bundles.go) and the groups removed, since bundles change
+//     the total and available resources under the same lock; the policies
+//     themselves are pure functions in internal/policy.
 //   - workerPool (workerpool.go): spawning, reusing and reaping worker
 //     processes, and their deaths.
 //   - objectManager (objectmanager.go): object ownership, creating objects
@@ -27,9 +30,10 @@
 // Raylet (raylet.go) composes them and runs the node's lifecycle (New, Run,
 // Shutdown, registration, heartbeats); the few operations that span
 // components (a lease request, a worker's death, a job's end, a node's
-// death) are Raylet methods in operations.go. The gRPC layer (rpc.go)
-// decodes a request, calls one component or one such Raylet method, and
-// encodes the reply; it takes no lock itself.
+// death, the cancellation of placement group bundles) are Raylet methods
+// in operations.go. The gRPC layer (rpc.go) decodes a request, calls one
+// component or one such Raylet method, and encodes the reply; it takes no
+// lock itself.
 //
 // # Lock rule
 //

@@ -13,6 +13,7 @@ import (
 	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
 )
 
 var _ gorayv1.RayletServer = (*Raylet)(nil)
@@ -217,7 +218,11 @@ loop:
 // ends first (or just as the lease is granted) the request is withdrawn
 // and nothing stays taken. Requests that exceed the node's total resources
 // wait (and are reported as infeasible demand) until cancelled. A request
-// may be named by a caller-chosen request_id for CancelWorkerLease.
+// may be named by a caller-chosen request_id for CancelWorkerLease. A
+// request placed in a placement group (placement_group_id) asks for the
+// group's resources: it waits while no node has them (the group is
+// pending), and fails with placement_group_removed (and unschedulable
+// saying why) once this node was told the group was removed.
 func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseRequest) (*gorayv1.LeaseReply, error) {
 	jobID, err := ids.FromBytes(req.GetJobId())
 	if err != nil {
@@ -239,11 +244,20 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 		res: res, actorID: actorID, holder: holder, requestID: string(req.GetRequestId()),
 		function: req.GetFunction(), strategy: req.GetStrategy(), queued: time.Now(), ready: make(chan struct{}),
 	}
+	if g := req.GetPlacementGroupId(); len(g) > 0 {
+		if p.group, err = ids.FromBytes(g); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "lease request: placement group id: %v", err)
+		}
+	}
 	d, l, err := r.requestLease(ctx, jobID, p, req.GetSpillbackCount())
 	switch {
 	case err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		return nil, status.FromContextError(err).Err()
 	case err != nil:
+		if rep := groupRemovedReply(err); rep != nil {
+			r.log.Debug("lease request for a removed placement group", "function", req.GetFunction(), "reason", rep.GetUnschedulable())
+			return rep, nil
+		}
 		return nil, toStatus(err)
 	case d.Unschedulable != "":
 		r.log.Debug("lease request unschedulable", "function", req.GetFunction(), "reason", d.Unschedulable)
@@ -257,6 +271,16 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 		Worker:    proto.Clone(l.addr).(*gorayv1.Address),
 		WorkerPid: int32(l.pid),
 	}, nil
+}
+
+// groupRemovedReply is the reply to a request whose placement group was
+// removed (err is a PlacementGroupRemovedError), else nil.
+func groupRemovedReply(err error) *gorayv1.LeaseReply {
+	var pgr *PlacementGroupRemovedError
+	if !errors.As(err, &pgr) {
+		return nil
+	}
+	return &gorayv1.LeaseReply{Unschedulable: pgr.reason(), PlacementGroupRemoved: true}
 }
 
 // ReturnWorkerLease ends a lease. The worker is reused for later leases of
@@ -463,4 +487,98 @@ func (r *Raylet) WorkersDied(ctx context.Context, req *gorayv1.WorkersDiedReques
 	}
 	r.remoteProcessesDied(dead)
 	return &gorayv1.WorkersDiedReply{}, nil
+}
+
+// PrepareBundleResources holds the bundles of a placement group out of the
+// node's available resources, all or none (phase one of the GCS's
+// two-phase reservation). Bundles already prepared or committed here are
+// not held twice. When the others do not fit, or the group was removed,
+// success is false, reason says why and nothing is held. The reply carries
+// the available resources after the call.
+func (r *Raylet) PrepareBundleResources(ctx context.Context, req *gorayv1.PrepareBundlesRequest) (*gorayv1.PrepareBundlesReply, error) {
+	group, err := ids.FromBytes(req.GetPlacementGroupId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "prepare bundles: placement group id: %v", err)
+	}
+	bundles := make([]groupBundle, 0, len(req.GetBundles()))
+	for _, b := range req.GetBundles() {
+		if b.GetIndex() < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "prepare bundles of placement group %s: bundle index %d is negative", group.Short(), b.GetIndex())
+		}
+		res, err := resourcesFromProto(b.GetResources())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "prepare bundles of placement group %s: bundle %d: %v", group.Short(), b.GetIndex(), err)
+		}
+		for name := range res {
+			if resources.IsGroupName(name) {
+				return nil, status.Errorf(codes.InvalidArgument, "prepare bundles of placement group %s: bundle %d: resource %q is a placement group resource", group.Short(), b.GetIndex(), name)
+			}
+		}
+		bundles = append(bundles, groupBundle{index: int(b.GetIndex()), res: res})
+	}
+	ok, reason, avail, err := r.sched.prepareBundles(group, bundles)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if !ok {
+		r.log.Debug("placement group bundles do not fit", "group", group.Short(), "reason", reason)
+	}
+	return &gorayv1.PrepareBundlesReply{Success: ok, Reason: reason, Available: resourcesProto(nonNegative(avail))}, nil
+}
+
+// CommitBundleResources turns prepared bundles of a placement group into
+// the group's resources on this node (phase two): each bundle's resources,
+// under the group's names (the bundle's and the any-bundle ones, plus the
+// bundle marker), join the node's total and available resources, and the
+// requests waiting for them are granted. Committing a committed bundle is a
+// no-op; committing one that is not prepared here is NotFound, naming it.
+func (r *Raylet) CommitBundleResources(ctx context.Context, req *gorayv1.CommitBundlesRequest) (*gorayv1.CommitBundlesReply, error) {
+	group, err := ids.FromBytes(req.GetPlacementGroupId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "commit bundles: placement group id: %v", err)
+	}
+	indexes, err := bundleIndexes("commit bundles", group, req.GetIndexes())
+	if err != nil {
+		return nil, err
+	}
+	avail, err := r.sched.commitBundles(group, indexes)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &gorayv1.CommitBundlesReply{Available: resourcesProto(nonNegative(avail))}, nil
+}
+
+// CancelResourceReserve gives prepared or committed bundles of a placement
+// group back (indexes; none: every bundle of the group on this node). The
+// workers of leases holding the resources of cancelled committed bundles
+// are killed at once (their owners see them die) and those leases end; the
+// bundles' group resources leave the node's total and available resources
+// and their own resources return to available. Without indexes the group
+// was removed: requests queued for it, and later ones, fail with
+// placement_group_removed and reason. Idempotent. The reply carries the
+// available resources after the call and how many workers were killed.
+func (r *Raylet) CancelResourceReserve(ctx context.Context, req *gorayv1.CancelReserveRequest) (*gorayv1.CancelReserveReply, error) {
+	group, err := ids.FromBytes(req.GetPlacementGroupId())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "cancel bundles: placement group id: %v", err)
+	}
+	indexes, err := bundleIndexes("cancel bundles", group, req.GetIndexes())
+	if err != nil {
+		return nil, err
+	}
+	killed, avail := r.cancelBundles(group, indexes, req.GetReason())
+	return &gorayv1.CancelReserveReply{Available: resourcesProto(nonNegative(avail)), WorkersKilled: int32(killed)}, nil
+}
+
+// bundleIndexes decodes the bundle indexes of a request (what names the
+// call in errors).
+func bundleIndexes(what string, group ids.ID, in []int32) ([]int, error) {
+	out := make([]int, 0, len(in))
+	for _, i := range in {
+		if i < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "%s of placement group %s: bundle index %d is negative", what, group.Short(), i)
+		}
+		out = append(out, int(i))
+	}
+	return out, nil
 }

@@ -72,10 +72,13 @@ type pendingLease struct {
 	requestID string
 	function  string
 	strategy  *gorayv1.SchedulingStrategy
-	queued    time.Time
-	class     *schedClass
-	ready     chan struct{}
-	answered  bool
+	// group is the placement group the request is for (ids.Nil: none);
+	// its resources are then the group's.
+	group    ids.ID
+	queued   time.Time
+	class    *schedClass
+	ready    chan struct{}
+	answered bool
 	// cand is the lease the request gets when a dispatch picks it: its
 	// resources are reserved and the worker pool binds a worker to it.
 	cand  *lease
@@ -192,20 +195,22 @@ var rounds = sync.Pool{New: func() any { return new(dispatchRound) }}
 // request goes (the policies of package policy over this node and the
 // cluster view), queues the requests that run here in scheduling classes,
 // grants them to idle workers of their job as resources allow, and keeps
-// the granted leases and the node's available resources.
+// the granted leases, the node's total and available resources, and the
+// placement group bundles held here (bundles.go).
 //
-// mu guards available, leases, the classes and their queues, the
-// round-robin cursors, the tombstones and the fields of pendingLease and
-// lease that say so. The scheduler calls the worker pool (workers) only
-// with mu released.
+// mu guards total (the node's own resources plus the committed bundles'
+// group resources), available, leases, the classes and their queues, the
+// round-robin cursors, the tombstones, bundles, removed and the fields of
+// pendingLease, lease and heldBundle that say so. The scheduler calls the
+// worker pool (workers) only with mu released.
 type scheduler struct {
 	nodeID  ids.ID
-	total   resources.Set
 	log     hclog.Logger
 	workers workerBinder
 
 	mu         sync.Mutex
 	closed     bool
+	total      resources.Set
 	available  resources.Set
 	leases     map[ids.ID]*lease
 	classes    map[string]*schedClass
@@ -213,19 +218,26 @@ type scheduler struct {
 	rr         int
 	spreadNext int
 	tombstones tombstones
+	// bundles are the placement group bundles held here, by group and
+	// index; removed are the groups the GCS said were removed.
+	bundles map[ids.ID]map[int]*heldBundle
+	removed removedGroups
 }
 
 func newScheduler(nodeID ids.ID, total resources.Set, log hclog.Logger, workers workerBinder) *scheduler {
 	return &scheduler{
-		nodeID: nodeID, total: total, log: log, workers: workers,
+		nodeID: nodeID, total: total.Clone(), log: log, workers: workers,
 		available: total.Clone(), leases: map[ids.ID]*lease{}, classes: map[string]*schedClass{},
+		bundles: map[ids.ID]map[int]*heldBundle{},
 	}
 }
 
 // request decides where p goes given the cluster view and, when it stays
 // here and its job is known (p.job set), queues it and dispatches. A
 // request whose id was cancelled before it arrived fails with
-// LeaseCancelledError.
+// LeaseCancelledError, one for a removed placement group with
+// PlacementGroupRemovedError. A request for group resources no node has
+// yet (its group is pending) waits here.
 func (s *scheduler) request(p *pendingLease, view *clusterSnapshot, spilled int32) (policy.Decision, error) {
 	rd := rounds.Get().(*dispatchRound)
 	defer putRound(rd)
@@ -237,6 +249,10 @@ func (s *scheduler) request(p *pendingLease, view *clusterSnapshot, spilled int3
 	if p.requestID != "" && s.tombstones.take(p.requestID, time.Now()) {
 		s.mu.Unlock()
 		return policy.Decision{}, &LeaseCancelledError{RequestID: []byte(p.requestID)}
+	}
+	if err := s.groupRemovedLocked(p); err != nil {
+		s.mu.Unlock()
+		return policy.Decision{}, err
 	}
 	c := policy.Cluster{Self: s.nodeID, Total: s.total, Available: s.available, Peers: view.list, ByID: view.byID}
 	d := policy.Decide(&c, p.res, p.strategy, spilled, &s.spreadNext)
@@ -288,6 +304,9 @@ func putRound(rd *dispatchRound) {
 func (s *scheduler) enqueueLocked(p *pendingLease) error {
 	if p.job.finished.Load() {
 		return &JobFinishedError{Job: p.job.id}
+	}
+	if err := s.groupRemovedLocked(p); err != nil {
+		return err
 	}
 	key := classKey(p.job.id, p.res)
 	c := s.classes[key]
@@ -445,6 +464,15 @@ func (s *scheduler) finishLocked(rd *dispatchRound) (again bool) {
 		switch {
 		case p.answered:
 			// Cancelled, failed or passed on meanwhile.
+			s.available.Add(p.res)
+			p.cand = nil
+			if l.worker != nil {
+				rd.unbound = append(rd.unbound, l)
+				again = true
+			}
+		case !p.group.IsNil() && !s.total.Fits(p.res):
+			// Its bundle was cancelled meanwhile (cancelBundles took the
+			// reserved share off available with the bundle): it waits.
 			s.available.Add(p.res)
 			p.cand = nil
 			if l.worker != nil {
@@ -663,7 +691,10 @@ func (s *scheduler) respill(view *clusterSnapshot, now time.Time) {
 	})
 }
 
-// pendingDemand aggregates waiting requests by resource shape.
+// pendingDemand aggregates waiting requests by resource shape (a request
+// placed in a group shows the group's resource names). A request for
+// group resources this node has none of yet is not infeasible here: its
+// group may still be placed here.
 func (s *scheduler) pendingDemand() []*gorayv1.PendingDemand {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -675,7 +706,7 @@ func (s *scheduler) pendingDemand() []*gorayv1.PendingDemand {
 		if d == nil {
 			d = &gorayv1.PendingDemand{
 				Resources:  resourcesProto(c.res),
-				Infeasible: !s.total.Fits(c.res),
+				Infeasible: s.infeasibleLocked(c.res),
 			}
 			byKey[k] = d
 			out = append(out, d)

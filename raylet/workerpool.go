@@ -463,6 +463,20 @@ func (p *workerPool) kill(w *worker, reason, sessionReason string, startFailure 
 	p.killWorkerLocked(w, reason, startFailure)
 }
 
+// forceKill kills ws at once (SIGKILL to their process groups, no grace)
+// with reason as their death reason: they held leases of placement group
+// bundles that were cancelled. Their deaths are reported as usual.
+func (p *workerPool) forceKill(ws []*worker, reason string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range ws {
+		p.killWorkerLocked(w, reason, false)
+		if w.state != stateDead && w.pid > 0 && !w.reaped {
+			_ = syscall.Kill(-w.pid, syscall.SIGKILL)
+		}
+	}
+}
+
 // endJob kills the workers of a finished job.
 func (p *workerPool) endJob(j *job) {
 	p.mu.Lock()
