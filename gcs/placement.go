@@ -385,6 +385,8 @@ func (p *placementGroups) remove(ctx context.Context, id ids.ID, reason string) 
 	// Every node hears of it, not only those holding bundles: a node with
 	// requests queued for the group fails them.
 	p.cancelOn(ctx, id, p.s.aliveNodes(), why)
+	// What it held is free: groups waiting for it get their turn now.
+	p.wake()
 	return nil
 }
 

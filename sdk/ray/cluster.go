@@ -97,6 +97,14 @@ type TaskContext struct {
 	ActorID  string
 	// Attempt is 0 for the first run and counts retries after crashes.
 	Attempt int
+	// PlacementGroupID is the placement group the task (or its actor) runs
+	// in ("" for none, Ray's get_current_placement_group); Bundle is the
+	// bundle index it was placed in (AnyBundle for any).
+	PlacementGroupID string
+	Bundle           int
+	// CaptureChildTasks says the tasks and actors it submits land in its
+	// placement group too (unless they choose otherwise).
+	CaptureChildTasks bool
 }
 
 // CurrentTask returns the task running with ctx; ok is false outside tasks.
@@ -105,7 +113,10 @@ func CurrentTask(ctx context.Context) (tc TaskContext, ok bool) {
 	if !ok {
 		return tc, false
 	}
-	tc = TaskContext{TaskID: t.TaskID.String(), Function: t.Function, Attempt: t.Attempt}
+	tc = TaskContext{TaskID: t.TaskID.String(), Function: t.Function, Attempt: t.Attempt, Bundle: AnyBundle}
+	if p := t.Placement; p != nil {
+		tc.PlacementGroupID, tc.Bundle, tc.CaptureChildTasks = p.Group.String(), p.Bundle, p.CaptureChildTasks
+	}
 	if !t.ActorID.IsNil() {
 		tc.ActorID = t.ActorID.String()
 	}

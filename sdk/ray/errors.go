@@ -58,7 +58,14 @@ var (
 	ErrNotCancellable = core.ErrNotCancellable
 	// ErrTransferFailed matches a tensor transfer that failed or timed out.
 	ErrTransferFailed = core.ErrTransferFailed
+	// ErrPlacementGroupRemoved matches a task or actor (or a Wait) whose
+	// placement group was removed; see *PlacementGroupRemovedError.
+	ErrPlacementGroupRemoved = core.ErrPlacementGroupRemoved
 )
+
+// PlacementGroupRemovedError says a task or actor could not run, or a Wait
+// ended, because its placement group was removed.
+type PlacementGroupRemovedError = core.PlacementGroupRemovedError
 
 // TransferError says a tensor transfer failed; it unwraps to the
 // transport's error (transport.ErrTimeout, transport.ErrAborted, ...).

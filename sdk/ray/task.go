@@ -25,6 +25,10 @@ type callOptions struct {
 	strategy   int
 	affinity   string // hex node id
 	soft       bool
+	// pg places the call in a placement group's bundle pgBundle.
+	pg        *PlacementGroup
+	pgBundle  int
+	pgCapture bool
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -101,7 +105,7 @@ func Transports(names ...string) Option {
 // Spread spreads the calls round-robin over the nodes that can run them,
 // like Ray's "SPREAD" scheduling strategy.
 func Spread() Option {
-	return func(c *callOptions) { c.strategy, c.affinity, c.soft = core.StrategySpread, "", false }
+	return func(c *callOptions) { c.strategy, c.affinity, c.soft, c.pg = core.StrategySpread, "", false, nil }
 }
 
 // NodeAffinity runs the call on the node with the given id (as listed by
@@ -109,14 +113,16 @@ func Spread() Option {
 // *UnschedulableError when that node is dead or can never fit the call; a
 // soft one runs elsewhere then.
 func NodeAffinity(nodeID string, soft bool) Option {
-	return func(c *callOptions) { c.strategy, c.affinity, c.soft = core.StrategyNodeAffinity, nodeID, soft }
+	return func(c *callOptions) {
+		c.strategy, c.affinity, c.soft, c.pg = core.StrategyNodeAffinity, nodeID, soft, nil
+	}
 }
 
 // DefaultScheduling restores the default (hybrid) strategy: the local node
 // (or the one holding the call's arguments) while it is not busy, else one
 // of the least loaded nodes.
 func DefaultScheduling() Option {
-	return func(c *callOptions) { c.strategy, c.affinity, c.soft = core.StrategyDefault, "", false }
+	return func(c *callOptions) { c.strategy, c.affinity, c.soft, c.pg = core.StrategyDefault, "", false, nil }
 }
 
 // taskBase is the untyped part of every registered task and actor class.
@@ -153,6 +159,9 @@ func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
 	}
 	if b.opts.maxRetries != nil {
 		o.MaxRetries = *b.opts.maxRetries
+	}
+	if o.Placement, err = b.opts.placement(b.name, set); err != nil {
+		return core.TaskOptions{}, err
 	}
 	return o, nil
 }

@@ -230,7 +230,7 @@ func (c *actorClient) setDead(reason error) {
 		c.mu.Unlock()
 		return
 	}
-	de := &ActorDiedError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: reason.Error()}
+	de := &ActorDiedError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: reason.Error(), Cause: reason}
 	var ade *ActorDiedError
 	if errors.As(reason, &ade) {
 		de = ade
@@ -299,6 +299,7 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 		Resources: &pb.Resources{Amounts: opts.Resources}, Name: opts.Name, ActorId: ref.ID.Bytes(),
 		MaxConcurrency: int32(maxConc), CallerId: cw.id.Bytes(), Transports: opts.Transports,
 	}
+	placeSpec(spec, placementOf(ctx, opts))
 	cctx, cancel := submitContext(ctx, nil) // a task returning the handle does not cancel the creation
 	c.mu.Lock()
 	c.createCancel = cancel
@@ -355,6 +356,7 @@ func (c *actorClient) info(rec *taskRecord) *pb.ActorInfo {
 		ActorId: c.ref.ID.Bytes(), JobId: cw.jobID.Bytes(), Name: c.ref.Name, ClassName: c.ref.Class,
 		State: pb.ActorState_ACTOR_STATE_PENDING, Owner: cw.addr, Resources: rec.spec.Resources,
 		MaxConcurrency: rec.spec.MaxConcurrency, MaxRestarts: int32(c.maxRestarts),
+		PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(),
 	}
 }
 
@@ -376,14 +378,15 @@ func (c *actorClient) create(rec *taskRecord) {
 		return
 	}
 	reqID := ids.New()
-	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: cw.id.Bytes(), RequestId: reqID.Bytes(), Strategy: rec.strategy}, rec.argNode)
+	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: cw.id.Bytes(), RequestId: reqID.Bytes(), Strategy: rec.strategy, PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId()}, rec.argNode)
 	if err != nil {
 		if rec.ctx.Err() != nil {
 			fail(fmt.Errorf("creation cancelled: %w", context.Cause(rec.ctx)))
 			return
 		}
 		var unsched *UnschedulableError
-		if errors.As(err, &unsched) {
+		var removed *PlacementGroupRemovedError
+		if errors.As(err, &unsched) || errors.As(err, &removed) {
 			fail(err)
 			return
 		}

@@ -234,6 +234,9 @@ func (cw *CoreWorker) leaseWorker(ctx context.Context, req *pb.LeaseRequest, pre
 			}
 			return nil, err
 		}
+		if rep.GetPlacementGroupRemoved() {
+			return nil, &PlacementGroupRemovedError{Function: req.GetFunction(), Reason: rep.GetUnschedulable()}
+		}
 		if rep.GetUnschedulable() != "" {
 			return nil, &UnschedulableError{Function: req.GetFunction(), Reason: rep.GetUnschedulable()}
 		}

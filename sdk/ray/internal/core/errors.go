@@ -31,6 +31,9 @@ var (
 	ErrTaskCancelled    = errors.New("task cancelled")
 	ErrObjectLost       = errors.New("object lost")
 	ErrUnschedulable    = errors.New("task unschedulable")
+	// ErrPlacementGroupRemoved: the placement group a task or actor was
+	// placed in was removed.
+	ErrPlacementGroupRemoved = errors.New("placement group removed")
 
 	// ErrActorNameTaken: an actor was created with a name a live actor
 	// holds.
@@ -77,6 +80,7 @@ const (
 	KindCancelled        = "cancelled"
 	KindObjectLost       = "object_lost"
 	KindUnschedulable    = "unschedulable"
+	KindGroupRemoved     = "placement_group_removed"
 )
 
 // kindOf classifies an error by the sentinel it matches, so the category
@@ -94,7 +98,7 @@ func kindOf(err error) string {
 		{ErrObjectFreed, KindObjectFreed}, {ErrObjectUnknown, KindObjectUnknown}, {ErrGetTimeout, KindGetTimeout},
 		{ErrStoreFull, KindStoreFull}, {ErrTaskCancelled, KindCancelled}, {ErrFunctionNotFound, KindFunctionNotFound},
 		{ErrArgType, KindArgType}, {ErrTransferFailed, KindTransfer}, {ErrObjectLost, KindObjectLost},
-		{ErrUnschedulable, KindUnschedulable},
+		{ErrUnschedulable, KindUnschedulable}, {ErrPlacementGroupRemoved, KindGroupRemoved},
 	} {
 		if errors.Is(err, k.sentinel) {
 			return k.kind
@@ -171,6 +175,11 @@ func (e *RemoteError) As(target any) bool {
 			*t = &ObjectError{Kind: k, Detail: e.Message}
 			return true
 		}
+	case **PlacementGroupRemovedError:
+		if e.Kind == KindGroupRemoved {
+			*t = &PlacementGroupRemovedError{Function: e.Function, Reason: e.Message}
+			return true
+		}
 	case **UnschedulableError:
 		if e.Kind == KindUnschedulable {
 			*t = &UnschedulableError{Function: e.Function, Reason: e.Message}
@@ -214,7 +223,13 @@ type ActorDiedError struct {
 	ActorID ids.ID
 	Name    string
 	Reason  string
+	// Cause is the error that kept the actor from being created, when it
+	// was one of the owner's (such as a *BundleTooSmallError); nil else.
+	Cause error
 }
+
+// Unwrap returns Cause.
+func (e *ActorDiedError) Unwrap() error { return e.Cause }
 
 func (e *ActorDiedError) Error() string {
 	n := e.ActorID.Short()
@@ -293,6 +308,27 @@ func (e *UnschedulableError) Error() string {
 
 // Is matches ErrUnschedulable.
 func (e *UnschedulableError) Is(target error) bool { return target == ErrUnschedulable }
+
+// PlacementGroupRemovedError says a task or actor cannot run because the
+// placement group it was placed in was removed (by its owner, or with its
+// job).
+type PlacementGroupRemovedError struct {
+	// Function is the task's or actor's registered name ("" for a Wait
+	// on the group).
+	Function string
+	// Reason says which group was removed and why.
+	Reason string
+}
+
+func (e *PlacementGroupRemovedError) Error() string {
+	if e.Function == "" {
+		return e.Reason
+	}
+	return fmt.Sprintf("%s cannot run: %s", e.Function, e.Reason)
+}
+
+// Is matches ErrPlacementGroupRemoved.
+func (e *PlacementGroupRemovedError) Is(target error) bool { return target == ErrPlacementGroupRemoved }
 
 // ObjectError says an object cannot be read: it was freed (its last reference
 // released), its owner does not know it, its owner died, or every copy was

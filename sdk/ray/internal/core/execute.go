@@ -22,9 +22,12 @@ type executor struct {
 	mu       sync.Mutex
 	actor    any
 	actorRef ActorRef
-	maxConc  int
-	serial   sync.Mutex    // serialises calls of a non-concurrent actor
-	sem      chan struct{} // bounds calls of a concurrent actor
+	// actorPlace is the placement group bundle the actor runs in; its
+	// methods' child tasks follow it when it captures them.
+	actorPlace *Placement
+	maxConc    int
+	serial     sync.Mutex    // serialises calls of a non-concurrent actor
+	sem        chan struct{} // bounds calls of a concurrent actor
 
 	// running are the cancel functions of the tasks running here;
 	// cancelled the tasks cancelled before they started (bounded).
@@ -87,6 +90,8 @@ type TaskInfo struct {
 	Function string
 	ActorID  ids.ID
 	Attempt  int
+	// Placement is the placement group bundle the task or actor runs in.
+	Placement *Placement
 }
 
 // CurrentTask returns the task running with ctx, if any.
@@ -215,8 +220,14 @@ func (e *executor) run(ctx context.Context, spec *pb.TaskSpec, self any) *pb.Tas
 		release()
 		return e.reply(ctx, spec, nil, &RemoteError{Kind: KindCancelled, Type: "TaskCancelledError", Message: "cancelled by ray.Cancel before it started"})
 	}
+	place := placementFromProto(spec.GetPlacement())
+	if self != nil {
+		e.mu.Lock()
+		place = e.actorPlace
+		e.mu.Unlock()
+	}
 	tctx = context.WithValue(tctx, taskCtxKey{}, TaskInfo{
-		TaskID: taskID, Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Attempt: int(spec.Attempt),
+		TaskID: taskID, Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Attempt: int(spec.Attempt), Placement: place,
 	})
 	result, err := e.call(tctx, fn, self, args)
 	if err != nil && tctx.Err() != nil && e.cw.ctx.Err() == nil {
@@ -343,7 +354,7 @@ func (e *executor) createActor(ctx context.Context, spec *pb.TaskSpec) *pb.TaskR
 		rep.ActorCreationFailed = true
 		return rep
 	}
-	tctx := context.WithValue(e.cw.ctx, taskCtxKey{}, TaskInfo{TaskID: ids.MustFromBytes(spec.TaskId), Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId)})
+	tctx := context.WithValue(e.cw.ctx, taskCtxKey{}, TaskInfo{TaskID: ids.MustFromBytes(spec.TaskId), Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Placement: placementFromProto(spec.GetPlacement())})
 	inst, err := e.call(tctx, fn, nil, args)
 	release()
 	e.cw.objects.flushBorrows(ctx)
@@ -362,6 +373,7 @@ func (e *executor) createActor(ctx context.Context, spec *pb.TaskSpec) *pb.TaskR
 	e.mu.Lock()
 	e.actor = inst
 	e.actorRef = ActorRef{ID: ids.MustFromBytes(spec.ActorId), Name: spec.Name, Class: fn.Class}
+	e.actorPlace = placementFromProto(spec.GetPlacement())
 	e.maxConc = conc
 	e.sem = make(chan struct{}, conc)
 	e.mu.Unlock()

@@ -58,6 +58,9 @@ type TaskOptions struct {
 	Strategy     int
 	AffinityNode ids.ID
 	AffinitySoft bool
+	// Placement puts the call in a placement group's bundle (nil: none,
+	// or the caller's group when it captures child tasks).
+	Placement *Placement
 }
 
 // taskRecord is the owner's record of a submitted task.
@@ -97,6 +100,7 @@ type schedKey struct {
 	key      string
 	res      *pb.Resources
 	strategy *pb.SchedulingStrategy
+	group    []byte // placement group id, when res are a group's
 	queue    []*taskRecord
 	leases   map[*lease]struct{}
 	// requests are the outstanding lease requests; requesting counts those
@@ -171,6 +175,7 @@ func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []Ar
 		Function: function, ReturnId: retID.Bytes(), Owner: cw.addr,
 		Resources: &pb.Resources{Amounts: res}, MaxRetries: int32(retries), Name: opts.Name,
 	}
+	placeSpec(spec, placementOf(ctx, opts))
 	rctx, rcancel := submitContext(ctx, cw.submitter.sweepLater)
 	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts)}
 	cw.objects.newOwned(retID, rec, 1)
@@ -394,7 +399,7 @@ func (s *submitter) enqueue(rec *taskRecord) {
 	}
 	k := s.keys[key]
 	if k == nil {
-		k = &schedKey{key: key, res: rec.spec.Resources, strategy: rec.strategy, leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
+		k = &schedKey{key: key, res: rec.spec.Resources, strategy: rec.strategy, group: rec.spec.GetPlacement().GetPlacementGroupId(), leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
 		s.keys[key] = k
 	}
 	rec.state = statePendingLease
@@ -544,7 +549,7 @@ func (s *submitter) send(items []sendItem) {
 }
 
 func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseRequest, prefer ids.ID) {
-	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy}, prefer)
+	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy, PlacementGroupId: k.group}, prefer)
 	withdrawn := ctx.Err() != nil
 	s.mu.Lock()
 	delete(k.requests, req)
@@ -556,6 +561,7 @@ func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseReq
 		var fails []*taskRecord
 		var sends []sendItem
 		var unsched *UnschedulableError
+		var removed *PlacementGroupRemovedError
 		switch {
 		case withdrawn:
 			// Withdrawn (or shutting down); leaseWorker handed back a lease
@@ -563,7 +569,7 @@ func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseReq
 			if !s.closed && len(k.queue) > 0 {
 				sends = s.dispatchLocked(k)
 			}
-		case errors.As(err, &unsched):
+		case errors.As(err, &unsched), errors.As(err, &removed):
 			// No node will ever run these tasks.
 			fails = k.queue
 			k.queue = nil
@@ -578,6 +584,10 @@ func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseReq
 		for _, rec := range fails {
 			if unsched != nil {
 				s.fail(rec, &UnschedulableError{Function: rec.spec.Function, Reason: unsched.Reason})
+				continue
+			}
+			if removed != nil {
+				s.fail(rec, &PlacementGroupRemovedError{Function: rec.spec.Function, Reason: removed.Reason})
 				continue
 			}
 			s.fail(rec, fmt.Errorf("goray: leasing a worker for %s: %w", rec.spec.Function, err))
