@@ -67,6 +67,8 @@ var documented = []docEntry{
 	{file: "README.md", first: "go run ./cmd/goray start --head --port 6380", test: "TestDocClusterWalkthrough"},
 	{file: "examples/cluster/main.go", first: "goray start --head --port 6379", test: "TestDocClusterWalkthrough"},
 	{file: "README.md", first: "go run ./cmd/goray start --head --port 6380", nth: 1, test: "TestDocStartedNode"},
+	{file: "README.md", first: "go run ./cmd/goray start --head --port 6380 --num-cpus 2", test: "TestDocPlacementGroup"},
+	{file: "examples/placement-group/main.go", first: "goray start --head --port 6379 --num-cpus 2", test: "TestDocPlacementGroup"},
 	{file: "README.md", first: "make plugins minio", test: "TestDocSpillS3"},
 	{file: "examples/spill-s3/main.go", first: "make plugins", test: "TestDocSpillS3"},
 	{file: "examples/allreduce/main.go", first: "make plugins", test: "TestDocTransportExamples"},
@@ -544,6 +546,37 @@ func TestDocClusterWalkthrough(t *testing.T) {
 			out := d.runBlock("", c.file, c.first, 0)
 			wantLines(t, out[2].stdout+out[2].stderr, "cluster: 2 alive nodes", "OK")
 			wantLines(t, out[3].stdout, "Stopped goray head node", "Stopped goray node")
+			d.checkNothingLeft()
+		})
+	}
+}
+
+// TestDocPlacementGroup runs the placement group walk-throughs of README.md
+// and of the example's doc: three nodes on one machine, the example's
+// STRICT_SPREAD gang (a bundle on each node) and PACK group, the groups
+// listed, and `goray stop` leaves nothing running.
+func TestDocPlacementGroup(t *testing.T) {
+	for _, c := range []struct{ name, file, first string }{
+		{"readme", "README.md", "go run ./cmd/goray start --head --port 6380 --num-cpus 2"},
+		{"example", "examples/placement-group/main.go", "goray start --head --port 6379 --num-cpus 2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := newDocRun(t, testCtxFor(t, 4*time.Minute))
+			out := d.runBlock("", c.file, c.first, 0)
+			run := out[3].stdout + out[3].stderr
+			wantLines(t, run, "cluster: 3 alive nodes; gang of 3", "gang exchange: 3 members", "PACK bundles share a node: ok",
+				"resources free again after removal: ok", "OK")
+			nodes := map[string]bool{}
+			for _, l := range strings.Split(run, "\n") {
+				if strings.HasPrefix(l, "STRICT_SPREAD bundle ") {
+					nodes[l[strings.LastIndex(l, " ")+1:]] = true
+				}
+			}
+			if len(nodes) != 3 {
+				t.Errorf("STRICT_SPREAD bundles on %d distinct nodes, want 3:\n%s", len(nodes), run)
+			}
+			wantLines(t, out[4].stdout, "PLACEMENT GROUP ID", "STRICT_SPREAD", "PACK", "REMOVED")
+			wantLines(t, out[5].stdout, "Stopped goray head node")
 			d.checkNothingLeft()
 		})
 	}

@@ -117,6 +117,7 @@ type cluster interface {
 	Nodes(ctx context.Context) ([]*pb.NodeView, error)
 	Jobs(ctx context.Context) ([]*pb.JobInfo, error)
 	Actors(ctx context.Context) ([]*pb.ActorInfo, error)
+	PlacementGroups(ctx context.Context) ([]*pb.PlacementGroupInfo, error)
 	// NodeStats asks the raylet at socket (a unix path).
 	NodeStats(ctx context.Context, socket string) (*pb.GetNodeStatsReply, error)
 	// ListOwned asks the core worker at socket (a unix path).

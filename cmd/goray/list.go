@@ -393,7 +393,7 @@ func pidCell(pid int32) string {
 }
 
 // listKinds are the things `goray list` shows.
-var listKinds = []string{"nodes", "actors", "tasks", "objects", "jobs"}
+var listKinds = []string{"nodes", "actors", "tasks", "objects", "jobs", "placement-groups"}
 
 // list runs `goray list <kind>` against c and writes the result.
 func (a *app) list(ctx context.Context, c cluster, kind string, asJSON bool) error {
@@ -438,20 +438,27 @@ func (a *app) list(ctx context.Context, c cluster, kind string, asJSON bool) err
 		}
 		jr := jobRows(js)
 		rows, write = jr, func() error { return writeJobs(a.stdout, jr) }
+	case "placement-groups":
+		gs, err := c.PlacementGroups(gctx)
+		if err != nil {
+			return err
+		}
+		gr := placementGroupRows(gs)
+		rows, write = gr, func() error { return writePlacementGroups(a.stdout, gr) }
 	default:
 		return usagef("cannot list %q: use one of %s", kind, strings.Join(listKinds, ", "))
 	}
 	if asJSON {
-		return writeJSON(a.stdout, map[string]any{kind: rows})
+		return writeJSON(a.stdout, map[string]any{strings.ReplaceAll(kind, "-", "_"): rows})
 	}
 	return write()
 }
 
 func (a *app) listCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "list nodes|actors|tasks|objects|jobs",
-		Short: "List the cluster's nodes, actors, tasks, objects or jobs",
-		Long: "List nodes, actors and jobs from the GCS. Tasks and objects are collected from every\n" +
+		Use:   "list nodes|actors|tasks|objects|jobs|placement-groups",
+		Short: "List the cluster's nodes, actors, tasks, objects, jobs or placement groups",
+		Long: "List nodes, actors, jobs and placement groups from the GCS. Tasks and objects are collected from every\n" +
 			"driver and worker of the alive nodes of this machine (through each node's raylet).",
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {

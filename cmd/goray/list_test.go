@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
 )
 
 // fakeCluster serves fixed replies; sockets missing from its maps are
@@ -20,6 +21,7 @@ type fakeCluster struct {
 	views  []*pb.NodeView
 	jobs   []*pb.JobInfo
 	actors []*pb.ActorInfo
+	groups []*pb.PlacementGroupInfo
 	stats  map[string]*pb.GetNodeStatsReply
 	owned  map[string]*pb.ListOwnedReply
 
@@ -39,6 +41,9 @@ func (f *fakeCluster) count(s string) {
 func (f *fakeCluster) Nodes(context.Context) ([]*pb.NodeView, error)   { return f.views, nil }
 func (f *fakeCluster) Jobs(context.Context) ([]*pb.JobInfo, error)     { return f.jobs, nil }
 func (f *fakeCluster) Actors(context.Context) ([]*pb.ActorInfo, error) { return f.actors, nil }
+func (f *fakeCluster) PlacementGroups(context.Context) ([]*pb.PlacementGroupInfo, error) {
+	return f.groups, nil
+}
 
 func (f *fakeCluster) NodeStats(_ context.Context, socket string) (*pb.GetNodeStatsReply, error) {
 	f.count(socket)
@@ -66,7 +71,7 @@ func newFakeCluster() *fakeCluster {
 	worker := &pb.Address{NodeId: id(0xbb, 16), WorkerId: id(0xe1, 16), UnixPath: "/tmp/s2/sockets/worker.sock"}
 	lost := &pb.Address{NodeId: id(0xbb, 16), WorkerId: id(0xe2, 16), UnixPath: "/tmp/s2/sockets/lost.sock"}
 	return &fakeCluster{
-		views: views, jobs: fakeJobs(), actors: fakeActors(),
+		views: views, jobs: fakeJobs(), actors: fakeActors(), groups: fakeGroups(),
 		stats: map[string]*pb.GetNodeStatsReply{
 			"/tmp/s1/sockets/raylet.sock": {
 				Clients: []*pb.Address{driver},
@@ -188,6 +193,8 @@ func TestListCommands(t *testing.T) {
 		{"jobs", "jobs", 2, []string{"JOB ID", "RUNNING", "/bin/app", "FINISHED"}},
 		{"tasks", "tasks", 3, []string{"TASK ID", "main.add", "slow one", "boom stack"}},
 		{"objects", "objects", 4, []string{"OBJECT ID", "inline in owner", "store on node aaaaaaaa,bbbbbbbb", "4.0 MiB", "2/1/1", "d1d1d1d1@aaaaaaaa"}},
+		{"placement-groups", "placement_groups", 4, []string{"PLACEMENT GROUP ID", strings.Repeat("70", 16) + "  gang (detached)  CREATED       STRICT_SPREAD",
+			"{CPU: 1} {CPU: 1}", "0@aaaaaaaa 1@bbbbbbbb", "PENDING", "infeasible: bundle 0 {CPU: 64} fits no node", "1@-", "RESCHEDULING", "node bbbbbbbb died", "REMOVED", "removed by its owner"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.kind, func(t *testing.T) {
@@ -249,5 +256,79 @@ func TestListJSONFields(t *testing.T) {
 	want := []string{"borrowers", "call_site", "local_refs", "object_id", "owner_node_id", "owner_worker_id", "size", "state", "store_nodes", "submitted_refs", "where"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Errorf("object fields %v, want %v", keys, want)
+	}
+}
+
+// fakeGroups are a created detached group, an infeasible pending one, one
+// rescheduling after a node death and a removed one.
+func fakeGroups() []*pb.PlacementGroupInfo {
+	bundle := func(i int32, cpu float64, node []byte) *pb.Bundle {
+		return &pb.Bundle{Index: i, Resources: res(map[string]float64{"CPU": cpu}), NodeId: node}
+	}
+	return []*pb.PlacementGroupInfo{
+		{PlacementGroupId: id(0x70, 16), Name: "gang", JobId: id(0x01, 4), Detached: true, Strategy: pb.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_SPREAD,
+			State: pb.PlacementGroupState_PLACEMENT_GROUP_STATE_CREATED, Bundles: []*pb.Bundle{bundle(0, 1, id(0xaa, 16)), bundle(1, 1, id(0xbb, 16))}},
+		{PlacementGroupId: id(0x71, 16), JobId: id(0x01, 4), Strategy: pb.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_PACK,
+			State: pb.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING, PendingReason: "bundle 0 {CPU: 64} fits no node", Infeasible: true,
+			Bundles: []*pb.Bundle{bundle(0, 64, nil)}},
+		{PlacementGroupId: id(0x72, 16), JobId: id(0x01, 4), Strategy: pb.PlacementStrategy_PLACEMENT_STRATEGY_PACK,
+			State: pb.PlacementGroupState_PLACEMENT_GROUP_STATE_RESCHEDULING, PendingReason: "node bbbbbbbb died", Reschedules: 1,
+			Bundles: []*pb.Bundle{bundle(0, 2, id(0xaa, 16)), bundle(1, 3, nil)}},
+		{PlacementGroupId: id(0x73, 16), JobId: id(0x01, 4), Strategy: pb.PlacementStrategy_PLACEMENT_STRATEGY_SPREAD,
+			State: pb.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED, RemovalReason: "removed by its owner",
+			Bundles: []*pb.Bundle{bundle(0, 1, nil)}},
+	}
+}
+
+func TestPlacementGroupStatus(t *testing.T) {
+	r := buildStatus("h:1", fakeViews(), nil, nil)
+	r.addPlacementGroups(fakeGroups())
+	if want := (groupCounts{Total: 4, Pending: 1, Created: 1, Rescheduling: 1, Removed: 1}); r.PlacementGroups != want {
+		t.Errorf("counts %+v, want %+v", r.PlacementGroups, want)
+	}
+	if len(r.PendingGroups) != 2 {
+		t.Fatalf("pending groups %+v, want the pending and the rescheduling one", r.PendingGroups)
+	}
+	if p := r.PendingGroups[0]; !p.Infeasible || p.Strategy != "STRICT_PACK" || len(p.Bundles) != 1 {
+		t.Errorf("pending group %+v, want the infeasible STRICT_PACK one", p)
+	}
+	if p := r.PendingGroups[1]; p.Infeasible || len(p.Bundles) != 1 || p.Bundles[0][resources.CPU] != 3*resources.Unit {
+		t.Errorf("rescheduling group %+v, want only its lost {CPU: 3} bundle as demand", p)
+	}
+	var b bytes.Buffer
+	if err := writeStatus(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"placement group 71717171 STRICT_PACK PENDING: {CPU: 64} (infeasible: no node can ever hold it: bundle 0 {CPU: 64} fits no node)",
+		"placement group 72727272 PACK RESCHEDULING: {CPU: 3} (waiting: node bbbbbbbb died)",
+		"Placement groups: 4 (1 created, 1 pending, 1 rescheduling, 1 removed)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "(none)") {
+		t.Errorf("status says no pending demand while groups wait:\n%s", b.String())
+	}
+}
+
+func TestStatusHidesGroupResources(t *testing.T) {
+	views := fakeViews()
+	grp := resources.BundleResources(resources.Set{resources.CPU: resources.Unit}, strings.Repeat("70", 16), 0)
+	for k, v := range grp {
+		views[0].Info.Total.Amounts[k] = v
+		views[0].Available.Amounts[k] = v
+	}
+	r := buildStatus("h:1", views, nil, nil)
+	var b bytes.Buffer
+	if err := writeStatus(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "_group_") {
+		t.Errorf("status text shows placement group resources:\n%s", b.String())
+	}
+	if _, ok := r.Cluster.ResourcesTotal[resources.GroupName(resources.CPU, strings.Repeat("70", 16), -1)]; !ok {
+		t.Errorf("status JSON lost the group resources: %v", r.Cluster.ResourcesTotal)
 	}
 }

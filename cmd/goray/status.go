@@ -28,6 +28,10 @@ type statusReport struct {
 	PendingDemand []demand   `json:"pending_demand"`
 	Jobs          jobCounts  `json:"jobs"`
 	Actors        actorCount `json:"actors"`
+	// PlacementGroups counts the groups by state; PendingGroups are those
+	// waiting for room (pending demand), infeasible ones flagged.
+	PlacementGroups groupCounts    `json:"placement_groups"`
+	PendingGroups   []pendingGroup `json:"pending_placement_groups"`
 }
 
 // nodeStatus is one node of status and `list nodes`.
@@ -200,9 +204,10 @@ func mergeDemand(ps ...[]*pb.PendingDemand) []demand {
 // buildStatus assembles the report from the GCS replies.
 func buildStatus(addr string, views []*pb.NodeView, jobs []*pb.JobInfo, actors []*pb.ActorInfo) statusReport {
 	r := statusReport{
-		GCSAddress: addr,
-		Nodes:      []nodeStatus{},
-		Cluster:    clusterResources{ResourcesTotal: amounts{}, ResourcesAvailable: amounts{}},
+		GCSAddress:    addr,
+		Nodes:         []nodeStatus{},
+		Cluster:       clusterResources{ResourcesTotal: amounts{}, ResourcesAvailable: amounts{}},
+		PendingGroups: []pendingGroup{},
 	}
 	var pending [][]*pb.PendingDemand
 	for _, v := range views {
@@ -268,7 +273,7 @@ func writeStatus(w io.Writer, r statusReport) error {
 		row := []string{shortHex(n.NodeID), orDash(n.NodeName), n.State, head}
 		if n.State == stateAlive {
 			var custom []string
-			for _, k := range customNames(n.ResourcesTotal, n.ResourcesAvailable) {
+			for _, k := range customNames(withoutGroups(n.ResourcesTotal), withoutGroups(n.ResourcesAvailable)) {
 				custom = append(custom, k+" "+cell(k, n.ResourcesAvailable, n.ResourcesTotal))
 			}
 			row = append(row,
@@ -293,7 +298,7 @@ func writeStatus(w io.Writer, r statusReport) error {
 	c := r.Cluster
 	fmt.Fprintln(w, "\nCluster resources (available / total):")
 	t = newTable(w)
-	names := resourceNames(amounts{resources.CPU: 0, resources.GPU: 0, resources.Memory: 0, resources.ObjectStoreMemory: 0}, c.ResourcesTotal, c.ResourcesAvailable)
+	names := resourceNames(amounts{resources.CPU: 0, resources.GPU: 0, resources.Memory: 0, resources.ObjectStoreMemory: 0}, withoutGroups(c.ResourcesTotal), withoutGroups(c.ResourcesAvailable))
 	for _, k := range names {
 		t.row("  "+k, formatAmount(k, c.ResourcesAvailable[k])+" / "+formatAmount(k, c.ResourcesTotal[k]))
 	}
@@ -317,7 +322,7 @@ func writeStatus(w io.Writer, r statusReport) error {
 	}
 
 	fmt.Fprintln(w, "\nPending demand:")
-	if len(r.PendingDemand) == 0 {
+	if len(r.PendingDemand) == 0 && len(r.PendingGroups) == 0 {
 		fmt.Fprintln(w, "  (none)")
 	}
 	for _, d := range r.PendingDemand {
@@ -327,13 +332,20 @@ func writeStatus(w io.Writer, r statusReport) error {
 		}
 		fmt.Fprintln(w, line)
 	}
+	writePendingGroups(w, r.PendingGroups)
 
 	fmt.Fprintf(w, "\nJobs: %d (%d running, %d finished)\n", r.Jobs.Total, r.Jobs.Running, r.Jobs.Finished)
 	restarting := ""
 	if r.Actors.Restarting > 0 {
 		restarting = fmt.Sprintf(", %d restarting", r.Actors.Restarting)
 	}
-	_, err := fmt.Fprintf(w, "Actors: %d (%d alive, %d pending%s, %d dead)\n", r.Actors.Total, r.Actors.Alive, r.Actors.Pending, restarting, r.Actors.Dead)
+	fmt.Fprintf(w, "Actors: %d (%d alive, %d pending%s, %d dead)\n", r.Actors.Total, r.Actors.Alive, r.Actors.Pending, restarting, r.Actors.Dead)
+	g := r.PlacementGroups
+	rescheduling := ""
+	if g.Rescheduling > 0 {
+		rescheduling = fmt.Sprintf(", %d rescheduling", g.Rescheduling)
+	}
+	_, err := fmt.Fprintf(w, "Placement groups: %d (%d created, %d pending%s, %d removed)\n", g.Total, g.Created, g.Pending, rescheduling, g.Removed)
 	return err
 }
 
@@ -351,7 +363,13 @@ func gatherStatus(ctx context.Context, c cluster, addr string) (statusReport, er
 	if err != nil {
 		return statusReport{}, err
 	}
-	return buildStatus(addr, nodes, jobs, actors), nil
+	groups, err := c.PlacementGroups(ctx)
+	if err != nil {
+		return statusReport{}, err
+	}
+	r := buildStatus(addr, nodes, jobs, actors)
+	r.addPlacementGroups(groups)
+	return r, nil
 }
 
 // clusterFlags are the flags of commands that query a cluster.
@@ -385,7 +403,7 @@ func (a *app) statusCmd() *cobra.Command {
 	var f clusterFlags
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the cluster's nodes, resources, demand, jobs and actors",
+		Short: "Show the cluster's nodes, resources, demand, jobs, actors and placement groups",
 		Args:  cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(&f)

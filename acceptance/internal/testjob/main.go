@@ -196,6 +196,20 @@ func main() {
 		runErr = runOneSidedReads(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "os-abort":
 		runErr = runOneSidedAbort(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
+	case "pg-strategies":
+		runErr = runPGStrategies(ctx)
+	case "pg-wait":
+		runErr = runPGWait(ctx, arg(rt, args, 0))
+	case "pg-hold":
+		runErr = runPGHold(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2), arg(rt, args, 3))
+	case "pg-race":
+		runErr = runPGRace(ctx)
+	case "pg-nodekill":
+		runErr = runPGNodeKill(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "pg-detached":
+		runErr = runPGDetached(ctx, arg(rt, args, 0))
+	case "pg-lookup":
+		runErr = runPGLookup(ctx, arg(rt, args, 0))
 	default:
 		runErr = fmt.Errorf("unknown mode %q", mode)
 	}

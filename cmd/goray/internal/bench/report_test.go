@@ -17,7 +17,7 @@ func sampleReport() *Report {
 		Limits: []Result{{Name: LimitGRPC, Mean: 52.345, SD: 1.2, Unit: UnitMicros, Status: StatusOK, Note: "bare"}},
 		Metrics: []Result{
 			{Name: MetricTasksSync, Mean: 4321.9, SD: 12.3, Unit: UnitPerSecond, Status: StatusOK, LimitName: LimitGRPC, LimitValue: 52.345, Ratio: 4.42},
-			{Name: MetricPlacementGroup, Unit: UnitPerSecond, Status: StatusNotAvailable, Note: placementGroupUnavailable},
+			{Name: MetricPlacementGroup, Unit: UnitPerSecond, Status: StatusNotAvailable, Note: "goray has no placement groups yet"},
 			{Name: MetricGet10kRefs, Unit: UnitPerSecond, Status: StatusError, Error: "owner died | badly"},
 		},
 	}

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	"github.com/goray-dev/goray/sdk/ray"
@@ -37,13 +39,13 @@ const (
 )
 
 const (
-	concurrentActorCalls      = 16   // Ray's max_concurrency for 1_1_actor_calls_concurrent
-	asyncActorConcurrency     = 1000 // Ray's default max_concurrency of async actors
-	asyncActorNote            = "goray has no separate async actors: the actor runs with MaxConcurrency(1000), Ray's default for async actors"
-	inlineNote                = "goray keeps values ≤ 100 KiB inline in the owner's memory, so no store round trip is involved"
-	putGigabytesRatioNote     = "ratio = put bandwidth (exact bytes) ÷ memcpy bandwidth; target ≥ 0.5"
-	roundTripRatioNote        = "ratio = goray round trip (1/rate) ÷ bare gRPC round trip; target ≤ 4"
-	placementGroupUnavailable = "goray has no placement groups yet"
+	concurrentActorCalls  = 16   // Ray's max_concurrency for 1_1_actor_calls_concurrent
+	asyncActorConcurrency = 1000 // Ray's default max_concurrency of async actors
+	asyncActorNote        = "goray has no separate async actors: the actor runs with MaxConcurrency(1000), Ray's default for async actors"
+	inlineNote            = "goray keeps values ≤ 100 KiB inline in the owner's memory, so no store round trip is involved"
+	putGigabytesRatioNote = "ratio = put bandwidth (exact bytes) ÷ memcpy bandwidth; target ≥ 0.5"
+	roundTripRatioNote    = "ratio = goray round trip (1/rate) ÷ bare gRPC round trip; target ≤ 4"
+	placementGroupNote    = "Ray's workload: 100 groups of one {CPU: 0.001} bundle created, each waited ready, then removed; the figure counts groups; the group scheduler is one GCS goroutine placing groups one at a time"
 )
 
 // ------------------------------------------------------------ remote code
@@ -549,7 +551,10 @@ func (e *env) metrics() []workload {
 		},
 		e.oneToN(MetricAsyncActor1N, asyncActorConcurrency, asyncActorNote),
 		e.nToN(MetricAsyncActorNN, asyncActorConcurrency, asyncActorNote),
-		{name: MetricPlacementGroup, unit: UnitPerSecond, mult: 100, unavailable: placementGroupUnavailable},
+		{
+			name: MetricPlacementGroup, unit: UnitPerSecond, mult: numPlacementGroups, note: placementGroupNote,
+			setup: simple(placementGroupCreateRemoval),
+		},
 		// Beyond Ray's list.
 		e.tensorTransferMetric(),
 		e.nodeTransferMetric(),
@@ -628,4 +633,38 @@ func joinNotes(a, b string) string {
 		return a
 	}
 	return a + "; " + b
+}
+
+// numPlacementGroups is Ray's NUM_PGS.
+const numPlacementGroups = 100
+
+// placementGroupCreateRemoval is Ray's placement_group_create_removal:
+// create 100 groups of one {CPU: 0.001} bundle, wait until each is ready,
+// then remove them all.
+func placementGroupCreateRemoval(ctx context.Context) error {
+	pgs := make([]*ray.PlacementGroup, 0, numPlacementGroups)
+	defer func() {
+		for _, pg := range pgs {
+			_ = ray.RemovePlacementGroup(context.WithoutCancel(ctx), pg)
+		}
+	}()
+	for range numPlacementGroups {
+		pg, err := ray.CreatePlacementGroup(ctx, []ray.Bundle{{"CPU": 0.001}}, ray.Pack)
+		if err != nil {
+			return err
+		}
+		pgs = append(pgs, pg)
+	}
+	for _, pg := range pgs {
+		if ok, err := pg.WaitTimeout(ctx, 30*time.Second); err != nil || !ok {
+			return cmp.Or(err, fmt.Errorf("placement group %s not ready after 30s", pg.ID()))
+		}
+	}
+	for _, pg := range pgs {
+		if err := ray.RemovePlacementGroup(ctx, pg); err != nil {
+			return err
+		}
+	}
+	pgs = nil
+	return nil
 }
