@@ -32,23 +32,6 @@ const (
 // spillStore is the node's store as the spiller sees it.
 type spillStore struct{ ObjectStore }
 
-func spillEntries(es []StoreEntry) []spill.Entry {
-	out := make([]spill.Entry, len(es))
-	for i, e := range es {
-		out[i] = spill.Entry{ID: e.ID, Found: e.Found, Offset: e.Offset, DataSize: e.DataSize, Metadata: e.Metadata,
-			Pins: e.Pins, Sealed: e.Sealed, Freed: e.Freed, Seq: e.Seq}
-	}
-	return out
-}
-
-// ListEntries implements spill.Store.
-func (s spillStore) ListEntries() []spill.Entry { return spillEntries(s.ObjectStore.ListEntries()) }
-
-// GetEntries implements spill.Store.
-func (s spillStore) GetEntries(objs []ids.ObjectID, client ids.ID) []spill.Entry {
-	return spillEntries(s.ObjectStore.GetEntries(objs, client))
-}
-
 // Usage implements spill.Store.
 func (s spillStore) Usage() (used, capacity int64) {
 	u := s.ObjectStore.Usage()

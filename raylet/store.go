@@ -10,6 +10,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/raylet/internal/spill"
 )
 
 // ObjectStore is what the raylet needs from the node's shared-memory object
@@ -53,20 +54,9 @@ type ObjectStore interface {
 	Data(offset, size int64) []byte
 }
 
-// StoreEntry describes one object of the store.
-type StoreEntry struct {
-	ID       ids.ObjectID
-	Found    bool
-	Offset   int64
-	DataSize int64
-	Metadata []byte
-	Pins     int
-	Sealed   bool
-	// Freed (ListEntries only): freed, reclaimed at the last release.
-	Freed bool
-	// Seq orders objects by creation (larger is newer).
-	Seq int64
-}
+// StoreEntry describes one object of the store (the spiller's view of an
+// entry is the same type: see spill.Entry for its fields).
+type StoreEntry = spill.Entry
 
 // StoreUsage is the store's occupancy.
 type StoreUsage struct {

@@ -29,7 +29,8 @@ import (
 // gcsTimeout bounds GCS calls.
 const gcsTimeout = 5 * time.Second
 
-// Entry is what the spiller needs to know of an object in the store.
+// Entry describes one object of the node's store: what the spiller needs
+// to know of it (raylet.StoreEntry is this type).
 type Entry struct {
 	ID       ids.ObjectID
 	Found    bool
@@ -38,7 +39,8 @@ type Entry struct {
 	Metadata []byte
 	Pins     int
 	Sealed   bool
-	Freed    bool
+	// Freed (ListEntries only): freed, reclaimed at the last release.
+	Freed bool
 	// Seq orders objects by creation (larger is newer).
 	Seq int64
 }
