@@ -54,11 +54,16 @@ type journal struct {
 	wake    chan struct{} // capacity 1
 	stop    chan struct{}
 	stopped chan struct{}
+
+	// ctx bounds the writes; cancel ends one in flight when close gives up.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func newJournal(st store.Store, log hclog.Logger) *journal {
 	j := &journal{st: st, log: log.Named("storage"), written: make(chan struct{}), wake: make(chan struct{}, 1),
 		stop: make(chan struct{}), stopped: make(chan struct{})}
+	j.ctx, j.cancel = context.WithCancel(context.Background())
 	go j.run()
 	return j
 }
@@ -176,50 +181,32 @@ func (j *journal) run() {
 	}
 }
 
-// write stores a batch: per table, the last change of each key.
+// write stores a batch in one atomic Apply: the last change of each key,
+// in the order the keys were first changed. It gives up when the journal
+// closes (ctx of run) or after writeTimeout.
 func (j *journal) write(batch []change) error {
-	type tableChanges struct {
-		puts map[string][]byte
-		dels map[string]bool
-	}
-	tables := map[string]*tableChanges{}
-	var order []string
-	for _, c := range batch {
-		t := tables[c.table]
-		if t == nil {
-			t = &tableChanges{puts: map[string][]byte{}, dels: map[string]bool{}}
-			tables[c.table] = t
-			order = append(order, c.table)
+	type key struct{ table, key string }
+	last := make(map[key]int, len(batch))
+	var order []key
+	for i, c := range batch {
+		k := key{c.table, c.key}
+		if _, seen := last[k]; !seen {
+			order = append(order, k)
 		}
-		if c.del {
-			delete(t.puts, c.key)
-			t.dels[c.key] = true
-		} else {
-			delete(t.dels, c.key)
-			t.puts[c.key] = c.value
-		}
+		last[k] = i
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	writes := make([]store.Write, 0, len(order))
+	for _, k := range order {
+		c := batch[last[k]]
+		writes = append(writes, store.Write{Table: c.table, Key: c.key, Value: c.value, Delete: c.del})
+	}
+	ctx, cancel := context.WithTimeout(j.ctx, writeTimeout)
 	defer cancel()
-	for _, name := range order {
-		t := tables[name]
-		if len(t.dels) > 0 {
-			keys := make([]string, 0, len(t.dels))
-			for k := range t.dels {
-				keys = append(keys, k)
-			}
-			if err := j.st.Delete(ctx, name, keys...); err != nil {
-				return err
-			}
-		}
-		if len(t.puts) > 0 {
-			if err := j.st.Put(ctx, name, t.puts); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return j.st.Apply(ctx, writes)
 }
+
+// writeTimeout bounds one batch's write.
+const writeTimeout = 30 * time.Second
 
 // close stops the writer after it wrote what is queued (bounded by ctx).
 func (j *journal) close(ctx context.Context) error {
@@ -235,12 +222,14 @@ func (j *journal) close(ctx context.Context) error {
 		case <-ch:
 		case <-ctx.Done():
 			close(j.stop)
+			j.cancel() // a write in flight ends now
 			<-j.stopped
 			return fmt.Errorf("GCS storage: %d changes not written at shutdown: %w", pending, ctx.Err())
 		}
 	}
 	close(j.stop)
 	<-j.stopped
+	j.cancel()
 	return nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/goray-dev/goray/internal/limits"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -105,6 +106,10 @@ func clip(s string) string {
 func (l KVLimits) checkNamespace(ns string) error {
 	if len(ns) > l.MaxNamespaceLen {
 		return &InvalidArgumentError{Field: "ns", Problem: fmt.Sprintf("namespace %q is %d bytes long; the limit is %d bytes", clip(ns), len(ns), l.MaxNamespaceLen)}
+	}
+	if strings.IndexByte(ns, 0) >= 0 {
+		// The storage keys an entry by namespace, NUL, key.
+		return &InvalidArgumentError{Field: "ns", Problem: fmt.Sprintf("namespace %q contains a NUL byte", clip(ns))}
 	}
 	return nil
 }

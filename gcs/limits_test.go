@@ -124,6 +124,10 @@ func TestKVLimits(t *testing.T) {
 			_, err := c.KVDel(ctx, &gorayv1.KVDelRequest{Ns: "namespace", Key: "k"})
 			return err
 		}, []string{"invalid ns"}},
+		{"namespace with a NUL byte", func() error {
+			_, err := c.KVPut(ctx, &gorayv1.KVPutRequest{Ns: "a\x00b", Key: "k", Value: []byte("v")})
+			return err
+		}, []string{"invalid ns", "contains a NUL byte"}},
 		{"keys with a prefix too long", func() error {
 			_, err := c.KVKeys(ctx, &gorayv1.KVKeysRequest{Ns: "ns", Prefix: long})
 			return err

@@ -27,8 +27,10 @@ const (
 
 // BundleReserver reserves placement group bundles on a node's raylet: the
 // GCS's side of the two-phase protocol (see the Raylet service's
-// PrepareBundleResources). The GCS calls it from one goroutine per group
-// at a time, never with a lock held.
+// PrepareBundleResources). The GCS prepares and commits from one goroutine,
+// one group at a time; it cancels from that goroutine and from removals
+// (a raylet that already cancelled a group, or was told it was removed,
+// takes a cancel again as a no-op). Never with a lock held.
 type BundleReserver interface {
 	// Prepare holds bundles of group on node, all or none.
 	Prepare(ctx context.Context, node *gorayv1.NodeInfo, group ids.ID, bundles []*gorayv1.Bundle) (*gorayv1.PrepareBundlesReply, error)
@@ -75,7 +77,17 @@ type placementGroups struct {
 	groups map[ids.ID]*pgEntry
 	order  []ids.ID
 	byName map[string]ids.ID // live (not REMOVED) named groups
+	// pending are cancels raylets have not taken yet (retried).
+	pending []pendingCancel
+	// removed counts REMOVED groups still in the table (pruned past
+	// maxRemovedGroups).
+	removed int
 }
+
+// maxRemovedGroups is how many removed groups the table keeps for
+// listings; older ones are forgotten (and deleted from the storage). A
+// variable for tests.
+var maxRemovedGroups = 1000
 
 func newPlacementGroups(s *Server, r BundleReserver, log hclog.Logger, retry time.Duration) *placementGroups {
 	return &placementGroups{
@@ -268,6 +280,29 @@ func (s *Server) PlacementGroups() []*gorayv1.PlacementGroupInfo {
 	return out
 }
 
+// pruneLocked forgets the oldest removed groups past maxRemovedGroups,
+// in memory and in the storage; p.mu must be held.
+func (p *placementGroups) pruneLocked() {
+	if p.removed <= maxRemovedGroups {
+		return
+	}
+	keep := p.order[:0]
+	for _, id := range p.order {
+		e := p.groups[id]
+		if p.removed > maxRemovedGroups && e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+			delete(p.groups, id)
+			p.removed--
+			if p.s.journal != nil {
+				p.s.journal.del(tableGroups, id.String())
+			}
+			continue
+		}
+		keep = append(keep, id)
+	}
+	clear(p.order[len(keep):])
+	p.order = keep
+}
+
 func (p *placementGroups) lookupLocked(id ids.ID, name string) *pgEntry {
 	if id.IsNil() {
 		id = p.byName[name]
@@ -292,6 +327,7 @@ func (p *placementGroups) run(ctx context.Context) {
 		case ev := <-events:
 			p.handle(ctx, ev)
 		}
+		p.retryCancels(ctx)
 		p.schedule(ctx)
 	}
 }
@@ -377,6 +413,8 @@ func (p *placementGroups) remove(ctx context.Context, id ids.ID, reason string) 
 		b.NodeId = nil
 	}
 	p.changedLocked(e)
+	p.removed++
+	p.pruneLocked()
 	p.mu.Unlock()
 
 	p.log.Info("placement group removed", "group", id.Short(), "reason", reason)
@@ -392,23 +430,74 @@ func (p *placementGroups) remove(ctx context.Context, id ids.ID, reason string) 
 
 // cancelOn tells each of nodes that group is gone: each gives back the
 // group's bundles it holds (prepared or committed), ends the work holding
-// them and fails requests queued for the group. The group's resources
-// come off the nodes' totals.
+// them and fails requests queued for the group.
 func (p *placementGroups) cancelOn(ctx context.Context, group ids.ID, nodes []*gorayv1.NodeInfo, reason string) {
+	for _, n := range nodes {
+		p.cancel(ctx, pendingCancel{node: n, group: group, reason: reason})
+	}
+}
+
+// pendingCancel is a cancel a raylet has not taken yet: idx nil cancels
+// the whole group there (it was removed); else those bundles (with their
+// shapes, to take them off the node's total).
+type pendingCancel struct {
+	node    *gorayv1.NodeInfo
+	group   ids.ID
+	idx     []int32
+	bundles []resources.Set
+	reason  string
+}
+
+// cancel asks the node's raylet to give bundles back. Only once it did do
+// the bundles' resources leave the node's total in the GCS's view (the
+// raylet still reports them until then, and a heartbeat above the total
+// would be refused); a cancel that fails is kept and retried (retryCancels)
+// until it succeeds or the node dies. It does not follow ctx's
+// cancellation, only its values: a caller giving up must not leave a
+// raylet holding what the GCS forgot.
+func (p *placementGroups) cancel(ctx context.Context, c pendingCancel) bool {
 	if p.reserver == nil {
+		return true
+	}
+	nid := ids.MustFromBytes(c.node.GetNodeId())
+	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), reserveTimeout)
+	rep, err := p.reserver.Cancel(cctx, c.node, c.group, c.idx, c.reason)
+	done()
+	if err != nil {
+		p.log.Warn("a raylet did not take a placement group's cancel; retrying", "group", c.group.Short(), "node", nid.Short(), "error", err)
+		p.mu.Lock()
+		p.pending = append(p.pending, c)
+		p.mu.Unlock()
+		return false
+	}
+	p.s.setAvailable(nid, rep.GetAvailable())
+	if c.idx == nil {
+		p.s.dropGroupResources(nid, c.group)
+	} else {
+		p.s.dropBundleResources(nid, c.group, c.idx, c.bundles)
+	}
+	return true
+}
+
+// retryCancels tries the cancels raylets have not taken yet again; those
+// of dead nodes are dropped (a dead node holds nothing).
+func (p *placementGroups) retryCancels(ctx context.Context) {
+	p.mu.Lock()
+	todo := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+	if len(todo) == 0 {
 		return
 	}
-	for _, n := range nodes {
-		nid := ids.MustFromBytes(n.GetNodeId())
-		cctx, cancel := context.WithTimeout(ctx, reserveTimeout)
-		rep, err := p.reserver.Cancel(cctx, n, group, nil, reason)
-		cancel()
-		if err != nil {
-			p.log.Warn("cancelling a placement group's bundles", "group", group.Short(), "node", nid.Short(), "error", err)
-		} else {
-			p.s.setAvailable(nid, rep.GetAvailable())
+	alive := map[ids.ID]bool{}
+	for _, n := range p.s.aliveNodes() {
+		alive[ids.MustFromBytes(n.GetNodeId())] = true
+	}
+	for _, c := range todo {
+		if !alive[ids.MustFromBytes(c.node.GetNodeId())] {
+			continue
 		}
-		p.s.dropGroupResources(nid, group)
+		p.cancel(ctx, c)
 	}
 }
 
@@ -488,13 +577,7 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 			for _, b := range want[nid] {
 				idx = append(idx, b.GetIndex())
 			}
-			cctx, cancel := context.WithTimeout(ctx, reserveTimeout)
-			rep, err := p.reserver.Cancel(cctx, infos[nid], id, idx, "placement failed: "+reason)
-			cancel()
-			if err == nil {
-				p.s.setAvailable(nodeID[nid], rep.GetAvailable())
-			}
-			p.s.dropBundleResources(nodeID[nid], id, idx, bundles)
+			p.cancel(ctx, pendingCancel{node: infos[nid], group: id, idx: idx, bundles: bundles, reason: "placement failed: " + reason})
 		}
 		p.s.releaseHolds(nodeID)
 		p.revert(id, st, reason)

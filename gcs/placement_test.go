@@ -24,8 +24,10 @@ type fakeRaylets struct {
 	held      map[ids.ID]map[ids.ID]map[int32]resources.Set // node -> group -> index -> bundle
 	committed map[ids.ID]map[ids.ID]map[int32]bool
 	cancels   map[ids.ID]int // group -> Cancel calls
-	failOn    map[ids.ID]bool
-	failed    int // prepares failed by failOn
+	// cancelFails makes that many Cancel calls fail first.
+	cancelFails int
+	failOn      map[ids.ID]bool
+	failed      int // prepares failed by failOn
 	// gate, when set for a node, holds its prepares until closed.
 	gate map[ids.ID]chan struct{}
 }
@@ -51,13 +53,17 @@ func (f *fakeRaylets) availPB(node ids.ID) *gorayv1.Resources {
 	return &gorayv1.Resources{Amounts: f.available[node].Clone()}
 }
 
-func (f *fakeRaylets) Prepare(_ context.Context, n *gorayv1.NodeInfo, g ids.ID, bundles []*gorayv1.Bundle) (*gorayv1.PrepareBundlesReply, error) {
+func (f *fakeRaylets) Prepare(ctx context.Context, n *gorayv1.NodeInfo, g ids.ID, bundles []*gorayv1.Bundle) (*gorayv1.PrepareBundlesReply, error) {
 	node := ids.MustFromBytes(n.GetNodeId())
 	f.mu.Lock()
 	gate := f.gate[node]
 	f.mu.Unlock()
 	if gate != nil {
-		<-gate
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -109,6 +115,10 @@ func (f *fakeRaylets) Cancel(_ context.Context, n *gorayv1.NodeInfo, g ids.ID, i
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cancels[g]++
+	if f.cancelFails > 0 {
+		f.cancelFails--
+		return nil, errors.New("connection reset")
+	}
 	for i, b := range f.held[node][g] {
 		if idx != nil && !contains(idx, i) {
 			continue
@@ -423,6 +433,8 @@ func TestCreatePlacementGroupRefusesBadInput(t *testing.T) {
 func TestPartialReservationIsNotVisible(t *testing.T) {
 	pc, nodes := startPGCluster(t, 4, 4)
 	gate := make(chan struct{})
+	var closeGate sync.Once
+	t.Cleanup(func() { closeGate.Do(func() { close(gate) }) }) // never leave Run stuck
 	// Bundles are prepared in node id order: gate the later node.
 	later := nodes[1]
 	if later.String() < nodes[0].String() {
@@ -447,11 +459,60 @@ func TestPartialReservationIsNotVisible(t *testing.T) {
 			t.Errorf("node %s shows %v CPU available during the reservation; want all 4", n.Short(), float64(got)/resources.Unit)
 		}
 	}
-	close(gate)
+	closeGate.Do(func() { close(gate) })
 	pc.waitState(t, id, stCreated)
 	for _, n := range nodes {
 		if got := nodeView(t, pc.c, n).GetAvailable().GetAmounts()["CPU"]; got != 1*resources.Unit {
 			t.Errorf("node %s shows %v CPU available once the group is created; want 1", n.Short(), float64(got)/resources.Unit)
 		}
 	}
+}
+
+// TestFailedCancelIsRetried: a raylet that does not take a removal's
+// cancel keeps the group's resources in the GCS's view of its total (so its
+// heartbeats, which still show them, are accepted) until a retry gets
+// through; then they are gone and the raylet holds nothing.
+func TestFailedCancelIsRetried(t *testing.T) {
+	pc, nodes := startPGCluster(t, 4)
+	id := pc.create(t, "", pack, newID(), false, 2)
+	pc.waitState(t, id, stCreated)
+	pc.f.mu.Lock()
+	pc.f.cancelFails = 2
+	pc.f.mu.Unlock()
+	_, err := pc.c.RemovePlacementGroup(ctxT(t), &gorayv1.RemovePlacementGroupRequest{PlacementGroupId: id.Bytes()})
+	mustOK(t, err)
+	groupCPU := resources.GroupName("CPU", id.String(), -1)
+	if got := nodeView(t, pc.c, nodes[0]).GetInfo().GetTotal().GetAmounts()[groupCPU]; got == 0 {
+		t.Fatal("the group's resources left the node's total although its raylet did not take the cancel")
+	}
+	waitFor(t, "the cancel retried until taken", func() bool {
+		return pc.f.heldBy(id) == 0 && nodeView(t, pc.c, nodes[0]).GetInfo().GetTotal().GetAmounts()[groupCPU] == 0
+	})
+}
+
+// TestRemovedGroupsArePruned: the table keeps the newest removed groups
+// only.
+func TestRemovedGroupsArePruned(t *testing.T) {
+	old := maxRemovedGroups
+	maxRemovedGroups = 2
+	t.Cleanup(func() { maxRemovedGroups = old })
+	pc, _ := startPGCluster(t, 4)
+	var ids4 []ids.ID
+	for range 4 {
+		id := pc.create(t, "", pack, newID(), false, 1)
+		pc.waitState(t, id, stCreated)
+		_, err := pc.c.RemovePlacementGroup(ctxT(t), &gorayv1.RemovePlacementGroupRequest{PlacementGroupId: id.Bytes()})
+		mustOK(t, err)
+		ids4 = append(ids4, id)
+	}
+	list, err := pc.c.ListPlacementGroups(ctxT(t), &gorayv1.ListPlacementGroupsRequest{})
+	mustOK(t, err)
+	if n := len(list.GetGroups()); n != 2 {
+		t.Fatalf("%d groups listed after removing 4 with a limit of 2", n)
+	}
+	if got := ids.MustFromBytes(list.GetGroups()[1].GetPlacementGroupId()); got != ids4[3] {
+		t.Fatalf("the newest removed group is not kept: %v", got)
+	}
+	_, err = pc.c.GetPlacementGroup(ctxT(t), &gorayv1.GetPlacementGroupRequest{PlacementGroupId: ids4[0].Bytes()})
+	wantCode(t, err, codes.NotFound, "no placement group")
 }

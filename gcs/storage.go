@@ -109,8 +109,9 @@ func (s *Server) ClusterID() string { return s.clusterID }
 // Restored reports whether the server read back an earlier GCS's state.
 func (s *Server) Restored() bool { return s.restored }
 
-// StorageStatus describes the storage for `goray status`: the backend and
-// where it keeps data, whether it answers now, and when this GCS started.
+// StorageStatus describes the storage: the backend and where it keeps
+// data, whether it answers now, and when this GCS started (for `goray
+// status` once a head can choose its storage; issue 16).
 func (s *Server) StorageStatus(ctx context.Context) (backend string, health error, started time.Time) {
 	if s.storage == nil {
 		return "memory (not durable)", nil, s.started
@@ -243,7 +244,10 @@ func (s *Server) restore(ctx context.Context) error {
 		s.kvTotal += c
 	}
 	p := s.pgs
-	defer sortByTime(p.order, func(id ids.ID) int64 { return p.groups[id].info.GetCreateTimeMs() })
+	defer func() {
+		sortByTime(p.order, func(id ids.ID) int64 { return p.groups[id].info.GetCreateTimeMs() })
+		p.pruneLocked() // (no journal yet: the storage forgets them at a later prune)
+	}()
 	return loadTable(ctx, s.storage, tableGroups, func() *gorayv1.PlacementGroupInfo { return &gorayv1.PlacementGroupInfo{} }, func(key string, info *gorayv1.PlacementGroupInfo) error {
 		id, err := ids.FromBytes(info.GetPlacementGroupId())
 		if err != nil {
@@ -276,6 +280,9 @@ func (s *Server) restore(ctx context.Context) error {
 		}
 		p.groups[id] = e
 		p.order = append(p.order, id)
+		if info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+			p.removed++
+		}
 		if name := info.GetName(); name != "" && info.GetState() != gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
 			p.byName[name] = id
 		}

@@ -199,14 +199,14 @@ type failingStore struct {
 	fail bool
 }
 
-func (f *failingStore) Put(ctx context.Context, table string, v map[string][]byte) error {
+func (f *failingStore) Apply(ctx context.Context, batch []store.Write) error {
 	f.mu.Lock()
 	fail := f.fail
 	f.mu.Unlock()
 	if fail {
 		return errors.New("disk on fire")
 	}
-	return f.Store.Put(ctx, table, v)
+	return f.Store.Apply(ctx, batch)
 }
 
 // TestStorageOutage: while the storage fails, a change is not acknowledged
@@ -241,13 +241,17 @@ func TestOpenErrorsNameTheStorage(t *testing.T) {
 	mustOK(t, writeTestFile(file))
 	ctx, cancel := context.WithTimeout(ctxT(t), 5*time.Second)
 	defer cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	mustOK(t, err)
+	closed := l.Addr().String() // a port that was just free
+	l.Close()
 	for _, tc := range []struct {
 		name string
 		st   Storage
 		want string
 	}{
 		{"bolt under a file", Storage{Backend: BackendBolt, Path: filepath.Join(file, "gcs.db")}, file},
-		{"redis not listening", Storage{Backend: BackendRedis, RedisAddress: "127.0.0.1:1"}, "127.0.0.1:1"},
+		{"redis not listening", Storage{Backend: BackendRedis, RedisAddress: closed}, closed},
 		{"unknown backend", Storage{Backend: "etcd"}, `unknown backend "etcd"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,10 +16,11 @@ import (
 // lockTimeout bounds waiting for the file lock another process holds.
 const lockTimeout = 2 * time.Second
 
-// Bolt is a Store in one bbolt file: a bucket per table. Each Put and
-// Delete is a transaction fsynced before it returns; concurrent ones share
-// an fsync (bbolt's Batch). The file is locked, so two GCSs cannot open
-// the same data directory.
+// Bolt is a Store in one bbolt file: a bucket per table. Each Put, Delete
+// and Apply is one transaction, fsynced before it returns (the GCS's
+// journal batches changes itself, so one writer commits each batch at
+// once). The file is locked, so two GCSs cannot open the same data
+// directory.
 type Bolt struct {
 	path string
 	db   *bolt.DB
@@ -71,7 +72,7 @@ func (b *Bolt) Put(ctx context.Context, table string, values map[string][]byte) 
 		return err
 	}
 	return b.run(ctx, func() error {
-		return b.db.Batch(func(tx *bolt.Tx) error {
+		return b.db.Update(func(tx *bolt.Tx) error {
 			bk, err := tx.CreateBucketIfNotExists([]byte(table))
 			if err != nil {
 				return err
@@ -89,7 +90,7 @@ func (b *Bolt) Put(ctx context.Context, table string, values map[string][]byte) 
 // Delete implements Store.
 func (b *Bolt) Delete(ctx context.Context, table string, keys ...string) error {
 	return b.run(ctx, func() error {
-		return b.db.Batch(func(tx *bolt.Tx) error {
+		return b.db.Update(func(tx *bolt.Tx) error {
 			bk := tx.Bucket([]byte(table))
 			if bk == nil {
 				return nil
@@ -104,6 +105,32 @@ func (b *Bolt) Delete(ctx context.Context, table string, keys ...string) error {
 	})
 }
 
+// Apply implements Store: one transaction.
+func (b *Bolt) Apply(ctx context.Context, batch []Write) error {
+	if err := checkBatch(batch); err != nil {
+		return err
+	}
+	return b.run(ctx, func() error {
+		return b.db.Update(func(tx *bolt.Tx) error {
+			for _, w := range batch {
+				bk, err := tx.CreateBucketIfNotExists([]byte(w.Table))
+				if err != nil {
+					return err
+				}
+				if w.Delete {
+					err = bk.Delete([]byte(w.Key))
+				} else {
+					err = bk.Put([]byte(w.Key), w.Value)
+				}
+				if err != nil {
+					return fmt.Errorf("table %s key %q: %w", w.Table, w.Key, err)
+				}
+			}
+			return nil
+		})
+	})
+}
+
 // Get implements Store.
 func (b *Bolt) Get(ctx context.Context, table, key string) ([]byte, error) {
 	var out []byte
@@ -111,11 +138,11 @@ func (b *Bolt) Get(ctx context.Context, table, key string) ([]byte, error) {
 		return b.db.View(func(tx *bolt.Tx) error {
 			bk := tx.Bucket([]byte(table))
 			if bk == nil {
-				return ErrNotFound
+				return notFound(table, key)
 			}
 			v := bk.Get([]byte(key))
 			if v == nil {
-				return ErrNotFound
+				return notFound(table, key)
 			}
 			out = append([]byte(nil), v...)
 			return nil

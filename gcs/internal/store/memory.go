@@ -58,6 +58,34 @@ func (m *Memory) Delete(ctx context.Context, table string, keys ...string) error
 	return nil
 }
 
+// Apply implements Store.
+func (m *Memory) Apply(ctx context.Context, batch []Write) error {
+	if err := checkBatch(batch); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	for _, w := range batch {
+		t := m.tables[w.Table]
+		if w.Delete {
+			delete(t, w.Key)
+			continue
+		}
+		if t == nil {
+			t = map[string][]byte{}
+			m.tables[w.Table] = t
+		}
+		t[w.Key] = append([]byte(nil), w.Value...)
+	}
+	return nil
+}
+
 // Get implements Store.
 func (m *Memory) Get(ctx context.Context, table, key string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
@@ -70,7 +98,7 @@ func (m *Memory) Get(ctx context.Context, table, key string) ([]byte, error) {
 	}
 	v, ok := m.tables[table][key]
 	if !ok {
-		return nil, ErrNotFound
+		return nil, notFound(table, key)
 	}
 	return append([]byte(nil), v...), nil
 }

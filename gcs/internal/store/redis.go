@@ -100,6 +100,9 @@ func (r *Redis) Put(ctx context.Context, table string, values map[string][]byte)
 
 // Delete implements Store.
 func (r *Redis) Delete(ctx context.Context, table string, keys ...string) error {
+	if err := checkTable(table); err != nil {
+		return err
+	}
 	if err := r.check(); err != nil {
 		return err
 	}
@@ -109,6 +112,30 @@ func (r *Redis) Delete(ctx context.Context, table string, keys ...string) error 
 	return r.c.HDel(ctx, r.key(table), keys...).Err()
 }
 
+// Apply implements Store: one MULTI/EXEC.
+func (r *Redis) Apply(ctx context.Context, batch []Write) error {
+	if err := checkBatch(batch); err != nil {
+		return err
+	}
+	if err := r.check(); err != nil {
+		return err
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		for _, w := range batch {
+			if w.Delete {
+				p.HDel(ctx, r.key(w.Table), w.Key)
+			} else {
+				p.HSet(ctx, r.key(w.Table), w.Key, w.Value)
+			}
+		}
+		return nil
+	})
+	return err
+}
+
 // Get implements Store.
 func (r *Redis) Get(ctx context.Context, table, key string) ([]byte, error) {
 	if err := r.check(); err != nil {
@@ -116,7 +143,7 @@ func (r *Redis) Get(ctx context.Context, table, key string) ([]byte, error) {
 	}
 	v, err := r.c.HGet(ctx, r.key(table), key).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, ErrNotFound
+		return nil, notFound(table, key)
 	}
 	return v, err
 }

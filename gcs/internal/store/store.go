@@ -29,6 +29,9 @@ type Store interface {
 	Put(ctx context.Context, table string, values map[string][]byte) error
 	// Delete removes keys from table; absent keys are no error.
 	Delete(ctx context.Context, table string, keys ...string) error
+	// Apply writes a batch of changes to any tables, in order and
+	// atomically: after a crash either all of them are there or none.
+	Apply(ctx context.Context, batch []Write) error
 	// Get returns the value of key in table, or an error matching
 	// ErrNotFound.
 	Get(ctx context.Context, table, key string) ([]byte, error)
@@ -42,6 +45,29 @@ type Store interface {
 	Describe() string
 	// Close releases the backend; later calls fail with ErrClosed.
 	Close() error
+}
+
+// Write is one change of an Apply batch: Value stored under Table/Key, or
+// the key deleted.
+type Write struct {
+	Table, Key string
+	Value      []byte
+	Delete     bool
+}
+
+// notFound is ErrNotFound naming the table and key.
+func notFound(table, key string) error {
+	return fmt.Errorf("%w: table %s, key %q", ErrNotFound, table, key)
+}
+
+// checkBatch refuses changes without a table.
+func checkBatch(batch []Write) error {
+	for _, w := range batch {
+		if err := checkTable(w.Table); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Errors the backends return, for errors.Is.

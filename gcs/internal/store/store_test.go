@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,6 +92,24 @@ func TestConformance(t *testing.T) {
 			wg.Wait()
 			if all, _ := s.GetAll(ctx, "kv"); len(all) != 20 {
 				t.Fatalf("%d of 20 concurrent puts landed", len(all))
+			}
+			// A batch across tables, with a delete, lands whole.
+			must(t, s.Apply(ctx, []Write{
+				{Table: "nodes", Key: "a", Value: []byte("A")},
+				{Table: "jobs", Key: "j2", Value: []byte("job2")},
+				{Table: "nodes", Key: "b", Delete: true},
+			}))
+			if v, _ := s.Get(ctx, "nodes", "a"); string(v) != "A" {
+				t.Fatalf("after Apply nodes/a = %q", v)
+			}
+			if _, err := s.Get(ctx, "nodes", "b"); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `key "b"`) {
+				t.Fatalf("after Apply's delete Get = %v; want ErrNotFound naming the key", err)
+			}
+			if v, _ := s.Get(ctx, "jobs", "j2"); string(v) != "job2" {
+				t.Fatalf("after Apply jobs/j2 = %q", v)
+			}
+			if err := s.Apply(ctx, []Write{{Key: "x"}}); err == nil {
+				t.Fatal("Apply of a change without a table succeeded")
 			}
 			must(t, s.Health(ctx))
 			cancelled, cancel := context.WithCancel(ctx)
@@ -190,7 +209,7 @@ func TestRedisOpenErrors(t *testing.T) {
 	defer cancel()
 	for _, tc := range []struct{ name, addr, pw string }{
 		{"wrong password", srv.Address, "secret-wrong"},
-		{"nothing listening", "127.0.0.1:1", "secret-x"},
+		{"nothing listening", closedPort(t), "secret-x"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := OpenRedis(ctx, RedisOptions{Address: tc.addr, Password: tc.pw})
@@ -206,3 +225,15 @@ func TestRedisOpenErrors(t *testing.T) {
 }
 
 func writeFile(path, s string) error { return os.WriteFile(path, []byte(s), 0o600) }
+
+// closedPort is a loopback address nothing listens on: a port that was
+// just free.
+func closedPort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
