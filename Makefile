@@ -47,10 +47,11 @@ go-test: $(TOOLS)/minio redis
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS))
 
 # The packages with the most shared state (the raylet's components, the core
-# worker and the application API over it) also run under the race detector.
-RACE_PKGS ?= ./raylet/... ./sdk/ray/...
+# worker and the application API over it, the GCS's placement groups and
+# storage journal) also run under the race detector.
+RACE_PKGS ?= ./raylet/... ./sdk/ray/... ./gcs/...
 
-## race: the raylet and core worker tests under -race (part of test).
+## race: the raylet, sdk/ray and GCS tests under -race (part of test).
 race: redis
 	$(call private-tmp,$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(RACE_PKGS))
 
@@ -117,7 +118,10 @@ redis:
 	@command -v redis-server >/dev/null || { \
 		echo "installing redis-server (Debian)"; \
 		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
-		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; }
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server >/dev/null; \
+		$$SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true; }
+# (The tests start their own servers; the package's system service, where
+# systemd starts one, is stopped so that nothing answers on port 6379.)
 
 # protoc comes from Debian's protobuf-compiler package.
 protoc:

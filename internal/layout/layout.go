@@ -8,8 +8,8 @@
 //   - internal/...: libraries every part of the runtime shares (ids,
 //     codec, protocols, auth, rpc options, the object store, resources,
 //     spawn). They import nothing above them. internal/testservers holds
-//     the real servers tests and the benchmark run (MinIO; a GCS, whose
-//     package gcstest imports gcs and is exempt from this rule).
+//     the real servers tests and the benchmark run (MinIO, Redis; a GCS,
+//     whose package gcstest imports gcs and is exempt from this rule).
 //   - sdk/plugin, sdk/transport, sdk/storage (and later plugin kinds): the
 //     plugin SDKs a plugin author imports. They import the plugin protocols
 //     and little else of the module, never the runtime.

@@ -98,13 +98,20 @@ func freePort() (int, error) {
 
 func (s *Server) start() error {
 	_, port, _ := net.SplitHostPort(s.Address)
-	cmd := exec.Command(s.bin,
-		"--bind", "127.0.0.1", "--port", port, "--dir", s.Dir,
-		"--requirepass", s.Password,
-		"--appendonly", "yes", "--appendfsync", "always",
-		"--save", "", "--daemonize", "no", "--protected-mode", "yes",
-		"--logfile", filepath.Join(s.Dir, "redis.log"))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// The configuration, password included, goes on stdin ("-"), so
+	// that it is not on the command line for other users to read.
+	conf := strings.Join([]string{
+		"bind 127.0.0.1", "port " + port, "dir " + s.Dir,
+		"requirepass " + s.Password,
+		"appendonly yes", "appendfsync always",
+		`save ""`, "daemonize no", "protected-mode yes",
+		"logfile " + filepath.Join(s.Dir, "redis.log"),
+	}, "\n") + "\n"
+	cmd := exec.Command(s.bin, "-")
+	cmd.Stdin = strings.NewReader(conf)
+	// Own process group (killed whole), and killed when this process dies
+	// however it dies (spawn.Start makes Pdeathsig reliable).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := spawn.Start(cmd); err != nil {
 		return fmt.Errorf("starting %s: %w", s.bin, err)
 	}
