@@ -112,8 +112,11 @@ func fromStatus(ctx context.Context, op, objectID string, err error) error {
 		// the status error so callers can inspect its code.
 		return &TransferError{ObjectID: objectID, Op: op, Err: err}
 	}
+	// No detail (an older plugin, a deadline hit on the way): keep the
+	// status error in the chain so callers can still inspect its code, as
+	// storage does.
 	return &TransferError{ObjectID: objectID, Op: op,
-		Err: errorTable.Remote(fmt.Sprintf("%s (%s)", st.Message(), st.Code()), []string{k.Name})}
+		Err: errorTable.Remote(fmt.Sprintf("%s (%s)", st.Message(), st.Code()), []string{k.Name}, err)}
 }
 
 // ---------------------------------------------------------------- conversions

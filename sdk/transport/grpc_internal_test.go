@@ -51,6 +51,11 @@ func TestFromStatusByCode(t *testing.T) {
 			t.Errorf("Unavailable matches %v", s)
 		}
 	}
+	// A known kind without detail keeps the status in the chain, as in
+	// storage: callers can read the code.
+	if err := fromStatus(context.Background(), OpSend, "0a", status.Error(codes.DeadlineExceeded, "slow")); status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, ErrTimeout) {
+		t.Errorf("DeadlineExceeded without detail: %v (code %v), want code DeadlineExceeded matching ErrTimeout", err, status.Code(err))
+	}
 	if err := fromStatus(context.Background(), OpInfo, "", errors.New("plain")); err == nil || err.Error() != "transport info: plain" {
 		t.Errorf("non-status error became %v", err)
 	}
