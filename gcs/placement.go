@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -82,6 +83,10 @@ type placementGroups struct {
 	// removed counts REMOVED groups still in the table (pruned past
 	// maxRemovedGroups).
 	removed int
+
+	// waiters counts GetPlacementGroup calls blocked in wait_ready (for
+	// tests).
+	waiters atomic.Int64
 }
 
 // maxRemovedGroups is how many removed groups the table keeps for
@@ -254,9 +259,12 @@ func (s *Server) GetPlacementGroup(ctx context.Context, req *gorayv1.GetPlacemen
 		id = e.id // keep waiting on this group even if the name is reused
 		ch := e.changed
 		p.mu.Unlock()
+		p.waiters.Add(1)
 		select {
 		case <-ch:
+			p.waiters.Add(-1)
 		case <-ctx.Done():
+			p.waiters.Add(-1)
 			return nil, &waitError{what: "placement group %s to be ready", id: id, err: ctx.Err()}
 		}
 	}

@@ -516,3 +516,29 @@ func TestRemovedGroupsArePruned(t *testing.T) {
 	_, err = pc.c.GetPlacementGroup(ctxT(t), &gorayv1.GetPlacementGroupRequest{PlacementGroupId: ids4[0].Bytes()})
 	wantCode(t, err, codes.NotFound, "no placement group")
 }
+
+// TestWaitReadyEndsWithRemoval: a caller blocked waiting for a group that
+// cannot fit is woken by its removal and sees it REMOVED.
+func TestWaitReadyEndsWithRemoval(t *testing.T) {
+	pc, _ := startPGCluster(t, 1)
+	id := pc.create(t, "", strictPack, newID(), false, 8) // never fits
+	got := make(chan *gorayv1.PlacementGroupInfo, 1)
+	go func() {
+		r, err := pc.c.GetPlacementGroup(ctxT(t), &gorayv1.GetPlacementGroupRequest{PlacementGroupId: id.Bytes(), WaitReady: true})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r.GetGroup()
+	}()
+	waitFor(t, "a waiter", func() bool { return pc.s.pgs.waiters.Load() == 1 })
+	_, err := pc.c.RemovePlacementGroup(ctxT(t), &gorayv1.RemovePlacementGroupRequest{PlacementGroupId: id.Bytes()})
+	mustOK(t, err)
+	select {
+	case g := <-got:
+		if g.GetState() != stRemoved {
+			t.Fatalf("the waiter saw %v, want REMOVED", g.GetState())
+		}
+	case <-ctxT(t).Done():
+		t.Fatal("the waiter was not woken by the removal")
+	}
+}
