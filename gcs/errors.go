@@ -5,6 +5,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/rpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -145,9 +146,11 @@ func (e *OtherClusterError) Error() string {
 	return fmt.Sprintf("node %s belongs to cluster %s, not to this GCS's cluster %s", e.Node, e.Cluster, e.Want)
 }
 
-// GRPCStatus maps the error to codes.FailedPrecondition.
+// GRPCStatus maps the error to codes.FailedPrecondition, with the reason
+// rpc.ReasonOtherCluster attached so that a node can tell it from other
+// refusals.
 func (e *OtherClusterError) GRPCStatus() *status.Status {
-	return status.New(codes.FailedPrecondition, e.Error())
+	return rpc.WithReason(status.New(codes.FailedPrecondition, e.Error()), rpc.ReasonOtherCluster)
 }
 
 // JobFinishedError reports an operation that needs a running job on a job

@@ -270,3 +270,16 @@ func TestWorkerEnv(t *testing.T) {
 		t.Errorf("a forwarded %s reached the worker: %q", EnvWorkerID, env)
 	}
 }
+
+// TestFetchBinaryRefusesPaths: FetchBinary names a cached file by its
+// sha256, so anything else (a path climbing out of the cache) is refused
+// before a file is opened.
+func TestFetchBinaryRefusesPaths(t *testing.T) {
+	h := newHarness(t, nil)
+	for _, sum := range []string{"../../../../dev/zero", "", strings.Repeat("A", 64), strings.Repeat("a", 63) + "/"} {
+		err := h.r.FetchBinary(&gorayv1.FetchBinaryRequest{Sha256: sum}, nil)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not a sha256") {
+			t.Errorf("FetchBinary(%q) = %v; want InvalidArgument saying it is not a sha256", sum, err)
+		}
+	}
+}

@@ -26,6 +26,11 @@ const (
 	maxRemovedGroups = 4096
 )
 
+// maxGroupBundles bounds the bundles of one group, as the GCS does: a
+// prepare naming more (or an index past it) is refused before the
+// scheduler's lock is taken.
+const maxGroupBundles = 1000
+
 // groupBundle is one bundle of a placement group as the GCS asks this node
 // to hold it: its index in the group and its resources (plain names). It
 // is a value decoded for one call and never changed; it needs no lock.
@@ -138,10 +143,12 @@ func (s *scheduler) prepareBundles(group ids.ID, bundles []groupBundle) (ok bool
 	held := s.bundles[group]
 	need := resources.Set{}
 	var fresh []groupBundle
+	seen := make(map[int]bool, len(bundles))
 	for _, b := range bundles {
-		if held[b.index] != nil || slices.ContainsFunc(fresh, func(f groupBundle) bool { return f.index == b.index }) {
+		if held[b.index] != nil || seen[b.index] {
 			continue
 		}
+		seen[b.index] = true
 		fresh = append(fresh, b)
 		need.Add(b.res)
 	}

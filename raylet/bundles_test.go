@@ -594,6 +594,18 @@ func TestBundleRPCsRefuseBadInput(t *testing.T) {
 			_, err := h.cl.PrepareBundleResources(ctx, &gorayv1.PrepareBundlesRequest{PlacementGroupId: g.Bytes(), Bundles: []*gorayv1.Bundle{{Index: -1}}})
 			return err
 		}},
+		{"prepare of more bundles than a group has", func() error {
+			many := make([]*gorayv1.Bundle, maxGroupBundles+1)
+			for i := range many {
+				many[i] = &gorayv1.Bundle{Index: int32(i), Resources: resourcesProto(cpus(0.001))}
+			}
+			_, err := h.cl.PrepareBundleResources(ctx, &gorayv1.PrepareBundlesRequest{PlacementGroupId: g.Bytes(), Bundles: many})
+			return err
+		}},
+		{"prepare with an index past the limit", func() error {
+			_, err := h.cl.PrepareBundleResources(ctx, &gorayv1.PrepareBundlesRequest{PlacementGroupId: g.Bytes(), Bundles: []*gorayv1.Bundle{{Index: maxGroupBundles, Resources: resourcesProto(cpus(1))}}})
+			return err
+		}},
 		{"prepare of group resources", func() error {
 			_, err := h.cl.PrepareBundleResources(ctx, &gorayv1.PrepareBundlesRequest{PlacementGroupId: g.Bytes(),
 				Bundles: []*gorayv1.Bundle{{Resources: resourcesProto(inGroup(cpus(1), ids.New(), 0))}}})

@@ -57,16 +57,21 @@ var emptySnapshot = &clusterSnapshot{byID: map[ids.ID]*policy.Node{}}
 // GCS, and its connections to their raylets.
 //
 // The view is an immutable snapshot published atomically: readers take no
-// lock. syncMu serialises refreshes (it guards nothing else and is never
-// held across the GCS call); connMu guards conns.
+// lock. syncMu serialises publishing refreshed views, newest-asked last
+// (it is never held across the GCS call); connMu guards conns.
 type clusterView struct {
 	nodeID ids.ID
 	gcs    gorayv1.GcsClient
 	auth   *auth.Credentials
 	log    hclog.Logger
 
-	view   atomic.Pointer[clusterSnapshot]
-	syncMu sync.Mutex
+	view atomic.Pointer[clusterSnapshot]
+	// asked numbers refreshes as they call the GCS; syncMu serialises
+	// publishing their replies and guards published, the number of the
+	// last one published.
+	asked     atomic.Uint64
+	syncMu    sync.Mutex
+	published uint64
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn // to other raylets, by address
@@ -89,6 +94,11 @@ func (cv *clusterView) snapshot() *clusterSnapshot { return cv.view.Load() }
 func (cv *clusterView) refresh(ctx context.Context) (died []*policy.Node, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 	defer cancel()
+	// Refreshes run concurrently (the report tick, lease requests, peer
+	// lookups): number them as they ask, and publish a reply only if no
+	// later-asked one was published, so an older answer never undoes a
+	// newer one (a dead node coming back alive).
+	gen := cv.asked.Add(1)
 	rep, err := cv.gcs.GetAllNodes(ctx, &gorayv1.GetAllNodesRequest{})
 	if err != nil {
 		cv.log.Debug("refreshing the cluster view failed", "error", err)
@@ -96,6 +106,10 @@ func (cv *clusterView) refresh(ctx context.Context) (died []*policy.Node, ok boo
 	}
 	cv.syncMu.Lock()
 	defer cv.syncMu.Unlock()
+	if gen < cv.published {
+		return nil, true
+	}
+	cv.published = gen
 	old := cv.view.Load()
 	next := &clusterSnapshot{byID: make(map[ids.ID]*policy.Node, len(old.byID))}
 	for id, p := range old.byID {

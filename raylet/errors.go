@@ -3,6 +3,7 @@ package raylet
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -98,4 +99,73 @@ func toStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// GCSUnreachableError is why a node stopped itself after no call to the
+// GCS succeeded for Config.GCSReconnectTimeout (Raylet.Err returns it).
+type GCSUnreachableError struct {
+	// Address is the GCS's address; For how long no call succeeded.
+	Address string
+	For     time.Duration
+	// Err is the last call's error.
+	Err error
+}
+
+// Error says how long the GCS has been unreachable and where it is.
+func (e *GCSUnreachableError) Error() string {
+	return fmt.Sprintf("raylet: the GCS at %s has been unreachable for %s; stopping the node (last error: %v)", e.Address, e.For.Round(time.Millisecond), e.Err)
+}
+
+// Unwrap returns the last call's error.
+func (e *GCSUnreachableError) Unwrap() error { return e.Err }
+
+// OtherClusterError is why a node stopped itself when the GCS refused it as
+// a node of another cluster: a GCS started afresh, or another cluster's
+// (Raylet.Err returns it).
+type OtherClusterError struct {
+	// Address is the GCS's address; Node the refused node; Cluster the
+	// cluster the node belongs to.
+	Address string
+	Node    ids.ID
+	Cluster string
+	// Err is the GCS's answer.
+	Err error
+}
+
+// Error says which GCS refused the node as another cluster's.
+func (e *OtherClusterError) Error() string {
+	return fmt.Sprintf("raylet: the GCS at %s belongs to another cluster than node %s (of cluster %s); stopping the node: %v", e.Address, e.Node, e.Cluster, e.Err)
+}
+
+// Unwrap returns the GCS's answer.
+func (e *OtherClusterError) Unwrap() error { return e.Err }
+
+// RegistrationRefusedError is why a node stopped itself when the GCS at
+// Address refused to register it for another reason than its cluster (for
+// example because it had declared the node dead).
+type RegistrationRefusedError struct {
+	Address string
+	Node    ids.ID
+	// Err is the GCS's answer.
+	Err error
+}
+
+// Error says which GCS refused the node and why.
+func (e *RegistrationRefusedError) Error() string {
+	return fmt.Sprintf("raylet: the GCS at %s refused to register node %s: %v", e.Address, e.Node, e.Err)
+}
+
+// Unwrap returns the GCS's answer.
+func (e *RegistrationRefusedError) Unwrap() error { return e.Err }
+
+// DeclaredDeadError is why a node stopped itself when the GCS at Address
+// answered its heartbeat saying it had declared the node dead.
+type DeclaredDeadError struct {
+	Address string
+	Node    ids.ID
+}
+
+// Error says which GCS declared the node dead.
+func (e *DeclaredDeadError) Error() string {
+	return fmt.Sprintf("raylet: the GCS at %s declared node %s dead; stopping the node", e.Address, e.Node)
 }

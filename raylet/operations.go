@@ -365,6 +365,8 @@ func (r *Raylet) syncJobs(ctx context.Context) {
 	if len(remote) == 0 {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, gcsTimeout)
+	defer cancel()
 	rep, err := r.cfg.GCS.GetAllJobs(ctx, &gorayv1.GetAllJobsRequest{})
 	if err != nil {
 		return

@@ -53,6 +53,22 @@
 // then grants the bound ones (and puts the others back) under its lock
 // again. A request cancelled, or a worker dead, in between is noticed in
 // the last step.
+//
+// # GCS outages
+//
+// The link to the GCS is Run's (gcslink.go). Registration at start is
+// retried with backoff (github.com/cenkalti/backoff) while the GCS cannot
+// be reached, since a node may start before its head. The node remembers
+// the cluster id the GCS answers and sends it whenever it registers again.
+// While heartbeats fail the node keeps serving (leases, objects and
+// workers go on), retries with backoff, and logs the outage once when it
+// starts and once when it ends. A GCS that answers NotFound (restarted
+// without the node's record) gets the node registered again, with the
+// same node id and cluster id. The node stops itself (Done, with the
+// reason in Err) when the GCS refuses it as another cluster's
+// (OtherClusterError), declares it dead (DeclaredDeadError), or when no
+// call to the GCS succeeded for Config.GCSReconnectTimeout (default 60s,
+// GCSUnreachableError); Shutdown then makes no call to a GCS it gave up on.
 package raylet
 
 import (
@@ -152,6 +168,12 @@ type Config struct {
 	// HeartbeatPeriod between heartbeats (default 1s; the GCS may override
 	// it when the node registers).
 	HeartbeatPeriod time.Duration
+	// GCSReconnectTimeout is how long the node goes on without any
+	// successful call to the GCS (registering at start, heartbeats during
+	// an outage) before it stops itself (default
+	// DefaultGCSReconnectTimeout, 60s, as Ray's
+	// gcs_rpc_server_reconnect_timeout_s).
+	GCSReconnectTimeout time.Duration
 	// Logger receives the raylet's logs; nil discards them.
 	Logger hclog.Logger
 	// LogLevel is passed to workers as GORAY_LOG_LEVEL.
@@ -196,6 +218,11 @@ type Raylet struct {
 
 	stopping   atomic.Bool // Shutdown has started
 	registered atomic.Bool // node registered with the GCS
+
+	reconnectTimeout time.Duration
+	clusterID        atomic.Pointer[string] // from the GCS's RegisterNodeReply
+	lastContact      atomic.Int64           // unix ns of the last successful GCS call
+	stopErr          atomic.Pointer[errBox] // why the node stopped itself (Err)
 
 	jobs    *jobTable
 	sched   *scheduler
@@ -251,6 +278,10 @@ func New(cfg Config) (*Raylet, error) {
 	if r.hbPeriod <= 0 {
 		r.hbPeriod = DefaultHeartbeatPeriod
 	}
+	r.reconnectTimeout = cfg.GCSReconnectTimeout
+	if r.reconnectTimeout <= 0 {
+		r.reconnectTimeout = DefaultGCSReconnectTimeout
+	}
 	r.cluster = newClusterView(cfg.NodeID, cfg.GCS, cfg.Auth, r.log)
 	bins := binaries.New(cfg.BinaryCacheDir, cfg.NodeID, r.log, func(node ids.ID) (gorayv1.RayletClient, error) {
 		cli, _, err := r.peerClient(node)
@@ -276,9 +307,10 @@ func (r *Raylet) NodeID() ids.ID { return r.cfg.NodeID }
 // Register registers the Raylet service on g.
 func (r *Raylet) Register(g *grpc.Server) { gorayv1.RegisterRayletServer(g, r) }
 
-// Done is closed when the node is asked to stop: by the ShutdownNode RPC or
-// when the GCS answers a heartbeat saying the node was declared dead. The
-// node host watches it and calls Shutdown.
+// Done is closed when the node is asked to stop: by the ShutdownNode RPC,
+// or by the node itself when the GCS declared it dead, refuses it (another
+// cluster's GCS) or stays unreachable for Config.GCSReconnectTimeout; Err
+// then says why. The node host watches it and calls Shutdown.
 func (r *Raylet) Done() <-chan struct{} { return r.done }
 
 func (r *Raylet) closeDone() { r.doneOnce.Do(func() { close(r.done) }) }
@@ -286,12 +318,25 @@ func (r *Raylet) closeDone() { r.doneOnce.Do(func() { close(r.done) }) }
 // Run registers the node with the GCS (when configured), then heartbeats
 // every period with the available resources, store usage and pending
 // demand, and kills surplus idle workers. It returns nil when ctx is done or
-// Shutdown starts, and an error when the node cannot be registered.
+// Shutdown starts.
+//
+// Registration is retried with backoff while the GCS cannot be reached,
+// for at most Config.GCSReconnectTimeout; Run fails (and closes Done, with
+// the reason in Err) when that passes or the GCS refuses the node. Once
+// registered, the node keeps serving through GCS outages (see the package
+// doc, "GCS outages").
 func (r *Raylet) Run(ctx context.Context) error {
-	var hb <-chan time.Time
+	var (
+		hb   <-chan time.Time
+		link *gcsLink
+	)
 	if r.cfg.GCS != nil {
-		reply, err := r.cfg.GCS.RegisterNode(ctx, &gorayv1.RegisterNodeRequest{Node: r.nodeInfo()})
+		reply, err := r.registerAtStart(ctx)
 		if err != nil {
+			if ctx.Err() != nil || r.stopping.Load() {
+				return nil
+			}
+			r.stopWith(err)
 			return fmt.Errorf("raylet: registering node %s with the GCS: %w", r.cfg.NodeID, err)
 		}
 		r.registered.Store(true)
@@ -302,10 +347,12 @@ func (r *Raylet) Run(ctx context.Context) error {
 		// Report (and refresh the cluster view) at least every
 		// maxReportPeriod: the GCS only declares a node dead after
 		// FailureThreshold whole periods, but schedulers want fresh load.
-		t := time.NewTicker(min(period, maxReportPeriod))
+		every := min(period, maxReportPeriod)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		hb = t.C
-		r.log.Info("node registered", "node_id", r.cfg.NodeID, "heartbeat_period", period)
+		link = newGCSLink(every)
+		r.log.Info("node registered", "node_id", r.cfg.NodeID, "cluster", reply.GetClusterId(), "heartbeat_period", period)
 		r.syncCluster(ctx)
 	}
 	if r.objects.spill.Enabled() {
@@ -331,8 +378,7 @@ func (r *Raylet) Run(ctx context.Context) error {
 		case <-r.closing:
 			return nil
 		case <-hb:
-			r.heartbeat(ctx)
-			r.syncCluster(ctx)
+			r.tick(ctx, link)
 		case now := <-reap.C:
 			r.reapIdle(now)
 		}
@@ -344,7 +390,9 @@ func (r *Raylet) reapIdle(now time.Time) {
 	r.pool.reap(now, r.sched.holders())
 }
 
-func (r *Raylet) heartbeat(ctx context.Context) {
+// heartbeat reports the node's load to the GCS. It returns the call's
+// error; a GCS that declared the node dead makes it stop itself.
+func (r *Raylet) heartbeat(ctx context.Context) error {
 	req := &gorayv1.HeartbeatRequest{
 		NodeId:    r.cfg.NodeID.Bytes(),
 		Available: resourcesProto(nonNegative(r.sched.availableResources())),
@@ -357,13 +405,13 @@ func (r *Raylet) heartbeat(ctx context.Context) {
 	defer cancel()
 	reply, err := r.cfg.GCS.ReportHeartbeat(ctx, req)
 	if err != nil {
-		r.log.Warn("heartbeat failed", "error", err)
-		return
+		return err
 	}
+	r.contacted(time.Now())
 	if reply.GetDead() {
-		r.log.Error("the GCS declared this node dead; stopping", "node_id", r.cfg.NodeID)
-		r.closeDone()
+		r.stopWith(&DeclaredDeadError{Address: r.gcsAddress(), Node: r.cfg.NodeID})
 	}
+	return nil
 }
 
 // Shutdown kills every worker (SIGTERM to its process group, SIGKILL after a
@@ -408,7 +456,9 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 	// A node leaving the cluster is a node failure to its actors, not a
 	// kill: those with restarts left restart on other nodes (the GCS kills
 	// those whose owner was on this node when the node is unregistered).
-	if r.cfg.GCS != nil && hadActors {
+	// A node that gave up on the GCS does not call it any more.
+	gcsUp := r.cfg.GCS != nil && !r.gcsGivenUp()
+	if gcsUp && hadActors {
 		fctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 		_, err := r.cfg.GCS.ReportWorkerFailure(fctx, &gorayv1.ReportWorkerFailureRequest{
 			NodeId: r.cfg.NodeID.Bytes(), Reason: "node shutting down",
@@ -418,7 +468,7 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 			r.log.Warn("reporting the node's actors failed to the GCS", "error", err)
 		}
 	}
-	if r.registered.Load() && r.cfg.GCS != nil {
+	if r.registered.Load() && gcsUp {
 		uctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 		defer cancel()
 		if _, err := r.cfg.GCS.UnregisterNode(uctx, &gorayv1.UnregisterNodeRequest{

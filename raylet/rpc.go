@@ -448,7 +448,19 @@ func (r *Raylet) ShutdownNode(ctx context.Context, req *gorayv1.ShutdownNodeRequ
 // FetchBinary streams a job binary this node has (a local driver's, or one
 // in the cache) by its sha256.
 func (r *Raylet) FetchBinary(req *gorayv1.FetchBinaryRequest, stream gorayv1.Raylet_FetchBinaryServer) error {
+	// The sum names a file of the cache: it must be a sha256, never a path.
+	if !digest.ValidSHA256(req.GetSha256()) {
+		return status.Errorf(codes.InvalidArgument, "fetch binary: %q is not a sha256 (64 lowercase hexadecimal digits)", clipString(req.GetSha256()))
+	}
 	return r.jobs.sendBinary(req.GetSha256(), stream.Send)
+}
+
+// clipString shortens s for an error message.
+func clipString(s string) string {
+	if len(s) <= 80 {
+		return s
+	}
+	return s[:80] + "..."
 }
 
 // PullObject copies an object from the node holding it into this node's
@@ -500,10 +512,13 @@ func (r *Raylet) PrepareBundleResources(ctx context.Context, req *gorayv1.Prepar
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "prepare bundles: placement group id: %v", err)
 	}
+	if n := len(req.GetBundles()); n > maxGroupBundles {
+		return nil, status.Errorf(codes.InvalidArgument, "prepare bundles of placement group %s: %d bundles; a group has at most %d", group.Short(), n, maxGroupBundles)
+	}
 	bundles := make([]groupBundle, 0, len(req.GetBundles()))
 	for _, b := range req.GetBundles() {
-		if b.GetIndex() < 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "prepare bundles of placement group %s: bundle index %d is negative", group.Short(), b.GetIndex())
+		if b.GetIndex() < 0 || b.GetIndex() >= maxGroupBundles {
+			return nil, status.Errorf(codes.InvalidArgument, "prepare bundles of placement group %s: bundle index %d is outside 0 to %d", group.Short(), b.GetIndex(), maxGroupBundles-1)
 		}
 		res, err := resourcesFromProto(b.GetResources())
 		if err != nil {

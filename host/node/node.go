@@ -240,7 +240,13 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	go func() {
 		select {
 		case <-n.raylet.Done():
-			n.log.Info("shutdown requested")
+			if err := n.raylet.Err(); err != nil {
+				// The GCS is gone for good, belongs to another cluster,
+				// or declared this node dead: say why the node stops.
+				n.log.Error("stopping the node", "reason", err)
+			} else {
+				n.log.Info("shutdown requested")
+			}
 			n.signalDone()
 		case <-n.done:
 		}

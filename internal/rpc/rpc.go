@@ -7,8 +7,10 @@ package rpc
 
 import (
 	"path/filepath"
+	"time"
 
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/limits"
@@ -24,13 +26,27 @@ const MaxMessageSize = limits.MaxMessageSize
 // bufferSize is the read and write buffer of every connection.
 const bufferSize = 256 << 10
 
+// reconnectMaxDelay caps the backoff between a connection's attempts to
+// reconnect (gRPC's default grows to 120 s): a server back after an outage,
+// such as a restarted GCS, is reached again within a few seconds.
+const reconnectMaxDelay = 5 * time.Second
+
+// connectParams are gRPC's default reconnect parameters with the delay
+// capped at reconnectMaxDelay.
+var connectParams = grpc.ConnectParams{
+	Backoff:           grpcbackoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: reconnectMaxDelay},
+	MinConnectTimeout: 20 * time.Second,
+}
+
 // DialOptions are the gRPC options for every goray client connection to
-// target: the message limits and buffers, and creds' token and TLS.
+// target: the message limits and buffers, a reconnect backoff capped at a
+// few seconds, and creds' token and TLS.
 func DialOptions(target string, creds *auth.Credentials) []grpc.DialOption {
 	return append(creds.DialOptions(target),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)),
 		grpc.WithWriteBufferSize(bufferSize),
 		grpc.WithReadBufferSize(bufferSize),
+		grpc.WithConnectParams(connectParams),
 	)
 }
 
@@ -46,11 +62,12 @@ func ServerOptions(creds *auth.Credentials) []grpc.ServerOption {
 }
 
 // Dial connects to a goray gRPC endpoint, a unix socket path (absolute) or
-// host:port, with creds. Like grpc.NewClient it does not wait for the
-// connection; the first call does.
-func Dial(target string, creds *auth.Credentials) (*grpc.ClientConn, error) {
+// host:port, with creds and the extra options (for example WaitForServer).
+// Like grpc.NewClient it does not wait for the connection; the first call
+// does.
+func Dial(target string, creds *auth.Credentials, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if filepath.IsAbs(target) {
 		target = "unix://" + target
 	}
-	return grpc.NewClient(target, DialOptions(target, creds)...)
+	return grpc.NewClient(target, append(DialOptions(target, creds), extra...)...)
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -114,9 +116,18 @@ func (c *actorClient) resolve() {
 		c.setDead(fmt.Errorf("no GCS connection to look the actor up"))
 		return
 	}
-	backoff := 50 * time.Millisecond
+	req := &pb.GetActorRequest{ActorId: c.ref.ID.Bytes(), WaitAlive: true}
 	for {
-		rep, err := cw.gcs.GetActor(cw.ctx, &pb.GetActorRequest{ActorId: c.ref.ID.Bytes(), WaitAlive: true})
+		// The GCS connection waits while the GCS is down; a long poll that
+		// ends without an answer, or a GCS out of reach all the same, is
+		// asked again: it still decides.
+		rep, err := backoff.Retry(cw.ctx, func() (*pb.GetActorReply, error) {
+			rep, err := cw.gcs.GetActor(cw.ctx, req)
+			if code := status.Code(err); err != nil && code != codes.DeadlineExceeded && code != codes.Unavailable {
+				return nil, backoff.Permanent(err)
+			}
+			return rep, err
+		}, forever(2*time.Second)...)
 		if err != nil {
 			if cw.ctx.Err() != nil {
 				c.setDead(ErrShutdown)
@@ -125,15 +136,6 @@ func (c *actorClient) resolve() {
 			if status.Code(err) == codes.NotFound {
 				c.setDead(fmt.Errorf("the GCS does not know the actor"))
 				return
-			}
-			if code := status.Code(err); code == codes.DeadlineExceeded || code == codes.Unavailable {
-				// The GCS is out of reach for now: it still decides.
-				select {
-				case <-time.After(backoff):
-				case <-cw.ctx.Done():
-				}
-				backoff = min(2*backoff, 2*time.Second)
-				continue
 			}
 			c.setDead(fmt.Errorf("looking the actor up: %w", err))
 			return
@@ -186,11 +188,13 @@ func (c *actorClient) setAliveLocked(addr *pb.Address) bool {
 func (c *actorClient) watch(ctx context.Context, addr *pb.Address) {
 	cw := c.m.cw
 	mine := ids.MustFromBytes(addr.GetWorkerId())
-	backoff := 50 * time.Millisecond
-	for {
-		rep, err := cw.gcs.GetActor(ctx, &pb.GetActorRequest{ActorId: c.ref.ID.Bytes(), WaitNotAliveOn: addr.GetWorkerId()})
+	req := &pb.GetActorRequest{ActorId: c.ref.ID.Bytes(), WaitNotAliveOn: addr.GetWorkerId()}
+	// The loop ends with ctx (its error is then of no interest) or once
+	// the client followed the GCS's verdict (the operation's nil).
+	_, _ = backoff.Retry(ctx, func() (struct{}, error) {
+		rep, err := cw.gcs.GetActor(ctx, req)
 		if ctx.Err() != nil {
-			return
+			return struct{}{}, backoff.Permanent(ctx.Err())
 		}
 		if err == nil {
 			a := rep.GetActor()
@@ -198,29 +202,25 @@ func (c *actorClient) watch(ctx context.Context, addr *pb.Address) {
 			switch {
 			case a.GetState() == pb.ActorState_ACTOR_STATE_DEAD:
 				c.setDead(errors.New(a.GetDeathReason()))
-				return
+				return struct{}{}, nil
 			case a.GetState() == pb.ActorState_ACTOR_STATE_RESTARTING && on == mine,
 				!c.owner && a.GetState() != pb.ActorState_ACTOR_STATE_PENDING && on != mine:
 				// It failed there (or, seen from a borrower, has moved on).
 				c.restart(addr, a.GetDeathReason())
-				return
+				return struct{}{}, nil
 			}
 			// The GCS has not recorded this instance yet (an owner's
 			// report of it still on its way), or does not know
 			// wait_not_alive_on: ask again in a while.
-		} else if status.Code(err) == codes.NotFound {
+			return struct{}{}, errNotYet
+		}
+		if status.Code(err) == codes.NotFound {
 			c.setDead(fmt.Errorf("the GCS does not know the actor"))
-			return
-		} else {
-			cw.log.Debug("following the actor in the GCS failed; retrying", "actor", c.ref.ID.Short(), "error", err)
+			return struct{}{}, nil
 		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
+		cw.log.Debug("following the actor in the GCS failed; retrying", "actor", c.ref.ID.Short(), "error", err)
+		return struct{}{}, err
+	}, forever(2*time.Second)...)
 }
 
 // setDead marks the actor dead and fails every queued and in-flight call.
@@ -442,21 +442,18 @@ func (c *actorClient) create(rec *taskRecord) {
 	if cw.gcs != nil {
 		// The GCS must know where the actor runs: others find it there,
 		// and its fate is followed there (watch).
-		backoff := 50 * time.Millisecond
-		for {
-			_, err := cw.gcs.UpdateActor(cw.ctx, &pb.UpdateActorRequest{Actor: info})
-			if err == nil || cw.ctx.Err() != nil || c.diedErr() != nil {
-				break
+		_, err := backoff.Retry(cw.ctx, func() (*pb.UpdateActorReply, error) {
+			rep, err := cw.gcs.UpdateActor(cw.ctx, &pb.UpdateActorRequest{Actor: info})
+			if err == nil || c.diedErr() != nil {
+				return rep, nil // recorded, or killed meanwhile: nothing to record
 			}
 			if code := status.Code(err); code != codes.Unavailable && code != codes.DeadlineExceeded {
-				cw.log.Warn("recording actor as alive failed", "actor", c.ref.ID.Short(), "error", err)
-				break
+				return nil, backoff.Permanent(err)
 			}
-			select {
-			case <-time.After(backoff):
-			case <-cw.ctx.Done():
-			}
-			backoff = min(2*backoff, 2*time.Second)
+			return nil, err
+		}, forever(2*time.Second)...)
+		if err != nil && cw.ctx.Err() == nil {
+			cw.log.Warn("recording actor as alive failed", "actor", c.ref.ID.Short(), "error", err)
 		}
 	}
 	c.mu.Lock()
@@ -912,11 +909,13 @@ func (cw *CoreWorker) fenceActor(id ids.ID) {
 	if cw.gcs == nil {
 		return
 	}
-	backoff := 50 * time.Millisecond
-	for {
-		rep, err := cw.gcs.GetActor(cw.ctx, &pb.GetActorRequest{ActorId: id.Bytes(), WaitAlive: true, WaitNotAliveOn: cw.id.Bytes()})
+	req := &pb.GetActorRequest{ActorId: id.Bytes(), WaitAlive: true, WaitNotAliveOn: cw.id.Bytes()}
+	// The loop ends with the worker, or when the GCS does not know the
+	// actor (the operation's nil).
+	_, _ = backoff.Retry(cw.ctx, func() (struct{}, error) {
+		rep, err := cw.gcs.GetActor(cw.ctx, req)
 		if cw.ctx.Err() != nil {
-			return
+			return struct{}{}, backoff.Permanent(cw.ctx.Err())
 		}
 		if err == nil {
 			a := rep.GetActor()
@@ -925,14 +924,11 @@ func (cw *CoreWorker) fenceActor(id ids.ID) {
 				cw.log.Warn("this worker's actor died or runs elsewhere now; exiting", "actor", id.Short(), "state", a.GetState(), "reason", a.GetDeathReason())
 				os.Exit(0)
 			}
-		} else if status.Code(err) == codes.NotFound {
-			return
+			return struct{}{}, errNotYet
 		}
-		select {
-		case <-time.After(backoff):
-		case <-cw.ctx.Done():
-			return
+		if status.Code(err) == codes.NotFound {
+			return struct{}{}, nil
 		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
+		return struct{}{}, err
+	}, forever(2*time.Second)...)
 }

@@ -146,7 +146,7 @@ func newActorTestWorker(t *testing.T, gcsPath string) *CoreWorker {
 	cw.submitter = newSubmitter(cw)
 	cw.actors = newActorManager(cw)
 	cw.exec = newExecutor(cw)
-	gc, err := rpc.Dial(gcsPath, nil)
+	gc, err := dialGCS(gcsPath, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

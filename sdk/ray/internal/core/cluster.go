@@ -206,7 +206,7 @@ func (cw *CoreWorker) leaseWorker(ctx context.Context, req *pb.LeaseRequest, pre
 			node, cli = prefer, c
 		}
 	}
-	backoff := 50 * time.Millisecond
+	back := newBackOff(time.Second)
 	for hops := 0; ; hops++ {
 		rctx, stop := ctx, context.CancelFunc(func() {})
 		if node != cw.nodeID {
@@ -222,12 +222,13 @@ func (cw *CoreWorker) leaseWorker(ctx context.Context, req *pb.LeaseRequest, pre
 			}
 			if node != cw.nodeID && (status.Code(err) == codes.Unavailable || died) {
 				cw.log.Debug("raylet unreachable or its node dead; asking the local raylet again", "node", node.Short(), "error", err)
+				t := time.NewTimer(back.NextBackOff())
 				select {
-				case <-time.After(backoff):
+				case <-t.C:
 				case <-ctx.Done():
+					t.Stop()
 					return nil, ctx.Err()
 				}
-				backoff = min(2*backoff, time.Second)
 				node, cli = cw.nodeID, cw.raylet
 				req.SpillbackCount = 0
 				continue

@@ -209,7 +209,7 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 	}
 	cw.gcsAddr = reg.GcsAddress
 	if cw.gcsAddr != "" {
-		gcc, err := rpc.Dial(cw.gcsAddr, cw.cfg.Auth)
+		gcc, err := dialGCS(cw.gcsAddr, cw.cfg.Auth)
 		if err != nil {
 			return fmt.Errorf("goray: connecting to GCS at %s: %w", cw.gcsAddr, err)
 		}

@@ -1,0 +1,295 @@
+package raylet
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+
+	"github.com/goray-dev/goray/gcs"
+	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/rpc"
+)
+
+// testGCSPeriod is the heartbeat period the test GCSs hand the raylet.
+const testGCSPeriod = 50 * time.Millisecond
+
+// servedGCS is a real GCS served on a loopback TCP address.
+type servedGCS struct {
+	g      *gcs.Server
+	srv    *grpc.Server
+	served chan struct{}
+}
+
+// serveGCS serves g on addr ("127.0.0.1:0" for a free port; the address
+// of a stopped GCS to restart it there) until stop or the test's end.
+func serveGCS(t *testing.T, g *gcs.Server, addr string) (*servedGCS, string) {
+	t.Helper()
+	var lis net.Listener
+	waitFor(t, "the GCS address to be free", func() bool {
+		var err error
+		lis, err = net.Listen("tcp", addr)
+		return err == nil
+	})
+	s := &servedGCS{g: g, srv: grpc.NewServer(rpc.ServerOptions(nil)...), served: make(chan struct{})}
+	g.Register(s.srv)
+	go func() {
+		defer close(s.served)
+		_ = s.srv.Serve(lis)
+	}()
+	t.Cleanup(s.stop)
+	return s, lis.Addr().String()
+}
+
+func (s *servedGCS) stop() {
+	if s.srv == nil {
+		return
+	}
+	s.srv.Stop()
+	<-s.served
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.g.Close(ctx)
+	s.srv = nil
+}
+
+func openBoltGCS(t *testing.T, path string) *gcs.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := gcs.Open(ctx, gcs.Options{HeartbeatPeriod: testGCSPeriod, Storage: gcs.Storage{Backend: gcs.BackendBolt, Path: path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// gcsHarness is a raylet running (Run) against a real GCS at addr, with
+// its logs in logs.
+type gcsHarness struct {
+	*harness
+	logs    *syncBuffer
+	runDone chan error
+}
+
+func newGCSHarness(t *testing.T, addr string, limit time.Duration) *gcsHarness {
+	t.Helper()
+	conn, err := rpc.Dial(addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() }) // after the harness's Shutdown
+	logs := &syncBuffer{}
+	var out io.Writer = logs
+	if os.Getenv("RAYLET_TEST_LOG") != "" {
+		out = io.MultiWriter(logs, os.Stderr)
+	}
+	h := newHarness(t, func(c *Config) {
+		c.GCS = gorayv1.NewGcsClient(conn)
+		c.GCSAddress = addr
+		c.HeartbeatPeriod = testGCSPeriod
+		c.GCSReconnectTimeout = limit
+		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: out})
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	gh := &gcsHarness{harness: h, logs: logs, runDone: make(chan error, 1)}
+	go func() { gh.runDone <- h.r.Run(ctx) }()
+	t.Cleanup(func() { // before the harness's Shutdown
+		cancel()
+		<-gh.runDone
+	})
+	return gh
+}
+
+// nodeIn returns the GCS's view of the raylet's node (nil if unknown).
+func (h *gcsHarness) nodeIn(g *gcs.Server) *gorayv1.NodeView {
+	for _, n := range g.Nodes() {
+		if string(n.GetInfo().GetNodeId()) == string(h.r.NodeID().Bytes()) {
+			return n
+		}
+	}
+	return nil
+}
+
+func (h *gcsHarness) waitAlive(g *gcs.Server, since time.Time) {
+	h.t.Helper()
+	waitFor(h.t, "the node to be ALIVE in the GCS with a heartbeat", func() bool {
+		n := h.nodeIn(g)
+		return n != nil && n.GetInfo().GetState() == gcs.StateAlive && n.GetLastHeartbeatMs() > since.UnixMilli()
+	})
+}
+
+// shutdown shuts the raylet down while the test's GCS still serves (the
+// harness's own Shutdown, later, returns the same result).
+func (h *gcsHarness) shutdown() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := h.r.Shutdown(ctx); err != nil {
+		h.t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+func (h *gcsHarness) count(s string) int { return strings.Count(h.logs.String(), s) }
+
+func (h *gcsHarness) waitStopped() {
+	h.t.Helper()
+	select {
+	case <-h.r.Done():
+	case <-time.After(20 * time.Second):
+		h.t.Fatalf("the node did not stop itself; logs:\n%s", h.logs)
+	}
+}
+
+const (
+	logOutage   = "the GCS is unreachable; the node keeps serving"
+	logStill    = "the GCS is still unreachable"
+	logBack     = "the GCS is reachable again"
+	logReRegist = "node registered again"
+)
+
+// TestGCSRestartOnDurableStorage: the GCS stops for a few heartbeat
+// periods and restarts on the same bolt storage; the raylet serves a lease
+// meanwhile, logs the outage once when it starts and once when it ends,
+// and is ALIVE in the restarted GCS with the same id, its heartbeats
+// accepted.
+func TestGCSRestartOnDurableStorage(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "gcs.db")
+	g1, addr := serveGCS(t, openBoltGCS(t, db), "127.0.0.1:0")
+	h := newGCSHarness(t, addr, time.Minute)
+	h.waitAlive(g1.g, time.Time{})
+	d := h.driver()
+	cluster := g1.g.ClusterID()
+
+	g1.stop()
+	waitFor(t, "a few failed heartbeats", func() bool { return h.count(logStill) >= 3 })
+	l := h.mustLease(d.job, cpus(1))
+	h.returnLease(l, false)
+
+	restart := time.Now()
+	g2, _ := serveGCS(t, openBoltGCS(t, db), addr)
+	if g2.g.ClusterID() != cluster {
+		t.Fatalf("restarted GCS has cluster %s, want %s", g2.g.ClusterID(), cluster)
+	}
+	h.waitAlive(g2.g, restart)
+	waitFor(t, "the end of the outage to be logged", func() bool { return h.count(logBack) == 1 })
+	if n, m := h.count(logOutage), h.count(logBack); n != 1 || m != 1 {
+		t.Errorf("outage logged %d times at its start and %d at its end, want once each; logs:\n%s", n, m, h.logs)
+	}
+	if h.count(logReRegist) != 0 {
+		t.Errorf("the node registered again with a GCS that knew it")
+	}
+	select {
+	case <-h.r.Done():
+		t.Fatalf("the node stopped: %v", h.r.Err())
+	default:
+	}
+	h.shutdown()
+	if n := h.nodeIn(g2.g); n.GetInfo().GetState() != gcs.StateDead {
+		t.Errorf("the node is %s in the GCS after Shutdown, want DEAD", n.GetInfo().GetState())
+	}
+}
+
+// TestGCSWithoutTheNodeRegistersItAgain: a GCS of the same cluster that
+// lost the node's record (restarted on storage saved before the node
+// joined) answers NotFound; the raylet registers again with its id.
+func TestGCSWithoutTheNodeRegistersItAgain(t *testing.T) {
+	dir := t.TempDir()
+	db, before := filepath.Join(dir, "gcs.db"), filepath.Join(dir, "before.db")
+	g0 := openBoltGCS(t, db)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g0.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(before, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g1, addr := serveGCS(t, openBoltGCS(t, db), "127.0.0.1:0")
+	h := newGCSHarness(t, addr, time.Minute)
+	h.waitAlive(g1.g, time.Time{})
+	g1.stop()
+
+	restart := time.Now()
+	g2, _ := serveGCS(t, openBoltGCS(t, before), addr)
+	if g2.g.ClusterID() != g1.g.ClusterID() {
+		t.Fatalf("the GCS's cluster changed")
+	}
+	h.waitAlive(g2.g, restart)
+	waitFor(t, "the registration to be logged", func() bool { return h.count(logReRegist) == 1 })
+	h.shutdown()
+}
+
+// TestGCSOfAnotherClusterStopsTheNode: a GCS started afresh (memory, a new
+// cluster id) refuses the node as another cluster's; the node stops.
+func TestGCSOfAnotherClusterStopsTheNode(t *testing.T) {
+	g1, addr := serveGCS(t, gcs.New(gcs.Options{HeartbeatPeriod: testGCSPeriod}), "127.0.0.1:0")
+	h := newGCSHarness(t, addr, time.Minute)
+	h.waitAlive(g1.g, time.Time{})
+	g1.stop()
+	g2, _ := serveGCS(t, gcs.New(gcs.Options{HeartbeatPeriod: testGCSPeriod}), addr)
+	h.waitStopped()
+	var oc *OtherClusterError
+	if err := h.r.Err(); !errors.As(err, &oc) || !strings.Contains(err.Error(), "the GCS at "+addr+" belongs to another cluster") {
+		t.Fatalf("Err() = %v, want an OtherClusterError naming the GCS at %s", err, addr)
+	}
+	if n := h.nodeIn(g2.g); n != nil {
+		t.Errorf("the other cluster's GCS took the node: %v", n)
+	}
+}
+
+// TestGCSUnreachableStopsTheNode: with no GCS for longer than the limit the
+// node stops itself with a message saying so, and its Shutdown (no GCS to
+// tell) leaves no worker process; a node whose GCS never answers fails to
+// start within the limit.
+func TestGCSUnreachableStopsTheNode(t *testing.T) {
+	t.Run("outage longer than the limit", func(t *testing.T) {
+		g, addr := serveGCS(t, gcs.New(gcs.Options{HeartbeatPeriod: testGCSPeriod}), "127.0.0.1:0")
+		h := newGCSHarness(t, addr, time.Second)
+		h.waitAlive(g.g, time.Time{})
+		d := h.driver()
+		l := h.mustLease(d.job, cpus(1))
+		pid := l.GetWorkerPid()
+		g.stop()
+		h.waitStopped()
+		var gu *GCSUnreachableError
+		if err := h.r.Err(); !errors.As(err, &gu) || !strings.Contains(err.Error(), "the GCS at "+addr+" has been unreachable for") || gu.For < time.Second {
+			t.Fatalf("Err() = %v, want a GCSUnreachableError naming the GCS at %s", err, addr)
+		}
+		h.shutdown()
+		waitFor(t, "the worker process to be gone", func() bool { return processGone(pid) })
+	})
+	t.Run("never reachable", func(t *testing.T) {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := lis.Addr().String()
+		lis.Close()
+		h := newGCSHarness(t, addr, 500*time.Millisecond)
+		var err2 error
+		select {
+		case err2 = <-h.runDone:
+			h.runDone <- err2 // for the cleanup
+		case <-time.After(20 * time.Second):
+			t.Fatal("Run did not give up registering")
+		}
+		var gu *GCSUnreachableError
+		if !errors.As(err2, &gu) || !errors.As(h.r.Err(), &gu) {
+			t.Fatalf("Run = %v, Err() = %v; want GCSUnreachableError", err2, h.r.Err())
+		}
+		h.waitStopped()
+	})
+}
