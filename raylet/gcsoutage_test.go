@@ -150,10 +150,11 @@ func (h *gcsHarness) waitStopped() {
 }
 
 const (
-	logOutage   = "the GCS is unreachable; the node keeps serving"
-	logStill    = "the GCS is still unreachable"
-	logBack     = "the GCS is reachable again"
-	logReRegist = "node registered again"
+	logOutage      = "the GCS is unreachable; the node keeps serving"
+	logStill       = "the GCS is still unreachable"
+	logBack        = "the GCS is reachable again"
+	logReRegist    = "node registered again"
+	logFirstRegist = "node registered: "
 )
 
 // TestGCSRestartOnDurableStorage: the GCS stops for a few heartbeat
@@ -220,6 +221,10 @@ func TestGCSWithoutTheNodeRegistersItAgain(t *testing.T) {
 	g1, addr := serveGCS(t, openBoltGCS(t, db), "127.0.0.1:0")
 	h := newGCSHarness(t, addr, time.Minute)
 	h.waitAlive(g1.g, time.Time{})
+	// The raylet itself saw its first registration through (a first try
+	// whose reply was lost would otherwise land on the restarted GCS as a
+	// first registration, not as a registration again).
+	waitFor(t, "the first registration to be logged", func() bool { return h.count(logFirstRegist) == 1 })
 	g1.stop()
 
 	restart := time.Now()
@@ -238,6 +243,7 @@ func TestGCSOfAnotherClusterStopsTheNode(t *testing.T) {
 	g1, addr := serveGCS(t, gcs.New(gcs.Options{HeartbeatPeriod: testGCSPeriod}), "127.0.0.1:0")
 	h := newGCSHarness(t, addr, time.Minute)
 	h.waitAlive(g1.g, time.Time{})
+	waitFor(t, "the first registration to be logged", func() bool { return h.count(logFirstRegist) == 1 })
 	g1.stop()
 	g2, _ := serveGCS(t, gcs.New(gcs.Options{HeartbeatPeriod: testGCSPeriod}), addr)
 	h.waitStopped()
