@@ -483,7 +483,9 @@ func TestRankFailure(t *testing.T) {
 		if !res.Timeout && !res.RankFailed {
 			t.Fatalf("rank %d: %+v, want ErrTimeout or ErrRankFailed", r, res)
 		}
-		if res.Elapsed > timeout+3*time.Second {
+		// Ended by the group's timeout, not by anything much longer (the
+		// bound leaves room for a loaded machine: this is no speed test).
+		if res.Elapsed > timeout+15*time.Second {
 			t.Fatalf("rank %d failed after %v (timeout %v)", r, res.Elapsed, timeout)
 		}
 	}
@@ -492,7 +494,7 @@ func TestRankFailure(t *testing.T) {
 	}
 	// Later calls fail at once: the group is broken.
 	rs = all(t, ctx, as[:1], func(int) Req { return Req{Kind: "barrier", Group: "g3"} })
-	if !rs[0].RankFailed || rs[0].Elapsed > time.Second || !strings.Contains(rs[0].Err, "broken") {
+	if !rs[0].RankFailed || rs[0].Elapsed > timeout || !strings.Contains(rs[0].Err, "broken") {
 		t.Fatalf("call on a broken group: %+v", rs[0])
 	}
 
