@@ -861,13 +861,18 @@ func (s *Server) dropGroupResources(node ids.ID, group ids.ID) {
 	}
 }
 
+// DeathCauseGroupRemoved is ActorInfo.death_cause of an actor ended by
+// the removal of its placement group.
+const DeathCauseGroupRemoved = "placement_group_removed"
+
 // groupRemoved ends the actors of a removed group.
 func (s *Server) groupRemoved(group ids.ID, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, aid := range s.actorSeq {
 		a := s.actors[aid]
-		if pg := a.info.GetPlacementGroupId(); len(pg) > 0 && ids.MustFromBytes(pg) == group {
+		if pg := a.info.GetPlacementGroupId(); len(pg) > 0 && ids.MustFromBytes(pg) == group && a.info.GetState() != gorayv1.ActorState_ACTOR_STATE_DEAD {
+			a.info.DeathCause = DeathCauseGroupRemoved
 			s.markActorDeadLocked(a, reason)
 		}
 	}

@@ -285,12 +285,16 @@ func TestPlacementGroupTasksAndActors(t *testing.T) {
 		t.Fatal(err)
 	}
 	var died *ray.ActorDiedError
+	var callErr error
 	waitFor(t, "the actor ended with its group", func() bool {
-		_, err := PGWhere.On(h).Remote(ctx).Get(ctx)
-		return errors.As(err, &died)
+		_, callErr = PGWhere.On(h).Remote(ctx).Get(ctx)
+		return errors.As(callErr, &died)
 	})
 	if !strings.Contains(died.Error(), "placement group "+pg.ID()[:8]) {
 		t.Errorf("actor error %q does not say its placement group was removed", died)
+	}
+	if !errors.Is(callErr, ray.ErrPlacementGroupRemoved) {
+		t.Errorf("actor error %v does not match ErrPlacementGroupRemoved", callErr)
 	}
 	_, err = PGTask.Options(ray.InPlacementGroup(pg, 0)).Remote(ctx, ray.V(0)).Get(ctx)
 	var removed *ray.PlacementGroupRemovedError

@@ -4866,8 +4866,12 @@ type ActorInfo struct {
 	// Set when the actor runs in a placement group: it ends when the group
 	// is removed.
 	PlacementGroupId []byte `protobuf:"bytes,16,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// What ended a DEAD actor, when it was not its own failure:
+	// "placement_group_removed" (its group was removed). Callers get a typed
+	// error from it.
+	DeathCause    string `protobuf:"bytes,17,opt,name=death_cause,json=deathCause,proto3" json:"death_cause,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ActorInfo) Reset() {
@@ -5010,6 +5014,13 @@ func (x *ActorInfo) GetPlacementGroupId() []byte {
 		return x.PlacementGroupId
 	}
 	return nil
+}
+
+func (x *ActorInfo) GetDeathCause() string {
+	if x != nil {
+		return x.DeathCause
+	}
+	return ""
 }
 
 type RegisterNodeRequest struct {
@@ -7774,7 +7785,7 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"driver_pid\x18\t \x01(\x05R\tdriverPid\x12$\n" +
 	"\x0edriver_node_id\x18\n" +
-	" \x01(\fR\fdriverNodeId\"\xbb\x04\n" +
+	" \x01(\fR\fdriverNodeId\"\xdc\x04\n" +
 	"\tActorInfo\x12\x19\n" +
 	"\bactor_id\x18\x01 \x01(\fR\aactorId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12\x12\n" +
@@ -7793,7 +7804,9 @@ const file_goray_proto_rawDesc = "" +
 	"\x0fmax_concurrency\x18\r \x01(\x05R\x0emaxConcurrency\x12!\n" +
 	"\fmax_restarts\x18\x0e \x01(\x05R\vmaxRestarts\x12!\n" +
 	"\fnum_restarts\x18\x0f \x01(\x05R\vnumRestarts\x12,\n" +
-	"\x12placement_group_id\x18\x10 \x01(\fR\x10placementGroupId\"\\\n" +
+	"\x12placement_group_id\x18\x10 \x01(\fR\x10placementGroupId\x12\x1f\n" +
+	"\vdeath_cause\x18\x11 \x01(\tR\n" +
+	"deathCause\"\\\n" +
 	"\x13RegisterNodeRequest\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x12\x1d\n" +
 	"\n" +

@@ -146,7 +146,7 @@ func (c *actorClient) resolve() {
 			c.setAlive(a.Address)
 			return
 		case pb.ActorState_ACTOR_STATE_DEAD:
-			c.setDead(errors.New(a.DeathReason))
+			c.setDead(deathError(c.ref, a))
 			return
 		}
 	}
@@ -201,7 +201,7 @@ func (c *actorClient) watch(ctx context.Context, addr *pb.Address) {
 			on := ids.MustFromBytes(a.GetAddress().GetWorkerId())
 			switch {
 			case a.GetState() == pb.ActorState_ACTOR_STATE_DEAD:
-				c.setDead(errors.New(a.GetDeathReason()))
+				c.setDead(deathError(c.ref, a))
 				return struct{}{}, nil
 			case a.GetState() == pb.ActorState_ACTOR_STATE_RESTARTING && on == mine,
 				!c.owner && a.GetState() != pb.ActorState_ACTOR_STATE_PENDING && on != mine:
@@ -221,6 +221,15 @@ func (c *actorClient) watch(ctx context.Context, addr *pb.Address) {
 		cw.log.Debug("following the actor in the GCS failed; retrying", "actor", c.ref.ID.Short(), "error", err)
 		return struct{}{}, err
 	}, forever(2*time.Second)...)
+}
+
+// deathError is why the GCS says actor a died: a typed error when its
+// death had a cause other than its own failure.
+func deathError(ref ActorRef, a *pb.ActorInfo) error {
+	if a.GetDeathCause() == "placement_group_removed" {
+		return &PlacementGroupRemovedError{Function: ref.Class, Reason: a.GetDeathReason()}
+	}
+	return errors.New(a.GetDeathReason())
 }
 
 // setDead marks the actor dead and fails every queued and in-flight call.
