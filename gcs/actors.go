@@ -90,7 +90,7 @@ func (s *Server) RegisterActor(ctx context.Context, req *gorayv1.RegisterActorRe
 		s.byName[name] = id
 	}
 	s.saveActorLocked(a)
-	d = s.durableLocked()
+	d = s.durableNow()
 	s.log.Debug("actor registered", "actor", id.Short(), "name", name, "class", info.GetClassName(), "job", jobID.Short())
 	s.publishLocked(Event{Kind: EventActorRegistered, Actor: info})
 	return &gorayv1.RegisterActorReply{}, nil
@@ -163,7 +163,7 @@ func (s *Server) UpdateActor(ctx context.Context, req *gorayv1.UpdateActorReques
 		}
 	}
 	s.saveActorLocked(a)
-	d = s.durableLocked()
+	d = s.durableNow()
 	return &gorayv1.UpdateActorReply{}, nil
 }
 
@@ -347,6 +347,6 @@ func (s *Server) ReportWorkerFailure(ctx context.Context, req *gorayv1.ReportWor
 			s.actorFailedLocked(a, reason, req.GetPermanent())
 		}
 	}
-	d = s.durableLocked()
+	d = s.durableNow()
 	return &gorayv1.ReportWorkerFailureReply{}, nil
 }

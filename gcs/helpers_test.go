@@ -2,9 +2,9 @@ package gcs
 
 import (
 	"context"
+	"github.com/goray-dev/goray/internal/leaktest"
 	"net"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -40,35 +40,11 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// checkGoroutines fails the test if goroutines started during it are still
-// running at cleanup (after a polling deadline). Register it before any other
-// cleanup so that it runs last.
-func checkGoroutines(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
-			if n <= before {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutine leak: %d before, %d after\n%s", before, n, buf)
-				return
-			}
-			<-time.After(5 * time.Millisecond) // polling interval
-		}
-	})
-}
-
 // startServer serves a new GCS on a unix socket and returns it with a client
 // connected over real gRPC. Everything is stopped at cleanup.
 func startServer(t *testing.T, opts Options) (*Server, gorayv1.GcsClient) {
 	t.Helper()
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	s := New(opts)
 	sock := filepath.Join(t.TempDir(), "gcs.sock")
 	lis, err := net.Listen("unix", sock)

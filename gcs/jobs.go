@@ -49,7 +49,7 @@ func (s *Server) AddJob(ctx context.Context, req *gorayv1.AddJobRequest) (_ *gor
 	s.jobs[id] = job
 	s.jobOrder = append(s.jobOrder, id)
 	s.saveLocked(tableJobs, id.String(), job)
-	d = s.durableLocked()
+	d = s.durableNow()
 	s.log.Info("job added", "job", id.Short(), "binary", job.GetBinaryPath(), "pid", job.GetDriverPid())
 	s.publishLocked(Event{Kind: EventJobAdded, Job: job})
 	return &gorayv1.AddJobReply{}, nil
@@ -85,7 +85,7 @@ func (s *Server) MarkJobFinished(ctx context.Context, req *gorayv1.MarkJobFinish
 			s.markActorDeadLocked(a, "job finished")
 		}
 	}
-	d = s.durableLocked()
+	d = s.durableNow()
 	return &gorayv1.MarkJobFinishedReply{}, nil
 }
 

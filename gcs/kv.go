@@ -70,7 +70,7 @@ func (s *Server) KVPut(ctx context.Context, req *gorayv1.KVPutRequest) (_ *goray
 	m[key] = slices.Clone(value)
 	if s.journal != nil {
 		s.journal.putRaw(tableKV, kvRecordKey(ns, key), value)
-		d = s.durableLocked()
+		d = s.durableNow()
 	}
 	use.bytes += delta
 	use.keys = keys
@@ -151,7 +151,7 @@ func (s *Server) KVDel(ctx context.Context, req *gorayv1.KVDelRequest) (_ *goray
 		}
 		delete(s.kvUse, ns)
 	}
-	d = s.durableLocked()
+	d = s.durableNow()
 	return &gorayv1.KVDelReply{Deleted: n}, nil
 }
 

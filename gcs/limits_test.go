@@ -3,6 +3,7 @@ package gcs
 import (
 	"context"
 	"errors"
+	"github.com/goray-dev/goray/internal/leaktest"
 	"net"
 	"path/filepath"
 	"runtime"
@@ -23,7 +24,7 @@ import (
 // use (256 MiB), so that large requests reach the handlers.
 func startServerMaxMsg(t *testing.T, opts Options) (*Server, gorayv1.GcsClient) {
 	t.Helper()
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	s := New(opts)
 	sock := filepath.Join(t.TempDir(), "gcs.sock")
 	lis, err := net.Listen("unix", sock)

@@ -124,7 +124,7 @@ func (s *Server) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequ
 	s.nodes[id] = n
 	s.nodeOrder = append(s.nodeOrder, id)
 	s.saveLocked(tableNodes, id.String(), info)
-	d = s.durableLocked()
+	d = s.durableNow()
 	s.log.Info("node registered", "node", id.Short(), "name", info.GetNodeName(), "head", info.GetIsHead())
 	s.publishLocked(Event{Kind: EventNodeAdded, Node: info})
 	return reply, nil
@@ -151,7 +151,7 @@ func (s *Server) UnregisterNode(ctx context.Context, req *gorayv1.UnregisterNode
 		return nil, &NotFoundError{Kind: "node", ID: id}
 	}
 	s.markNodeDeadLocked(id, n, reason)
-	d = s.durableLocked()
+	d = s.durableNow()
 	return &gorayv1.UnregisterNodeReply{}, nil
 }
 

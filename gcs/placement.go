@@ -205,7 +205,7 @@ func (s *Server) CreatePlacementGroup(ctx context.Context, req *gorayv1.CreatePl
 	p.groups[id] = &pgEntry{id: id, info: info, bundles: bundles, strategy: strategy, changed: make(chan struct{})}
 	p.order = append(p.order, id)
 	s.saveLocked(tableGroups, id.String(), info)
-	d = s.durableLocked()
+	d = s.durableNow()
 	p.mu.Unlock()
 	p.log.Info("placement group created", "group", id.Short(), "name", info.GetName(), "strategy", strategy, "bundles", n)
 	p.wake()
@@ -596,11 +596,11 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 		cancel()
 		switch {
 		case err != nil:
-			fail(fmt.Sprintf("preparing on node %s: %v", short(nid), err))
+			fail(fmt.Sprintf("preparing on node %s: %v", nodeID[nid].Short(), err))
 			return
 		case !rep.GetSuccess():
 			p.s.setAvailable(nodeID[nid], rep.GetAvailable())
-			fail(fmt.Sprintf("node %s: %s", short(nid), rep.GetReason()))
+			fail(fmt.Sprintf("node %s: %s", nodeID[nid].Short(), rep.GetReason()))
 			return
 		}
 		held := resources.Set{}
@@ -626,7 +626,7 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 		rep, err := p.reserver.Commit(cctx, infos[nid], id, idx)
 		cancel()
 		if err != nil {
-			fail(fmt.Sprintf("committing on node %s: %v", short(nid), err))
+			fail(fmt.Sprintf("committing on node %s: %v", nodeID[nid].Short(), err))
 			return
 		}
 		p.s.setAvailable(nodeID[nid], rep.GetAvailable())
@@ -678,13 +678,6 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 	p.changedLocked(e)
 	p.mu.Unlock()
 	p.log.Info("placement group created on its nodes", "group", id.Short(), "nodes", len(nodeIDs))
-}
-
-func short(hexID string) string {
-	if len(hexID) > 8 {
-		return hexID[:8]
-	}
-	return hexID
 }
 
 // setPending records why a group waits.
@@ -742,10 +735,7 @@ func (s *Server) placementNodes() ([]placement.Node, map[string]*gorayv1.NodeInf
 		if n.info.GetState() != StateAlive {
 			continue
 		}
-		total := resources.Set{}
-		for k, v := range n.info.GetTotal().GetAmounts() {
-			total[k] = v
-		}
+		total := resources.Set(n.info.GetTotal().GetAmounts()).Clone()
 		avail := resources.Set{}
 		for k, v := range n.available.GetAmounts() {
 			if !resources.IsGroupName(k) {

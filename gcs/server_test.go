@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goray-dev/goray/internal/leaktest"
 	"sync"
 	"testing"
 	"time"
@@ -143,7 +144,7 @@ func TestTypedErrors(t *testing.T) {
 }
 
 func TestSubscribe(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	clock := newFakeClock()
 	s := New(Options{Now: clock.Now})
 	ctx := t.Context()
@@ -244,7 +245,7 @@ func TestSubscribe(t *testing.T) {
 }
 
 func TestSubscribeUnsubscribeWithUnreadEvents(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	s := New(Options{})
 	_, unsubscribe := s.Subscribe()
 	for range 100 {

@@ -145,10 +145,7 @@ func (s *Server) saveLocked(table, key string, m proto.Message) {
 
 func (s *Server) saveActorLocked(a *actorEntry) { s.saveLocked(tableActors, a.id.String(), a.info) }
 
-// durableLocked is what a handler waits for: every change queued so far.
-func (s *Server) durableLocked() durable { return s.durableNow() }
-
-// durableNow is durableLocked for callers that hold no lock.
+// durableNow is what a handler waits for: every change queued so far.
 func (s *Server) durableNow() durable {
 	if s.journal == nil {
 		return durable{}

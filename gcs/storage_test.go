@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/goray-dev/goray/internal/leaktest"
 	"net"
 	"os"
 	"path/filepath"
@@ -84,7 +85,7 @@ func TestRestartRestoresEverything(t *testing.T) {
 			if sc.name == "bolt" {
 				// (Redis runs a server whose process reaper outlives the
 				// count; bolt shows the GCS itself leaks nothing.)
-				checkGoroutines(t)
+				leaktest.Goroutines(t)
 			}
 			st, _ := sc.make(t)
 			f := newFakeRaylets()

@@ -8,12 +8,12 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"github.com/goray-dev/goray/internal/leaktest"
 	"io"
 	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,30 +33,6 @@ import (
 
 // ---------------------------------------------------------------------------
 // helpers
-
-// checkGoroutines fails the test if goroutines started during it are still
-// running after its cleanups (polled with a deadline). Call it first, so
-// that its cleanup runs last.
-func checkGoroutines(t testing.TB) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			n := runtime.NumGoroutine()
-			if n <= before {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutine leak: %d before, %d after\n%s", before, n, buf)
-				return
-			}
-			<-time.After(5 * time.Millisecond) // polling interval
-		}
-	})
-}
 
 // shortDir is a temp dir short enough for unix socket paths.
 func shortDir(t testing.TB) string {
@@ -291,7 +267,7 @@ func assertNoTempFiles(t *testing.T, dir string) {
 }
 
 func TestLoadOrCreateTokenRace(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	for round := range 5 {
 		path := filepath.Join(t.TempDir(), "d", "auth_token")
 		const n = 16
@@ -885,7 +861,7 @@ func (h rawHeader) GetRequestMetadata(context.Context, ...string) (map[string]st
 func (rawHeader) RequireTransportSecurity() bool { return false }
 
 func TestGRPCToken(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	const token, wrongToken = "the-right-token-0123", "a-wrong-token-4567"
 	logBuf := &lockedBuffer{}
 	srvCreds := mustNew(t, token, nil)
@@ -985,7 +961,7 @@ func TestGRPCToken(t *testing.T) {
 }
 
 func TestGRPCDisabledAcceptsAll(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	srv := mustDisabled(t, nil)
 	logBuf := &lockedBuffer{}
 	srv.SetLogger(bufLogger(logBuf))
@@ -1008,7 +984,7 @@ func TestGRPCDisabledAcceptsAll(t *testing.T) {
 }
 
 func TestGRPCPanicRecovered(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	logBuf := &lockedBuffer{}
 	srv := mustNew(t, "tok", nil)
 	srv.SetLogger(bufLogger(logBuf))
@@ -1092,7 +1068,7 @@ func TestIsUnixTarget(t *testing.T) {
 // gRPC with TLS
 
 func TestGRPCTLS(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	p := newPKI(t)
 	const token = "tls-cluster-token"
 	logBuf := &lockedBuffer{}
@@ -1296,7 +1272,7 @@ func exchange(t testing.TB, server, client net.Conn) {
 }
 
 func TestRawConnToken(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	const token = "raw-conn-token"
 	tests := []struct {
 		name         string
@@ -1358,7 +1334,7 @@ func TestRawConnToken(t *testing.T) {
 // server's hello, a fresh nonce every time, and that a MAC recorded for one
 // nonce is refused for the next (no replay).
 func TestRawConnWire(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	const token = "wire-token"
 	srv := mustNew(t, token, nil)
 	l := listen(t, "tcp")
@@ -1444,7 +1420,7 @@ func lowerHandshakeTimeout(t *testing.T, d time.Duration) {
 }
 
 func TestRawConnSilentClientDropped(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	lowerHandshakeTimeout(t, 300*time.Millisecond)
 	p := newPKI(t)
 	tests := []struct {
@@ -1485,7 +1461,7 @@ func TestRawConnSilentClientDropped(t *testing.T) {
 // promptly when ctx ends during the handshake, against a server that never
 // speaks.
 func TestRawConnClientContext(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	p := newPKI(t)
 	tests := []struct {
 		name    string
@@ -1560,7 +1536,7 @@ func TestRawConnClientContext(t *testing.T) {
 // handshakes: ClientConn either fails, or returns a connection that works
 // (never one whose deadline the cancellation left in the past).
 func TestRawConnCancelRace(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	p := newPKI(t)
 	for _, files := range []*TLSFiles{nil, p.n1} {
 		srv, cli := mustNew(t, "tok", files), mustNew(t, "tok", files)
@@ -1636,7 +1612,7 @@ func TestRawConnCancelRace(t *testing.T) {
 // TestRawConnOtherProtocol connects ClientConn to servers that speak
 // something else.
 func TestRawConnOtherProtocol(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	tests := []struct {
 		name    string
 		send    string
@@ -1688,7 +1664,7 @@ func TestRawConnOtherProtocol(t *testing.T) {
 }
 
 func TestRawConnTLS(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	lowerHandshakeTimeout(t, 2*time.Second) // for a plain client against a TLS server
 	p := newPKI(t)
 	const token = "tls-raw-token"
@@ -1759,7 +1735,7 @@ func TestRawConnTLS(t *testing.T) {
 // benchmarks
 
 func benchUnary(b *testing.B, creds *Credentials) {
-	checkGoroutines(b)
+	leaktest.Goroutines(b)
 	ts := startServer(b, creds)
 	cc := dial(b, ts.unix, creds.DialOptions(ts.unix)...)
 	ctx := context.Background()
@@ -1795,7 +1771,7 @@ func BenchmarkUnaryCallNoAuth(b *testing.B) {
 
 // BenchmarkRawHandshake is one raw-connection handshake over a unix socket.
 func BenchmarkRawHandshake(b *testing.B) {
-	checkGoroutines(b)
+	leaktest.Goroutines(b)
 	c, err := New(GenerateToken(), nil)
 	if err != nil {
 		b.Fatal(err)

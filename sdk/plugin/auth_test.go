@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/goray-dev/goray/internal/leaktest"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -45,25 +45,6 @@ func TestMain(m *testing.M) {
 	testToken = auth.GenerateToken()
 	os.Setenv(auth.EnvToken, testToken)
 	os.Exit(m.Run())
-}
-
-// checkGoroutines fails the test if goroutines it started still run after
-// its cleanups (polled with a deadline). Call it first.
-func checkGoroutines(t *testing.T) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Errorf("goroutine leak: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf)
-				return
-			}
-			<-time.After(5 * time.Millisecond) // polling interval
-		}
-	})
 }
 
 // listen returns a loopback TCP listener or one on a unix socket in a short
@@ -193,7 +174,7 @@ func mustCreds(t *testing.T, token string) *auth.Credentials {
 // TestAuthenticateServer has peers with and without the token connect to a
 // plugin's listener.
 func TestAuthenticateServer(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	tests := []struct {
 		name  string
 		peer  string // the peer's token; "" for none
@@ -231,7 +212,7 @@ func TestAuthenticateServer(t *testing.T) {
 // TestAuthenticateClient has a plugin dial servers with and without the
 // token.
 func TestAuthenticateClient(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	tests := []struct {
 		name   string
 		server string // the server's token; "" for none
@@ -261,7 +242,7 @@ func TestAuthenticateClient(t *testing.T) {
 
 // TestPluginToPlugin connects two plugins of the same cluster.
 func TestPluginToPlugin(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	for _, network := range []string{"tcp", "unix"} {
 		o, err := connect(network, plugin.AuthenticateServer, plugin.AuthenticateClient)
 		if err != nil || o.String() != "ok" {
@@ -273,7 +254,7 @@ func TestPluginToPlugin(t *testing.T) {
 // TestCredentialsReadOnce changes the environment after the first use:
 // the plugin keeps the credentials its node gave it.
 func TestCredentialsReadOnce(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	if o, err := connect("tcp", plugin.AuthenticateServer, mustCreds(t, testToken).ClientConn); err != nil || o.String() != "ok" {
 		t.Fatalf("first use: %v, %v", o, err)
 	}
@@ -291,7 +272,7 @@ func TestCredentialsReadOnce(t *testing.T) {
 // TestAuthenticateClientContext dials a listener that never speaks: the
 // handshake ends with ctx.
 func TestAuthenticateClientContext(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	l, cleanup, err := listen("tcp")
 	if err != nil {
 		t.Fatal(err)
@@ -398,7 +379,7 @@ func authChild() int {
 // TestAuthEnvironments runs a plugin process in each environment a node
 // may give it.
 func TestAuthEnvironments(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "auth_token")
 	fileToken, _, err := auth.LoadOrCreateToken(tokenFile)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/goray-dev/goray/internal/leaktest"
 	"net"
 	"os/exec"
 	"slices"
@@ -21,7 +22,7 @@ import (
 // buffer) within a domain, an allocated copy over TCP when forced, and a
 // copy into targets.
 func TestPaths(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	for _, tc := range []struct {
 		name     string
 		shm      bool
@@ -243,7 +244,7 @@ func freeze(t *testing.T, a *Agent) (entered <-chan struct{}, release func()) {
 // TestAbortPendingRead: a read stuck at a frozen source ends promptly with
 // ErrAborted, through the transport's Abort and through Xfer.Abort.
 func TestAbortPendingRead(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	kv := plugin.NewMemoryKV()
 	src := newTransport(t, kv, testConfig(false))
 	dst := newTransport(t, kv, testConfig(false))
@@ -590,7 +591,7 @@ func TestPruneDeadAgent(t *testing.T) {
 // still extracted, Close leaves no connection, goroutine, mapping,
 // registration, owned segment, rendezvous file or KV entry.
 func TestCloseLeavesNothing(t *testing.T) {
-	checkGoroutines(t)
+	leaktest.Goroutines(t)
 	kv := plugin.NewMemoryKV()
 	var agents []*Agent
 	var trs []*Transport

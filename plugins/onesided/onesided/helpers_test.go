@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -117,24 +116,6 @@ func waitFor[T any](f func() (T, bool)) (T, bool) {
 		}
 		time.Sleep(5 * time.Millisecond) // polling, not synchronisation
 	}
-}
-
-// checkGoroutines fails the test if the process has more goroutines at the
-// end than at the start (polled: exiting goroutines need a moment).
-func checkGoroutines(t testing.TB) {
-	t.Helper()
-	before := runtime.NumGoroutine()
-	t.Cleanup(func() {
-		n, ok := waitFor(func() (int, bool) {
-			n := runtime.NumGoroutine()
-			return n, n <= before
-		})
-		if !ok {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("%d goroutines at the end, %d at the start:\n%s", n, before, buf)
-		}
-	})
 }
 
 func oid() string { return randomHex(20) }
