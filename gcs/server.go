@@ -11,8 +11,13 @@
 // The GCS is never on the per-task path. Nodes register and send periodic
 // heartbeats; Run declares a node dead after Options.FailureThreshold missed
 // heartbeat periods, and every actor on a dead node dies with it or, with
-// restarts left, restarts. Nothing is persisted: a restarted GCS starts
-// empty.
+// restarts left, restarts.
+//
+// Open keeps the tables in a storage backend (storage.go: bbolt, Redis or
+// memory): every change is written through, in order, before the call that
+// made it is acknowledged (journal.go), and a GCS opened on the same storage
+// reads the cluster back (its id, nodes, jobs, actors, placement groups and
+// KV). A restored node that was alive gets the health timeout to come back.
 package gcs
 
 import (

@@ -3,6 +3,7 @@ package gcs
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -38,6 +39,9 @@ type Storage struct {
 	RedisAddress, RedisUsername, RedisPassword string
 	RedisDB                                    int
 	RedisPrefix                                string
+	// Fresh discards what the storage holds before the GCS starts: a new
+	// cluster (new id, empty tables) instead of resuming the stored one.
+	Fresh bool
 }
 
 // String describes the storage without its password.
@@ -84,6 +88,13 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 		return s, nil
 	}
 	s.storage = st
+	if opts.Storage.Fresh {
+		if err := wipe(ctx, st); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("GCS storage %s: discarding the stored cluster (fresh start): %w", st.Describe(), err)
+		}
+		s.log.Info("GCS storage wiped for a fresh cluster", "storage", st.Describe())
+	}
 	if err := s.restore(ctx); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("GCS storage %s: reading back the cluster's state: %w", st.Describe(), err)
@@ -102,6 +113,52 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 	return s, nil
 }
 
+// healthTimeout bounds the storage health check of GetClusterInfo, so a
+// storage that hangs shows as unhealthy instead of hanging `goray status`.
+const healthTimeout = 2 * time.Second
+
+// tables are every table the GCS keeps.
+var tables = []string{tableMeta, tableNodes, tableJobs, tableActors, tableKV, tableGroups}
+
+// wipe deletes every record of every table, in one atomic batch.
+func wipe(ctx context.Context, st store.Store) error {
+	var batch []store.Write
+	for _, t := range tables {
+		recs, err := st.GetAll(ctx, t)
+		if err != nil {
+			return err
+		}
+		for k := range recs {
+			batch = append(batch, store.Write{Table: t, Key: k, Delete: true})
+		}
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	return st.Apply(ctx, batch)
+}
+
+// GetClusterInfo describes this GCS: the cluster id, the storage and
+// whether it answers, when the GCS started and whether it restored an
+// earlier GCS's state.
+func (s *Server) GetClusterInfo(ctx context.Context, _ *gorayv1.GetClusterInfoRequest) (*gorayv1.GetClusterInfoReply, error) {
+	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	backend, health, started := s.StorageStatus(hctx)
+	r := &gorayv1.GetClusterInfoReply{
+		ClusterId:   s.clusterID,
+		Storage:     backend,
+		StartedAtMs: started.UnixMilli(),
+		NowMs:       s.nowMs(),
+		Restored:    s.restored,
+		Pid:         int64(os.Getpid()),
+	}
+	if health != nil {
+		r.StorageError = health.Error()
+	}
+	return r, nil
+}
+
 // ClusterID returns the cluster's id: kept in the storage, so a restarted
 // GCS has the same one.
 func (s *Server) ClusterID() string { return s.clusterID }
@@ -111,7 +168,7 @@ func (s *Server) Restored() bool { return s.restored }
 
 // StorageStatus describes the storage: the backend and where it keeps
 // data, whether it answers now, and when this GCS started (for `goray
-// status` once a head can choose its storage; issue 16).
+// status`).
 func (s *Server) StorageStatus(ctx context.Context) (backend string, health error, started time.Time) {
 	if s.storage == nil {
 		return "memory (not durable)", nil, s.started

@@ -348,7 +348,7 @@ func (x RayletCommand_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RayletCommand_Kind.Descriptor instead.
 func (RayletCommand_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31, 0}
+	return file_goray_proto_rawDescGZIP(), []int{34, 0}
 }
 
 type SchedulingStrategy_Kind int32
@@ -402,7 +402,7 @@ func (x SchedulingStrategy_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SchedulingStrategy_Kind.Descriptor instead.
 func (SchedulingStrategy_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34, 0}
+	return file_goray_proto_rawDescGZIP(), []int{37, 0}
 }
 
 // Address is where a process serves gRPC.
@@ -2133,6 +2133,167 @@ func (x *CommitBundlesReply) GetAvailable() *Resources {
 	return nil
 }
 
+type ReleaseUnusedBundlesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bundles the GCS has placed on this node; every other one is
+	// released (with its leases, as CancelResourceReserve does).
+	InUse []*BundleRef `protobuf:"bytes,1,rep,name=in_use,json=inUse,proto3" json:"in_use,omitempty"`
+	// Said to the callers of tasks and actors that end with released bundles.
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseUnusedBundlesRequest) Reset() {
+	*x = ReleaseUnusedBundlesRequest{}
+	mi := &file_goray_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseUnusedBundlesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseUnusedBundlesRequest) ProtoMessage() {}
+
+func (x *ReleaseUnusedBundlesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseUnusedBundlesRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseUnusedBundlesRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ReleaseUnusedBundlesRequest) GetInUse() []*BundleRef {
+	if x != nil {
+		return x.InUse
+	}
+	return nil
+}
+
+func (x *ReleaseUnusedBundlesRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// BundleRef names one bundle of a placement group.
+type BundleRef struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
+	Index            int32                  `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *BundleRef) Reset() {
+	*x = BundleRef{}
+	mi := &file_goray_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BundleRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BundleRef) ProtoMessage() {}
+
+func (x *BundleRef) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BundleRef.ProtoReflect.Descriptor instead.
+func (*BundleRef) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *BundleRef) GetPlacementGroupId() []byte {
+	if x != nil {
+		return x.PlacementGroupId
+	}
+	return nil
+}
+
+func (x *BundleRef) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type ReleaseUnusedBundlesReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bundles released.
+	Released      []*BundleRef `protobuf:"bytes,1,rep,name=released,proto3" json:"released,omitempty"`
+	Available     *Resources   `protobuf:"bytes,2,opt,name=available,proto3" json:"available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseUnusedBundlesReply) Reset() {
+	*x = ReleaseUnusedBundlesReply{}
+	mi := &file_goray_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseUnusedBundlesReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseUnusedBundlesReply) ProtoMessage() {}
+
+func (x *ReleaseUnusedBundlesReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseUnusedBundlesReply.ProtoReflect.Descriptor instead.
+func (*ReleaseUnusedBundlesReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ReleaseUnusedBundlesReply) GetReleased() []*BundleRef {
+	if x != nil {
+		return x.Released
+	}
+	return nil
+}
+
+func (x *ReleaseUnusedBundlesReply) GetAvailable() *Resources {
+	if x != nil {
+		return x.Available
+	}
+	return nil
+}
+
 type CancelReserveRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
@@ -2146,7 +2307,7 @@ type CancelReserveRequest struct {
 
 func (x *CancelReserveRequest) Reset() {
 	*x = CancelReserveRequest{}
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2319,7 @@ func (x *CancelReserveRequest) String() string {
 func (*CancelReserveRequest) ProtoMessage() {}
 
 func (x *CancelReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2332,7 @@ func (x *CancelReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReserveRequest.ProtoReflect.Descriptor instead.
 func (*CancelReserveRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27}
+	return file_goray_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CancelReserveRequest) GetPlacementGroupId() []byte {
@@ -2206,7 +2367,7 @@ type CancelReserveReply struct {
 
 func (x *CancelReserveReply) Reset() {
 	*x = CancelReserveReply{}
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2379,7 @@ func (x *CancelReserveReply) String() string {
 func (*CancelReserveReply) ProtoMessage() {}
 
 func (x *CancelReserveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2392,7 @@ func (x *CancelReserveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReserveReply.ProtoReflect.Descriptor instead.
 func (*CancelReserveReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{28}
+	return file_goray_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CancelReserveReply) GetAvailable() *Resources {
@@ -2263,7 +2424,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2275,7 +2436,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2288,7 +2449,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{29}
+	return file_goray_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WorkerMessage) GetWorkerId() []byte {
@@ -2331,7 +2492,7 @@ type DriverMessage struct {
 
 func (x *DriverMessage) Reset() {
 	*x = DriverMessage{}
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2504,7 @@ func (x *DriverMessage) String() string {
 func (*DriverMessage) ProtoMessage() {}
 
 func (x *DriverMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2517,7 @@ func (x *DriverMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverMessage.ProtoReflect.Descriptor instead.
 func (*DriverMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{30}
+	return file_goray_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DriverMessage) GetJob() *JobInfo {
@@ -2400,7 +2561,7 @@ type RayletCommand struct {
 
 func (x *RayletCommand) Reset() {
 	*x = RayletCommand{}
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2573,7 @@ func (x *RayletCommand) String() string {
 func (*RayletCommand) ProtoMessage() {}
 
 func (x *RayletCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2586,7 @@ func (x *RayletCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RayletCommand.ProtoReflect.Descriptor instead.
 func (*RayletCommand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31}
+	return file_goray_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RayletCommand) GetKind() RayletCommand_Kind {
@@ -2498,7 +2659,7 @@ type StoreInfo struct {
 
 func (x *StoreInfo) Reset() {
 	*x = StoreInfo{}
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2671,7 @@ func (x *StoreInfo) String() string {
 func (*StoreInfo) ProtoMessage() {}
 
 func (x *StoreInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2684,7 @@ func (x *StoreInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreInfo.ProtoReflect.Descriptor instead.
 func (*StoreInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{32}
+	return file_goray_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StoreInfo) GetFdSocket() string {
@@ -2575,7 +2736,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2748,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2761,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{33}
+	return file_goray_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LeaseRequest) GetJobId() []byte {
@@ -2678,7 +2839,7 @@ type SchedulingStrategy struct {
 
 func (x *SchedulingStrategy) Reset() {
 	*x = SchedulingStrategy{}
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2690,7 +2851,7 @@ func (x *SchedulingStrategy) String() string {
 func (*SchedulingStrategy) ProtoMessage() {}
 
 func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2703,7 +2864,7 @@ func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulingStrategy.ProtoReflect.Descriptor instead.
 func (*SchedulingStrategy) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34}
+	return file_goray_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SchedulingStrategy) GetKind() SchedulingStrategy_Kind {
@@ -2736,7 +2897,7 @@ type CancelLeaseRequest struct {
 
 func (x *CancelLeaseRequest) Reset() {
 	*x = CancelLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2909,7 @@ func (x *CancelLeaseRequest) String() string {
 func (*CancelLeaseRequest) ProtoMessage() {}
 
 func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2922,7 @@ func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CancelLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{35}
+	return file_goray_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CancelLeaseRequest) GetRequestId() []byte {
@@ -2781,7 +2942,7 @@ type CancelLeaseReply struct {
 
 func (x *CancelLeaseReply) Reset() {
 	*x = CancelLeaseReply{}
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2793,7 +2954,7 @@ func (x *CancelLeaseReply) String() string {
 func (*CancelLeaseReply) ProtoMessage() {}
 
 func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2806,7 +2967,7 @@ func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseReply.ProtoReflect.Descriptor instead.
 func (*CancelLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36}
+	return file_goray_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CancelLeaseReply) GetReturned() bool {
@@ -2826,7 +2987,7 @@ type TaskBlockedRequest struct {
 
 func (x *TaskBlockedRequest) Reset() {
 	*x = TaskBlockedRequest{}
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2838,7 +2999,7 @@ func (x *TaskBlockedRequest) String() string {
 func (*TaskBlockedRequest) ProtoMessage() {}
 
 func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2851,7 +3012,7 @@ func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedRequest.ProtoReflect.Descriptor instead.
 func (*TaskBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37}
+	return file_goray_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *TaskBlockedRequest) GetWorkerId() []byte {
@@ -2876,7 +3037,7 @@ type TaskBlockedReply struct {
 
 func (x *TaskBlockedReply) Reset() {
 	*x = TaskBlockedReply{}
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3049,7 @@ func (x *TaskBlockedReply) String() string {
 func (*TaskBlockedReply) ProtoMessage() {}
 
 func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3062,7 @@ func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedReply.ProtoReflect.Descriptor instead.
 func (*TaskBlockedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{38}
+	return file_goray_proto_rawDescGZIP(), []int{41}
 }
 
 type TransportInvokeRequest struct {
@@ -2916,7 +3077,7 @@ type TransportInvokeRequest struct {
 
 func (x *TransportInvokeRequest) Reset() {
 	*x = TransportInvokeRequest{}
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2928,7 +3089,7 @@ func (x *TransportInvokeRequest) String() string {
 func (*TransportInvokeRequest) ProtoMessage() {}
 
 func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2941,7 +3102,7 @@ func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeRequest.ProtoReflect.Descriptor instead.
 func (*TransportInvokeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39}
+	return file_goray_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TransportInvokeRequest) GetName() string {
@@ -2974,7 +3135,7 @@ type TransportInvokeReply struct {
 
 func (x *TransportInvokeReply) Reset() {
 	*x = TransportInvokeReply{}
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +3147,7 @@ func (x *TransportInvokeReply) String() string {
 func (*TransportInvokeReply) ProtoMessage() {}
 
 func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +3160,7 @@ func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeReply.ProtoReflect.Descriptor instead.
 func (*TransportInvokeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{40}
+	return file_goray_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TransportInvokeReply) GetPayload() []byte {
@@ -3034,7 +3195,7 @@ type LeaseReply struct {
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3207,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3220,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{41}
+	return file_goray_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -3129,7 +3290,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3141,7 +3302,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3154,7 +3315,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{42}
+	return file_goray_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -3179,7 +3340,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3352,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3365,7 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{43}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 type CreateObjectRequest struct {
@@ -3223,7 +3384,7 @@ type CreateObjectRequest struct {
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3396,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3409,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -3295,7 +3456,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3468,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3481,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -3341,7 +3502,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3514,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3527,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -3391,7 +3552,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3564,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3577,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 type GetObjectsRequest struct {
@@ -3430,7 +3591,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3442,7 +3603,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3455,7 +3616,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -3485,7 +3646,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +3658,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +3671,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -3557,7 +3718,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3730,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3743,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -3602,7 +3763,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3614,7 +3775,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3627,7 +3788,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -3652,7 +3813,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3664,7 +3825,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3677,7 +3838,7 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 type PullObjectRequest struct {
@@ -3693,7 +3854,7 @@ type PullObjectRequest struct {
 
 func (x *PullObjectRequest) Reset() {
 	*x = PullObjectRequest{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3866,7 @@ func (x *PullObjectRequest) String() string {
 func (*PullObjectRequest) ProtoMessage() {}
 
 func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3879,7 @@ func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectRequest.ProtoReflect.Descriptor instead.
 func (*PullObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PullObjectRequest) GetObjectId() []byte {
@@ -3750,7 +3911,7 @@ type PullObjectReply struct {
 
 func (x *PullObjectReply) Reset() {
 	*x = PullObjectReply{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +3923,7 @@ func (x *PullObjectReply) String() string {
 func (*PullObjectReply) ProtoMessage() {}
 
 func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +3936,7 @@ func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectReply.ProtoReflect.Descriptor instead.
 func (*PullObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 type FetchBinaryRequest struct {
@@ -3787,7 +3948,7 @@ type FetchBinaryRequest struct {
 
 func (x *FetchBinaryRequest) Reset() {
 	*x = FetchBinaryRequest{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +3960,7 @@ func (x *FetchBinaryRequest) String() string {
 func (*FetchBinaryRequest) ProtoMessage() {}
 
 func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +3973,7 @@ func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBinaryRequest.ProtoReflect.Descriptor instead.
 func (*FetchBinaryRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *FetchBinaryRequest) GetSha256() string {
@@ -3832,7 +3993,7 @@ type BinaryChunk struct {
 
 func (x *BinaryChunk) Reset() {
 	*x = BinaryChunk{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3844,7 +4005,7 @@ func (x *BinaryChunk) String() string {
 func (*BinaryChunk) ProtoMessage() {}
 
 func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3857,7 +4018,7 @@ func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
 func (*BinaryChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BinaryChunk) GetData() []byte {
@@ -3884,7 +4045,7 @@ type WorkersDiedRequest struct {
 
 func (x *WorkersDiedRequest) Reset() {
 	*x = WorkersDiedRequest{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4057,7 @@ func (x *WorkersDiedRequest) String() string {
 func (*WorkersDiedRequest) ProtoMessage() {}
 
 func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4070,7 @@ func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
 func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
@@ -3934,7 +4095,7 @@ type WorkersDiedReply struct {
 
 func (x *WorkersDiedReply) Reset() {
 	*x = WorkersDiedReply{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3946,7 +4107,7 @@ func (x *WorkersDiedReply) String() string {
 func (*WorkersDiedReply) ProtoMessage() {}
 
 func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3959,7 +4120,7 @@ func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
 func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 type FreeObjectsRequest struct {
@@ -3973,7 +4134,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3985,7 +4146,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3998,7 +4159,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -4023,7 +4184,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4035,7 +4196,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4048,7 +4209,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 type GetNodeStatsRequest struct {
@@ -4059,7 +4220,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4071,7 +4232,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4084,7 +4245,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 type WorkerStats struct {
@@ -4101,7 +4262,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4274,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4287,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -4182,7 +4343,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4194,7 +4355,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4207,7 +4368,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -4255,7 +4416,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4267,7 +4428,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4280,7 +4441,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -4387,7 +4548,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4399,7 +4560,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4412,7 +4573,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -4494,7 +4655,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4667,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4680,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -4537,7 +4698,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4549,7 +4710,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4562,7 +4723,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 type NodeInfo struct {
@@ -4591,7 +4752,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4603,7 +4764,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4616,7 +4777,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -4746,7 +4907,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4758,7 +4919,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4771,7 +4932,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -4876,7 +5037,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4888,7 +5049,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4901,7 +5062,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -5023,6 +5184,141 @@ func (x *ActorInfo) GetDeathCause() string {
 	return ""
 }
 
+type GetClusterInfoRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClusterInfoRequest) Reset() {
+	*x = GetClusterInfoRequest{}
+	mi := &file_goray_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClusterInfoRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClusterInfoRequest) ProtoMessage() {}
+
+func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
+func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{74}
+}
+
+type GetClusterInfoReply struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The storage backend and where it keeps data ("bolt /path/gcs.db",
+	// "redis 10.0.0.5:6379", "memory (not durable)"); never a password.
+	Storage string `protobuf:"bytes,2,opt,name=storage,proto3" json:"storage,omitempty"`
+	// Empty when the storage answers; else why it does not.
+	StorageError string `protobuf:"bytes,3,opt,name=storage_error,json=storageError,proto3" json:"storage_error,omitempty"`
+	// When this GCS process started serving (Unix ms), and the GCS's clock
+	// now, so a caller computes the uptime without trusting its own clock.
+	StartedAtMs int64 `protobuf:"varint,4,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	NowMs       int64 `protobuf:"varint,5,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`
+	// Whether this GCS read back the state of an earlier GCS of the cluster.
+	Restored bool `protobuf:"varint,6,opt,name=restored,proto3" json:"restored,omitempty"`
+	// The pid of the GCS process.
+	Pid           int64 `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetClusterInfoReply) Reset() {
+	*x = GetClusterInfoReply{}
+	mi := &file_goray_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetClusterInfoReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetClusterInfoReply) ProtoMessage() {}
+
+func (x *GetClusterInfoReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetClusterInfoReply.ProtoReflect.Descriptor instead.
+func (*GetClusterInfoReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *GetClusterInfoReply) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *GetClusterInfoReply) GetStorage() string {
+	if x != nil {
+		return x.Storage
+	}
+	return ""
+}
+
+func (x *GetClusterInfoReply) GetStorageError() string {
+	if x != nil {
+		return x.StorageError
+	}
+	return ""
+}
+
+func (x *GetClusterInfoReply) GetStartedAtMs() int64 {
+	if x != nil {
+		return x.StartedAtMs
+	}
+	return 0
+}
+
+func (x *GetClusterInfoReply) GetNowMs() int64 {
+	if x != nil {
+		return x.NowMs
+	}
+	return 0
+}
+
+func (x *GetClusterInfoReply) GetRestored() bool {
+	if x != nil {
+		return x.Restored
+	}
+	return false
+}
+
+func (x *GetClusterInfoReply) GetPid() int64 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
 type RegisterNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -5036,7 +5332,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5048,7 +5344,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5061,7 +5357,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -5090,7 +5386,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5102,7 +5398,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5115,7 +5411,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -5142,7 +5438,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5154,7 +5450,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5167,7 +5463,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -5192,7 +5488,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5204,7 +5500,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5217,7 +5513,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 type HeartbeatRequest struct {
@@ -5234,7 +5530,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5246,7 +5542,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5259,7 +5555,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -5330,7 +5626,7 @@ type SpillStats struct {
 
 func (x *SpillStats) Reset() {
 	*x = SpillStats{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5342,7 +5638,7 @@ func (x *SpillStats) String() string {
 func (*SpillStats) ProtoMessage() {}
 
 func (x *SpillStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5355,7 +5651,7 @@ func (x *SpillStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
 func (*SpillStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *SpillStats) GetLocation() string {
@@ -5451,7 +5747,7 @@ type SpilledObject struct {
 
 func (x *SpilledObject) Reset() {
 	*x = SpilledObject{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5463,7 +5759,7 @@ func (x *SpilledObject) String() string {
 func (*SpilledObject) ProtoMessage() {}
 
 func (x *SpilledObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5476,7 +5772,7 @@ func (x *SpilledObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
 func (*SpilledObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *SpilledObject) GetObjectId() []byte {
@@ -5525,7 +5821,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5537,7 +5833,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5550,7 +5846,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -5568,7 +5864,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5580,7 +5876,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5593,7 +5889,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 type NodeView struct {
@@ -5611,7 +5907,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5623,7 +5919,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5636,7 +5932,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -5697,7 +5993,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5709,7 +6005,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5722,7 +6018,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -5741,7 +6037,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5753,7 +6049,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5766,7 +6062,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -5784,7 +6080,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5796,7 +6092,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5809,7 +6105,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 type MarkJobFinishedRequest struct {
@@ -5821,7 +6117,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5833,7 +6129,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5846,7 +6142,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -5864,7 +6160,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5876,7 +6172,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5889,7 +6185,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 type GetAllJobsRequest struct {
@@ -5904,7 +6200,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5916,7 +6212,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5929,7 +6225,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *GetAllJobsRequest) GetIncludeEnv() bool {
@@ -5948,7 +6244,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5960,7 +6256,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5973,7 +6269,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -5992,7 +6288,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6004,7 +6300,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6017,7 +6313,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -6035,7 +6331,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6047,7 +6343,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6060,7 +6356,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 type UpdateActorRequest struct {
@@ -6072,7 +6368,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6084,7 +6380,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6097,7 +6393,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -6115,7 +6411,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6127,7 +6423,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6140,7 +6436,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{96}
 }
 
 type GetActorRequest struct {
@@ -6161,7 +6457,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6173,7 +6469,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6186,7 +6482,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -6226,7 +6522,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6238,7 +6534,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6251,7 +6547,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -6269,7 +6565,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6281,7 +6577,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6294,7 +6590,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{99}
 }
 
 type ListActorsReply struct {
@@ -6306,7 +6602,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6318,7 +6614,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6331,7 +6627,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{95}
+	return file_goray_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -6356,7 +6652,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6368,7 +6664,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6381,7 +6677,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{96}
+	return file_goray_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -6420,7 +6716,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6432,7 +6728,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6445,7 +6741,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{97}
+	return file_goray_proto_rawDescGZIP(), []int{102}
 }
 
 type KVPutRequest struct {
@@ -6460,7 +6756,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6472,7 +6768,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6485,7 +6781,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{98}
+	return file_goray_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -6525,7 +6821,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6537,7 +6833,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6550,7 +6846,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{99}
+	return file_goray_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -6570,7 +6866,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6582,7 +6878,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6595,7 +6891,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{100}
+	return file_goray_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -6622,7 +6918,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6634,7 +6930,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6647,7 +6943,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{101}
+	return file_goray_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -6675,7 +6971,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6687,7 +6983,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6700,7 +6996,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{102}
+	return file_goray_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -6733,7 +7029,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6745,7 +7041,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6758,7 +7054,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{103}
+	return file_goray_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -6778,7 +7074,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6790,7 +7086,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6803,7 +7099,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{104}
+	return file_goray_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -6829,7 +7125,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6841,7 +7137,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6854,7 +7150,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{105}
+	return file_goray_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -6877,7 +7173,7 @@ type Bundle struct {
 
 func (x *Bundle) Reset() {
 	*x = Bundle{}
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6889,7 +7185,7 @@ func (x *Bundle) String() string {
 func (*Bundle) ProtoMessage() {}
 
 func (x *Bundle) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6902,7 +7198,7 @@ func (x *Bundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bundle.ProtoReflect.Descriptor instead.
 func (*Bundle) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{106}
+	return file_goray_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *Bundle) GetIndex() int32 {
@@ -6957,7 +7253,7 @@ type PlacementGroupInfo struct {
 
 func (x *PlacementGroupInfo) Reset() {
 	*x = PlacementGroupInfo{}
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6969,7 +7265,7 @@ func (x *PlacementGroupInfo) String() string {
 func (*PlacementGroupInfo) ProtoMessage() {}
 
 func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6982,7 +7278,7 @@ func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementGroupInfo.ProtoReflect.Descriptor instead.
 func (*PlacementGroupInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{107}
+	return file_goray_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *PlacementGroupInfo) GetPlacementGroupId() []byte {
@@ -7094,7 +7390,7 @@ type CreatePlacementGroupRequest struct {
 
 func (x *CreatePlacementGroupRequest) Reset() {
 	*x = CreatePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7106,7 +7402,7 @@ func (x *CreatePlacementGroupRequest) String() string {
 func (*CreatePlacementGroupRequest) ProtoMessage() {}
 
 func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7119,7 +7415,7 @@ func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{108}
+	return file_goray_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *CreatePlacementGroupRequest) GetGroup() *PlacementGroupInfo {
@@ -7137,7 +7433,7 @@ type CreatePlacementGroupReply struct {
 
 func (x *CreatePlacementGroupReply) Reset() {
 	*x = CreatePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7149,7 +7445,7 @@ func (x *CreatePlacementGroupReply) String() string {
 func (*CreatePlacementGroupReply) ProtoMessage() {}
 
 func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7162,7 +7458,7 @@ func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{109}
+	return file_goray_proto_rawDescGZIP(), []int{114}
 }
 
 type RemovePlacementGroupRequest struct {
@@ -7174,7 +7470,7 @@ type RemovePlacementGroupRequest struct {
 
 func (x *RemovePlacementGroupRequest) Reset() {
 	*x = RemovePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7186,7 +7482,7 @@ func (x *RemovePlacementGroupRequest) String() string {
 func (*RemovePlacementGroupRequest) ProtoMessage() {}
 
 func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7199,7 +7495,7 @@ func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{110}
+	return file_goray_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *RemovePlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -7217,7 +7513,7 @@ type RemovePlacementGroupReply struct {
 
 func (x *RemovePlacementGroupReply) Reset() {
 	*x = RemovePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7229,7 +7525,7 @@ func (x *RemovePlacementGroupReply) String() string {
 func (*RemovePlacementGroupReply) ProtoMessage() {}
 
 func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7242,7 +7538,7 @@ func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{111}
+	return file_goray_proto_rawDescGZIP(), []int{116}
 }
 
 type GetPlacementGroupRequest struct {
@@ -7257,7 +7553,7 @@ type GetPlacementGroupRequest struct {
 
 func (x *GetPlacementGroupRequest) Reset() {
 	*x = GetPlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7269,7 +7565,7 @@ func (x *GetPlacementGroupRequest) String() string {
 func (*GetPlacementGroupRequest) ProtoMessage() {}
 
 func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7282,7 +7578,7 @@ func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{112}
+	return file_goray_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *GetPlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -7315,7 +7611,7 @@ type GetPlacementGroupReply struct {
 
 func (x *GetPlacementGroupReply) Reset() {
 	*x = GetPlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7327,7 +7623,7 @@ func (x *GetPlacementGroupReply) String() string {
 func (*GetPlacementGroupReply) ProtoMessage() {}
 
 func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7340,7 +7636,7 @@ func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{113}
+	return file_goray_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *GetPlacementGroupReply) GetGroup() *PlacementGroupInfo {
@@ -7358,7 +7654,7 @@ type ListPlacementGroupsRequest struct {
 
 func (x *ListPlacementGroupsRequest) Reset() {
 	*x = ListPlacementGroupsRequest{}
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7370,7 +7666,7 @@ func (x *ListPlacementGroupsRequest) String() string {
 func (*ListPlacementGroupsRequest) ProtoMessage() {}
 
 func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7383,7 +7679,7 @@ func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{114}
+	return file_goray_proto_rawDescGZIP(), []int{119}
 }
 
 type ListPlacementGroupsReply struct {
@@ -7395,7 +7691,7 @@ type ListPlacementGroupsReply struct {
 
 func (x *ListPlacementGroupsReply) Reset() {
 	*x = ListPlacementGroupsReply{}
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7407,7 +7703,7 @@ func (x *ListPlacementGroupsReply) String() string {
 func (*ListPlacementGroupsReply) ProtoMessage() {}
 
 func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7420,7 +7716,7 @@ func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsReply.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{115}
+	return file_goray_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *ListPlacementGroupsReply) GetGroups() []*PlacementGroupInfo {
@@ -7562,7 +7858,16 @@ const file_goray_proto_rawDesc = "" +
 	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12\x18\n" +
 	"\aindexes\x18\x02 \x03(\x05R\aindexes\"G\n" +
 	"\x12CommitBundlesReply\x121\n" +
-	"\tavailable\x18\x01 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\"v\n" +
+	"\tavailable\x18\x01 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\"a\n" +
+	"\x1bReleaseUnusedBundlesRequest\x12*\n" +
+	"\x06in_use\x18\x01 \x03(\v2\x13.goray.v1.BundleRefR\x05inUse\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"O\n" +
+	"\tBundleRef\x12,\n" +
+	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12\x14\n" +
+	"\x05index\x18\x02 \x01(\x05R\x05index\"\x7f\n" +
+	"\x19ReleaseUnusedBundlesReply\x12/\n" +
+	"\breleased\x18\x01 \x03(\v2\x13.goray.v1.BundleRefR\breleased\x121\n" +
+	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\"v\n" +
 	"\x14CancelReserveRequest\x12,\n" +
 	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12\x18\n" +
 	"\aindexes\x18\x02 \x03(\x05R\aindexes\x12\x16\n" +
@@ -7806,7 +8111,17 @@ const file_goray_proto_rawDesc = "" +
 	"\fnum_restarts\x18\x0f \x01(\x05R\vnumRestarts\x12,\n" +
 	"\x12placement_group_id\x18\x10 \x01(\fR\x10placementGroupId\x12\x1f\n" +
 	"\vdeath_cause\x18\x11 \x01(\tR\n" +
-	"deathCause\"\\\n" +
+	"deathCause\"\x17\n" +
+	"\x15GetClusterInfoRequest\"\xdc\x01\n" +
+	"\x13GetClusterInfoReply\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x18\n" +
+	"\astorage\x18\x02 \x01(\tR\astorage\x12#\n" +
+	"\rstorage_error\x18\x03 \x01(\tR\fstorageError\x12\"\n" +
+	"\rstarted_at_ms\x18\x04 \x01(\x03R\vstartedAtMs\x12\x15\n" +
+	"\x06now_ms\x18\x05 \x01(\x03R\x05nowMs\x12\x1a\n" +
+	"\brestored\x18\x06 \x01(\bR\brestored\x12\x10\n" +
+	"\x03pid\x18\a \x01(\x03R\x03pid\"\\\n" +
 	"\x13RegisterNodeRequest\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x12\x1d\n" +
 	"\n" +
@@ -7990,7 +8305,7 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12\x1b.goray.v1.CancelTaskRequest\x1a\x19.goray.v1.CancelTaskReply\x12J\n" +
 	"\fCancelObject\x12\x1d.goray.v1.CancelObjectRequest\x1a\x1b.goray.v1.CancelObjectReply\x12A\n" +
-	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\x84\f\n" +
+	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xe8\f\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
 	"\rDriverSession\x12\x17.goray.v1.DriverMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12B\n" +
@@ -8014,7 +8329,8 @@ const file_goray_proto_rawDesc = "" +
 	"\fShutdownNode\x12\x1d.goray.v1.ShutdownNodeRequest\x1a\x1b.goray.v1.ShutdownNodeReply\x12X\n" +
 	"\x16PrepareBundleResources\x12\x1f.goray.v1.PrepareBundlesRequest\x1a\x1d.goray.v1.PrepareBundlesReply\x12U\n" +
 	"\x15CommitBundleResources\x12\x1e.goray.v1.CommitBundlesRequest\x1a\x1c.goray.v1.CommitBundlesReply\x12U\n" +
-	"\x15CancelResourceReserve\x12\x1e.goray.v1.CancelReserveRequest\x1a\x1c.goray.v1.CancelReserveReply2\xec\v\n" +
+	"\x15CancelResourceReserve\x12\x1e.goray.v1.CancelReserveRequest\x1a\x1c.goray.v1.CancelReserveReply\x12b\n" +
+	"\x14ReleaseUnusedBundles\x12%.goray.v1.ReleaseUnusedBundlesRequest\x1a#.goray.v1.ReleaseUnusedBundlesReply2\xbe\f\n" +
 	"\x03Gcs\x12J\n" +
 	"\fRegisterNode\x12\x1d.goray.v1.RegisterNodeRequest\x1a\x1b.goray.v1.RegisterNodeReply\x12P\n" +
 	"\x0eUnregisterNode\x12\x1f.goray.v1.UnregisterNodeRequest\x1a\x1d.goray.v1.UnregisterNodeReply\x12G\n" +
@@ -8037,7 +8353,8 @@ const file_goray_proto_rawDesc = "" +
 	"\x14CreatePlacementGroup\x12%.goray.v1.CreatePlacementGroupRequest\x1a#.goray.v1.CreatePlacementGroupReply\x12b\n" +
 	"\x14RemovePlacementGroup\x12%.goray.v1.RemovePlacementGroupRequest\x1a#.goray.v1.RemovePlacementGroupReply\x12Y\n" +
 	"\x11GetPlacementGroup\x12\".goray.v1.GetPlacementGroupRequest\x1a .goray.v1.GetPlacementGroupReply\x12_\n" +
-	"\x13ListPlacementGroups\x12$.goray.v1.ListPlacementGroupsRequest\x1a\".goray.v1.ListPlacementGroupsReplyB3Z1github.com/goray-dev/goray/internal/proto/gorayv1b\x06proto3"
+	"\x13ListPlacementGroups\x12$.goray.v1.ListPlacementGroupsRequest\x1a\".goray.v1.ListPlacementGroupsReply\x12P\n" +
+	"\x0eGetClusterInfo\x12\x1f.goray.v1.GetClusterInfoRequest\x1a\x1d.goray.v1.GetClusterInfoReplyB3Z1github.com/goray-dev/goray/internal/proto/gorayv1b\x06proto3"
 
 var (
 	file_goray_proto_rawDescOnce sync.Once
@@ -8052,7 +8369,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 118)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 123)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                       // 0: goray.v1.TaskKind
 	(ActorState)(0),                     // 1: goray.v1.ActorState
@@ -8088,100 +8405,105 @@ var file_goray_proto_goTypes = []any{
 	(*PrepareBundlesReply)(nil),         // 31: goray.v1.PrepareBundlesReply
 	(*CommitBundlesRequest)(nil),        // 32: goray.v1.CommitBundlesRequest
 	(*CommitBundlesReply)(nil),          // 33: goray.v1.CommitBundlesReply
-	(*CancelReserveRequest)(nil),        // 34: goray.v1.CancelReserveRequest
-	(*CancelReserveReply)(nil),          // 35: goray.v1.CancelReserveReply
-	(*WorkerMessage)(nil),               // 36: goray.v1.WorkerMessage
-	(*DriverMessage)(nil),               // 37: goray.v1.DriverMessage
-	(*RayletCommand)(nil),               // 38: goray.v1.RayletCommand
-	(*StoreInfo)(nil),                   // 39: goray.v1.StoreInfo
-	(*LeaseRequest)(nil),                // 40: goray.v1.LeaseRequest
-	(*SchedulingStrategy)(nil),          // 41: goray.v1.SchedulingStrategy
-	(*CancelLeaseRequest)(nil),          // 42: goray.v1.CancelLeaseRequest
-	(*CancelLeaseReply)(nil),            // 43: goray.v1.CancelLeaseReply
-	(*TaskBlockedRequest)(nil),          // 44: goray.v1.TaskBlockedRequest
-	(*TaskBlockedReply)(nil),            // 45: goray.v1.TaskBlockedReply
-	(*TransportInvokeRequest)(nil),      // 46: goray.v1.TransportInvokeRequest
-	(*TransportInvokeReply)(nil),        // 47: goray.v1.TransportInvokeReply
-	(*LeaseReply)(nil),                  // 48: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),          // 49: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),            // 50: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),         // 51: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),           // 52: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),           // 53: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),             // 54: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),           // 55: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                 // 56: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),             // 57: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),       // 58: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),         // 59: goray.v1.ReleaseObjectsReply
-	(*PullObjectRequest)(nil),           // 60: goray.v1.PullObjectRequest
-	(*PullObjectReply)(nil),             // 61: goray.v1.PullObjectReply
-	(*FetchBinaryRequest)(nil),          // 62: goray.v1.FetchBinaryRequest
-	(*BinaryChunk)(nil),                 // 63: goray.v1.BinaryChunk
-	(*WorkersDiedRequest)(nil),          // 64: goray.v1.WorkersDiedRequest
-	(*WorkersDiedReply)(nil),            // 65: goray.v1.WorkersDiedReply
-	(*FreeObjectsRequest)(nil),          // 66: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),            // 67: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),         // 68: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                 // 69: goray.v1.WorkerStats
-	(*PendingDemand)(nil),               // 70: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),           // 71: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),                // 72: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),         // 73: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),           // 74: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                    // 75: goray.v1.NodeInfo
-	(*JobInfo)(nil),                     // 76: goray.v1.JobInfo
-	(*ActorInfo)(nil),                   // 77: goray.v1.ActorInfo
-	(*RegisterNodeRequest)(nil),         // 78: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),           // 79: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),       // 80: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),         // 81: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),            // 82: goray.v1.HeartbeatRequest
-	(*SpillStats)(nil),                  // 83: goray.v1.SpillStats
-	(*SpilledObject)(nil),               // 84: goray.v1.SpilledObject
-	(*HeartbeatReply)(nil),              // 85: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),          // 86: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                    // 87: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),            // 88: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),               // 89: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                 // 90: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),      // 91: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),        // 92: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),           // 93: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),             // 94: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),        // 95: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),          // 96: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),          // 97: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),            // 98: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),             // 99: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),               // 100: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),           // 101: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),             // 102: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil),  // 103: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),    // 104: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),                // 105: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                  // 106: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),                // 107: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                  // 108: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),                // 109: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                  // 110: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),               // 111: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                 // 112: goray.v1.KVKeysReply
-	(*Bundle)(nil),                      // 113: goray.v1.Bundle
-	(*PlacementGroupInfo)(nil),          // 114: goray.v1.PlacementGroupInfo
-	(*CreatePlacementGroupRequest)(nil), // 115: goray.v1.CreatePlacementGroupRequest
-	(*CreatePlacementGroupReply)(nil),   // 116: goray.v1.CreatePlacementGroupReply
-	(*RemovePlacementGroupRequest)(nil), // 117: goray.v1.RemovePlacementGroupRequest
-	(*RemovePlacementGroupReply)(nil),   // 118: goray.v1.RemovePlacementGroupReply
-	(*GetPlacementGroupRequest)(nil),    // 119: goray.v1.GetPlacementGroupRequest
-	(*GetPlacementGroupReply)(nil),      // 120: goray.v1.GetPlacementGroupReply
-	(*ListPlacementGroupsRequest)(nil),  // 121: goray.v1.ListPlacementGroupsRequest
-	(*ListPlacementGroupsReply)(nil),    // 122: goray.v1.ListPlacementGroupsReply
-	nil,                                 // 123: goray.v1.Resources.AmountsEntry
-	nil,                                 // 124: goray.v1.NodeInfo.LabelsEntry
+	(*ReleaseUnusedBundlesRequest)(nil), // 34: goray.v1.ReleaseUnusedBundlesRequest
+	(*BundleRef)(nil),                   // 35: goray.v1.BundleRef
+	(*ReleaseUnusedBundlesReply)(nil),   // 36: goray.v1.ReleaseUnusedBundlesReply
+	(*CancelReserveRequest)(nil),        // 37: goray.v1.CancelReserveRequest
+	(*CancelReserveReply)(nil),          // 38: goray.v1.CancelReserveReply
+	(*WorkerMessage)(nil),               // 39: goray.v1.WorkerMessage
+	(*DriverMessage)(nil),               // 40: goray.v1.DriverMessage
+	(*RayletCommand)(nil),               // 41: goray.v1.RayletCommand
+	(*StoreInfo)(nil),                   // 42: goray.v1.StoreInfo
+	(*LeaseRequest)(nil),                // 43: goray.v1.LeaseRequest
+	(*SchedulingStrategy)(nil),          // 44: goray.v1.SchedulingStrategy
+	(*CancelLeaseRequest)(nil),          // 45: goray.v1.CancelLeaseRequest
+	(*CancelLeaseReply)(nil),            // 46: goray.v1.CancelLeaseReply
+	(*TaskBlockedRequest)(nil),          // 47: goray.v1.TaskBlockedRequest
+	(*TaskBlockedReply)(nil),            // 48: goray.v1.TaskBlockedReply
+	(*TransportInvokeRequest)(nil),      // 49: goray.v1.TransportInvokeRequest
+	(*TransportInvokeReply)(nil),        // 50: goray.v1.TransportInvokeReply
+	(*LeaseReply)(nil),                  // 51: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),          // 52: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),            // 53: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),         // 54: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),           // 55: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),           // 56: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),             // 57: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),           // 58: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                 // 59: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),             // 60: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),       // 61: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),         // 62: goray.v1.ReleaseObjectsReply
+	(*PullObjectRequest)(nil),           // 63: goray.v1.PullObjectRequest
+	(*PullObjectReply)(nil),             // 64: goray.v1.PullObjectReply
+	(*FetchBinaryRequest)(nil),          // 65: goray.v1.FetchBinaryRequest
+	(*BinaryChunk)(nil),                 // 66: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),          // 67: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),            // 68: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),          // 69: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),            // 70: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),         // 71: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                 // 72: goray.v1.WorkerStats
+	(*PendingDemand)(nil),               // 73: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),           // 74: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),                // 75: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),         // 76: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),           // 77: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                    // 78: goray.v1.NodeInfo
+	(*JobInfo)(nil),                     // 79: goray.v1.JobInfo
+	(*ActorInfo)(nil),                   // 80: goray.v1.ActorInfo
+	(*GetClusterInfoRequest)(nil),       // 81: goray.v1.GetClusterInfoRequest
+	(*GetClusterInfoReply)(nil),         // 82: goray.v1.GetClusterInfoReply
+	(*RegisterNodeRequest)(nil),         // 83: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),           // 84: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),       // 85: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),         // 86: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),            // 87: goray.v1.HeartbeatRequest
+	(*SpillStats)(nil),                  // 88: goray.v1.SpillStats
+	(*SpilledObject)(nil),               // 89: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),              // 90: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),          // 91: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                    // 92: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),            // 93: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),               // 94: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                 // 95: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),      // 96: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),        // 97: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),           // 98: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),             // 99: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),        // 100: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),          // 101: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),          // 102: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),            // 103: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),             // 104: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),               // 105: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),           // 106: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),             // 107: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil),  // 108: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),    // 109: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),                // 110: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                  // 111: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),                // 112: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                  // 113: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),                // 114: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                  // 115: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),               // 116: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                 // 117: goray.v1.KVKeysReply
+	(*Bundle)(nil),                      // 118: goray.v1.Bundle
+	(*PlacementGroupInfo)(nil),          // 119: goray.v1.PlacementGroupInfo
+	(*CreatePlacementGroupRequest)(nil), // 120: goray.v1.CreatePlacementGroupRequest
+	(*CreatePlacementGroupReply)(nil),   // 121: goray.v1.CreatePlacementGroupReply
+	(*RemovePlacementGroupRequest)(nil), // 122: goray.v1.RemovePlacementGroupRequest
+	(*RemovePlacementGroupReply)(nil),   // 123: goray.v1.RemovePlacementGroupReply
+	(*GetPlacementGroupRequest)(nil),    // 124: goray.v1.GetPlacementGroupRequest
+	(*GetPlacementGroupReply)(nil),      // 125: goray.v1.GetPlacementGroupReply
+	(*ListPlacementGroupsRequest)(nil),  // 126: goray.v1.ListPlacementGroupsRequest
+	(*ListPlacementGroupsReply)(nil),    // 127: goray.v1.ListPlacementGroupsReply
+	nil,                                 // 128: goray.v1.Resources.AmountsEntry
+	nil,                                 // 129: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	123, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	128, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	7,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	9,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	9,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -8199,161 +8521,168 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 15: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
 	27,  // 16: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
 	28,  // 17: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	113, // 18: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
+	118, // 18: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
 	8,   // 19: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
 	8,   // 20: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
-	8,   // 21: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
-	7,   // 22: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	76,  // 23: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
-	7,   // 24: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
-	5,   // 25: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	75,  // 26: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	39,  // 27: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
-	8,   // 28: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	41,  // 29: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
-	6,   // 30: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
-	7,   // 31: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	7,   // 32: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	56,  // 33: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
-	7,   // 34: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
-	7,   // 35: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
-	8,   // 36: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	75,  // 37: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
-	8,   // 38: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	69,  // 39: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	70,  // 40: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	56,  // 41: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
-	7,   // 42: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	72,  // 43: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	83,  // 44: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	84,  // 45: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
-	8,   // 46: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	124, // 47: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
-	1,   // 48: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
-	7,   // 49: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
-	7,   // 50: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
-	8,   // 51: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	75,  // 52: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	8,   // 53: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	70,  // 54: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	83,  // 55: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	75,  // 56: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	8,   // 57: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	70,  // 58: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	83,  // 59: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	87,  // 60: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	76,  // 61: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	76,  // 62: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	77,  // 63: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	77,  // 64: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	77,  // 65: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	77,  // 66: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	8,   // 67: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
-	2,   // 68: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
-	113, // 69: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
-	3,   // 70: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
-	114, // 71: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
-	114, // 72: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
-	114, // 73: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
-	14,  // 74: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	16,  // 75: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	18,  // 76: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	20,  // 77: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	22,  // 78: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
-	24,  // 79: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
-	26,  // 80: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	36,  // 81: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	37,  // 82: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	40,  // 83: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	49,  // 84: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	42,  // 85: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	44,  // 86: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	46,  // 87: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	51,  // 88: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	53,  // 89: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	55,  // 90: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	58,  // 91: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	66,  // 92: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	68,  // 93: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	60,  // 94: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	62,  // 95: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	64,  // 96: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	73,  // 97: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	30,  // 98: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
-	32,  // 99: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
-	34,  // 100: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
-	78,  // 101: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	80,  // 102: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	82,  // 103: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	86,  // 104: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	89,  // 105: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	91,  // 106: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	93,  // 107: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	95,  // 108: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	97,  // 109: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	99,  // 110: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	101, // 111: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	103, // 112: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	105, // 113: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	107, // 114: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	109, // 115: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	111, // 116: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	115, // 117: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
-	117, // 118: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
-	119, // 119: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
-	121, // 120: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
-	15,  // 121: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	17,  // 122: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	19,  // 123: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	21,  // 124: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	23,  // 125: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	25,  // 126: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
-	29,  // 127: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	38,  // 128: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	38,  // 129: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	48,  // 130: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	50,  // 131: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	43,  // 132: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	45,  // 133: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	47,  // 134: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	52,  // 135: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	54,  // 136: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	57,  // 137: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	59,  // 138: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	67,  // 139: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	71,  // 140: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	61,  // 141: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	63,  // 142: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	65,  // 143: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	74,  // 144: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	31,  // 145: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
-	33,  // 146: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
-	35,  // 147: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
-	79,  // 148: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	81,  // 149: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	85,  // 150: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	88,  // 151: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	90,  // 152: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	92,  // 153: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	94,  // 154: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	96,  // 155: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	98,  // 156: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	100, // 157: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	102, // 158: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	104, // 159: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	106, // 160: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	108, // 161: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	110, // 162: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	112, // 163: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	116, // 164: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
-	118, // 165: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
-	120, // 166: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
-	122, // 167: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
-	121, // [121:168] is the sub-list for method output_type
-	74,  // [74:121] is the sub-list for method input_type
-	74,  // [74:74] is the sub-list for extension type_name
-	74,  // [74:74] is the sub-list for extension extendee
-	0,   // [0:74] is the sub-list for field type_name
+	35,  // 21: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
+	35,  // 22: goray.v1.ReleaseUnusedBundlesReply.released:type_name -> goray.v1.BundleRef
+	8,   // 23: goray.v1.ReleaseUnusedBundlesReply.available:type_name -> goray.v1.Resources
+	8,   // 24: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
+	7,   // 25: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
+	79,  // 26: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	7,   // 27: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
+	5,   // 28: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
+	78,  // 29: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	42,  // 30: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	8,   // 31: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
+	44,  // 32: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	6,   // 33: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
+	7,   // 34: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
+	7,   // 35: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
+	59,  // 36: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	7,   // 37: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
+	7,   // 38: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
+	8,   // 39: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
+	78,  // 40: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	8,   // 41: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
+	72,  // 42: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	73,  // 43: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	59,  // 44: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	7,   // 45: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
+	75,  // 46: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	88,  // 47: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	89,  // 48: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	8,   // 49: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
+	129, // 50: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	1,   // 51: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
+	7,   // 52: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
+	7,   // 53: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
+	8,   // 54: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
+	78,  // 55: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	8,   // 56: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	73,  // 57: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	88,  // 58: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	78,  // 59: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	8,   // 60: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	73,  // 61: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	88,  // 62: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	92,  // 63: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	79,  // 64: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	79,  // 65: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	80,  // 66: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	80,  // 67: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	80,  // 68: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	80,  // 69: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	8,   // 70: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
+	2,   // 71: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
+	118, // 72: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
+	3,   // 73: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
+	119, // 74: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
+	119, // 75: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
+	119, // 76: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
+	14,  // 77: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	16,  // 78: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	18,  // 79: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	20,  // 80: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	22,  // 81: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
+	24,  // 82: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
+	26,  // 83: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	39,  // 84: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	40,  // 85: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	43,  // 86: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	52,  // 87: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	45,  // 88: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	47,  // 89: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	49,  // 90: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	54,  // 91: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	56,  // 92: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	58,  // 93: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	61,  // 94: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	69,  // 95: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	71,  // 96: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	63,  // 97: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	65,  // 98: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	67,  // 99: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	76,  // 100: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	30,  // 101: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
+	32,  // 102: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
+	37,  // 103: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
+	34,  // 104: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
+	83,  // 105: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	85,  // 106: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	87,  // 107: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	91,  // 108: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	94,  // 109: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	96,  // 110: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	98,  // 111: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	100, // 112: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	102, // 113: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	104, // 114: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	106, // 115: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	108, // 116: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	110, // 117: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	112, // 118: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	114, // 119: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	116, // 120: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	120, // 121: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
+	122, // 122: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
+	124, // 123: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
+	126, // 124: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
+	81,  // 125: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
+	15,  // 126: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	17,  // 127: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	19,  // 128: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	21,  // 129: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	23,  // 130: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	25,  // 131: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	29,  // 132: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	41,  // 133: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	41,  // 134: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	51,  // 135: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	53,  // 136: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	46,  // 137: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	48,  // 138: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	50,  // 139: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	55,  // 140: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	57,  // 141: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	60,  // 142: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	62,  // 143: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	70,  // 144: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	74,  // 145: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	64,  // 146: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	66,  // 147: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	68,  // 148: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	77,  // 149: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	31,  // 150: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
+	33,  // 151: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
+	38,  // 152: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
+	36,  // 153: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
+	84,  // 154: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	86,  // 155: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	90,  // 156: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	93,  // 157: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	95,  // 158: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	97,  // 159: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	99,  // 160: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	101, // 161: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	103, // 162: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	105, // 163: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	107, // 164: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	109, // 165: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	111, // 166: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	113, // 167: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	115, // 168: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	117, // 169: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	121, // 170: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
+	123, // 171: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
+	125, // 172: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
+	127, // 173: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
+	82,  // 174: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
+	126, // [126:175] is the sub-list for method output_type
+	77,  // [77:126] is the sub-list for method input_type
+	77,  // [77:77] is the sub-list for extension type_name
+	77,  // [77:77] is the sub-list for extension extendee
+	0,   // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }
@@ -8367,7 +8696,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   118,
+			NumMessages:   123,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -407,6 +407,7 @@ const (
 	Raylet_PrepareBundleResources_FullMethodName = "/goray.v1.Raylet/PrepareBundleResources"
 	Raylet_CommitBundleResources_FullMethodName  = "/goray.v1.Raylet/CommitBundleResources"
 	Raylet_CancelResourceReserve_FullMethodName  = "/goray.v1.Raylet/CancelResourceReserve"
+	Raylet_ReleaseUnusedBundles_FullMethodName   = "/goray.v1.Raylet/ReleaseUnusedBundles"
 )
 
 // RayletClient is the client API for Raylet service.
@@ -465,6 +466,11 @@ type RayletClient interface {
 	PrepareBundleResources(ctx context.Context, in *PrepareBundlesRequest, opts ...grpc.CallOption) (*PrepareBundlesReply, error)
 	CommitBundleResources(ctx context.Context, in *CommitBundlesRequest, opts ...grpc.CallOption) (*CommitBundlesReply, error)
 	CancelResourceReserve(ctx context.Context, in *CancelReserveRequest, opts ...grpc.CallOption) (*CancelReserveReply, error)
+	// Releases every bundle this node holds that is not in the list: a GCS
+	// that restarted calls it when a node comes back, so that bundles a
+	// group creation prepared (or committed) before the restart, and that
+	// the restored GCS does not know as placed there, do not stay reserved.
+	ReleaseUnusedBundles(ctx context.Context, in *ReleaseUnusedBundlesRequest, opts ...grpc.CallOption) (*ReleaseUnusedBundlesReply, error)
 }
 
 type rayletClient struct {
@@ -690,6 +696,16 @@ func (c *rayletClient) CancelResourceReserve(ctx context.Context, in *CancelRese
 	return out, nil
 }
 
+func (c *rayletClient) ReleaseUnusedBundles(ctx context.Context, in *ReleaseUnusedBundlesRequest, opts ...grpc.CallOption) (*ReleaseUnusedBundlesReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReleaseUnusedBundlesReply)
+	err := c.cc.Invoke(ctx, Raylet_ReleaseUnusedBundles_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RayletServer is the server API for Raylet service.
 // All implementations must embed UnimplementedRayletServer
 // for forward compatibility.
@@ -746,6 +762,11 @@ type RayletServer interface {
 	PrepareBundleResources(context.Context, *PrepareBundlesRequest) (*PrepareBundlesReply, error)
 	CommitBundleResources(context.Context, *CommitBundlesRequest) (*CommitBundlesReply, error)
 	CancelResourceReserve(context.Context, *CancelReserveRequest) (*CancelReserveReply, error)
+	// Releases every bundle this node holds that is not in the list: a GCS
+	// that restarted calls it when a node comes back, so that bundles a
+	// group creation prepared (or committed) before the restart, and that
+	// the restored GCS does not know as placed there, do not stay reserved.
+	ReleaseUnusedBundles(context.Context, *ReleaseUnusedBundlesRequest) (*ReleaseUnusedBundlesReply, error)
 	mustEmbedUnimplementedRayletServer()
 }
 
@@ -815,6 +836,9 @@ func (UnimplementedRayletServer) CommitBundleResources(context.Context, *CommitB
 }
 func (UnimplementedRayletServer) CancelResourceReserve(context.Context, *CancelReserveRequest) (*CancelReserveReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method CancelResourceReserve not implemented")
+}
+func (UnimplementedRayletServer) ReleaseUnusedBundles(context.Context, *ReleaseUnusedBundlesRequest) (*ReleaseUnusedBundlesReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReleaseUnusedBundles not implemented")
 }
 func (UnimplementedRayletServer) mustEmbedUnimplementedRayletServer() {}
 func (UnimplementedRayletServer) testEmbeddedByValue()                {}
@@ -1168,6 +1192,24 @@ func _Raylet_CancelResourceReserve_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Raylet_ReleaseUnusedBundles_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReleaseUnusedBundlesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).ReleaseUnusedBundles(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_ReleaseUnusedBundles_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).ReleaseUnusedBundles(ctx, req.(*ReleaseUnusedBundlesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Raylet_ServiceDesc is the grpc.ServiceDesc for Raylet service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1243,6 +1285,10 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "CancelResourceReserve",
 			Handler:    _Raylet_CancelResourceReserve_Handler,
 		},
+		{
+			MethodName: "ReleaseUnusedBundles",
+			Handler:    _Raylet_ReleaseUnusedBundles_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -1287,6 +1333,7 @@ const (
 	Gcs_RemovePlacementGroup_FullMethodName = "/goray.v1.Gcs/RemovePlacementGroup"
 	Gcs_GetPlacementGroup_FullMethodName    = "/goray.v1.Gcs/GetPlacementGroup"
 	Gcs_ListPlacementGroups_FullMethodName  = "/goray.v1.Gcs/ListPlacementGroups"
+	Gcs_GetClusterInfo_FullMethodName       = "/goray.v1.Gcs/GetClusterInfo"
 )
 
 // GcsClient is the client API for Gcs service.
@@ -1326,6 +1373,9 @@ type GcsClient interface {
 	RemovePlacementGroup(ctx context.Context, in *RemovePlacementGroupRequest, opts ...grpc.CallOption) (*RemovePlacementGroupReply, error)
 	GetPlacementGroup(ctx context.Context, in *GetPlacementGroupRequest, opts ...grpc.CallOption) (*GetPlacementGroupReply, error)
 	ListPlacementGroups(ctx context.Context, in *ListPlacementGroupsRequest, opts ...grpc.CallOption) (*ListPlacementGroupsReply, error)
+	// Describes the GCS itself: the cluster id, its storage and its health,
+	// when it started, and whether it restored an earlier GCS's state.
+	GetClusterInfo(ctx context.Context, in *GetClusterInfoRequest, opts ...grpc.CallOption) (*GetClusterInfoReply, error)
 }
 
 type gcsClient struct {
@@ -1536,6 +1586,16 @@ func (c *gcsClient) ListPlacementGroups(ctx context.Context, in *ListPlacementGr
 	return out, nil
 }
 
+func (c *gcsClient) GetClusterInfo(ctx context.Context, in *GetClusterInfoRequest, opts ...grpc.CallOption) (*GetClusterInfoReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetClusterInfoReply)
+	err := c.cc.Invoke(ctx, Gcs_GetClusterInfo_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GcsServer is the server API for Gcs service.
 // All implementations must embed UnimplementedGcsServer
 // for forward compatibility.
@@ -1573,6 +1633,9 @@ type GcsServer interface {
 	RemovePlacementGroup(context.Context, *RemovePlacementGroupRequest) (*RemovePlacementGroupReply, error)
 	GetPlacementGroup(context.Context, *GetPlacementGroupRequest) (*GetPlacementGroupReply, error)
 	ListPlacementGroups(context.Context, *ListPlacementGroupsRequest) (*ListPlacementGroupsReply, error)
+	// Describes the GCS itself: the cluster id, its storage and its health,
+	// when it started, and whether it restored an earlier GCS's state.
+	GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoReply, error)
 	mustEmbedUnimplementedGcsServer()
 }
 
@@ -1642,6 +1705,9 @@ func (UnimplementedGcsServer) GetPlacementGroup(context.Context, *GetPlacementGr
 }
 func (UnimplementedGcsServer) ListPlacementGroups(context.Context, *ListPlacementGroupsRequest) (*ListPlacementGroupsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPlacementGroups not implemented")
+}
+func (UnimplementedGcsServer) GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetClusterInfo not implemented")
 }
 func (UnimplementedGcsServer) mustEmbedUnimplementedGcsServer() {}
 func (UnimplementedGcsServer) testEmbeddedByValue()             {}
@@ -2024,6 +2090,24 @@ func _Gcs_ListPlacementGroups_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gcs_GetClusterInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetClusterInfoRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GcsServer).GetClusterInfo(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gcs_GetClusterInfo_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GcsServer).GetClusterInfo(ctx, req.(*GetClusterInfoRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gcs_ServiceDesc is the grpc.ServiceDesc for Gcs service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2110,6 +2194,10 @@ var Gcs_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListPlacementGroups",
 			Handler:    _Gcs_ListPlacementGroups_Handler,
+		},
+		{
+			MethodName: "GetClusterInfo",
+			Handler:    _Gcs_GetClusterInfo_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
