@@ -48,12 +48,19 @@ type Node struct {
 	TempDir string
 	// LogLevel is an hclog level name: trace, debug, info, warn, error.
 	LogLevel string
+	// DataDir is where the head keeps state that outlives its session
+	// directory (the GCS's bbolt file gcs.db). "" means "data" under
+	// TempDir (see GCSDataDir). A relative path in the file is relative to
+	// the config file.
+	DataDir string
 
 	Resources   Resources
 	ObjectStore ObjectStore
 	WorkerPool  WorkerPool
 	HealthCheck HealthCheck
 	Spilling    Spilling
+	// GCS configures the cluster's GCS (the gcs block).
+	GCS GCS
 
 	// Labels are attached to the node and shown in status.
 	Labels map[string]string
@@ -78,8 +85,12 @@ type Node struct {
 	// source range it was decoded from, so Validate can point at it. Entries
 	// are dropped when a flag overrides the value.
 	ranges map[string]hcl.Range
-	// files holds the parsed source, for FormatDiagnostics.
+	// files holds the parsed source, for FormatDiagnostics, with secrets
+	// masked (see redactSource).
 	files map[string]*hcl.File
+	// fromEnv maps the key of a value ApplyEnv filled in to the variable
+	// it came from, so that Validate can name it.
+	fromEnv map[string]string
 }
 
 // Resources is the node's resource capacity. Nil pointers mean "detect".

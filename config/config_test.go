@@ -44,6 +44,7 @@ func TestDefault(t *testing.T) {
 		ObjectStore: ObjectStore{SpillThreshold: 0.8, InlineLimit: 100 * 1024},
 		WorkerPool:  WorkerPool{IdleTimeout: 60 * time.Second, StartTimeout: 30 * time.Second},
 		HealthCheck: HealthCheck{Period: 3 * time.Second, FailureThreshold: 5},
+		GCS:         GCS{ReconnectTimeout: 60 * time.Second},
 	}
 	got := Default()
 	if !reflect.DeepEqual(exported(got), want) {
@@ -88,6 +89,7 @@ func TestLoadFullFile(t *testing.T) {
 		RayletPort:  7001,
 		NodeIP:      "127.0.0.1",
 		TempDir:     "/var/tmp/goray",
+		DataDir:     filepath.Join("testdata", "state"),
 		LogLevel:    "debug",
 		Resources: Resources{
 			CPU:    ptr(2.0),
@@ -104,8 +106,13 @@ func TestLoadFullFile(t *testing.T) {
 		},
 		HealthCheck: HealthCheck{Period: 500 * time.Millisecond, FailureThreshold: 3},
 		Spilling:    Spilling{Storage: "s3", MinFileSize: 64 << 20, MaxObjectsPerFile: 500, KeepFiles: true, Wait: 30 * time.Second},
-		Labels:      map[string]string{"zone": "a", "rack": "r7"},
-		PluginDir:   "./bin/plugins",
+		GCS: GCS{
+			Storage:          "redis",
+			ReconnectTimeout: 30 * time.Second,
+			Redis:            Redis{Address: "127.0.0.1:6379", Username: "goray", Password: "full-hcl-password", DB: 1, Prefix: "demo"},
+		},
+		Labels:    map[string]string{"zone": "a", "rack": "r7"},
+		PluginDir: "./bin/plugins",
 		Plugins: []Plugin{
 			{Kind: "transport", Name: "shm"},
 			{Kind: "storage", Name: "s3", SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},

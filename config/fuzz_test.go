@@ -12,9 +12,11 @@ import (
 // FuzzParse loads arbitrary bytes as an HCL (and JSON) config, applies
 // Validate and renders the diagnostics. Beyond not crashing: Parse always
 // returns a Node; every diagnostic that points into the file names it and
-// a line that exists; and a config Validate accepts keeps the bounds the
-// runtime relies on (resource amounts convert to fixed point, sizes and
-// counts are in range), so no setting overflows later.
+// a line that exists; the source kept for FormatDiagnostics (secrets
+// masked) is as long as the file; and a config Validate accepts keeps the
+// bounds the runtime relies on (resource amounts convert to fixed point,
+// sizes and counts are in range, the gcs block's storage is known), so no
+// setting overflows later.
 //
 // The seed corpus is in testdata/fuzz/FuzzParse, plus the example files.
 func FuzzParse(f *testing.F) {
@@ -27,6 +29,8 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(`{"head": {}, "resources": {"CPU": 1e18}}`), true)
 	f.Add([]byte("resources {\n  CPU = 1e18\n  custom = { a = 1 }\n}\nobject_store {\n  inline_limit = \"1GiB\"\n}\n"), false)
+	f.Add([]byte("head {}\ngcs {\n  storage = \"redis\"\n  reconnect_timeout = \"5s\"\n  redis { password = \"pw\" }\n}\ndata_dir = \"d\"\n"), false)
+	f.Add([]byte(`{"gcs": {"storage": "bolt", "redis": [{"address": "h:1", "db": -1}, {"passwd": 1}]}}`), true)
 	f.Fuzz(func(t *testing.T, src []byte, json bool) {
 		name := "fuzz.hcl"
 		if json {
@@ -54,6 +58,11 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		_ = FormatDiagnostics(diags, n.Files(), 80, false)
+		for name, f := range n.Files() {
+			if f != nil && len(f.Bytes) != len(src) {
+				t.Fatalf("the masked source of %s has %d bytes, the file %d", name, len(f.Bytes), len(src))
+			}
+		}
 		if diags.HasErrors() {
 			return
 		}
@@ -89,6 +98,9 @@ func FuzzParse(f *testing.F) {
 		}
 		if hc := n.HealthCheck; hc.Period <= 0 || hc.FailureThreshold < 1 || time.Duration(hc.FailureThreshold) > MaxNodeTimeout/hc.Period {
 			t.Fatalf("accepted health check %s × %d", hc.Period, hc.FailureThreshold)
+		}
+		if g := n.GCS; g.ReconnectTimeout <= 0 || (g.Storage != "" && g.Storage != GCSStorageBolt && g.Storage != GCSStorageRedis && g.Storage != GCSStorageMemory) || g.Redis.DB < 0 {
+			t.Fatalf("accepted gcs block %+v", g)
 		}
 		if len(n.Labels) > limits.MaxLabels {
 			t.Fatalf("accepted %d labels", len(n.Labels))

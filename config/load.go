@@ -38,6 +38,7 @@ func Default() *Node {
 			Period:           3 * time.Second,
 			FailureThreshold: 5,
 		},
+		GCS: GCS{ReconnectTimeout: DefaultGCSReconnectTimeout},
 	}
 }
 
@@ -80,7 +81,12 @@ func Parse(src []byte, filename string) (*Node, hcl.Diagnostics) {
 	} else {
 		f, diags = p.ParseHCL(src, filename)
 	}
-	n.files = p.Files()
+	// The source is kept with secrets masked: FormatDiagnostics prints
+	// the lines diagnostics point at.
+	n.files = make(map[string]*hcl.File, len(p.Files()))
+	for name, pf := range p.Files() {
+		n.files[name] = redactSource(pf)
+	}
 	if diags.HasErrors() || f == nil || f.Body == nil {
 		// Decoding a body with syntax errors only adds confusing follow-on
 		// diagnostics.
@@ -97,7 +103,9 @@ func Parse(src []byte, filename string) (*Node, hcl.Diagnostics) {
 
 // LoadWithFlags is the usual way to configure a node: it loads path (or
 // starts from Default when path is ""), applies the flags with Override and
-// runs Validate. Decoding errors stop it before Override.
+// runs Validate. Between the two it fills what the file leaves empty from
+// the environment (ApplyEnv with os.Getenv: the GCS's Redis address and
+// credentials). Decoding errors stop it before Override.
 func LoadWithFlags(path string, f Flags) (*Node, hcl.Diagnostics) {
 	n := Default()
 	var diags hcl.Diagnostics
@@ -108,11 +116,13 @@ func LoadWithFlags(path string, f Flags) (*Node, hcl.Diagnostics) {
 		}
 	}
 	n.Override(f)
+	n.ApplyEnv(os.Getenv)
 	return n, append(diags, n.Validate()...)
 }
 
 // Files returns the parsed source files by name, for FormatDiagnostics. It is
-// nil for a Node that did not come from Load or Parse.
+// nil for a Node that did not come from Load or Parse. Their Bytes have
+// secrets (the GCS's Redis password) masked with '*'.
 func (n *Node) Files() map[string]*hcl.File { return n.files }
 
 var rootSchema = &hcl.BodySchema{
@@ -124,6 +134,7 @@ var rootSchema = &hcl.BodySchema{
 		{Name: "raylet_port"},
 		{Name: "node_ip"},
 		{Name: "temp_dir"},
+		{Name: "data_dir"},
 		{Name: "log_level"},
 		{Name: "labels"},
 		{Name: "plugin_dir"},
@@ -137,6 +148,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "spilling"},
 		{Type: "auth"},
 		{Type: "tls"},
+		{Type: "gcs"},
 		{Type: "plugin", LabelNames: []string{"kind", "name"}},
 		{Type: "node_type", LabelNames: []string{"name"}},
 	},
@@ -216,6 +228,7 @@ const (
 	keyRayletPort     = "raylet_port"
 	keyNodeIP         = "node_ip"
 	keyTempDir        = "temp_dir"
+	keyDataDir        = "data_dir"
 	keyLogLevel       = "log_level"
 	keyLabels         = "labels"
 	keyPluginDir      = "plugin_dir"
@@ -268,6 +281,9 @@ func (d *decoder) root(body hcl.Body) {
 	d.intVal(c.Attributes["raylet_port"], keyRayletPort, &n.RayletPort)
 	d.str(c.Attributes["node_ip"], keyNodeIP, &n.NodeIP)
 	d.str(c.Attributes["temp_dir"], keyTempDir, &n.TempDir)
+	if d.str(c.Attributes["data_dir"], keyDataDir, &n.DataDir) {
+		n.DataDir = d.relPath(n.DataDir)
+	}
 	d.str(c.Attributes["log_level"], keyLogLevel, &n.LogLevel)
 	d.str(c.Attributes["plugin_dir"], keyPluginDir, &n.PluginDir)
 	if a := c.Attributes["labels"]; a != nil {
@@ -276,8 +292,9 @@ func (d *decoder) root(body hcl.Body) {
 		}
 	}
 
-	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls")
+	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls", "gcs")
 	d.security(single["auth"], single["tls"])
+	d.gcs(single["gcs"])
 
 	topAddr := c.Attributes["address"]
 	if hb := single["head"]; hb != nil {

@@ -27,6 +27,9 @@ type Flags struct {
 	Labels map[string]string
 	// AuthTokenFile is where the cluster token is kept (auth.token_file).
 	AuthTokenFile string
+	// DataDir is where the head keeps state that outlives its session
+	// (data_dir; --data-dir).
+	DataDir string
 }
 
 // Override applies f on top of n. A value set by a flag no longer points at
@@ -65,6 +68,10 @@ func (n *Node) Override(f Flags) {
 	if f.TempDir != "" {
 		n.TempDir = f.TempDir
 		drop(keyTempDir)
+	}
+	if f.DataDir != "" {
+		n.DataDir = f.DataDir
+		drop(keyDataDir)
 	}
 	if f.LogLevel != "" {
 		n.LogLevel = f.LogLevel

@@ -36,7 +36,11 @@ var reservedResources = []string{resources.CPU, resources.GPU, resources.Memory,
 // check's period × failure_threshold is at most MaxNodeTimeout, durations
 // are positive, plugin kinds are known and each kind+name appears once,
 // sha256 pins are hex digests, node types are unique and have min_workers
-// <= max_workers.
+// <= max_workers, and the gcs block names a known storage, a Redis server
+// (host:port) when the storage is "redis", a db >= 0, a prefix without
+// whitespace and a positive reconnect_timeout. Warnings: a redis block
+// while the storage is not "redis", and storage or redis on a node that is
+// not the head (only the head's GCS uses them).
 //
 // Each diagnostic points at the offending value when it came from a file
 // (and was not overridden by a flag since); otherwise it has no Subject and
@@ -66,6 +70,12 @@ func (v *validator) errorf(key, summary, format string, args ...any) {
 	v.diags = append(v.diags, d)
 }
 
+// warnf records a warning at the range stored under key, if any.
+func (v *validator) warnf(key, summary, format string, args ...any) {
+	v.errorf(key, summary, format, args...)
+	v.diags[len(v.diags)-1].Severity = hcl.DiagWarning
+}
+
 // errorAt records an error at r unless r is the zero range.
 func (v *validator) errorAt(r hcl.Range, summary, format string, args ...any) {
 	d := &hcl.Diagnostic{
@@ -83,6 +93,7 @@ func (v *validator) node() {
 	n := v.n
 	v.address()
 	v.security()
+	v.gcs()
 	v.port(keyPort, "port", n.Port)
 	v.port(keyRayletPort, "raylet_port", n.RayletPort)
 	if n.NodeIP != "" && net.ParseIP(n.NodeIP) == nil {

@@ -69,3 +69,17 @@ spilling {
   keep_files           = true
   wait                 = "30s"
 }
+
+data_dir = "state" # relative to this file
+
+gcs {
+  storage           = "redis"
+  reconnect_timeout = "30s"
+  redis {
+    address  = "127.0.0.1:6379"
+    username = "goray"
+    password = "full-hcl-password" # better: $GORAY_GCS_REDIS_PASSWORD
+    db       = 1
+    prefix   = "demo"
+  }
+}
