@@ -144,8 +144,14 @@ func (r cliResult) String() string {
 // runGoray runs the goray CLI and waits for it.
 func runGoray(t *testing.T, ctx context.Context, args ...string) cliResult {
 	t.Helper()
+	return runGorayEnv(t, ctx, nil, args...)
+}
+
+// runGorayEnv runs the goray CLI with env added to its environment.
+func runGorayEnv(t *testing.T, ctx context.Context, env []string, args ...string) cliResult {
+	t.Helper()
 	cmd := exec.CommandContext(ctx, gorayBin, args...)
-	cmd.Env = baseEnv()
+	cmd.Env = append(baseEnv(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -174,6 +180,12 @@ type head struct {
 // removes the dir) when the test ends.
 func startHead(t *testing.T, ctx context.Context, extra ...string) *head {
 	t.Helper()
+	return startHeadEnv(t, ctx, nil, extra...)
+}
+
+// startHeadEnv is startHead with env added to `goray start`'s environment.
+func startHeadEnv(t *testing.T, ctx context.Context, env []string, extra ...string) *head {
+	t.Helper()
 	h := &head{t: t, tempDir: shortTempDir(t), port: freePort(t)}
 	h.addr = "127.0.0.1:" + strconv.Itoa(h.port)
 	t.Cleanup(func() {
@@ -183,7 +195,7 @@ func startHead(t *testing.T, ctx context.Context, extra ...string) *head {
 			t.Logf("cleanup: goray stop: %s", r)
 		}
 	})
-	r := runGoray(t, ctx, append([]string{"start", "--head", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir}, extra...)...)
+	r := runGorayEnv(t, ctx, env, append([]string{"start", "--head", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir}, extra...)...)
 	if r.code != 0 {
 		t.Fatalf("goray start --head: %s", r)
 	}

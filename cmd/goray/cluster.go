@@ -118,6 +118,8 @@ type cluster interface {
 	Jobs(ctx context.Context) ([]*pb.JobInfo, error)
 	Actors(ctx context.Context) ([]*pb.ActorInfo, error)
 	PlacementGroups(ctx context.Context) ([]*pb.PlacementGroupInfo, error)
+	// ClusterInfo describes the GCS: storage, health, uptime.
+	ClusterInfo(ctx context.Context) (*pb.GetClusterInfoReply, error)
 	// NodeStats asks the raylet at socket (a unix path).
 	NodeStats(ctx context.Context, socket string) (*pb.GetNodeStatsReply, error)
 	// ListOwned asks the core worker at socket (a unix path).
@@ -178,6 +180,15 @@ func (c *grpcCluster) Actors(ctx context.Context) ([]*pb.ActorInfo, error) {
 		return nil, c.gcsErr("actors", err)
 	}
 	return r.GetActors(), nil
+}
+
+// ClusterInfo describes the GCS.
+func (c *grpcCluster) ClusterInfo(ctx context.Context) (*pb.GetClusterInfoReply, error) {
+	r, err := c.gcs.GetClusterInfo(ctx, &pb.GetClusterInfoRequest{})
+	if err != nil {
+		return nil, c.gcsErr("the GCS's state", err)
+	}
+	return r, nil
 }
 
 // NodeStats asks the raylet at socket for its stats.

@@ -45,6 +45,10 @@ func (f *fakeCluster) PlacementGroups(context.Context) ([]*pb.PlacementGroupInfo
 	return f.groups, nil
 }
 
+func (f *fakeCluster) ClusterInfo(context.Context) (*pb.GetClusterInfoReply, error) {
+	return &pb.GetClusterInfoReply{ClusterId: "c1a55e5", Storage: "bolt /data/gcs.db", StartedAtMs: 1000, NowMs: 61000}, nil
+}
+
 func (f *fakeCluster) NodeStats(_ context.Context, socket string) (*pb.GetNodeStatsReply, error) {
 	f.count(socket)
 	if r, ok := f.stats[socket]; ok {

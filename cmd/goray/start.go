@@ -46,6 +46,8 @@ type startOptions struct {
 	rayletPort        int
 	readyFile         string
 	authTokenFile     string
+	dataDir           string
+	fresh             bool
 }
 
 func (o *startOptions) register(fs *pflag.FlagSet) {
@@ -64,6 +66,8 @@ func (o *startOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.nodeIP, "node-ip", "", "IP address the node listens on and advertises to other nodes (default 127.0.0.1)")
 	fs.IntVar(&o.rayletPort, "raylet-port", 0, "raylet TCP port for other nodes (default: any free port)")
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file holding the cluster token (default $GORAY_AUTH_TOKEN_PATH, else ~/.goray/auth_token; a head creates it)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "head: where the GCS keeps the cluster's state across restarts (default <temp-dir>/data)")
+	fs.BoolVar(&o.fresh, "fresh", false, "head: start a new cluster, discarding the one stored in the data directory or Redis (default: resume it)")
 	fs.StringVar(&o.readyFile, "ready-file", "", "write the node's info as JSON to this file once it serves")
 	_ = fs.MarkHidden("ready-file")
 }
@@ -81,6 +85,7 @@ func (o *startOptions) configFlags(fs *pflag.FlagSet, logLevel string) (config.F
 
 		RayletPort:    o.rayletPort,
 		AuthTokenFile: o.authTokenFile,
+		DataDir:       o.dataDir,
 	}
 	if fs.Changed("head") {
 		h := o.head
@@ -293,8 +298,11 @@ func (a *app) startCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if o.fresh && !cfg.Head {
+				return usagef("--fresh starts a new cluster: it goes with --head")
+			}
 			if o.block {
-				return a.runNode(cmd.Context(), cfg, o.readyFile, na)
+				return a.runNode(cmd.Context(), cfg, o.readyFile, na, o.fresh)
 			}
 			return a.startDaemon(cmd.Context(), cfg, na)
 		}),
@@ -305,10 +313,14 @@ func (a *app) startCmd() *cobra.Command {
 
 // runNode runs the node in this process until SIGINT, SIGTERM or a
 // shutdown request.
-func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, na nodeAuth) error {
+func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, na nodeAuth, fresh bool) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	n, err := node.Start(ctx, node.Options{Config: cfg, Auth: na.creds})
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("finding the goray executable (it runs the GCS): %w", err)
+	}
+	n, err := node.Start(ctx, node.Options{Config: cfg, Auth: na.creds, GCSCommand: []string{exe, "gcs-server"}, Fresh: fresh})
 	if err != nil {
 		return err
 	}
@@ -394,6 +406,16 @@ func writeStarted(w io.Writer, info node.Info, pid int, na nodeAuth) {
 	t.row("  node id:", info.NodeID)
 	t.row("  node name:", orDash(info.NodeName))
 	t.row("  GCS address:", info.GCSAddress)
+	if info.Head {
+		what := "new cluster " + shortHex(info.ClusterID)
+		if info.GCSRestored {
+			what = "resumed cluster " + shortHex(info.ClusterID) + " (start a new one with --fresh)"
+		}
+		t.row("  GCS storage:", info.GCSStorage+", "+what)
+		if info.GCSPid != 0 {
+			t.row("  GCS process:", fmt.Sprintf("pid %d, log %s", info.GCSPid, info.GCSLogFile))
+		}
+	}
 	t.row("  raylet socket:", info.RayletSocket)
 	t.row("  raylet address:", info.RayletAddress)
 	t.row("  session dir:", info.SessionDir)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/dustin/go-humanize"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -18,8 +19,10 @@ import (
 // of `goray status --json`.
 type statusReport struct {
 	GCSAddress string `json:"gcs_address"`
-	AliveNodes int    `json:"alive_nodes"`
-	DeadNodes  int    `json:"dead_nodes"`
+	// GCS describes the GCS itself: its storage, health and uptime.
+	GCS        gcsStatus `json:"gcs"`
+	AliveNodes int       `json:"alive_nodes"`
+	DeadNodes  int       `json:"dead_nodes"`
 	// Nodes are sorted: alive first, the head first among them.
 	Nodes []nodeStatus `json:"nodes"`
 	// Cluster sums the alive nodes.
@@ -32,6 +35,45 @@ type statusReport struct {
 	// waiting for room (pending demand), infeasible ones flagged.
 	PlacementGroups groupCounts    `json:"placement_groups"`
 	PendingGroups   []pendingGroup `json:"pending_placement_groups"`
+}
+
+// gcsStatus is the GCS part of `goray status`.
+type gcsStatus struct {
+	ClusterID string `json:"cluster_id"`
+	// Storage is the backend and where it keeps data; StorageError is
+	// empty when it answers.
+	Storage      string `json:"storage"`
+	StorageError string `json:"storage_error,omitempty"`
+	Healthy      bool   `json:"healthy"`
+	// StartedAtMs is when the GCS started serving; UptimeSeconds how long
+	// ago that was by the GCS's clock.
+	StartedAtMs   int64   `json:"started_at_ms"`
+	UptimeSeconds float64 `json:"uptime_seconds"`
+	// Restored says the GCS read the cluster back from its storage.
+	Restored bool  `json:"restored"`
+	Pid      int64 `json:"pid"`
+}
+
+func gcsStatusOf(r *pb.GetClusterInfoReply) gcsStatus {
+	return gcsStatus{
+		ClusterID: r.GetClusterId(), Storage: r.GetStorage(), StorageError: r.GetStorageError(), Healthy: r.GetStorageError() == "",
+		StartedAtMs: r.GetStartedAtMs(), UptimeSeconds: float64(max(r.GetNowMs()-r.GetStartedAtMs(), 0)) / 1000,
+		Restored: r.GetRestored(), Pid: r.GetPid(),
+	}
+}
+
+// writeGCSLine renders the GCS's storage, health and uptime.
+func writeGCSLine(w io.Writer, g gcsStatus) {
+	health := "healthy"
+	if !g.Healthy {
+		health = "STORAGE FAILING: " + g.StorageError
+	}
+	up := time.Duration(g.UptimeSeconds * float64(time.Second)).Round(time.Second)
+	restored := ""
+	if g.Restored {
+		restored = ", restored from storage"
+	}
+	fmt.Fprintf(w, "GCS: cluster %s, up %s%s; storage %s (%s)\n", shortHex(g.ClusterID), up, restored, g.Storage, health)
 }
 
 // nodeStatus is one node of status and `list nodes`.
@@ -257,7 +299,9 @@ func cell(name string, avail, total amounts) string {
 
 // writeStatus renders the report as text.
 func writeStatus(w io.Writer, r statusReport) error {
-	fmt.Fprintf(w, "goray cluster at %s: %s alive, %d dead\n\n", r.GCSAddress, plural(r.AliveNodes, "node", "nodes"), r.DeadNodes)
+	fmt.Fprintf(w, "goray cluster at %s: %s alive, %d dead\n", r.GCSAddress, plural(r.AliveNodes, "node", "nodes"), r.DeadNodes)
+	writeGCSLine(w, r.GCS)
+	fmt.Fprintln(w)
 
 	anyDead := r.DeadNodes > 0
 	header := []string{"NODE", "NAME", "STATE", "HEAD", "CPU", "GPU", "MEMORY", "OBJECT STORE", "CUSTOM"}
@@ -367,7 +411,12 @@ func gatherStatus(ctx context.Context, c cluster, addr string) (statusReport, er
 	if err != nil {
 		return statusReport{}, err
 	}
+	info, err := c.ClusterInfo(ctx)
+	if err != nil {
+		return statusReport{}, err
+	}
 	r := buildStatus(addr, nodes, jobs, actors)
+	r.GCS = gcsStatusOf(info)
 	r.addPlacementGroups(groups)
 	return r, nil
 }

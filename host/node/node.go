@@ -19,11 +19,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/goray-dev/goray/config"
-	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/gpu"
@@ -61,6 +59,16 @@ type Options struct {
 	// new token (an embedded node: only this process and its children know
 	// it).
 	Auth *auth.Credentials
+	// GCSCommand, on a head that is not embedded, runs the GCS as its own
+	// process: the command line of `goray gcs-server` (RunGCS). The node
+	// supervises it and restarts it when it dies, so the GCS can fail and
+	// come back alone while the head's raylet and workers go on. Nil runs
+	// the GCS inside the node process.
+	GCSCommand []string
+	// Fresh discards the cluster the head's GCS storage holds and starts a
+	// new one (`goray start --head --fresh`); without it a head resumes
+	// the stored cluster.
+	Fresh bool
 }
 
 // Info is what a running node writes to SessionDir/node.json so that CLI
@@ -76,6 +84,14 @@ type Info struct {
 	SessionDir    string `json:"session_dir"`
 	Pid           int    `json:"pid"`
 	LogFile       string `json:"log_file"`
+	// On a head: the cluster's id, the GCS's storage, whether the GCS
+	// resumed a stored cluster, and the GCS process (0 when the GCS runs
+	// inside the node process) and its log.
+	ClusterID   string `json:"cluster_id,omitempty"`
+	GCSStorage  string `json:"gcs_storage,omitempty"`
+	GCSRestored bool   `json:"gcs_restored,omitempty"`
+	GCSPid      int    `json:"gcs_pid,omitempty"`
+	GCSLogFile  string `json:"gcs_log_file,omitempty"`
 	// TLS names the node's TLS files (paths, no secrets), so that commands
 	// on this machine speak TLS to the cluster without being told.
 	TLS *auth.TLSFiles `json:"tls,omitempty"`
@@ -93,8 +109,9 @@ type Node struct {
 	auth       *auth.Credentials
 	store      *objstore.Store
 	plugins    *host.Manager
-	gcs        *gcs.Server
-	gcsGRPC    *grpc.Server
+	gcsIn      *gcsServer  // the GCS inside this process
+	gcsProc    *gcsProcess // or the GCS process
+	infoMu     sync.Mutex  // info's GCS fields change when the GCS restarts
 	gcsCC      *grpc.ClientConn
 	raylet     *raylet.Raylet
 	rayletGRPC *grpc.Server
@@ -162,7 +179,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 
 	gcsAddr := cfg.Address
 	if cfg.Head {
-		if gcsAddr, err = n.startGCS(); err != nil {
+		if gcsAddr, err = n.startGCS(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -211,7 +228,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		NodeID: n.id, NodeName: name, SessionDir: n.info.SessionDir, SocketPath: n.info.RayletSocket,
 		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
 		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
-		HeartbeatPeriod: cfg.HealthCheck.Period, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
+		HeartbeatPeriod: cfg.HealthCheck.Period, GCSReconnectTimeout: cfg.GCS.ReconnectTimeout, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
 		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn, Auth: n.auth,
 	})
 	if err != nil {
@@ -501,62 +518,58 @@ func (n *Node) resources() (resources.Set, int64, error) {
 	return set, storeCap, err
 }
 
-func (n *Node) startGCS() (string, error) {
-	addr := n.cfg.Address
-	if addr == "" {
-		addr = config.DefaultHeadAddress
-	}
-	if n.cfg.Port != 0 {
-		host, _, err := net.SplitHostPort(addr)
-		if err != nil {
-			host = "127.0.0.1"
-		}
-		addr = net.JoinHostPort(host, strconv.Itoa(n.cfg.Port))
-	}
-	lis, err := net.Listen("tcp", addr)
+// startGCS starts the head's GCS, as its own process when Options.GCSCommand
+// says how, else inside this process, and returns its address.
+func (n *Node) startGCS(ctx context.Context) (string, error) {
+	st, err := gcsStorage(n.cfg, n.opts.Embedded, n.opts.Fresh)
 	if err != nil {
-		if errors.Is(err, syscall.EADDRINUSE) {
-			return "", &PortInUseError{Address: addr, Err: err}
-		}
-		return "", fmt.Errorf("GCS cannot listen on %s: %w", addr, err)
+		return "", err
 	}
-	addr = lis.Addr().String()
-	// The GCS reserves placement group bundles on the raylets with the
-	// cluster's credentials.
-	reserver := gcs.NewRayletReserver(func(target string) (*grpc.ClientConn, error) { return rpc.Dial(target, n.auth) })
-	n.gcs = gcs.New(gcs.Options{HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold, Logger: n.log.Named("gcs"), Reserver: reserver})
-	// No GCS message comes near the 256 MiB other servers accept (a KV
-	// value is at most 8 MiB), so an authenticated but misbehaving peer
-	// cannot make the head read more than this per call.
-	n.gcsGRPC = grpc.NewServer(append(rpc.ServerOptions(n.auth), grpc.MaxRecvMsgSize(gcsMaxMessage))...)
-	n.gcs.Register(n.gcsGRPC)
-	n.wg.Add(2)
-	go func() { defer n.wg.Done(); _ = n.gcsGRPC.Serve(lis) }()
-	go func() {
-		defer n.wg.Done()
-		n.gcs.Run(n.ctx)
-		_ = reserver.Close()
-	}()
-	return addr, nil
+	addr := gcsAddress(n.cfg)
+	if len(n.opts.GCSCommand) == 0 || n.opts.Embedded {
+		s, err := openGCS(ctx, addr, st, n.cfg, n.auth, n.log.Named("gcs"))
+		if err != nil {
+			return "", err
+		}
+		n.gcsIn = s
+		n.info.ClusterID, n.info.GCSRestored = s.srv.ClusterID(), s.srv.Restored()
+		n.info.GCSStorage, _, _ = s.srv.StorageStatus(ctx)
+		n.wg.Add(1)
+		go func() { defer n.wg.Done(); s.serve(n.ctx) }()
+		return s.Addr(), nil
+	}
+	n.info.GCSLogFile = filepath.Join(n.info.SessionDir, "logs", "gcs.log")
+	spec := GCSSpec{
+		Address: addr, Storage: specOf(st),
+		HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold,
+		LogFile: n.info.GCSLogFile, LogLevel: n.cfg.LogLevel, ReadyFile: filepath.Join(n.info.SessionDir, "gcs.json"),
+	}
+	p, ready, err := startGCSProcess(ctx, n.opts.GCSCommand, spec, st.RedisPassword, n.auth, n.log.Named("gcs"), n.gcsRestarted)
+	if err != nil {
+		return "", err
+	}
+	n.gcsProc = p
+	n.info.ClusterID, n.info.GCSRestored, n.info.GCSStorage, n.info.GCSPid = ready.ClusterID, ready.Restored, ready.Storage, ready.Pid
+	return ready.Address, nil
 }
 
-// gcsMaxMessage bounds one message to the GCS.
-const gcsMaxMessage = 16 << 20
-
-// PortInUseError says the GCS port is taken, usually by another head.
-type PortInUseError struct {
-	Address string
-	Err     error
+// gcsRestarted records a restarted GCS process in node.json.
+func (n *Node) gcsRestarted(r GCSReady) {
+	n.infoMu.Lock()
+	defer n.infoMu.Unlock()
+	n.info.GCSPid, n.info.GCSRestored = r.Pid, r.Restored
+	if err := n.writeInfoLocked(); err != nil {
+		n.log.Warn("updating node.json", "error", err)
+	}
 }
-
-func (e *PortInUseError) Error() string {
-	return fmt.Sprintf("cannot start the head: %s is already in use (another goray head or program listens there; stop it with `goray stop` or pick another --port)", e.Address)
-}
-
-// Unwrap returns the listen error.
-func (e *PortInUseError) Unwrap() error { return e.Err }
 
 func (n *Node) writeInfo() error {
+	n.infoMu.Lock()
+	defer n.infoMu.Unlock()
+	return n.writeInfoLocked()
+}
+
+func (n *Node) writeInfoLocked() error {
 	b, _ := json.MarshalIndent(n.info, "", "  ")
 	path := filepath.Join(n.info.SessionDir, "node.json")
 	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
@@ -572,7 +585,11 @@ func (n *Node) Stats(ctx context.Context) (*pb.GetNodeStatsReply, error) {
 }
 
 // Info returns where the node serves.
-func (n *Node) Info() Info { return n.info }
+func (n *Node) Info() Info {
+	n.infoMu.Lock()
+	defer n.infoMu.Unlock()
+	return n.info
+}
 
 // ID returns the node id.
 func (n *Node) ID() ids.ID { return n.id }
@@ -594,12 +611,13 @@ func (n *Node) Stop(ctx context.Context) error {
 	if n.dataLis != nil {
 		_ = n.dataLis.Close()
 	}
-	for _, s := range []*grpc.Server{n.rayletGRPC, n.gcsGRPC} {
-		if s != nil {
-			stopGRPC(s)
-		}
+	if n.rayletGRPC != nil {
+		stopGRPC(n.rayletGRPC)
 	}
-	n.wg.Wait()
+	n.wg.Wait() // the GCS inside this process stops with n.ctx
+	if n.gcsProc != nil {
+		n.gcsProc.stop(ctx)
+	}
 	if n.plugins != nil {
 		if err := n.plugins.Stop(ctx); err != nil {
 			n.log.Warn("stopping plugins", "error", err)

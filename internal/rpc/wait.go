@@ -66,12 +66,24 @@ func (e *ServerWaitError) GRPCStatus() *status.Status {
 
 // waitUnary is WaitForServer's unary interceptor.
 func waitUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	opts = append([]grpc.CallOption{grpc.WaitForReady(true)}, opts...)
+	return Retry(ctx, cc.Target(), method, func(ctx context.Context, more ...grpc.CallOption) error {
+		return invoker(ctx, method, req, reply, cc, append(more, opts...)...)
+	})
+}
+
+// Retry makes one call wait while its server is down, as every call on a
+// connection dialled with WaitForServer does: call gets gRPC's
+// WaitForReady option to pass on, and is tried again with exponential
+// backoff while it fails with Unavailable, until ctx ends (the error is
+// then a *ServerWaitError naming target and method). Use it for a call
+// that may be repeated on a connection whose other calls must fail fast.
+func Retry(ctx context.Context, target, method string, call func(ctx context.Context, opts ...grpc.CallOption) error) error {
+	opts := []grpc.CallOption{grpc.WaitForReady(true)}
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval = retryInitial, retryMax
 	var last error
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
-		last = invoker(ctx, method, req, reply, cc, opts...)
+		last = call(ctx, opts...)
 		if last != nil && status.Code(last) != codes.Unavailable {
 			return struct{}{}, backoff.Permanent(last)
 		}
@@ -82,7 +94,7 @@ func waitUnary(ctx context.Context, method string, req, reply any, cc *grpc.Clie
 	}
 	switch status.Code(last) {
 	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		return &ServerWaitError{Target: cc.Target(), Method: method, Err: ctx.Err(), Last: last}
+		return &ServerWaitError{Target: target, Method: method, Err: ctx.Err(), Last: last}
 	}
 	return err
 }

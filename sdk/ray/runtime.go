@@ -278,9 +278,17 @@ func embeddedConfig(o *initOptions) (*config.Node, error) {
 	return cfg, nil
 }
 
+// EnvNodeIP picks, among the nodes on this machine, the one whose raylet
+// listens on this IP for a driver to attach to (several nodes share one
+// machine on distinct loopback addresses, as in tests). Unset, the head is
+// preferred.
+const EnvNodeIP = "GORAY_NODE_IP"
+
 // findLocalNode asks the GCS for the alive nodes and picks the one whose
-// raylet socket exists on this machine (the head first).
+// raylet socket exists on this machine: the one on $GORAY_NODE_IP when it
+// is set, else the head first.
 func findLocalNode(ctx context.Context, addr string, creds *auth.Credentials) (*pb.NodeInfo, error) {
+	wantIP := strings.TrimSpace(os.Getenv(EnvNodeIP))
 	cc, err := rpc.Dial(addr, creds)
 	if err != nil {
 		return nil, fmt.Errorf("goray: cluster address %q: %w", addr, err)
@@ -304,9 +312,17 @@ func findLocalNode(ctx context.Context, addr string, creds *auth.Credentials) (*
 		if _, err := os.Stat(n.RayletUnix); err != nil {
 			continue
 		}
+		if wantIP != "" {
+			if host, _, _ := net.SplitHostPort(n.RayletTcp); host != wantIP {
+				continue
+			}
+		}
 		if best == nil || (n.IsHead && !best.IsHead) {
 			best = n
 		}
+	}
+	if best == nil && wantIP != "" {
+		return nil, fmt.Errorf("goray: the cluster at %s has no alive node on this machine listening on $%s=%s", addr, EnvNodeIP, wantIP)
 	}
 	if best == nil {
 		return nil, fmt.Errorf("goray: the cluster at %s has no alive node on this machine to attach the driver to", addr)

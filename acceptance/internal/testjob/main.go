@@ -208,6 +208,8 @@ func main() {
 		runErr = runPGNodeKill(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "pg-detached":
 		runErr = runPGDetached(ctx, arg(rt, args, 0))
+	case "gcs-ft":
+		runErr = runGCSFT(ctx, arg(rt, args, 0))
 	case "pg-lookup":
 		runErr = runPGLookup(ctx, arg(rt, args, 0))
 	default:

@@ -1,0 +1,274 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/gcs"
+	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+)
+
+// gcsMaxMessage bounds one message to the GCS.
+const gcsMaxMessage = 16 << 20
+
+// gcsOpenTimeout bounds opening the GCS's storage (reaching Redis, taking
+// the bbolt file lock) when a GCS starts.
+const gcsOpenTimeout = 20 * time.Second
+
+// PortInUseError says the GCS port is taken, usually by another head.
+type PortInUseError struct {
+	Address string
+	Err     error
+}
+
+func (e *PortInUseError) Error() string {
+	return fmt.Sprintf("cannot start the head: %s is already in use (another goray head or program listens there; stop it with `goray stop` or pick another --port)", e.Address)
+}
+
+// Unwrap returns the listen error.
+func (e *PortInUseError) Unwrap() error { return e.Err }
+
+// gcsAddress is where the head's GCS listens: the config's address with
+// the port flag applied.
+func gcsAddress(cfg *config.Node) string {
+	addr := cfg.Address
+	if addr == "" {
+		addr = config.DefaultHeadAddress
+	}
+	if cfg.Port != 0 {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = "127.0.0.1"
+		}
+		addr = net.JoinHostPort(host, strconv.Itoa(cfg.Port))
+	}
+	return addr
+}
+
+// gcsStorage is the storage of the head's GCS: the gcs block's choice,
+// else bbolt in the data directory for a started head and memory for an
+// embedded one (a `go run` program keeps nothing).
+func gcsStorage(cfg *config.Node, embedded, fresh bool) (gcs.Storage, error) {
+	backend := cfg.GCS.Storage
+	if backend == "" {
+		backend = config.GCSStorageBolt
+		if embedded {
+			backend = config.GCSStorageMemory
+		}
+	}
+	st := gcs.Storage{Fresh: fresh}
+	switch backend {
+	case config.GCSStorageMemory:
+		st.Backend = gcs.BackendMemory
+	case config.GCSStorageBolt:
+		dir := cfg.GCSDataDir()
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return st, fmt.Errorf("GCS storage: creating the data directory %s (data_dir / --data-dir): %w", dir, err)
+		}
+		st.Backend, st.Path = gcs.BackendBolt, filepath.Join(dir, "gcs.db")
+	case config.GCSStorageRedis:
+		r := cfg.GCS.Redis
+		st.Backend = gcs.BackendRedis
+		st.RedisAddress, st.RedisUsername, st.RedisPassword, st.RedisDB, st.RedisPrefix = r.Address, r.Username, r.Password, r.DB, r.Prefix
+	default:
+		return st, fmt.Errorf("GCS storage: unknown backend %q", backend)
+	}
+	return st, nil
+}
+
+// gcsServer is a GCS serving on a listener: what a head runs in its own
+// process (RunGCS) or, embedded, inside the node.
+type gcsServer struct {
+	srv  *gcs.Server
+	grpc *grpc.Server
+	lis  net.Listener
+	res  *gcs.RayletReserver
+	done chan struct{}
+}
+
+// openGCS listens on addr and opens the GCS's storage (serve serves them);
+// errors name the address taken, or the storage's path or address.
+// Listening comes first so that a second head on the same port says so,
+// rather than that the first one holds the storage.
+func openGCS(ctx context.Context, addr string, st gcs.Storage, cfg *config.Node, creds *auth.Credentials, log hclog.Logger) (*gcsServer, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, &PortInUseError{Address: addr, Err: err}
+		}
+		return nil, fmt.Errorf("GCS cannot listen on %s: %w", addr, err)
+	}
+	// The GCS reserves placement group bundles on the raylets with the
+	// cluster's credentials.
+	reserver := gcs.NewRayletReserver(func(target string) (*grpc.ClientConn, error) { return rpc.Dial(target, creds) })
+	octx, cancel := context.WithTimeout(ctx, gcsOpenTimeout)
+	defer cancel()
+	srv, err := gcs.Open(octx, gcs.Options{
+		HeartbeatPeriod: cfg.HealthCheck.Period, FailureThreshold: cfg.HealthCheck.FailureThreshold,
+		Logger: log, Reserver: reserver, Storage: st,
+	})
+	if err != nil {
+		_ = lis.Close()
+		_ = reserver.Close()
+		return nil, err
+	}
+	// No GCS message comes near the 256 MiB other servers accept (a KV
+	// value is at most 8 MiB), so an authenticated but misbehaving peer
+	// cannot make the head read more than this per call.
+	g := grpc.NewServer(append(rpc.ServerOptions(creds), grpc.MaxRecvMsgSize(gcsMaxMessage))...)
+	srv.Register(g)
+	return &gcsServer{srv: srv, grpc: g, lis: lis, res: reserver, done: make(chan struct{})}, nil
+}
+
+// Addr is where the GCS listens.
+func (s *gcsServer) Addr() string { return s.lis.Addr().String() }
+
+// serve serves until ctx ends, then stops the server and closes the
+// storage.
+func (s *gcsServer) serve(ctx context.Context) {
+	defer close(s.done)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { _ = s.grpc.Serve(s.lis) }()
+	go s.srv.Run(runCtx)
+	<-ctx.Done()
+	stopGRPC(s.grpc)
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	_ = s.srv.Close(cctx)
+	_ = s.res.Close()
+}
+
+// GCSSpec is what a GCS process runs: the head passes it (as JSON in
+// EnvGCSSpec) to `goray gcs-server`, which calls RunGCS. The Redis
+// password travels in config.EnvGCSRedisPassword instead, never in the
+// spec.
+type GCSSpec struct {
+	// Address is where the GCS listens (host:port).
+	Address string `json:"address"`
+	// Storage is the GCS's storage (its RedisPassword is not in the JSON).
+	Storage gcsStorageSpec `json:"storage"`
+	// HeartbeatPeriod and FailureThreshold are the nodes' health checks.
+	HeartbeatPeriod  time.Duration `json:"heartbeat_period"`
+	FailureThreshold int           `json:"failure_threshold"`
+	// LogFile receives the GCS's log; LogLevel is an hclog level name.
+	LogFile  string `json:"log_file"`
+	LogLevel string `json:"log_level"`
+	// ReadyFile is where RunGCS writes a GCSReady once it serves, or the
+	// error that stopped it.
+	ReadyFile string `json:"ready_file"`
+}
+
+// gcsStorageSpec is gcs.Storage without the password.
+type gcsStorageSpec struct {
+	Backend       string `json:"backend"`
+	Path          string `json:"path,omitempty"`
+	RedisAddress  string `json:"redis_address,omitempty"`
+	RedisUsername string `json:"redis_username,omitempty"`
+	RedisDB       int    `json:"redis_db,omitempty"`
+	RedisPrefix   string `json:"redis_prefix,omitempty"`
+	Fresh         bool   `json:"fresh,omitempty"`
+}
+
+func specOf(st gcs.Storage) gcsStorageSpec {
+	return gcsStorageSpec{Backend: st.Backend, Path: st.Path, RedisAddress: st.RedisAddress, RedisUsername: st.RedisUsername,
+		RedisDB: st.RedisDB, RedisPrefix: st.RedisPrefix, Fresh: st.Fresh}
+}
+
+func (s gcsStorageSpec) storage(password string) gcs.Storage {
+	return gcs.Storage{Backend: s.Backend, Path: s.Path, RedisAddress: s.RedisAddress, RedisUsername: s.RedisUsername,
+		RedisPassword: password, RedisDB: s.RedisDB, RedisPrefix: s.RedisPrefix, Fresh: s.Fresh}
+}
+
+// EnvGCSSpec holds a GCSSpec as JSON in a GCS process's environment.
+const EnvGCSSpec = "GORAY_GCS_SPEC"
+
+// GCSReady is what a GCS process writes to its ready file.
+type GCSReady struct {
+	Pid       int    `json:"pid"`
+	Address   string `json:"address,omitempty"`
+	ClusterID string `json:"cluster_id,omitempty"`
+	Restored  bool   `json:"restored,omitempty"`
+	Storage   string `json:"storage,omitempty"`
+	// Error says why the GCS could not start; PortInUse marks a taken
+	// address.
+	Error     string `json:"error,omitempty"`
+	PortInUse bool   `json:"port_in_use,omitempty"`
+}
+
+// GCSSpecFromEnv reads the spec a head gave its GCS process.
+func GCSSpecFromEnv() (GCSSpec, string, error) {
+	var spec GCSSpec
+	raw := os.Getenv(EnvGCSSpec)
+	if raw == "" {
+		return spec, "", fmt.Errorf("$%s is not set: `goray gcs-server` is started by a head node (`goray start --head`), not by hand", EnvGCSSpec)
+	}
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		return spec, "", fmt.Errorf("$%s: %w", EnvGCSSpec, err)
+	}
+	return spec, os.Getenv(config.EnvGCSRedisPassword), nil
+}
+
+// RunGCS runs a GCS in this process until ctx ends: it opens the storage
+// the spec names, listens on its address, and writes the ready file (the
+// error, when it cannot start). It is the main of `goray gcs-server`.
+func RunGCS(ctx context.Context, spec GCSSpec, redisPassword string, creds *auth.Credentials) error {
+	log := hclog.NewNullLogger()
+	if spec.LogFile != "" {
+		f, err := os.OpenFile(spec.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("opening log %s: %w", spec.LogFile, err)
+		}
+		defer f.Close()
+		log = hclog.New(&hclog.LoggerOptions{Name: "gcs", Output: f, Level: hclog.LevelFromString(spec.LogLevel)})
+	}
+	creds.SetLogger(log.Named("auth"))
+	cfg := &config.Node{HealthCheck: config.HealthCheck{Period: spec.HeartbeatPeriod, FailureThreshold: spec.FailureThreshold}}
+	s, err := openGCS(ctx, spec.Address, spec.Storage.storage(redisPassword), cfg, creds, log)
+	ready := GCSReady{Pid: os.Getpid()}
+	if err != nil {
+		log.Error("the GCS cannot start", "error", err)
+		ready.Error = err.Error()
+		var pe *PortInUseError
+		ready.PortInUse = errors.As(err, &pe)
+		_ = writeJSON(spec.ReadyFile, ready)
+		return err
+	}
+	ready.Address, ready.ClusterID, ready.Restored = s.Addr(), s.srv.ClusterID(), s.srv.Restored()
+	ready.Storage, _, _ = s.srv.StorageStatus(ctx)
+	go s.serve(ctx)
+	log.Info("GCS serving", "address", ready.Address, "cluster", ready.ClusterID, "storage", ready.Storage, "restored", ready.Restored)
+	if err := writeJSON(spec.ReadyFile, ready); err != nil {
+		log.Error("writing the ready file", "error", err)
+	}
+	<-s.done
+	log.Info("GCS stopped")
+	return nil
+}
+
+// writeJSON writes v as JSON to path atomically ("" writes nothing).
+func writeJSON(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
