@@ -83,9 +83,21 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 // with NodeDeadError. What the node says about itself is validated first
 // (resources, labels, addresses, lengths; see checkNodeInfo), refused with
 // InvalidArgumentError naming the field.
+//
+// A node that registers with the cluster id (it registers again: this GCS
+// restarted, or lost touch with it) gets its placement group bundles swept:
+// the placement group manager tells its raylet, soon and without this call
+// waiting, which bundles the table has placed there, and the raylet gives
+// back every other one (sweep.go).
 func (s *Server) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequest) (_ *gorayv1.RegisterNodeReply, err error) {
 	var d durable
-	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
+	defer d.wait(ctx, &err) // after the unlocks below: answer once the change is durable
+	again := false
+	defer func() { // after the unlock below: the manager's lock is never taken under s.mu
+		if again && err == nil {
+			s.pgs.requestSweep(ids.MustFromBytes(req.GetNode().GetNodeId()), sweepReregistered)
+		}
+	}()
 	if req.GetNode() == nil {
 		return nil, &InvalidArgumentError{Field: "node", Problem: "required"}
 	}
@@ -100,6 +112,7 @@ func (s *Server) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequ
 	if c := req.GetClusterId(); c != "" && c != s.clusterID {
 		return nil, &OtherClusterError{Node: id, Cluster: c, Want: s.clusterID}
 	}
+	again = req.GetClusterId() != ""
 	reply := &gorayv1.RegisterNodeReply{HeartbeatPeriodMs: s.period.Milliseconds(), ClusterId: s.clusterID}
 	now := s.now()
 

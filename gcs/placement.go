@@ -28,10 +28,11 @@ const (
 
 // BundleReserver reserves placement group bundles on a node's raylet: the
 // GCS's side of the two-phase protocol (see the Raylet service's
-// PrepareBundleResources). The GCS prepares and commits from one goroutine,
-// one group at a time; it cancels from that goroutine and from removals
-// (a raylet that already cancelled a group, or was told it was removed,
-// takes a cancel again as a no-op). Never with a lock held.
+// PrepareBundleResources). The GCS prepares, commits and sweeps
+// (ReleaseUnused) from one goroutine, one group or node at a time; it
+// cancels from that goroutine and from removals (a raylet that already
+// cancelled a group, or was told it was removed, takes a cancel again as a
+// no-op). Never with a lock held.
 type BundleReserver interface {
 	// Prepare holds bundles of group on node, all or none.
 	Prepare(ctx context.Context, node *gorayv1.NodeInfo, group ids.ID, bundles []*gorayv1.Bundle) (*gorayv1.PrepareBundlesReply, error)
@@ -40,6 +41,10 @@ type BundleReserver interface {
 	// Cancel gives bundles back (nil indexes: every bundle of the group on
 	// the node) and ends the work holding them, telling it reason.
 	Cancel(ctx context.Context, node *gorayv1.NodeInfo, group ids.ID, indexes []int32, reason string) (*gorayv1.CancelReserveReply, error)
+	// ReleaseUnused gives back every bundle the node holds, prepared or
+	// committed, that inUse does not name, ending the work holding them
+	// and telling it reason (a repeated call releases nothing more).
+	ReleaseUnused(ctx context.Context, node *gorayv1.NodeInfo, inUse []*gorayv1.BundleRef, reason string) (*gorayv1.ReleaseUnusedBundlesReply, error)
 }
 
 // pgEntry is one placement group of the table.
@@ -80,6 +85,11 @@ type placementGroups struct {
 	byName map[string]ids.ID // live (not REMOVED) named groups
 	// pending are cancels raylets have not taken yet (retried).
 	pending []pendingCancel
+	// sweeps are the nodes whose raylets are to be told which bundles the
+	// table has placed on them (sweep.go), by node id: asked for when a
+	// node registers again and when a restored GCS starts, retried with
+	// backoff until taken.
+	sweeps map[ids.ID]*pendingSweep
 	// removed counts REMOVED groups still in the table (pruned past
 	// maxRemovedGroups).
 	removed int
@@ -100,6 +110,7 @@ func newPlacementGroups(s *Server, r BundleReserver, log hclog.Logger, retry tim
 		kick:   make(chan struct{}, 1),
 		groups: map[ids.ID]*pgEntry{},
 		byName: map[string]ids.ID{},
+		sweeps: map[ids.ID]*pendingSweep{},
 	}
 }
 
@@ -320,23 +331,44 @@ func (p *placementGroups) lookupLocked(id ids.ID, name string) *pgEntry {
 
 // run places pending groups whenever something may have changed (a group
 // was created, a node joined or died, a job finished) and every retry
-// period (resources are freed without events), until ctx ends.
+// period (resources are freed without events), until ctx ends. Between
+// placements it sweeps the nodes that came back (sweep.go: every alive
+// node of a restored table at start, and each node that registers again)
+// and retries the cancels raylets have not taken.
 func (p *placementGroups) run(ctx context.Context) {
 	events, unsubscribe := p.s.Subscribe()
 	defer unsubscribe()
+	if p.s.restored {
+		// The GCS that stored the table may have died during a
+		// reservation: every node it left alive is swept, whether or not
+		// its raylet registers again (one that the restored table knows
+		// goes on with heartbeats).
+		for _, n := range p.s.aliveNodes() {
+			p.requestSweep(ids.MustFromBytes(n.GetNodeId()), sweepRestored)
+		}
+	}
 	t := time.NewTicker(p.retry)
 	defer t.Stop()
+	due := time.NewTimer(0) // the next sweep's retry
+	defer due.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-p.kick:
 		case <-t.C:
+		case <-due.C:
 		case ev := <-events:
 			p.handle(ctx, ev)
 		}
+		p.retrySweeps(ctx)
 		p.retryCancels(ctx)
 		p.schedule(ctx)
+		if d, ok := p.nextSweep(); ok {
+			due.Reset(d)
+		} else {
+			due.Stop()
+		}
 	}
 }
 
@@ -368,10 +400,11 @@ func (p *placementGroups) handle(ctx context.Context, ev Event) {
 }
 
 // nodeDied puts the bundles the dead node held back to be placed: their
-// groups go RESCHEDULING.
+// groups go RESCHEDULING. A sweep of the node waiting is dropped.
 func (p *placementGroups) nodeDied(node ids.ID) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	delete(p.sweeps, node)
 	for _, id := range p.order {
 		e := p.groups[id]
 		if e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
@@ -596,6 +629,9 @@ func (p *placementGroups) place(ctx context.Context, id ids.ID) {
 		cancel()
 		switch {
 		case err != nil:
+			// The prepare may have been carried out all the same (a
+			// timeout, a lost reply): cancel there too (a no-op otherwise).
+			prepared = append(prepared, nid)
 			fail(fmt.Sprintf("preparing on node %s: %v", nodeID[nid].Short(), err))
 			return
 		case !rep.GetSuccess():

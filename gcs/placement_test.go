@@ -26,6 +26,12 @@ type fakeRaylets struct {
 	cancels   map[ids.ID]int // group -> Cancel calls
 	// cancelFails makes that many Cancel calls fail first.
 	cancelFails int
+	// releaseFails makes that many ReleaseUnused calls fail first;
+	// releases counts the calls (failed and gated ones too) by node.
+	releaseFails int
+	releases     map[ids.ID]int
+	// releaseGate, when set, holds ReleaseUnused calls until closed.
+	releaseGate chan struct{}
 	failOn      map[ids.ID]bool
 	failed      int // prepares failed by failOn
 	// gate, when set for a node, holds its prepares until closed.
@@ -38,6 +44,7 @@ func newFakeRaylets() *fakeRaylets {
 		held:      map[ids.ID]map[ids.ID]map[int32]resources.Set{},
 		committed: map[ids.ID]map[ids.ID]map[int32]bool{},
 		cancels:   map[ids.ID]int{},
+		releases:  map[ids.ID]int{},
 		failOn:    map[ids.ID]bool{},
 		gate:      map[ids.ID]chan struct{}{},
 	}
@@ -71,8 +78,15 @@ func (f *fakeRaylets) Prepare(ctx context.Context, n *gorayv1.NodeInfo, g ids.ID
 		f.failed++
 		return nil, errors.New("connection refused")
 	}
+	// As a raylet: a bundle already held (prepared or committed) is not
+	// held twice.
 	sum := resources.Set{}
+	var fresh []*gorayv1.Bundle
 	for _, b := range bundles {
+		if _, ok := f.held[node][g][b.GetIndex()]; ok {
+			continue
+		}
+		fresh = append(fresh, b)
 		sum.Add(b.GetResources().GetAmounts())
 	}
 	if !f.available[node].Fits(sum) {
@@ -85,7 +99,7 @@ func (f *fakeRaylets) Prepare(ctx context.Context, n *gorayv1.NodeInfo, g ids.ID
 	if f.held[node][g] == nil {
 		f.held[node][g] = map[int32]resources.Set{}
 	}
-	for _, b := range bundles {
+	for _, b := range fresh {
 		f.held[node][g][b.GetIndex()] = b.GetResources().GetAmounts()
 	}
 	return &gorayv1.PrepareBundlesReply{Success: true, Available: f.availPB(node)}, nil
@@ -128,6 +142,67 @@ func (f *fakeRaylets) Cancel(_ context.Context, n *gorayv1.NodeInfo, g ids.ID, i
 		delete(f.committed[node][g], i)
 	}
 	return &gorayv1.CancelReserveReply{Available: f.availPB(node)}, nil
+}
+
+// ReleaseUnused gives back every bundle the node holds that inUse does
+// not name, as a raylet does.
+func (f *fakeRaylets) ReleaseUnused(ctx context.Context, n *gorayv1.NodeInfo, inUse []*gorayv1.BundleRef, _ string) (*gorayv1.ReleaseUnusedBundlesReply, error) {
+	node := ids.MustFromBytes(n.GetNodeId())
+	f.mu.Lock()
+	f.releases[node]++
+	gate := f.releaseGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.releaseFails > 0 {
+		f.releaseFails--
+		return nil, errors.New("connection refused")
+	}
+	keep := map[ids.ID]map[int32]bool{}
+	for _, b := range inUse {
+		g := ids.MustFromBytes(b.GetPlacementGroupId())
+		if keep[g] == nil {
+			keep[g] = map[int32]bool{}
+		}
+		keep[g][b.GetIndex()] = true
+	}
+	rep := &gorayv1.ReleaseUnusedBundlesReply{}
+	for g, bundles := range f.held[node] {
+		for i, b := range bundles {
+			if keep[g][i] {
+				continue
+			}
+			f.available[node].Add(b)
+			delete(bundles, i)
+			delete(f.committed[node][g], i)
+			rep.Released = append(rep.Released, &gorayv1.BundleRef{PlacementGroupId: g.Bytes(), Index: i})
+		}
+	}
+	rep.Available = f.availPB(node)
+	return rep, nil
+}
+
+// heldOn returns the bundles held on node by group: index -> committed.
+func (f *fakeRaylets) heldOn(node ids.ID) map[ids.ID]map[int32]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[ids.ID]map[int32]bool{}
+	for g, bundles := range f.held[node] {
+		for i := range bundles {
+			if out[g] == nil {
+				out[g] = map[int32]bool{}
+			}
+			out[g][i] = f.committed[node][g][i]
+		}
+	}
+	return out
 }
 
 func contains(xs []int32, x int32) bool {

@@ -24,6 +24,8 @@ type RayletReserver struct {
 	closed bool
 }
 
+var _ BundleReserver = (*RayletReserver)(nil)
+
 // NewRayletReserver returns a reserver that connects with dial.
 func NewRayletReserver(dial func(target string) (*grpc.ClientConn, error)) *RayletReserver {
 	return &RayletReserver{dial: dial, conns: map[string]*grpc.ClientConn{}}
@@ -80,6 +82,15 @@ func (r *RayletReserver) Cancel(ctx context.Context, node *gorayv1.NodeInfo, gro
 		return nil, err
 	}
 	return c.CancelResourceReserve(ctx, &gorayv1.CancelReserveRequest{PlacementGroupId: group.Bytes(), Indexes: indexes, Reason: reason})
+}
+
+// ReleaseUnused calls the node's ReleaseUnusedBundles.
+func (r *RayletReserver) ReleaseUnused(ctx context.Context, node *gorayv1.NodeInfo, inUse []*gorayv1.BundleRef, reason string) (*gorayv1.ReleaseUnusedBundlesReply, error) {
+	c, err := r.client(node)
+	if err != nil {
+		return nil, err
+	}
+	return c.ReleaseUnusedBundles(ctx, &gorayv1.ReleaseUnusedBundlesRequest{InUse: inUse, Reason: reason})
 }
 
 // Forget closes the connection to a node's raylet (the node died).

@@ -18,6 +18,11 @@
 // made it is acknowledged (journal.go), and a GCS opened on the same storage
 // reads the cluster back (its id, nodes, jobs, actors, placement groups and
 // KV). A restored node that was alive gets the health timeout to come back.
+// A GCS that died during a reservation may have left raylets holding
+// bundles the restored table does not place there: the placement group
+// manager sweeps every node it restored alive, and every node that
+// registers again, telling its raylet which bundles are in use so that it
+// releases the others (sweep.go).
 package gcs
 
 import (

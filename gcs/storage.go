@@ -315,12 +315,13 @@ func (s *Server) restore(ctx context.Context) error {
 		for _, b := range info.GetBundles() {
 			e.bundles = append(e.bundles, resources.Set(b.GetResources().GetAmounts()).Clone())
 		}
-		switch info.GetState() {
-		case gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PREPARED:
+		if info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PREPARED {
 			// Its reservation was cut short: place it again.
 			info.State = gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING
-		case gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_CREATED, gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_RESCHEDULING:
-			// Its committed bundles count in their nodes' totals again.
+		}
+		if info.GetState() != gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
+			// Its committed bundles (a PENDING group keeps those a node
+			// death did not cut) count in their nodes' totals again.
 			for i, b := range info.GetBundles() {
 				if nid, err := ids.FromBytes(b.GetNodeId()); err == nil && len(b.GetNodeId()) > 0 {
 					if n := s.nodes[nid]; n != nil {

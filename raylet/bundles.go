@@ -259,9 +259,19 @@ func (s *scheduler) cancelBundles(group ids.ID, indexes []int, all bool, reason 
 			indexes = append(indexes, i)
 		}
 	}
+	dropped := s.releaseLocked(group, indexes, nil)
+	return s.endOrphanedLocked(dropped)
+}
+
+// releaseLocked gives back the bundles of group named by indexes (unknown
+// ones are skipped): a prepared bundle's resources return to available; a
+// committed bundle's group resources also leave total and available. It
+// appends the bundles given back to released and returns the group
+// resource names whose amount went down, for endOrphanedLocked. s.mu must
+// be held.
+func (s *scheduler) releaseLocked(group ids.ID, indexes []int, released *[]bundleRef) (dropped []string) {
 	held := s.bundles[group]
 	hex := group.String()
-	var dropped []string // group resource names whose amount went down
 	for _, i := range indexes {
 		b := held[i]
 		if b == nil {
@@ -277,12 +287,22 @@ func (s *scheduler) cancelBundles(group ids.ID, indexes []int, all bool, reason 
 			}
 		}
 		s.available.Add(b.res)
+		if released != nil {
+			*released = append(*released, bundleRef{group: group, index: i})
+		}
 	}
 	if len(held) == 0 {
 		delete(s.bundles, group)
 	}
-	// Names no bundle provides any more: the leases holding them end.
-	gone := dropped[:0]
+	return dropped
+}
+
+// endOrphanedLocked ends the leases that hold a group resource of dropped
+// no bundle provides any more (the released bundles' own names, and the
+// any-bundle names once their group has no bundle left here) and returns
+// them, for the caller to kill their workers. s.mu must be held.
+func (s *scheduler) endOrphanedLocked(dropped []string) (ended []*lease) {
+	var gone []string
 	for _, name := range dropped {
 		if _, ok := s.total[name]; !ok && !slices.Contains(gone, name) {
 			gone = append(gone, name)
@@ -303,6 +323,44 @@ func (s *scheduler) cancelBundles(group ids.ID, indexes []int, all bool, reason 
 		s.endLeaseLocked(l)
 	}
 	return ended
+}
+
+// bundleRef names one bundle of a placement group held on this node.
+type bundleRef struct {
+	group ids.ID
+	index int
+}
+
+// releaseUnused gives back every bundle held here, prepared or committed,
+// that inUse does not name, each as cancelBundles gives back a named one:
+// its resources return, and the leases holding group resources no bundle
+// provides any more end (returned for the caller to kill their workers).
+// It is the GCS's sweep after it restarted (ReleaseUnusedBundles): the
+// groups themselves live on in the GCS, to be placed again here or
+// elsewhere, so they are not remembered as removed and requests queued
+// for them keep waiting (a request for bundles placed elsewhere later is
+// passed on by respill). released lists what was given back, by group
+// then index; a repeated call releases nothing.
+func (s *scheduler) releaseUnused(inUse map[bundleRef]bool) (released []bundleRef, ended []*lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	groups := make([]ids.ID, 0, len(s.bundles))
+	for g := range s.bundles {
+		groups = append(groups, g)
+	}
+	slices.SortFunc(groups, func(a, b ids.ID) int { return strings.Compare(a.String(), b.String()) })
+	var dropped []string
+	for _, g := range groups {
+		var unused []int
+		for i := range s.bundles[g] {
+			if !inUse[bundleRef{group: g, index: i}] {
+				unused = append(unused, i)
+			}
+		}
+		slices.Sort(unused)
+		dropped = append(dropped, s.releaseLocked(g, unused, &released)...)
+	}
+	return released, s.endOrphanedLocked(dropped)
 }
 
 // groupRemovedLocked returns the error for a request of a removed group,

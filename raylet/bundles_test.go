@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -642,4 +643,224 @@ func (h *harness) mustLeaseReq(req *gorayv1.LeaseRequest) *gorayv1.LeaseReply {
 		h.t.Fatalf("lease %v: %v, %v", req.GetResources(), l, err)
 	}
 	return l
+}
+
+// TestReleaseUnused: the sweep gives back every bundle not in use,
+// prepared or committed, ends exactly the leases holding resources no
+// bundle provides any more, keeps the bundles in use, leaves the groups'
+// queued requests waiting (the groups live on) and is idempotent.
+func TestReleaseUnused(t *testing.T) {
+	j := testJob()
+	s := newTestScheduler(cpus(8), idleBinder(j, 4))
+	prepared, committed, kept := ids.New(), ids.New(), ids.New()
+	for _, g := range []ids.ID{prepared, committed, kept} {
+		if ok, reason, _, _ := s.prepareBundles(g, []groupBundle{{0, cpus(1)}, {1, cpus(1)}}); !ok {
+			t.Fatal(reason)
+		}
+	}
+	for _, g := range []ids.ID{committed, kept} {
+		if _, err := s.commitBundles(g, []int{0, 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grant := func(res resources.Set, group ids.ID) *pendingLease {
+		t.Helper()
+		p := groupPending(j, res, group)
+		if _, err := s.request(p, emptySnapshot, 0); err != nil || p.lease == nil {
+			t.Fatalf("lease of %v: %v, granted %v", res, err, p.lease != nil)
+		}
+		return p
+	}
+	inReleased := grant(inGroup(cpus(1), committed, 0), committed)
+	anyKept := grant(inGroup(cpus(1), kept, -1), kept)
+	inKept := grant(inGroup(cpus(1), kept, 1), kept)
+	// A request for a bundle not here waits, and keeps waiting.
+	queued := groupPending(j, inGroup(cpus(1), committed, 5), committed)
+	if _, err := s.request(queued, emptySnapshot, 0); err != nil || isAnswered(queued) {
+		t.Fatalf("request for a bundle not here: %v, answered %v", err, isAnswered(queued))
+	}
+
+	// Kept: both bundles of kept (one is named twice), and a bundle of
+	// committed that is not here.
+	inUse := map[bundleRef]bool{{kept, 0}: true, {kept, 1}: true, {committed, 7}: true}
+	released, ended := s.releaseUnused(inUse)
+	want := []bundleRef{{committed, 0}, {committed, 1}, {prepared, 0}, {prepared, 1}}
+	slices.SortFunc(want, func(a, b bundleRef) int {
+		if c := strings.Compare(a.group.String(), b.group.String()); c != 0 {
+			return c
+		}
+		return a.index - b.index
+	})
+	if !slices.Equal(released, want) {
+		t.Fatalf("released %v, want %v", released, want)
+	}
+	if len(ended) != 1 || ended[0] != inReleased.lease || !inReleased.lease.ended || anyKept.lease.ended || inKept.lease.ended {
+		t.Fatalf("ended %d leases, want only the one holding a released bundle", len(ended))
+	}
+	if isAnswered(queued) {
+		t.Fatalf("a queued request of a released group was answered: %v", queued.err)
+	}
+	if got := s.heldBundles(kept); !maps.Equal(got, map[int]bool{0: true, 1: true}) {
+		t.Fatalf("kept group holds %v, want both bundles committed", got)
+	}
+	for _, g := range []ids.ID{prepared, committed} {
+		if got := s.heldBundles(g); len(got) != 0 {
+			t.Fatalf("released group %s still holds %v", g.Short(), got)
+		}
+	}
+	// A released group is not taken as removed: it may be placed here again.
+	if ok, reason, _, _ := s.prepareBundles(prepared, []groupBundle{{0, cpus(1)}}); !ok {
+		t.Fatalf("prepare of a released group: %s", reason)
+	}
+	s.cancelBundles(prepared, []int{0}, false, "test")
+
+	if released, ended := s.releaseUnused(inUse); len(released) != 0 || len(ended) != 0 {
+		t.Fatalf("again: released %v, ended %d leases; want nothing", released, len(ended))
+	}
+	// Nothing in use: the kept group goes too, with its leases, and the
+	// node is back to its own resources.
+	if released, ended := s.releaseUnused(nil); len(released) != 2 || len(ended) != 2 {
+		t.Fatalf("nothing in use: released %v, ended %d leases; want the kept group's 2 bundles and 2 leases", released, len(ended))
+	}
+	if got := s.availableResources(); !maps.Equal(got, cpus(8)) {
+		t.Fatalf("available = %v, want the node's 8 CPUs", got)
+	}
+	s.mu.Lock()
+	total := s.total.Clone()
+	s.mu.Unlock()
+	if !maps.Equal(total, cpus(8)) {
+		t.Fatalf("total = %v, want the node's own 8 CPUs", total)
+	}
+}
+
+func (h *harness) releaseUnused(reason string, inUse ...bundleRef) *gorayv1.ReleaseUnusedBundlesReply {
+	h.t.Helper()
+	req := &gorayv1.ReleaseUnusedBundlesRequest{Reason: reason}
+	for _, b := range inUse {
+		req.InUse = append(req.InUse, &gorayv1.BundleRef{PlacementGroupId: b.group.Bytes(), Index: int32(b.index)})
+	}
+	rep, err := h.cl.ReleaseUnusedBundles(context.Background(), req)
+	if err != nil {
+		h.t.Fatalf("ReleaseUnusedBundles: %v", err)
+	}
+	return rep
+}
+
+// refs decodes the bundles of a reply.
+func refs(t *testing.T, in []*gorayv1.BundleRef) map[bundleRef]bool {
+	t.Helper()
+	out := map[bundleRef]bool{}
+	for _, b := range in {
+		g, err := ids.FromBytes(b.GetPlacementGroupId())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[bundleRef{g, int(b.GetIndex())}] = true
+	}
+	return out
+}
+
+// TestReleaseUnusedBundlesOverRPC runs the sweep on a real raylet: a
+// prepared-only bundle and a committed one are released, the worker of
+// the committed bundle's lease is killed, the bundle in use is kept; a
+// repeated call releases nothing; once nothing is in use the node is back
+// to its own resources.
+func TestReleaseUnusedBundlesOverRPC(t *testing.T) {
+	h := newHarness(t, func(c *Config) { c.Resources = cpus(4) })
+	d := h.driver()
+	before := h.stats().GetAvailable().GetAmounts()
+	prepared, committed, kept := ids.New(), ids.New(), ids.New()
+	for _, g := range []ids.ID{prepared, committed, kept} {
+		if rep := h.prepare(g, map[int32]resources.Set{0: cpus(1)}); !rep.GetSuccess() {
+			t.Fatal(rep.GetReason())
+		}
+	}
+	h.commit(committed, 0)
+	h.commit(kept, 0)
+	gone := h.mustLeaseReq(groupLeaseReq(d.job, inGroup(cpus(1), committed, 0), committed))
+	stays := h.mustLeaseReq(groupLeaseReq(d.job, inGroup(cpus(1), kept, 0), kept))
+
+	const reason = "released by the test's sweep"
+	rep := h.releaseUnused(reason, bundleRef{kept, 0})
+	if got, want := refs(t, rep.GetReleased()), map[bundleRef]bool{{prepared, 0}: true, {committed, 0}: true}; !maps.Equal(got, want) {
+		t.Fatalf("released %v, want %v", got, want)
+	}
+	waitFor(t, "the released bundle's worker to die", func() bool { return processGone(gone.GetWorkerPid()) })
+	if processGone(stays.GetWorkerPid()) {
+		t.Fatal("the worker of the bundle in use died")
+	}
+	if got := h.r.sched.heldBundles(kept); !maps.Equal(got, map[int]bool{0: true}) {
+		t.Fatalf("the bundle in use is %v, want committed", got)
+	}
+	// The reply's figure: 4 CPUs less the kept bundle's, whose group CPU
+	// is leased.
+	wantAvail := cpus(3)
+	wantAvail.Add(resources.BundleResources(cpus(1), kept.String(), 0))
+	wantAvail.Sub(inGroup(cpus(1), kept, 0))
+	if got := rep.GetAvailable().GetAmounts(); !maps.Equal(got, map[string]int64(wantAvail)) {
+		t.Fatalf("available after the sweep = %v, want %v", got, wantAvail)
+	}
+	if again := h.releaseUnused(reason, bundleRef{kept, 0}); len(again.GetReleased()) != 0 {
+		t.Fatalf("a repeated sweep released %v", again.GetReleased())
+	}
+
+	// Nothing in use: the kept bundle goes too, with its worker.
+	if rep := h.releaseUnused(""); !maps.Equal(refs(t, rep.GetReleased()), map[bundleRef]bool{{kept, 0}: true}) {
+		t.Fatalf("released %v, want the kept bundle", rep.GetReleased())
+	}
+	waitFor(t, "the kept bundle's worker to die", func() bool { return processGone(stays.GetWorkerPid()) })
+	waitFor(t, "the killed workers to be forgotten", func() bool { return len(h.workers("")) == 0 })
+	if got := h.stats().GetAvailable().GetAmounts(); !maps.Equal(got, before) {
+		t.Fatalf("available = %v, want %v as before the groups", got, before)
+	}
+	h.r.sched.mu.Lock()
+	total := h.r.sched.total.Clone()
+	h.r.sched.mu.Unlock()
+	if !maps.Equal(total, cpus(4)) {
+		t.Fatalf("total = %v, want the node's own 4 CPUs", total)
+	}
+	if n := h.leaseCount(); n != 0 {
+		t.Fatalf("%d leases left", n)
+	}
+	// The groups were not removed: one can be placed here again.
+	if rep := h.prepare(committed, map[int32]resources.Set{0: cpus(1)}); !rep.GetSuccess() {
+		t.Fatalf("prepare of a swept group: %s", rep.GetReason())
+	}
+	h.cancelReserve(committed, "")
+}
+
+// TestReleaseUnusedBundlesRefusesBadInput: a malformed group id, an index
+// outside a group's bundles and more bundles of one group than a group has
+// are InvalidArgument, naming the problem; nothing is released.
+func TestReleaseUnusedBundlesRefusesBadInput(t *testing.T) {
+	h := newHarness(t, nil)
+	g := ids.New()
+	if rep := h.prepare(g, map[int32]resources.Set{0: cpus(1)}); !rep.GetSuccess() {
+		t.Fatal(rep.GetReason())
+	}
+	many := make([]*gorayv1.BundleRef, maxGroupBundles+1)
+	for i := range many {
+		many[i] = &gorayv1.BundleRef{PlacementGroupId: g.Bytes(), Index: int32(i % maxGroupBundles)}
+	}
+	tests := []struct {
+		name  string
+		inUse []*gorayv1.BundleRef
+		want  string
+	}{
+		{"a short group id", []*gorayv1.BundleRef{{PlacementGroupId: []byte{1}}}, "in_use[0]: placement group id"},
+		{"a negative index", []*gorayv1.BundleRef{{PlacementGroupId: g.Bytes()}, {PlacementGroupId: g.Bytes(), Index: -1}}, "in_use[1]: bundle index -1 of placement group " + g.Short() + " is outside 0 to 999"},
+		{"an index past the limit", []*gorayv1.BundleRef{{PlacementGroupId: g.Bytes(), Index: maxGroupBundles}}, "bundle index 1000"},
+		{"more bundles of a group than a group has", many, "more than 1000 bundles of placement group " + g.Short()},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := h.cl.ReleaseUnusedBundles(context.Background(), &gorayv1.ReleaseUnusedBundlesRequest{InUse: tt.inUse})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want InvalidArgument saying %q", err, tt.want)
+			}
+		})
+	}
+	if got := h.r.sched.heldBundles(g); !maps.Equal(got, map[int]bool{0: false}) {
+		t.Fatalf("after refused sweeps the bundle is %v, want still prepared", got)
+	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/goray-dev/goray/gcs"
+	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
 )
@@ -298,4 +301,183 @@ func TestGCSUnreachableStopsTheNode(t *testing.T) {
 		}
 		h.waitStopped()
 	})
+}
+
+// cutReserver is a GCS's reserver on the real raylets, with the
+// reservation cut short by the GCS's death: until killed is closed its
+// commits wait (afterCommit: once the raylet committed), and from then on
+// nothing it sends reaches a raylet. With refusePrepares its prepares are
+// answered "no" without reaching the raylet (a GCS that does not place
+// the group again).
+type cutReserver struct {
+	*gcs.RayletReserver
+	afterCommit    bool
+	refusePrepares bool
+	killed         chan struct{}
+}
+
+var errGCSKilled = errors.New("the GCS was killed")
+
+func newCutReserver(t *testing.T) *cutReserver {
+	r := &cutReserver{
+		RayletReserver: gcs.NewRayletReserver(func(target string) (*grpc.ClientConn, error) { return rpc.Dial(target, nil) }),
+		killed:         make(chan struct{}),
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
+func (r *cutReserver) dead() bool {
+	select {
+	case <-r.killed:
+		return true
+	default:
+		return false
+	}
+}
+
+func (r *cutReserver) Prepare(ctx context.Context, n *gorayv1.NodeInfo, g ids.ID, b []*gorayv1.Bundle) (*gorayv1.PrepareBundlesReply, error) {
+	switch {
+	case r.dead():
+		return nil, errGCSKilled
+	case r.refusePrepares:
+		return &gorayv1.PrepareBundlesReply{Reason: "prepares refused by the test"}, nil
+	}
+	return r.RayletReserver.Prepare(ctx, n, g, b)
+}
+
+func (r *cutReserver) Commit(ctx context.Context, n *gorayv1.NodeInfo, g ids.ID, idx []int32) (*gorayv1.CommitBundlesReply, error) {
+	if r.afterCommit && !r.dead() {
+		if _, err := r.RayletReserver.Commit(ctx, n, g, idx); err != nil {
+			return nil, err
+		}
+	}
+	select {
+	case <-r.killed:
+		return nil, errGCSKilled
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (r *cutReserver) Cancel(ctx context.Context, n *gorayv1.NodeInfo, g ids.ID, idx []int32, reason string) (*gorayv1.CancelReserveReply, error) {
+	if r.dead() {
+		return nil, errGCSKilled
+	}
+	return r.RayletReserver.Cancel(ctx, n, g, idx, reason)
+}
+
+func (r *cutReserver) ReleaseUnused(ctx context.Context, n *gorayv1.NodeInfo, inUse []*gorayv1.BundleRef, reason string) (*gorayv1.ReleaseUnusedBundlesReply, error) {
+	if r.dead() {
+		return nil, errGCSKilled
+	}
+	return r.RayletReserver.ReleaseUnused(ctx, n, inUse, reason)
+}
+
+// openReservingGCS opens a GCS on the bolt file at path that reserves
+// placement groups with r; its nodes are declared dead only after 100
+// missed heartbeat periods.
+func openReservingGCS(t *testing.T, path string, r gcs.BundleReserver) *gcs.Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := gcs.Open(ctx, gcs.Options{HeartbeatPeriod: testGCSPeriod, FailureThreshold: 100, Reserver: r,
+		Storage: gcs.Storage{Backend: gcs.BackendBolt, Path: path}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// runGCS runs g (health checks, placement groups) until the returned stop
+// or the test's end (before the GCS stops serving).
+func runGCS(t *testing.T, g *gcs.Server) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Run(ctx)
+	}()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// TestGCSRestartReleasesCutReservation: the GCS prepares a placement
+// group's bundle on a real raylet (and, in "committed", the raylet commits
+// it) and dies before the group is created; the GCS restarted on the same
+// storage has the group PENDING and does not place it again. The raylet,
+// which the restored GCS knows and so never registers again, is swept:
+// its available resources return to its totals, and the GCS accepts its
+// heartbeats (a committed bundle's resources, unknown to the restored
+// GCS, would make it refuse them).
+func TestGCSRestartReleasesCutReservation(t *testing.T) {
+	for _, committed := range []bool{false, true} {
+		name := "prepared"
+		if committed {
+			name = "committed"
+		}
+		t.Run(name, func(t *testing.T) {
+			db := filepath.Join(t.TempDir(), "gcs.db")
+			r1 := newCutReserver(t)
+			r1.afterCommit = committed
+			g1, addr := serveGCS(t, openReservingGCS(t, db, r1), "127.0.0.1:0")
+			stopRun1 := runGCS(t, g1.g)
+			h := newGCSHarness(t, addr, time.Minute)
+			h.waitAlive(g1.g, time.Time{})
+			totals := h.r.cfg.Resources.Clone()
+			if got := h.stats().GetAvailable().GetAmounts(); !maps.Equal(got, map[string]int64(totals)) {
+				t.Fatalf("available before the group = %v, want the totals %v", got, totals)
+			}
+
+			group := ids.New()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := g1.g.CreatePlacementGroup(ctx, &gorayv1.CreatePlacementGroupRequest{Group: &gorayv1.PlacementGroupInfo{
+				PlacementGroupId: group.Bytes(), Detached: true, Strategy: gorayv1.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_PACK,
+				Bundles: []*gorayv1.Bundle{{Index: 0, Resources: resourcesProto(cpus(1))}},
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the raylet to hold the bundle", func() bool {
+				return maps.Equal(h.r.sched.heldBundles(group), map[int]bool{0: committed})
+			})
+			close(r1.killed) // the GCS dies: nothing it sends from now on arrives
+			stopRun1()
+			g1.stop()
+
+			restart := time.Now()
+			r2 := newCutReserver(t)
+			r2.refusePrepares = true
+			g2, _ := serveGCS(t, openReservingGCS(t, db, r2), addr)
+			runGCS(t, g2.g)
+			waitFor(t, "the raylet's available resources back to its totals", func() bool {
+				got := h.stats().GetAvailable().GetAmounts()
+				return maps.Equal(got, map[string]int64(totals)) && len(h.r.sched.heldBundles(group)) == 0
+			})
+			h.r.sched.mu.Lock()
+			total := h.r.sched.total.Clone()
+			h.r.sched.mu.Unlock()
+			if !maps.Equal(total, totals) {
+				t.Fatalf("the raylet's total is %v, want its own %v", total, totals)
+			}
+			r, err := g2.g.GetPlacementGroup(ctx, &gorayv1.GetPlacementGroupRequest{PlacementGroupId: group.Bytes()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := r.GetGroup().GetState(); st != gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING {
+				t.Fatalf("the restored group is %v, want PENDING", st)
+			}
+			h.waitAlive(g2.g, restart)
+			if n := h.count("released placement group bundles the GCS does not use"); n != 1 {
+				t.Errorf("the release was logged %d times, want once; logs:\n%s", n, h.logs)
+			}
+			if h.count(logReRegist) != 0 {
+				t.Errorf("the node registered again with a GCS that knew it")
+			}
+			h.shutdown()
+		})
+	}
 }

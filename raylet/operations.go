@@ -180,6 +180,40 @@ func (r *Raylet) cancelBundles(group ids.ID, indexes []int, reason string) (kill
 	return killed, r.sched.availableResources()
 }
 
+// releaseUnusedBundles gives back every placement group bundle held here
+// that inUse does not name (see scheduler.releaseUnused): the GCS's sweep
+// after a restart. The workers of the leases that held the released
+// bundles' resources are killed at once, with reason, and the resources
+// given back are dispatched. It reports the bundles released and the
+// available resources after the call.
+func (r *Raylet) releaseUnusedBundles(inUse map[bundleRef]bool, reason string) (released []bundleRef, avail resources.Set) {
+	if reason == "" {
+		reason = fmt.Sprintf("placement group bundle released from node %s: the GCS does not have it placed there", r.cfg.NodeID.Short())
+	}
+	released, ended := r.sched.releaseUnused(inUse)
+	killed := 0
+	if len(ended) > 0 {
+		ws := make([]*worker, 0, len(ended))
+		for _, l := range ended {
+			if l.worker != nil && !slices.Contains(ws, l.worker) {
+				ws = append(ws, l.worker)
+			}
+		}
+		r.pool.forceKill(ws, reason)
+		killed = len(ws)
+	}
+	if len(released) > 0 {
+		names := make([]string, 0, len(released))
+		for _, b := range released {
+			names = append(names, fmt.Sprintf("%s[%d]", b.group.Short(), b.index))
+		}
+		r.log.Info("released placement group bundles the GCS does not use", "bundles", names,
+			"in_use", len(inUse), "workers_killed", killed, "reason", reason)
+	}
+	r.sched.dispatch()
+	return released, r.sched.availableResources()
+}
+
 // taskBlocked records that the task of worker id blocked or resumed (see
 // NotifyTaskBlocked).
 func (r *Raylet) taskBlocked(id ids.ID, blocked bool) error {

@@ -30,8 +30,8 @@
 // Raylet (raylet.go) composes them and runs the node's lifecycle (New, Run,
 // Shutdown, registration, heartbeats); the few operations that span
 // components (a lease request, a worker's death, a job's end, a node's
-// death, the cancellation of placement group bundles) are Raylet methods
-// in operations.go. The gRPC layer (rpc.go) decodes a request, calls one
+// death, the cancellation of placement group bundles and the GCS's sweep
+// of those it does not use) are Raylet methods in operations.go. The gRPC layer (rpc.go) decodes a request, calls one
 // component or one such Raylet method, and encodes the reply; it takes no
 // lock itself.
 //

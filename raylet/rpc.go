@@ -585,6 +585,53 @@ func (r *Raylet) CancelResourceReserve(ctx context.Context, req *gorayv1.CancelR
 	return &gorayv1.CancelReserveReply{Available: resourcesProto(nonNegative(avail)), WorkersKilled: int32(killed)}, nil
 }
 
+// ReleaseUnusedBundles gives back every placement group bundle this node
+// holds, prepared or committed, that in_use does not name: the GCS's sweep
+// when a node comes back to it (after a GCS restart), so that bundles a
+// reservation cut short left here do not stay held. Each is released as
+// CancelResourceReserve releases a named bundle: the workers of leases
+// holding its resources are killed (told reason), its group resources
+// leave the node's total and available resources and its own resources
+// return to available. The groups are not taken as removed: requests
+// queued for them keep waiting for the bundles to be placed again.
+// Idempotent. in_use is refused (InvalidArgument) with a malformed group
+// id, an index outside 0 to maxGroupBundles-1, or more refs of one group
+// than a group has bundles. The reply lists the bundles released and the
+// available resources after the call.
+func (r *Raylet) ReleaseUnusedBundles(ctx context.Context, req *gorayv1.ReleaseUnusedBundlesRequest) (*gorayv1.ReleaseUnusedBundlesReply, error) {
+	inUse, err := bundleRefs(req.GetInUse())
+	if err != nil {
+		return nil, err
+	}
+	released, avail := r.releaseUnusedBundles(inUse, req.GetReason())
+	rep := &gorayv1.ReleaseUnusedBundlesReply{Available: resourcesProto(nonNegative(avail))}
+	for _, b := range released {
+		rep.Released = append(rep.Released, &gorayv1.BundleRef{PlacementGroupId: b.group.Bytes(), Index: int32(b.index)})
+	}
+	return rep, nil
+}
+
+// bundleRefs decodes the in_use list of ReleaseUnusedBundles, within the
+// bundle limits of a group.
+func bundleRefs(in []*gorayv1.BundleRef) (map[bundleRef]bool, error) {
+	out := make(map[bundleRef]bool, len(in))
+	perGroup := map[ids.ID]int{}
+	for n, b := range in {
+		group, err := ids.FromBytes(b.GetPlacementGroupId())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "release unused bundles: in_use[%d]: placement group id: %v", n, err)
+		}
+		if i := b.GetIndex(); i < 0 || i >= maxGroupBundles {
+			return nil, status.Errorf(codes.InvalidArgument, "release unused bundles: in_use[%d]: bundle index %d of placement group %s is outside 0 to %d", n, i, group.Short(), maxGroupBundles-1)
+		}
+		if perGroup[group]++; perGroup[group] > maxGroupBundles {
+			return nil, status.Errorf(codes.InvalidArgument, "release unused bundles: in_use names more than %d bundles of placement group %s; a group has at most %d", maxGroupBundles, group.Short(), maxGroupBundles)
+		}
+		out[bundleRef{group: group, index: int(b.GetIndex())}] = true
+	}
+	return out, nil
+}
+
 // bundleIndexes decodes the bundle indexes of a request (what names the
 // call in errors).
 func bundleIndexes(what string, group ids.ID, in []int32) ([]int, error) {
