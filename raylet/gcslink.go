@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -241,4 +242,42 @@ func (r *Raylet) tick(ctx context.Context, l *gcsLink) {
 		return
 	}
 	r.syncCluster(ctx)
+}
+
+// tellGCS makes a report the GCS must not miss (a worker's death, a job's
+// end): tried at once, and when the GCS cannot be reached, tried again in
+// the background (rpc.Retry: waiting for the GCS through an outage) until
+// it takes it or Shutdown starts, so that a GCS back from a restart learns
+// what happened while it was down. what names the report in logs.
+func (r *Raylet) tellGCS(what string, call func(ctx context.Context, opts ...grpc.CallOption) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
+	err := call(ctx)
+	cancel()
+	switch status.Code(err) {
+	case codes.OK:
+		return
+	case codes.Unavailable, codes.DeadlineExceeded:
+	default:
+		r.log.Warn(what+": the GCS refused it", "error", err)
+		return
+	}
+	r.log.Warn(what+": the GCS cannot be reached; trying again until it can", "gcs", r.gcsAddress(), "error", err)
+	r.reports.Add(1)
+	go func() {
+		defer r.reports.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-r.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := rpc.Retry(ctx, r.gcsAddress(), what, call); err != nil {
+			r.log.Warn(what+": given up", "error", err)
+			return
+		}
+		r.log.Info(what + ": the GCS took it after all")
+	}()
 }

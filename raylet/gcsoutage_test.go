@@ -481,3 +481,58 @@ func TestGCSRestartReleasesCutReservation(t *testing.T) {
 		})
 	}
 }
+
+// TestGCSOutageJobReportsWait: while the GCS is down, a driver's
+// registration waits for it (and is done once it is back), and a job that
+// ends meanwhile is reported to the GCS once it is back: a restored GCS
+// learns of it instead of keeping the job RUNNING forever.
+func TestGCSOutageJobReportsWait(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "gcs.db")
+	g1, addr := serveGCS(t, openBoltGCS(t, db), "127.0.0.1:0")
+	h := newGCSHarness(t, addr, time.Minute)
+	h.waitAlive(g1.g, time.Time{})
+	ended := h.driver()
+	g1.stop()
+
+	// The job ends during the outage.
+	ended.cancel()
+	waitFor(t, "the job's end to be retried in the background", func() bool {
+		return strings.Contains(h.logs.String(), "marking job "+ended.job.Short()+" finished: the GCS cannot be reached")
+	})
+	// A driver registers during the outage: it waits.
+	type reg struct {
+		d   *testDriver
+		err error
+	}
+	regd := make(chan reg, 1)
+	go func() {
+		d, err := h.tryDriver(testworkerBin)
+		regd <- reg{d, err}
+	}()
+	select {
+	case r := <-regd:
+		t.Fatalf("a driver registered with the GCS down: %+v", r)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	g2, _ := serveGCS(t, openBoltGCS(t, db), addr)
+	r := <-regd
+	if r.err != nil {
+		t.Fatalf("driver registration after the GCS came back: %v", r.err)
+	}
+	jobState := func(id ids.ID) string {
+		for _, j := range g2.g.Jobs() {
+			if string(j.GetJobId()) == string(id.Bytes()) {
+				return j.GetState()
+			}
+		}
+		return ""
+	}
+	waitFor(t, "the restored GCS to learn the job ended during the outage", func() bool {
+		return jobState(ended.job) == gcs.StateFinished
+	})
+	if s := jobState(r.d.job); s != gcs.StateRunning {
+		t.Errorf("the job registered during the outage is %q in the GCS, want RUNNING", s)
+	}
+	h.shutdown()
+}

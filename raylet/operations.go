@@ -8,12 +8,14 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/recvseg"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/goray-dev/goray/raylet/internal/policy"
 )
 
@@ -36,7 +38,13 @@ func (r *Raylet) registerJob(ctx context.Context, j *job) error {
 		return err
 	}
 	if r.cfg.GCS != nil {
-		if _, err := r.cfg.GCS.AddJob(ctx, &gorayv1.AddJobRequest{Job: j.info}); err != nil {
+		// Through a GCS outage the driver's registration waits for the GCS,
+		// until the driver gives up (its context).
+		req := &gorayv1.AddJobRequest{Job: j.info}
+		if err := rpc.Retry(ctx, r.gcsAddress(), "AddJob", func(ctx context.Context, opts ...grpc.CallOption) error {
+			_, err := r.cfg.GCS.AddJob(ctx, req, opts...)
+			return err
+		}); err != nil {
 			r.jobs.remove(j)
 			return &gcsError{what: fmt.Sprintf("adding job %s to the GCS", j.id), err: err}
 		}
@@ -296,13 +304,13 @@ func (r *Raylet) workerDied(d workerDeath) {
 	r.log.Info("actor worker died", "worker_id", w.id, "actor_id", d.actorID, "pid", d.pid, "reason", d.reason)
 	// During Shutdown one node-wide report covers every actor.
 	if r.cfg.GCS != nil && !d.closed {
-		ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
-		defer cancel()
-		if _, err := r.cfg.GCS.ReportWorkerFailure(ctx, &gorayv1.ReportWorkerFailureRequest{
+		req := &gorayv1.ReportWorkerFailureRequest{
 			WorkerId: w.id.Bytes(), NodeId: r.cfg.NodeID.Bytes(), Reason: d.reason, Permanent: d.permanent,
-		}); err != nil {
-			r.log.Warn("reporting worker failure to the GCS", "worker_id", w.id, "error", err)
 		}
+		r.tellGCS("reporting the death of worker "+w.id.Short()+" (actor "+d.actorID.Short()+")", func(ctx context.Context, opts ...grpc.CallOption) error {
+			_, err := r.cfg.GCS.ReportWorkerFailure(ctx, req, opts...)
+			return err
+		})
 	}
 }
 
@@ -327,11 +335,11 @@ func (r *Raylet) endJob(j *job) {
 		r.objects.dropObjects(aborts, frees)
 	}
 	if r.cfg.GCS != nil && !j.remote {
-		ctx, cancel := context.WithTimeout(context.Background(), gcsTimeout)
-		defer cancel()
-		if _, err := r.cfg.GCS.MarkJobFinished(ctx, &gorayv1.MarkJobFinishedRequest{JobId: j.id.Bytes()}); err != nil {
-			r.log.Warn("marking job finished in the GCS", "job_id", j.id, "error", err)
-		}
+		req := &gorayv1.MarkJobFinishedRequest{JobId: j.id.Bytes()}
+		r.tellGCS("marking job "+j.id.Short()+" finished", func(ctx context.Context, opts ...grpc.CallOption) error {
+			_, err := r.cfg.GCS.MarkJobFinished(ctx, req, opts...)
+			return err
+		})
 	}
 	r.log.Info("job finished", "job_id", j.id)
 }

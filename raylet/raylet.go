@@ -208,7 +208,10 @@ type Raylet struct {
 	startTime time.Time
 	hostname  string
 
-	closing     chan struct{} // closed when Shutdown starts
+	closing chan struct{} // closed when Shutdown starts
+	// reports counts reports to the GCS tried again in the background
+	// (tellGCS); Shutdown waits for them to end.
+	reports     sync.WaitGroup
 	closingOnce sync.Once
 	done        chan struct{} // closed when the node is asked to stop
 	doneOnce    sync.Once
@@ -433,6 +436,7 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 	// Only now wake the sessions and Run: waiting requests must learn of
 	// the shutdown, not of their job ending as a consequence.
 	r.closingOnce.Do(func() { close(r.closing) })
+	r.reports.Wait() // they end with closing; the node-wide reports below cover them
 
 	// Grace: wait for SIGTERM to work, then SIGKILL whatever is left.
 	grace := time.NewTimer(killGrace)
