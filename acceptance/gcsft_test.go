@@ -250,10 +250,9 @@ func TestGCSRestartMidJobRedis(t *testing.T) {
 	if info.GCSStorage != "redis "+rs.Address {
 		t.Fatalf("storage %q, want redis %s", info.GCSStorage, rs.Address)
 	}
-	if strings.Contains(readFile(t, info.GCSLogFile)+readFile(t, c.h.session, "logs", "node.log"), rs.Password) {
-		t.Fatal("the Redis password is in a log")
-	}
 	gcsFTRun(t, ctx, c, func(old int) {
+		// The job's workers on the head run now: none got the password.
+		checkPasswordInProcs(t, c.h, rs.Password, 1)
 		// Redis dies too: the GCS cannot restart without its tables.
 		rs.Kill()
 		waitFor(t, 30*time.Second, "the head to try restarting the GCS and fail to reach Redis", func() bool {
@@ -275,6 +274,50 @@ func TestGCSRestartMidJobRedis(t *testing.T) {
 	j := startJob(t, jobOptions{addr: c.h.addr}, quickstartBin)
 	if code, out := j.wait(ctx); code != 0 {
 		t.Fatalf("a job after the Redis restart exited %d:\n%s", code, out)
+	}
+
+	// The password reached the GCS and nothing else: no log, no file of
+	// the session, no status, no command line, no other process's
+	// environment (workers and plugins inherit the node's).
+	status := runGoray(t, ctx, "status", "--json", "--temp-dir", c.h.tempDir)
+	seen := status.stdout + status.stderr
+	for _, dir := range []string{c.h.tempDir, c.nodes[0].tempDir, c.nodes[1].tempDir} {
+		_ = filepath.WalkDir(dir, func(path string, e os.DirEntry, err error) error {
+			if err == nil && !e.IsDir() && e.Type().IsRegular() {
+				if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), rs.Password) {
+					t.Errorf("the Redis password is in %s", path)
+				}
+			}
+			return nil
+		})
+	}
+	if strings.Contains(seen, rs.Password) {
+		t.Error("goray status shows the Redis password")
+	}
+	checkPasswordInProcs(t, c.h, rs.Password, 0)
+}
+
+// checkPasswordInProcs fails when a process of the head other than the
+// node process itself and the GCS has the Redis password in its
+// environment, or any has it on its command line; it returns how many
+// workers it checked.
+func checkPasswordInProcs(t *testing.T, h *head, password string, wantWorkers int) {
+	t.Helper()
+	gcsPid := h.gcsInfo(t).GCSPid
+	workers := 0
+	for _, p := range findProcs(func(p proc) bool { return p.mentions(h.tempDir) || p.pid == h.pid }) {
+		if strings.Contains(strings.Join(p.cmdline, " "), password) {
+			t.Errorf("the Redis password is on the command line of %v", p)
+		}
+		if p.hasEnv("GORAY_WORKER=1") {
+			workers++
+		}
+		if p.pid != gcsPid && p.pid != h.pid && slices.ContainsFunc(p.env, func(kv string) bool { return strings.Contains(kv, password) }) {
+			t.Errorf("process %v has the Redis password in its environment", p)
+		}
+	}
+	if workers < wantWorkers {
+		t.Errorf("checked %d workers of the head, want at least %d", workers, wantWorkers)
 	}
 }
 

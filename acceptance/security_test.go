@@ -163,6 +163,15 @@ func TestAuthEveryEntryPoint(t *testing.T) {
 	if strings.Contains(log, tok) || strings.Contains(log, "not-the-cluster-token") {
 		t.Error("a token appears in the head's log")
 	}
+	// The GCS, a process of its own, keeps its own log.
+	gcsLogB, _ := os.ReadFile(filepath.Join(h.session, "logs", "gcs.log"))
+	gcsLog := string(gcsLogB)
+	if n := strings.Count(gcsLog, "refused a caller"); n != 1 {
+		t.Errorf("the GCS logged %d refusal lines, want 1 (once per peer):\n%s", n, gcsLog)
+	}
+	if strings.Contains(gcsLog, tok) || strings.Contains(gcsLog, "not-the-cluster-token") {
+		t.Error("a token appears in the GCS's log")
+	}
 
 	// With the token, the same entry points work.
 	if v, err := gcs.KVGet(ctx, &pb.KVGetRequest{Ns: "acceptance", Key: "k"}); err != nil || string(v.GetValue()) != "v1" {

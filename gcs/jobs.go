@@ -74,19 +74,25 @@ func (s *Server) MarkJobFinished(ctx context.Context, req *gorayv1.MarkJobFinish
 	if job.GetState() == StateFinished {
 		return &gorayv1.MarkJobFinishedReply{}, nil
 	}
+	s.finishJobLocked(id, job, "job finished")
+	d = s.durableNow()
+	return &gorayv1.MarkJobFinishedReply{}, nil
+}
+
+// finishJobLocked marks job FINISHED and kills its actors with reason;
+// s.mu must be held.
+func (s *Server) finishJobLocked(id ids.ID, job *gorayv1.JobInfo, reason string) {
 	job.State = StateFinished
 	job.EndTimeMs = s.nowMs()
 	s.saveLocked(tableJobs, id.String(), job)
-	s.log.Info("job finished", "job", id.Short())
+	s.log.Info("job finished", "job", id.Short(), "reason", reason)
 	s.publishLocked(Event{Kind: EventJobFinished, Job: job})
 	for _, aid := range s.actorSeq {
 		a := s.actors[aid]
 		if ids.MustFromBytes(a.info.GetJobId()) == id {
-			s.markActorDeadLocked(a, "job finished")
+			s.markActorDeadLocked(a, reason)
 		}
 	}
-	d = s.durableNow()
-	return &gorayv1.MarkJobFinishedReply{}, nil
 }
 
 // GetAllJobs returns every job in the order they were added. Each job's

@@ -247,6 +247,15 @@ func (s *Server) markNodeDeadLocked(id ids.ID, n *nodeEntry, reason string) {
 	s.log.Warn("node dead", "node", id.Short(), "name", n.info.GetNodeName(), "reason", reason)
 	s.publishLocked(Event{Kind: EventNodeDead, Node: n.info})
 
+	// A job whose driver ran there ended with it, even when the report of
+	// its end never reached the GCS (it was down then).
+	for _, jid := range s.jobOrder {
+		j := s.jobs[jid]
+		if j.GetState() != StateFinished && string(j.GetDriverNodeId()) == string(id.Bytes()) {
+			s.finishJobLocked(jid, j, fmt.Sprintf("its driver's node %s died: %s", id.Short(), reason))
+		}
+	}
+
 	actorReason := fmt.Sprintf("node %s died: %s", id.Short(), reason)
 	for _, aid := range s.actorSeq {
 		a := s.actors[aid]

@@ -279,3 +279,30 @@ func TestRegisterRefusesAnotherCluster(t *testing.T) {
 	_, err = c.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: nodeInfo(id, "n"), ClusterId: s.ClusterID()})
 	mustOK(t, err)
 }
+
+// TestNodeDeathFinishesItsDriversJobs: a job whose driver's node dies is
+// FINISHED (its end report may never have reached the GCS); jobs of other
+// nodes' drivers go on.
+func TestNodeDeathFinishesItsDriversJobs(t *testing.T) {
+	_, c := startServer(t, Options{})
+	ctx := ctxT(t)
+	gone, stays := newID(), newID()
+	registerNode(t, c, gone, "gone")
+	registerNode(t, c, stays, "stays")
+	jobGone, jobStays := newID(), newID()
+	for _, j := range []struct{ job, node ids.ID }{{jobGone, gone}, {jobStays, stays}} {
+		_, err := c.AddJob(ctx, &gorayv1.AddJobRequest{Job: &gorayv1.JobInfo{JobId: j.job.Bytes(), DriverNodeId: j.node.Bytes(), BinaryPath: "/bin/app", BinarySha256: testSHA}})
+		mustOK(t, err)
+	}
+	_, err := c.UnregisterNode(ctx, &gorayv1.UnregisterNodeRequest{NodeId: gone.Bytes(), Reason: "killed"})
+	mustOK(t, err)
+	rep, err := c.GetAllJobs(ctx, &gorayv1.GetAllJobsRequest{})
+	mustOK(t, err)
+	states := map[string]string{}
+	for _, j := range rep.GetJobs() {
+		states[string(j.GetJobId())] = j.GetState()
+	}
+	if states[string(jobGone.Bytes())] != StateFinished || states[string(jobStays.Bytes())] != StateRunning {
+		t.Fatalf("jobs after the driver's node died: %v", states)
+	}
+}

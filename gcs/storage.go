@@ -28,20 +28,25 @@ const (
 
 // Storage says where the GCS keeps its tables. A write is durable before
 // the GCS acknowledges it.
+//
+// Its JSON form (how a head hands it to its GCS process) leaves the
+// password out.
 type Storage struct {
 	// Backend is BackendMemory (""), BackendBolt or BackendRedis.
-	Backend string
+	Backend string `json:"backend"`
 	// Path is the bbolt file (BackendBolt).
-	Path string
+	Path string `json:"path,omitempty"`
 	// RedisAddress (host:port), RedisUsername and RedisPassword reach the
 	// Redis server; RedisDB is its database number and RedisPrefix
 	// namespaces the keys (default "goray").
-	RedisAddress, RedisUsername, RedisPassword string
-	RedisDB                                    int
-	RedisPrefix                                string
+	RedisAddress  string `json:"redis_address,omitempty"`
+	RedisUsername string `json:"redis_username,omitempty"`
+	RedisPassword string `json:"-"`
+	RedisDB       int    `json:"redis_db,omitempty"`
+	RedisPrefix   string `json:"redis_prefix,omitempty"`
 	// Fresh discards what the storage holds before the GCS starts: a new
 	// cluster (new id, empty tables) instead of resuming the stored one.
-	Fresh bool
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // String describes the storage without its password.

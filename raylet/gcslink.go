@@ -261,6 +261,12 @@ func (r *Raylet) tellGCS(what string, call func(ctx context.Context, opts ...grp
 		r.log.Warn(what+": the GCS refused it", "error", err)
 		return
 	}
+	r.reportsMu.Lock()
+	defer r.reportsMu.Unlock()
+	if r.reportsClosed {
+		r.log.Warn(what+": the GCS cannot be reached, and the node is stopping", "gcs", r.gcsAddress(), "error", err)
+		return
+	}
 	r.log.Warn(what+": the GCS cannot be reached; trying again until it can", "gcs", r.gcsAddress(), "error", err)
 	r.reports.Add(1)
 	go func() {

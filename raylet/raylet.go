@@ -210,11 +210,14 @@ type Raylet struct {
 
 	closing chan struct{} // closed when Shutdown starts
 	// reports counts reports to the GCS tried again in the background
-	// (tellGCS); Shutdown waits for them to end.
-	reports     sync.WaitGroup
-	closingOnce sync.Once
-	done        chan struct{} // closed when the node is asked to stop
-	doneOnce    sync.Once
+	// (tellGCS); Shutdown sets reportsClosed (no more of them) and waits
+	// for them to end. reportsMu guards reportsClosed and reports.Add.
+	reports       sync.WaitGroup
+	reportsMu     sync.Mutex
+	reportsClosed bool
+	closingOnce   sync.Once
+	done          chan struct{} // closed when the node is asked to stop
+	doneOnce      sync.Once
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -436,7 +439,12 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 	// Only now wake the sessions and Run: waiting requests must learn of
 	// the shutdown, not of their job ending as a consequence.
 	r.closingOnce.Do(func() { close(r.closing) })
-	r.reports.Wait() // they end with closing; the node-wide reports below cover them
+	r.reportsMu.Lock()
+	r.reportsClosed = true
+	r.reportsMu.Unlock()
+	// They end with closing: the node-wide reports below cover the actors,
+	// and the GCS finishes the jobs of a node that is gone.
+	r.reports.Wait()
 
 	// Grace: wait for SIGTERM to work, then SIGKILL whatever is left.
 	grace := time.NewTimer(killGrace)

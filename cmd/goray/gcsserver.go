@@ -18,7 +18,7 @@ func (a *app) gcsServerCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			spec, password, err := node.GCSSpecFromEnv()
+			spec, err := node.GCSSpecFromEnv()
 			if err != nil {
 				return usagef("%v", err)
 			}
@@ -28,7 +28,7 @@ func (a *app) gcsServerCmd() *cobra.Command {
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			return node.RunGCS(ctx, spec, password, creds)
+			return node.RunGCS(ctx, spec, creds)
 		}),
 	}
 }

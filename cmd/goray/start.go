@@ -316,6 +316,9 @@ func (a *app) startCmd() *cobra.Command {
 func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, na nodeAuth, fresh bool) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// The config holds the Redis password now; no worker or plugin of the
+	// node inherits it (the GCS process gets it from the node alone).
+	_ = os.Unsetenv(config.EnvGCSRedisPassword)
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("finding the goray executable (it runs the GCS): %w", err)

@@ -13,6 +13,8 @@ import (
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // statusReport is the data of `goray status`; its JSON form is the output
@@ -412,7 +414,10 @@ func gatherStatus(ctx context.Context, c cluster, addr string) (statusReport, er
 		return statusReport{}, err
 	}
 	info, err := c.ClusterInfo(ctx)
-	if err != nil {
+	switch {
+	case status.Code(err) == codes.Unimplemented: // a head older than this command
+		info = &pb.GetClusterInfoReply{StorageError: "not reported by this GCS (an older version)"}
+	case err != nil:
 		return statusReport{}, err
 	}
 	r := buildStatus(addr, nodes, jobs, actors)

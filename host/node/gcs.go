@@ -135,31 +135,36 @@ func openGCS(ctx context.Context, addr string, st gcs.Storage, cfg *config.Node,
 // Addr is where the GCS listens.
 func (s *gcsServer) Addr() string { return s.lis.Addr().String() }
 
-// serve serves until ctx ends, then stops the server and closes the
-// storage.
+// serve serves until ctx ends, then stops the server, waits for its
+// health checks and placement manager (Run) and closes the storage.
 func (s *gcsServer) serve(ctx context.Context) {
 	defer close(s.done)
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ran := make(chan struct{})
+	go func() { defer close(ran); s.srv.Run(ctx) }()
 	go func() { _ = s.grpc.Serve(s.lis) }()
-	go s.srv.Run(runCtx)
 	<-ctx.Done()
 	stopGRPC(s.grpc)
-	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer ccancel()
+	<-ran
+	cctx, cancel := context.WithTimeout(context.Background(), gcsCloseTimeout)
+	defer cancel()
 	_ = s.srv.Close(cctx)
 	_ = s.res.Close()
 }
 
+// gcsCloseTimeout bounds writing out what the GCS's journal still holds
+// when it stops; with stopGRPC's 2 s it stays within the 10 s the head
+// gives its GCS process to exit.
+const gcsCloseTimeout = 5 * time.Second
+
 // GCSSpec is what a GCS process runs: the head passes it (as JSON in
 // EnvGCSSpec) to `goray gcs-server`, which calls RunGCS. The Redis
-// password travels in config.EnvGCSRedisPassword instead, never in the
-// spec.
+// password is not part of the JSON: it travels in
+// config.EnvGCSRedisPassword.
 type GCSSpec struct {
 	// Address is where the GCS listens (host:port).
 	Address string `json:"address"`
-	// Storage is the GCS's storage (its RedisPassword is not in the JSON).
-	Storage gcsStorageSpec `json:"storage"`
+	// Storage is the GCS's storage.
+	Storage gcs.Storage `json:"storage"`
 	// HeartbeatPeriod and FailureThreshold are the nodes' health checks.
 	HeartbeatPeriod  time.Duration `json:"heartbeat_period"`
 	FailureThreshold int           `json:"failure_threshold"`
@@ -169,27 +174,6 @@ type GCSSpec struct {
 	// ReadyFile is where RunGCS writes a GCSReady once it serves, or the
 	// error that stopped it.
 	ReadyFile string `json:"ready_file"`
-}
-
-// gcsStorageSpec is gcs.Storage without the password.
-type gcsStorageSpec struct {
-	Backend       string `json:"backend"`
-	Path          string `json:"path,omitempty"`
-	RedisAddress  string `json:"redis_address,omitempty"`
-	RedisUsername string `json:"redis_username,omitempty"`
-	RedisDB       int    `json:"redis_db,omitempty"`
-	RedisPrefix   string `json:"redis_prefix,omitempty"`
-	Fresh         bool   `json:"fresh,omitempty"`
-}
-
-func specOf(st gcs.Storage) gcsStorageSpec {
-	return gcsStorageSpec{Backend: st.Backend, Path: st.Path, RedisAddress: st.RedisAddress, RedisUsername: st.RedisUsername,
-		RedisDB: st.RedisDB, RedisPrefix: st.RedisPrefix, Fresh: st.Fresh}
-}
-
-func (s gcsStorageSpec) storage(password string) gcs.Storage {
-	return gcs.Storage{Backend: s.Backend, Path: s.Path, RedisAddress: s.RedisAddress, RedisUsername: s.RedisUsername,
-		RedisPassword: password, RedisDB: s.RedisDB, RedisPrefix: s.RedisPrefix, Fresh: s.Fresh}
 }
 
 // EnvGCSSpec holds a GCSSpec as JSON in a GCS process's environment.
@@ -208,23 +192,25 @@ type GCSReady struct {
 	PortInUse bool   `json:"port_in_use,omitempty"`
 }
 
-// GCSSpecFromEnv reads the spec a head gave its GCS process.
-func GCSSpecFromEnv() (GCSSpec, string, error) {
+// GCSSpecFromEnv reads the spec a head gave its GCS process, with the
+// Redis password (from config.EnvGCSRedisPassword) in its storage.
+func GCSSpecFromEnv() (GCSSpec, error) {
 	var spec GCSSpec
 	raw := os.Getenv(EnvGCSSpec)
 	if raw == "" {
-		return spec, "", fmt.Errorf("$%s is not set: `goray gcs-server` is started by a head node (`goray start --head`), not by hand", EnvGCSSpec)
+		return spec, fmt.Errorf("$%s is not set: `goray gcs-server` is started by a head node (`goray start --head`), not by hand", EnvGCSSpec)
 	}
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		return spec, "", fmt.Errorf("$%s: %w", EnvGCSSpec, err)
+		return spec, fmt.Errorf("$%s: %w", EnvGCSSpec, err)
 	}
-	return spec, os.Getenv(config.EnvGCSRedisPassword), nil
+	spec.Storage.RedisPassword = os.Getenv(config.EnvGCSRedisPassword)
+	return spec, nil
 }
 
-// RunGCS runs a GCS in this process until ctx ends: it opens the storage
-// the spec names, listens on its address, and writes the ready file (the
-// error, when it cannot start). It is the main of `goray gcs-server`.
-func RunGCS(ctx context.Context, spec GCSSpec, redisPassword string, creds *auth.Credentials) error {
+// RunGCS runs a GCS in this process until ctx ends: it listens on the
+// spec's address, opens its storage, and writes the ready file (the error,
+// when it cannot start). It is the main of `goray gcs-server`.
+func RunGCS(ctx context.Context, spec GCSSpec, creds *auth.Credentials) error {
 	log := hclog.NewNullLogger()
 	if spec.LogFile != "" {
 		f, err := os.OpenFile(spec.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -236,7 +222,7 @@ func RunGCS(ctx context.Context, spec GCSSpec, redisPassword string, creds *auth
 	}
 	creds.SetLogger(log.Named("auth"))
 	cfg := &config.Node{HealthCheck: config.HealthCheck{Period: spec.HeartbeatPeriod, FailureThreshold: spec.FailureThreshold}}
-	s, err := openGCS(ctx, spec.Address, spec.Storage.storage(redisPassword), cfg, creds, log)
+	s, err := openGCS(ctx, spec.Address, spec.Storage, cfg, creds, log)
 	ready := GCSReady{Pid: os.Getpid()}
 	if err != nil {
 		log.Error("the GCS cannot start", "error", err)
@@ -247,7 +233,7 @@ func RunGCS(ctx context.Context, spec GCSSpec, redisPassword string, creds *auth
 		return err
 	}
 	ready.Address, ready.ClusterID, ready.Restored = s.Addr(), s.srv.ClusterID(), s.srv.Restored()
-	ready.Storage, _, _ = s.srv.StorageStatus(ctx)
+	ready.Storage = spec.Storage.String()
 	go s.serve(ctx)
 	log.Info("GCS serving", "address", ready.Address, "cluster", ready.ClusterID, "storage", ready.Storage, "restored", ready.Restored)
 	if err := writeJSON(spec.ReadyFile, ready); err != nil {

@@ -15,49 +15,67 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/hashicorp/go-hclog"
 )
 
-// gcsStartTimeout bounds one start of the GCS process: opening its storage
-// and listening.
-const gcsStartTimeout = gcsOpenTimeout + 10*time.Second
+// Timing of the GCS process's supervision.
+const (
+	// gcsStartTimeout bounds one start: opening the storage and listening.
+	gcsStartTimeout = gcsOpenTimeout + 10*time.Second
+	// gcsStopGrace is how long a stopping GCS may take to write out its
+	// journal before it is killed.
+	gcsStopGrace = 10 * time.Second
+	// gcsStableAfter: a GCS that served this long before it died is
+	// restarted at once; one that keeps dying sooner is restarted with a
+	// growing delay (up to gcsRestartMax), not in a hot loop.
+	gcsStableAfter = 30 * time.Second
+	gcsRestartMin  = 200 * time.Millisecond
+	gcsRestartMax  = 10 * time.Second
+)
 
 // gcsProcess runs the head's GCS as a child process and restarts it when it
 // dies, on the same address and storage, until the node stops. The child
 // dies with the node (Pdeathsig), so a node killed with -9 leaves no GCS
 // behind holding the port and the bbolt lock.
+//
+// A GCS whose storage is memory is not restarted: a new one would be
+// another cluster (new id, empty tables), which every node refuses. lost
+// is called instead, once.
 type gcsProcess struct {
 	argv    []string
 	spec    GCSSpec
 	env     []string
 	log     hclog.Logger
-	started func(GCSReady) // after every (re)start
+	started func(GCSReady) // after every restart
+	lost    func(error)    // the GCS died and is not restarted
 
 	ctx    context.Context // ends when the node stops the GCS
 	cancel context.CancelFunc
 	done   chan struct{} // closed when supervise returns
 
-	mu       sync.Mutex
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when cmd exits
-	restarts int
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd exits
 }
 
 // startGCSProcess starts the GCS process and waits until it serves; the
 // error is the child's own (a storage it cannot open, an address in use).
-// From then on the process is supervised.
-func startGCSProcess(ctx context.Context, argv []string, spec GCSSpec, redisPassword string, creds *auth.Credentials, log hclog.Logger, started func(GCSReady)) (*gcsProcess, GCSReady, error) {
+// From then on the process is supervised. extraEnv is added to the child's
+// environment, and the Redis password of spec.Storage travels in
+// config.EnvGCSRedisPassword (never on the command line or in the spec).
+func startGCSProcess(ctx context.Context, argv []string, spec GCSSpec, creds *auth.Credentials, extraEnv []string, log hclog.Logger, started func(GCSReady), lost func(error)) (*gcsProcess, GCSReady, error) {
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
 		return name == EnvGCSSpec || name == config.EnvGCSRedisPassword || slices.Contains(auth.EnvNames, name)
 	})
-	env = append(env, creds.Env()...)
-	if redisPassword != "" {
-		env = append(env, config.EnvGCSRedisPassword+"="+redisPassword)
+	env = append(append(env, creds.Env()...), extraEnv...)
+	if pw := spec.Storage.RedisPassword; pw != "" {
+		env = append(env, config.EnvGCSRedisPassword+"="+pw)
 	}
-	p := &gcsProcess{argv: argv, spec: spec, env: env, log: log, started: started, done: make(chan struct{})}
+	p := &gcsProcess{argv: argv, spec: spec, env: env, log: log, started: started, lost: lost, done: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	ready, err := p.launch(ctx)
 	if err != nil {
@@ -74,7 +92,9 @@ func startGCSProcess(ctx context.Context, argv []string, spec GCSSpec, redisPass
 
 // launch starts one GCS process and waits for its ready file.
 func (p *gcsProcess) launch(ctx context.Context) (GCSReady, error) {
-	_ = os.Remove(p.spec.ReadyFile)
+	if err := os.Remove(p.spec.ReadyFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return GCSReady{}, fmt.Errorf("removing the GCS's old ready file: %w", err)
+	}
 	specJSON, err := json.Marshal(p.spec)
 	if err != nil {
 		return GCSReady{}, err
@@ -102,46 +122,57 @@ func (p *gcsProcess) launch(ctx context.Context) (GCSReady, error) {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		ready, ok := readGCSReady(p.spec.ReadyFile)
+		ready, ok := readGCSReady(p.spec.ReadyFile, cmd.Process.Pid)
 		if ok && ready.Error == "" {
 			return ready, nil
 		}
 		if ok { // it failed and says why
 			<-exited
-			if ready.PortInUse {
-				return ready, &PortInUseError{Address: p.spec.Address, Err: errors.New(ready.Error)}
-			}
-			return ready, errors.New(ready.Error)
+			return ready, ready.err(p.spec.Address)
 		}
 		select {
 		case <-exited:
-			if ready, ok := readGCSReady(p.spec.ReadyFile); ok && ready.Error != "" {
-				return ready, errors.New(ready.Error)
+			if ready, ok := readGCSReady(p.spec.ReadyFile, cmd.Process.Pid); ok && ready.Error != "" {
+				return ready, ready.err(p.spec.Address)
 			}
-			return GCSReady{}, fmt.Errorf("the GCS process exited before serving (%s); see %s", cmd.ProcessState, p.spec.LogFile)
+			return GCSReady{}, fmt.Errorf("the GCS process (%s, storage %s) exited before serving (%s); see %s", p.spec.Address, p.spec.Storage, cmd.ProcessState, p.spec.LogFile)
 		case <-ctx.Done():
-			killGroup(cmd)
+			_ = cmd.Process.Kill()
 			<-exited
-			return GCSReady{}, fmt.Errorf("the GCS process did not start serving: %w (see %s)", ctx.Err(), p.spec.LogFile)
+			return GCSReady{}, fmt.Errorf("the GCS process (%s, storage %s) did not start serving: %w; see %s", p.spec.Address, p.spec.Storage, ctx.Err(), p.spec.LogFile)
 		case <-tick.C:
 		}
 	}
 }
 
-// readGCSReady reads the ready file; ok is false until it is complete.
-func readGCSReady(path string) (GCSReady, bool) {
+// err is the error a GCS process reported in its ready file.
+func (r GCSReady) err(addr string) error {
+	if r.PortInUse {
+		return &PortInUseError{Address: addr, Err: errors.New(r.Error)}
+	}
+	return errors.New(r.Error)
+}
+
+// readGCSReady reads the ready file of the process pid; ok is false until
+// it is complete (and for a file another process wrote).
+func readGCSReady(path string, pid int) (GCSReady, bool) {
 	var r GCSReady
 	b, err := os.ReadFile(path)
-	if err != nil || json.Unmarshal(b, &r) != nil || r.Pid == 0 {
+	if err != nil || json.Unmarshal(b, &r) != nil || r.Pid != pid {
 		return r, false
 	}
 	return r, true
 }
 
-// supervise restarts the GCS process whenever it exits, with backoff, until
-// the node stops it.
+// supervise restarts the GCS process whenever it exits, until the node
+// stops it: at once after a GCS that served for gcsStableAfter, with a
+// growing delay while it keeps dying sooner or cannot start (its storage
+// unreachable, say).
 func (p *gcsProcess) supervise() {
 	defer close(p.done)
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = gcsRestartMin, gcsRestartMax
+	up := time.Now()
 	for {
 		p.mu.Lock()
 		cmd, exited := p.cmd, p.exited
@@ -154,22 +185,24 @@ func (p *gcsProcess) supervise() {
 		if p.ctx.Err() != nil {
 			return
 		}
-		p.log.Warn("the GCS process exited; restarting it on the same storage", "pid", cmd.Process.Pid, "status", cmd.ProcessState.String())
-		b := backoff.NewExponentialBackOff()
-		b.InitialInterval, b.MaxInterval = 200*time.Millisecond, 5*time.Second
-		ready, err := backoff.Retry(p.ctx, func() (GCSReady, error) {
-			r, err := p.launch(p.ctx)
-			if err != nil {
-				p.log.Warn("the GCS did not restart; trying again", "error", err)
+		if p.spec.Storage.Backend == gcs.BackendMemory || p.spec.Storage.Backend == "" {
+			err := fmt.Errorf("the GCS process (pid %d) exited (%s) and its storage is memory: the cluster's state is gone, and a new GCS would be another cluster that every node refuses; use gcs { storage = \"bolt\" } or \"redis\" for a head that survives its GCS", cmd.Process.Pid, cmd.ProcessState)
+			p.log.Error("the GCS process died; not restarting it", "error", err)
+			if p.lost != nil {
+				p.lost(err)
 			}
-			return r, err
-		}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
+			return
+		}
+		if time.Since(up) >= gcsStableAfter {
+			b.Reset()
+		}
+		wait := b.NextBackOff()
+		p.log.Warn("the GCS process exited; restarting it on the same storage", "pid", cmd.Process.Pid, "status", cmd.ProcessState.String(), "in", wait)
+		ready, err := p.relaunch(b, wait)
 		if err != nil { // the node is stopping
 			return
 		}
-		p.mu.Lock()
-		p.restarts++
-		p.mu.Unlock()
+		up = time.Now()
 		p.log.Info("GCS restarted", "pid", ready.Pid, "cluster", ready.ClusterID, "restored", ready.Restored)
 		if p.started != nil {
 			p.started(ready)
@@ -177,15 +210,32 @@ func (p *gcsProcess) supervise() {
 	}
 }
 
-// Restarts is how often the GCS process was restarted.
-func (p *gcsProcess) Restarts() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.restarts
+// relaunch waits first, then starts the GCS until it serves, waiting b's
+// next interval after each failed start; it fails only when the node
+// stops the GCS.
+func (p *gcsProcess) relaunch(b backoff.BackOff, wait time.Duration) (GCSReady, error) {
+	for {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-p.ctx.Done():
+			t.Stop()
+			return GCSReady{}, p.ctx.Err()
+		}
+		ready, err := p.launch(p.ctx)
+		if err == nil {
+			return ready, nil
+		}
+		if p.ctx.Err() != nil {
+			return GCSReady{}, p.ctx.Err()
+		}
+		wait = b.NextBackOff()
+		p.log.Warn("the GCS did not restart; trying again", "error", err, "in", wait)
+	}
 }
 
-// stop stops the GCS process: SIGTERM, then SIGKILL of its process group
-// when it has not exited by ctx's end (or 10s).
+// stop stops the GCS process: SIGTERM (and SIGCONT, for a stopped one),
+// then SIGKILL when it has not exited after gcsStopGrace or by ctx's end.
 func (p *gcsProcess) stop(ctx context.Context) {
 	p.cancel()
 	<-p.done
@@ -195,9 +245,14 @@ func (p *gcsProcess) stop(ctx context.Context) {
 	if cmd == nil {
 		return
 	}
+	select {
+	case <-exited:
+		return
+	default:
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Process.Signal(syscall.SIGCONT) // a stopped (frozen) GCS handles it too
-	t := time.NewTimer(10 * time.Second)
+	t := time.NewTimer(gcsStopGrace)
 	defer t.Stop()
 	select {
 	case <-exited:
@@ -205,13 +260,6 @@ func (p *gcsProcess) stop(ctx context.Context) {
 	case <-ctx.Done():
 	case <-t.C:
 	}
-	killGroup(cmd)
+	_ = cmd.Process.Kill() // by pidfd: never another process reusing the pid
 	<-exited
-}
-
-// killGroup kills cmd's process group (the GCS and anything it started).
-func killGroup(cmd *exec.Cmd) {
-	if cmd.Process != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/workerenv"
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
 	"github.com/goray-dev/goray/raylet"
 	"github.com/goray-dev/goray/sdk/plugin"
@@ -112,6 +113,7 @@ type Node struct {
 	gcsIn      *gcsServer  // the GCS inside this process
 	gcsProc    *gcsProcess // or the GCS process
 	infoMu     sync.Mutex  // info's GCS fields change when the GCS restarts
+	published  bool        // node.json was written (infoMu)
 	gcsCC      *grpc.ClientConn
 	raylet     *raylet.Raylet
 	rayletGRPC *grpc.Server
@@ -533,34 +535,49 @@ func (n *Node) startGCS(ctx context.Context) (string, error) {
 		}
 		n.gcsIn = s
 		n.info.ClusterID, n.info.GCSRestored = s.srv.ClusterID(), s.srv.Restored()
-		n.info.GCSStorage, _, _ = s.srv.StorageStatus(ctx)
+		n.info.GCSStorage = st.String()
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); s.serve(n.ctx) }()
 		return s.Addr(), nil
 	}
 	n.info.GCSLogFile = filepath.Join(n.info.SessionDir, "logs", "gcs.log")
 	spec := GCSSpec{
-		Address: addr, Storage: specOf(st),
+		Address: addr, Storage: st,
 		HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold,
 		LogFile: n.info.GCSLogFile, LogLevel: n.cfg.LogLevel, ReadyFile: filepath.Join(n.info.SessionDir, "gcs.json"),
 	}
-	p, ready, err := startGCSProcess(ctx, n.opts.GCSCommand, spec, st.RedisPassword, n.auth, n.log.Named("gcs"), n.gcsRestarted)
+	// The session's mark, as workers carry it: `goray stop` finds the GCS
+	// by it should the node die without stopping it.
+	env := []string{workerenv.SessionDir + "=" + n.info.SessionDir}
+	p, ready, err := startGCSProcess(ctx, n.opts.GCSCommand, spec, n.auth, env, n.log.Named("gcs"), n.gcsRestarted, n.gcsLost)
 	if err != nil {
 		return "", err
 	}
 	n.gcsProc = p
+	n.infoMu.Lock()
 	n.info.ClusterID, n.info.GCSRestored, n.info.GCSStorage, n.info.GCSPid = ready.ClusterID, ready.Restored, ready.Storage, ready.Pid
+	n.infoMu.Unlock()
 	return ready.Address, nil
 }
 
-// gcsRestarted records a restarted GCS process in node.json.
+// gcsRestarted records a restarted GCS process in node.json (once Start
+// has written it).
 func (n *Node) gcsRestarted(r GCSReady) {
 	n.infoMu.Lock()
 	defer n.infoMu.Unlock()
-	n.info.GCSPid, n.info.GCSRestored = r.Pid, r.Restored
+	n.info.GCSPid, n.info.GCSRestored, n.info.ClusterID = r.Pid, r.Restored, r.ClusterID
+	if !n.published {
+		return
+	}
 	if err := n.writeInfoLocked(); err != nil {
 		n.log.Warn("updating node.json", "error", err)
 	}
+}
+
+// gcsLost stops the node: its GCS died and cannot come back.
+func (n *Node) gcsLost(err error) {
+	n.log.Error("stopping the node", "reason", err)
+	n.signalDone()
 }
 
 func (n *Node) writeInfo() error {
@@ -570,6 +587,7 @@ func (n *Node) writeInfo() error {
 }
 
 func (n *Node) writeInfoLocked() error {
+	n.published = true
 	b, _ := json.MarshalIndent(n.info, "", "  ")
 	path := filepath.Join(n.info.SessionDir, "node.json")
 	if err := os.WriteFile(path+".tmp", b, 0o600); err != nil {
@@ -632,6 +650,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	if n.info.SessionDir != "" {
 		_ = os.RemoveAll(filepath.Join(n.info.SessionDir, "sockets"))
 		_ = os.Remove(filepath.Join(n.info.SessionDir, "node.json"))
+		_ = os.Remove(filepath.Join(n.info.SessionDir, "gcs.json"))
 		if n.opts.Embedded {
 			_ = os.RemoveAll(n.info.SessionDir)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/workerenv"
 	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -282,7 +283,7 @@ func embeddedConfig(o *initOptions) (*config.Node, error) {
 // listens on this IP for a driver to attach to (several nodes share one
 // machine on distinct loopback addresses, as in tests). Unset, the head is
 // preferred.
-const EnvNodeIP = "GORAY_NODE_IP"
+const EnvNodeIP = workerenv.NodeIP
 
 // findLocalNode asks the GCS for the alive nodes and picks the one whose
 // raylet socket exists on this machine: the one on $GORAY_NODE_IP when it
