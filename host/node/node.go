@@ -31,7 +31,6 @@ import (
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/goray-dev/goray/internal/spawn"
-	"github.com/goray-dev/goray/internal/workerenv"
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
 	"github.com/goray-dev/goray/raylet"
 	"github.com/goray-dev/goray/sdk/plugin"
@@ -546,10 +545,7 @@ func (n *Node) startGCS(ctx context.Context) (string, error) {
 		HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold,
 		LogFile: n.info.GCSLogFile, LogLevel: n.cfg.LogLevel, ReadyFile: filepath.Join(n.info.SessionDir, "gcs.json"),
 	}
-	// The session's mark, as workers carry it: `goray stop` finds the GCS
-	// by it should the node die without stopping it.
-	env := []string{workerenv.SessionDir + "=" + n.info.SessionDir}
-	p, ready, err := startGCSProcess(ctx, n.opts.GCSCommand, spec, n.auth, env, n.log.Named("gcs"), n.gcsRestarted, n.gcsLost)
+	p, ready, err := startGCSProcess(ctx, n.opts.GCSCommand, spec, n.auth, nil, n.log.Named("gcs"), n.gcsRestarted, n.gcsLost)
 	if err != nil {
 		return "", err
 	}
