@@ -136,6 +136,10 @@ func (cw *CoreWorker) Get(ctx context.Context, h *Handle) (*Value, error) {
 	return v, nil
 }
 
+// maxPullAttempts bounds how often materialize pulls a copy that keeps
+// being evicted before it could pin it.
+const maxPullAttempts = 8
+
 // materialize turns a return record into readable bytes. An object in
 // another node's store is first pulled into this node's (owner is the
 // object's owner, whose death frees the copy).
@@ -149,7 +153,8 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, own
 	remote := err == nil && !node.IsNil() && node != cw.nodeID
 	var so *pb.StoreObject
 	// A pulled copy may be evicted (the node needed room) between the pull
-	// and the read: pull it again, a few times.
+	// and the read, which pins it: pull it again, a few times (a store under
+	// heavy pressure on a loaded machine can lose it more than twice).
 	for attempt := 0; ; attempt++ {
 		if remote {
 			if err := cw.pullObject(ctx, id, node, owner); err != nil {
@@ -173,7 +178,7 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, own
 			so = rep.Objects[0]
 			break
 		}
-		if !remote || attempt == 2 {
+		if !remote || attempt == maxPullAttempts-1 {
 			return nil, &ObjectError{ObjectID: id, Kind: ErrObjectFreed, Detail: "not in the node's object store"}
 		}
 	}
