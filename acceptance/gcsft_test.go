@@ -141,10 +141,15 @@ func gcsFTRun(t *testing.T, ctx context.Context, c *ftCluster, duringRestart fun
 	if err := syscall.Kill(old, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 10*time.Second, "the GCS stopped (state T)", func() bool { return procState(old) == "T" })
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if got := waitFile(t, j, 60*time.Second, filepath.Join(dir, "outage")); got != "pending" {
+	got := waitFile(t, j, 60*time.Second, filepath.Join(dir, "outage"))
+	if st := procState(old); st != "T" {
+		t.Fatalf("the frozen GCS is in state %q, not stopped: something continued it", st)
+	}
+	if got != "pending" {
 		t.Errorf("the actor created while the GCS was frozen: %s, want still pending", got)
 	}
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
@@ -208,6 +213,21 @@ func dumpHeadLogs(t *testing.T, h *head) {
 			t.Logf("head %s (tail):\n%s", name, s)
 		}
 	})
+}
+
+// procState is the state letter of process pid (/proc/pid/stat: R, S, T,
+// Z, ...), "" when it is gone.
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return ""
+	}
+	return s[i+2 : i+3]
 }
 
 // readFile reads a file under dir, "" when it is missing.
