@@ -65,7 +65,7 @@ bench-smoke: bin/goray
 # Fuzz targets as package:FuzzName. `go test -fuzz` takes one target of one
 # package per run. A crasher is written to the package's testdata/fuzz/ and
 # fails the run; commit it with the fix as a regression seed.
-FUZZ_TARGETS := ./internal/codec:FuzzDecode ./raylet:FuzzDataRequest ./raylet:FuzzResponseHeader ./config:FuzzParse ./sdk/storage:FuzzValidKey
+FUZZ_TARGETS := ./internal/codec:FuzzDecode ./raylet:FuzzDataRequest ./raylet:FuzzResponseHeader ./config:FuzzParse ./config:FuzzParseCluster ./sdk/storage:FuzzValidKey
 FUZZTIME ?= 2m
 FUZZ_SMOKE_TIME ?= 5s
 # run-fuzz runs every target for $(1), minimizing new inputs for at most $(2).

@@ -1,9 +1,12 @@
 // Package config loads goray node and cluster configuration from HCL v2 files.
 //
-// A file describes one node (and, for the autoscaler, the node types of a
-// cluster). Every problem is reported as an hcl.Diagnostic with the file, line
-// and column, and a "did you mean" suggestion where one fits. Command-line
-// flags override values from the file (see Node.Override).
+// A node file describes one node (goray start --config; Load, Parse). A
+// cluster file (goray up; LoadCluster, ParseCluster) is a node file for the
+// head plus the cluster's settings: its name, provider block, node types
+// and autoscaler settings (see Cluster). Every problem is reported as an
+// hcl.Diagnostic with the file, line and column, and a "did you mean"
+// suggestion where one fits. Command-line flags override values from the
+// file (see Node.Override).
 //
 // The usual sequence is Load (syntax, names, types and formats), Override
 // (flags), then Validate (ranges and cross-field rules); LoadWithFlags does
@@ -75,7 +78,8 @@ type Node struct {
 	PluginDir string
 	// Plugins are the plugin blocks in file order.
 	Plugins []Plugin
-	// NodeTypes are the autoscaler's node types (cluster files).
+	// NodeTypes are the node_type blocks of a node file. A cluster file's
+	// are in Cluster.NodeTypes (and this is nil in its Cluster.Head).
 	NodeTypes []NodeType
 
 	// Filename is the file the config came from ("" for defaults).
@@ -183,11 +187,31 @@ type Plugin struct {
 	DeclRange hcl.Range
 }
 
-// NodeType is one `node_type "<name>" { ... }` block.
+// NodeType is one `node_type "<name>" { ... }` block: a kind of node the
+// autoscaler can launch through the cluster's provider (see Cluster).
 type NodeType struct {
-	Name       string
-	Resources  map[string]float64
+	// Name is the block's label, unique in the file.
+	Name string
+	// Resources are what one node of this type offers: CPU, GPU, memory
+	// (bytes; the file may give a size such as "4GiB") and custom
+	// resources by name.
+	Resources map[string]float64
+	// Labels are attached to every node of this type.
+	Labels map[string]string
+	// MinWorkers is how many nodes of this type the autoscaler keeps
+	// running, MaxWorkers how many it may run. In a cluster file a
+	// max_workers left out is the file's global max_workers, and both are
+	// 0 for the head's node type (the head is not a worker).
 	MinWorkers int
 	MaxWorkers int
-	DeclRange  hcl.Range
+	// NodeConfig is the undecoded `node_config { ... }` block (nil when
+	// absent): the provider's own settings for this type, decoded later
+	// against the schema the provider plugin reports (hclspec.Decode).
+	NodeConfig hcl.Body
+	// NodeConfigRange is the node_config block's header, or the node_type
+	// block's when there is no node_config block: where a missing
+	// required setting is reported.
+	NodeConfigRange hcl.Range
+	// DeclRange is the block's header, for diagnostics.
+	DeclRange hcl.Range
 }

@@ -133,7 +133,10 @@ func TestLoadFullFile(t *testing.T) {
 	}
 	got.NodeTypes = nil
 	for _, nt := range n.NodeTypes {
-		nt.DeclRange = hcl.Range{}
+		if nt.NodeConfigRange != nt.DeclRange {
+			t.Errorf("node type %q without node_config: NodeConfigRange %s, want its DeclRange %s", nt.Name, nt.NodeConfigRange, nt.DeclRange)
+		}
+		nt.DeclRange, nt.NodeConfigRange = hcl.Range{}, hcl.Range{}
 		got.NodeTypes = append(got.NodeTypes, nt)
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/convert"
 
+	"github.com/goray-dev/goray/internal/resources"
 	"github.com/goray-dev/goray/sdk/plugin/hclspec"
 )
 
@@ -211,30 +213,40 @@ func (d *decoder) size(a *hcl.Attribute, key string, dst *int64) bool {
 		return false
 	}
 	rng := a.Expr.Range()
+	n, ok := d.toSize(a, rng, attrName(a), v)
+	if !ok {
+		return false
+	}
+	*dst = n
+	d.n.ranges[key] = rng
+	return true
+}
+
+// toSize converts v, the value of what (a or one of its entries, at rng),
+// to a byte size.
+func (d *decoder) toSize(a *hcl.Attribute, rng hcl.Range, what string, v cty.Value) (int64, bool) {
 	switch v.Type() {
 	case cty.String:
 		n, err := ParseSize(v.AsString())
 		if err != nil {
 			d.valueErr(a, rng, "Invalid size",
-				fmt.Sprintf("Invalid value for %s: %s.", attrName(a), err))
-			return false
+				fmt.Sprintf("Invalid value for %s: %s.", what, err))
+			return 0, false
 		}
-		*dst = n
+		return n, true
 	case cty.Number:
 		bf := v.AsBigFloat()
 		i, acc := bf.Int64()
 		if !bf.IsInt() || acc != big.Exact || i < 0 {
 			d.valueErr(a, rng, "Invalid size",
-				fmt.Sprintf("Invalid value for %s: %s is not a whole, non-negative number of bytes.", attrName(a), bf.Text('g', -1)))
-			return false
+				fmt.Sprintf("Invalid value for %s: %s is not a whole, non-negative number of bytes.", what, bf.Text('g', -1)))
+			return 0, false
 		}
-		*dst = i
+		return i, true
 	default:
-		d.typeErr(a, rng, attrName(a), "a size (a string such as \"2GiB\" or a number of bytes)", v)
-		return false
+		d.typeErr(a, rng, what, "a size (a string such as \"2GiB\" or a number of bytes)", v)
+		return 0, false
 	}
-	d.n.ranges[key] = rng
-	return true
 }
 
 // duration decodes a Go duration string.
@@ -372,4 +384,84 @@ func (d *decoder) numberMap(a *hcl.Attribute, key string) (map[string]float64, b
 	}
 	d.n.ranges[key] = a.Expr.Range()
 	return m, true
+}
+
+// resourceMap decodes the resources of a node type: numbers by resource
+// name, where memory (resources.Memory) is a size in bytes, given as a
+// string such as "4GiB" or a number, as in the resources block.
+func (d *decoder) resourceMap(a *hcl.Attribute, key string) (map[string]float64, bool) {
+	es, ok := d.entries(a, "a map of numbers")
+	if !ok {
+		return nil, false
+	}
+	m := make(map[string]float64, len(es))
+	for _, e := range es {
+		what := fmt.Sprintf("%s[%q]", a.Name, e.key)
+		if e.val.IsNull() {
+			d.typeErr(a, e.rng, what, "a number", e.val)
+			ok = false
+			continue
+		}
+		var f float64
+		var fok bool
+		if e.key == resources.Memory {
+			var sz int64
+			sz, fok = d.toSize(a, e.rng, what, e.val)
+			f = float64(sz)
+		} else {
+			f, fok = d.toFloat(a, e.rng, what, e.val)
+		}
+		if !fok {
+			ok = false
+			continue
+		}
+		m[e.key] = f
+		d.n.ranges[entryKey(key, e.key)] = e.rng
+	}
+	if !ok {
+		return nil, false
+	}
+	d.n.ranges[key] = a.Expr.Range()
+	return m, true
+}
+
+// stringList decodes a list of strings such as setup_commands. Element i's
+// range is recorded under entryKey(key, strconv.Itoa(i)).
+func (d *decoder) stringList(a *hcl.Attribute, key string, dst *[]string) bool {
+	v, ok := d.value(a)
+	if !ok {
+		return false
+	}
+	t := v.Type()
+	if !t.IsListType() && !t.IsTupleType() && !t.IsSetType() {
+		d.typeErr(a, a.Expr.Range(), attrName(a), "a list of strings", v)
+		return false
+	}
+	// A literal [ ... ] gives each element its own range.
+	exprs, ediags := hcl.ExprList(a.Expr)
+	if ediags.HasErrors() || t.IsSetType() || len(exprs) != v.LengthInt() {
+		exprs = nil
+	}
+	out := make([]string, 0, v.LengthInt())
+	i := 0
+	for it := v.ElementIterator(); it.Next(); i++ {
+		_, ev := it.Element()
+		rng := a.Expr.Range()
+		if exprs != nil {
+			rng = exprs[i].Range()
+		}
+		if ev.IsNull() || ev.Type() != cty.String {
+			d.typeErr(a, rng, fmt.Sprintf("%s[%d]", a.Name, i), "a string", ev)
+			ok = false
+			continue
+		}
+		out = append(out, ev.AsString())
+		d.n.ranges[entryKey(key, strconv.Itoa(i))] = rng
+	}
+	if !ok {
+		return false
+	}
+	*dst = out
+	d.n.ranges[key] = a.Expr.Range()
+	return true
 }

@@ -68,7 +68,11 @@ func Load(path string) (*Node, hcl.Diagnostics) {
 }
 
 // Parse parses src as if read from filename; see Load.
-func Parse(src []byte, filename string) (*Node, hcl.Diagnostics) {
+func Parse(src []byte, filename string) (*Node, hcl.Diagnostics) { return parse(src, filename, nil) }
+
+// parse parses a node file, or a cluster file into cl and its head (the
+// returned Node) when cl is not nil.
+func parse(src []byte, filename string, cl *Cluster) (*Node, hcl.Diagnostics) {
 	n := Default()
 	n.Filename = filename
 	n.ranges = map[string]hcl.Range{}
@@ -94,7 +98,7 @@ func Parse(src []byte, filename string) (*Node, hcl.Diagnostics) {
 		return n, diags
 	}
 
-	d := &decoder{n: n}
+	d := &decoder{n: n, cl: cl}
 	d.root(f.Body)
 	diags = append(diags, d.diags...)
 	sortDiagnostics(diags)
@@ -211,9 +215,11 @@ var pluginSchema = &hcl.BodySchema{
 var nodeTypeSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
 		{Name: "resources"},
+		{Name: "labels"},
 		{Name: "min_workers"},
 		{Name: "max_workers"},
 	},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "node_config"}},
 }
 
 // Keys of Node.ranges. Top-level and singleton-block values use their dotted
@@ -265,7 +271,11 @@ func entryKey(mapKey, entry string) string { return mapKey + "." + entry }
 
 // decoder accumulates a Node and the diagnostics found while filling it.
 type decoder struct {
-	n     *Node
+	n *Node
+	// cl is the cluster being decoded when the file is a cluster file
+	// (ParseCluster), nil for a node file: the root then accepts the
+	// cluster's settings too, and n is its head.
+	cl    *Cluster
 	diags hcl.Diagnostics
 }
 
@@ -273,7 +283,11 @@ func (d *decoder) add(diags hcl.Diagnostics) { d.diags = append(d.diags, diags..
 
 func (d *decoder) root(body hcl.Body) {
 	n := d.n
-	c := d.content(body, rootSchema)
+	schema := rootSchema
+	if d.cl != nil {
+		schema = clusterSchema
+	}
+	c := d.content(body, schema)
 
 	d.str(c.Attributes["cluster_name"], keyClusterName, &n.ClusterName)
 	d.str(c.Attributes["node_name"], keyNodeName, &n.NodeName)
@@ -308,6 +322,20 @@ func (d *decoder) root(body hcl.Body) {
 				Summary:  "Join address on the head node",
 				Detail: fmt.Sprintf("The top-level address names the head to join, but this file declares the node as the head (head block at %s). "+
 					"Set where the GCS listens with head { address = \"host:port\" }, or remove the head block.", hb.DefRange),
+				Subject: topAddr.NameRange.Ptr(),
+				Context: topAddr.Range.Ptr(),
+			})
+		}
+	} else if d.cl != nil {
+		// The node running a cluster file is the head.
+		n.Head = true
+		n.Address = DefaultHeadAddress
+		if topAddr != nil {
+			d.diags = append(d.diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Join address in a cluster file",
+				Detail: "In a node file the top-level address names the head to join, but a cluster file configures the head itself. " +
+					"Set where the head's GCS listens with head { address = \"host:port\" } instead.",
 				Subject: topAddr.NameRange.Ptr(),
 				Context: topAddr.Range.Ptr(),
 			})
@@ -385,6 +413,9 @@ func (d *decoder) root(body hcl.Body) {
 			d.nodeType(b)
 		}
 	}
+	if d.cl != nil {
+		d.cluster(body, c)
+	}
 }
 
 // singletons returns the first block of each of the given types and reports
@@ -413,6 +444,16 @@ func (d *decoder) plugin(b *hcl.Block) {
 	if len(b.Labels) != 2 { // hcl has reported it
 		return
 	}
+	if d.cl != nil && b.Labels[0] == "provider" {
+		d.diags = append(d.diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Provider plugin block in a cluster file",
+			Detail: fmt.Sprintf("A cluster file declares its provider with a provider block: replace plugin \"provider\" %q with provider %q { ... } (it takes the same sha256 and config).",
+				b.Labels[1], b.Labels[1]),
+			Subject: b.DefRange.Ptr(),
+		})
+		return
+	}
 	p := Plugin{Kind: b.Labels[0], Name: b.Labels[1], DeclRange: b.DefRange}
 	pk := declKey("plugin", b.DefRange)
 	d.n.ranges[pk+".kind"] = b.LabelRanges[0]
@@ -436,11 +477,21 @@ func (d *decoder) nodeType(b *hcl.Block) {
 
 	c := d.content(b.Body, nodeTypeSchema)
 	if a := c.Attributes["resources"]; a != nil {
-		if m, ok := d.numberMap(a, tk+".resources"); ok {
+		if m, ok := d.resourceMap(a, tk+".resources"); ok {
 			t.Resources = m
+		}
+	}
+	if a := c.Attributes["labels"]; a != nil {
+		if m, ok := d.stringMap(a, tk+".labels"); ok {
+			t.Labels = m
 		}
 	}
 	d.intVal(c.Attributes["min_workers"], tk+".min_workers", &t.MinWorkers)
 	d.intVal(c.Attributes["max_workers"], tk+".max_workers", &t.MaxWorkers)
+	t.NodeConfigRange = b.DefRange
+	if nc := d.singletons(c.Blocks, "node_config")["node_config"]; nc != nil {
+		t.NodeConfig = nc.Body
+		t.NodeConfigRange = nc.DefRange
+	}
 	d.n.NodeTypes = append(d.n.NodeTypes, t)
 }

@@ -164,20 +164,23 @@ const (
 
 // labels checks the node's labels against the bounds the GCS enforces
 // when the node registers.
-func (v *validator) labels() {
-	ls := v.n.Labels
+func (v *validator) labels() { v.labelMap(v.n.Labels, keyLabels, "labels") }
+
+// labelMap checks labels ls, whose ranges are under key, against the
+// bounds the GCS enforces; what names them in messages.
+func (v *validator) labelMap(ls map[string]string, key, what string) {
 	if len(ls) > limits.MaxLabels {
-		v.errorf(keyLabels, "Too many labels", "labels has %d entries; a node may have at most %d.", len(ls), limits.MaxLabels)
+		v.errorf(key, "Too many labels", "%s has %d entries; a node may have at most %d.", what, len(ls), limits.MaxLabels)
 	}
 	for _, k := range slices.Sorted(maps.Keys(ls)) {
-		key := entryKey(keyLabels, k)
+		ek := entryKey(key, k)
 		switch {
 		case k == "":
-			v.errorf(key, "Invalid label", "Label keys must not be empty.")
+			v.errorf(ek, "Invalid label", "Label keys must not be empty.")
 		case len(k) > limits.MaxLabelKeyLen:
-			v.errorf(key, "Invalid label", "The label key %q... is %d bytes long; at most %d are allowed.", k[:32], len(k), limits.MaxLabelKeyLen)
+			v.errorf(ek, "Invalid label", "The label key %q... is %d bytes long; at most %d are allowed.", k[:32], len(k), limits.MaxLabelKeyLen)
 		case len(ls[k]) > limits.MaxLabelValueLen:
-			v.errorf(key, "Invalid label", "The value of label %q is %d bytes long; at most %d are allowed.", k, len(ls[k]), limits.MaxLabelValueLen)
+			v.errorf(ek, "Invalid label", "The value of label %q is %d bytes long; at most %d are allowed.", k, len(ls[k]), limits.MaxLabelValueLen)
 		}
 	}
 }
@@ -324,9 +327,15 @@ func (v *validator) plugins() {
 	}
 }
 
-func (v *validator) nodeTypes() {
+func (v *validator) nodeTypes() { v.nodeTypeList(v.n.NodeTypes) }
+
+// nodeTypeList checks the rules node types follow in node and cluster
+// files: unique non-empty names, valid resource names and amounts, labels
+// within the GCS's bounds, worker counts >= 0 and min_workers <=
+// max_workers.
+func (v *validator) nodeTypeList(types []NodeType) {
 	seen := map[string]NodeType{}
-	for _, t := range v.n.NodeTypes {
+	for _, t := range types {
 		tk := ""
 		if t.DeclRange != (hcl.Range{}) {
 			tk = declKey("node_type", t.DeclRange)
@@ -367,6 +376,7 @@ func (v *validator) nodeTypes() {
 			}
 			v.amount(k, name, t.Resources[name])
 		}
+		v.labelMap(t.Labels, key(".labels"), fmt.Sprintf("The labels of node type %q", t.Name))
 		if t.MinWorkers < 0 {
 			v.errorf(key(".min_workers"), "Invalid value", "min_workers of node type %q must not be negative, got %d.", t.Name, t.MinWorkers)
 		}
