@@ -680,6 +680,16 @@ object_store {
 			},
 		},
 		{
+			name:  "memory flag",
+			src:   file,
+			flags: Flags{Memory: 3 << 30},
+			check: func(t *testing.T, n *Node) {
+				if n.Resources.Memory == nil || *n.Resources.Memory != 3<<30 {
+					t.Errorf("Memory = %v, want 3 GiB", n.Resources.Memory)
+				}
+			},
+		},
+		{
 			name:  "maps merge per key",
 			src:   file,
 			flags: Flags{Resources: map[string]float64{"accel": 4, "tpu": 1}, Labels: map[string]string{"zone": "b", "team": "ml"}},

@@ -21,6 +21,8 @@ type Flags struct {
 	GPUs       *float64
 	// ObjectStoreMemory is the object store capacity in bytes.
 	ObjectStoreMemory int64
+	// Memory is the memory resource in bytes (resources.memory; --memory).
+	Memory int64
 	// Resources are custom resources, merged into the file's per name.
 	Resources map[string]float64
 	// Labels are merged into the file's labels per key.
@@ -90,6 +92,11 @@ func (n *Node) Override(f Flags) {
 		v := *f.GPUs
 		n.Resources.GPU = &v
 		drop(keyGPU)
+	}
+	if f.Memory != 0 {
+		v := f.Memory
+		n.Resources.Memory = &v
+		drop(keyMemory)
 	}
 	if f.ObjectStoreMemory != 0 {
 		n.ObjectStore.Memory = f.ObjectStoreMemory

@@ -41,6 +41,7 @@ type startOptions struct {
 	resources         string
 	labels            string
 	objectStoreMemory string
+	memory            string
 	nodeName          string
 	nodeIP            string
 	rayletPort        int
@@ -62,6 +63,7 @@ func (o *startOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.resources, "resources", "", `custom resources as JSON ('{"disk": 2}') or a list ("disk=2,tpu=1")`)
 	fs.StringVar(&o.labels, "labels", "", `node labels as JSON ('{"zone": "a"}') or a list ("zone=a,rack=3")`)
 	fs.StringVar(&o.objectStoreMemory, "object-store-memory", "", `object store capacity ("2GiB", "512MB" or bytes; default 30% of memory)`)
+	fs.StringVar(&o.memory, "memory", "", `memory the node offers to tasks and actors ("4GiB" or bytes; default: the machine's memory less the object store)`)
 	fs.StringVar(&o.nodeName, "node-name", "", "node name shown in status (default: the hostname)")
 	fs.StringVar(&o.nodeIP, "node-ip", "", "IP address the node listens on and advertises to other nodes (default 127.0.0.1)")
 	fs.IntVar(&o.rayletPort, "raylet-port", 0, "raylet TCP port for other nodes (default: any free port)")
@@ -108,6 +110,16 @@ func (o *startOptions) configFlags(fs *pflag.FlagSet, logLevel string) (config.F
 			return f, usagef("invalid --object-store-memory %q: the store needs a positive size", o.objectStoreMemory)
 		}
 		f.ObjectStoreMemory = n
+	}
+	if o.memory != "" {
+		n, err := config.ParseSize(o.memory)
+		if err != nil {
+			return f, usagef("invalid --memory: %v", err)
+		}
+		if n <= 0 {
+			return f, usagef("invalid --memory %q: want a positive size", o.memory)
+		}
+		f.Memory = n
 	}
 	if o.resources != "" {
 		r, err := parseResources(o.resources)
