@@ -1,0 +1,215 @@
+package localprovider
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/goray-dev/goray/sdk/provider"
+)
+
+// Files in an instance's temp dir besides the node's session dirs.
+const (
+	// readyFileName is written by the node once it serves (`goray start
+	// --ready-file`): the instance is running.
+	readyFileName = "ready.json"
+	// outputFileName takes the node's stdout and stderr until it serves
+	// (then it logs into its session dir), and the setup commands' output.
+	outputFileName = "node.out"
+	// configFileName is the node config file, for settings `goray start`
+	// has no flag for (the memory resource).
+	configFileName = "node.hcl"
+)
+
+// tokenFileName holds the cluster token (owner-only, as goray's own token
+// file), so that a provider restarted between recording an instance and
+// starting its node can still start it. It goes with the instance's dir.
+const tokenFileName = ".token"
+
+// prepareDir creates the temp dir of a planned instance with its node
+// config file and token file.
+func prepareDir(in *instanceRecord, token string) error {
+	if err := os.Mkdir(in.Dir, 0o700); err != nil {
+		return err
+	}
+	if in.config != nil {
+		if err := os.WriteFile(filepath.Join(in.Dir, configFileName), in.config, 0o600); err != nil {
+			return err
+		}
+	}
+	if token != "" {
+		return os.WriteFile(filepath.Join(in.Dir, tokenFileName), []byte(token), 0o600)
+	}
+	return nil
+}
+
+// readToken returns the token in the instance's dir ("" when it has none).
+func readToken(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, tokenFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
+}
+
+// setupArg0 is the name the setup shell runs under ($0).
+const setupArg0 = "goray-local-setup"
+
+// envToken is the variable a node reads the cluster token from.
+const envToken = "GORAY_AUTH_TOKEN"
+
+// nodeArgs returns the command line that runs the node of instance id
+// (address ip, temp dir dir) for spec: `goray start ...`, behind a shell
+// that runs spec.SetupCommands first when there are any, and the content
+// of its config file (nil when it needs none). The token is not on it.
+func nodeArgs(goray string, spec provider.NodeSpec, id, ip, dir string, extra []string) (argv []string, config []byte, err error) {
+	args := []string{goray, "start",
+		"--address", spec.HeadAddress,
+		"--node-ip", ip,
+		"--temp-dir", dir,
+		"--block",
+		"--ready-file", filepath.Join(dir, readyFileName),
+		"--node-name", id,
+	}
+	custom := map[string]float64{}
+	for _, name := range slices.Sorted(maps.Keys(spec.Resources)) {
+		v := spec.Resources[name]
+		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, nil, fmt.Errorf("%w: resource %q has amount %v; want a finite amount of at least 0", provider.ErrInvalidRequest, name, v)
+		}
+		switch name {
+		case provider.ResourceCPU:
+			args = append(args, "--num-cpus", strconv.FormatFloat(v, 'f', -1, 64))
+		case provider.ResourceGPU:
+			args = append(args, "--num-gpus", strconv.FormatFloat(v, 'f', -1, 64))
+		case provider.ResourceObjectStoreMemory:
+			if v < 1 || v >= math.MaxInt64 {
+				return nil, nil, fmt.Errorf("%w: resource %q is %v bytes; the object store needs at least 1", provider.ErrInvalidRequest, name, v)
+			}
+			args = append(args, "--object-store-memory", strconv.FormatInt(int64(v), 10))
+		case provider.ResourceMemory:
+			if v >= math.MaxInt64 {
+				return nil, nil, fmt.Errorf("%w: resource %q is %v bytes: too large", provider.ErrInvalidRequest, name, v)
+			}
+			config = fmt.Appendf(nil, "resources {\n  memory = %d\n}\n", int64(v))
+		default:
+			custom[name] = v
+		}
+	}
+	if len(custom) > 0 {
+		b, err := json.Marshal(custom)
+		if err != nil {
+			return nil, nil, err
+		}
+		args = append(args, "--resources", string(b))
+	}
+	labels := make(map[string]string, len(spec.Labels)+1)
+	for k, v := range spec.Labels {
+		labels[k] = v
+	}
+	labels[provider.LabelInstanceID] = id
+	b, err := json.Marshal(labels)
+	if err != nil {
+		return nil, nil, err
+	}
+	args = append(args, "--labels", string(b))
+	if config != nil {
+		args = append(args, "--config", filepath.Join(dir, configFileName))
+	}
+	args = append(args, extra...)
+	if len(spec.SetupCommands) == 0 {
+		return args, config, nil
+	}
+	script := "set -e\n" + strings.Join(spec.SetupCommands, "\n") + "\nexec \"$@\"\n"
+	return append([]string{"/bin/sh", "-c", script, setupArg0}, args...), config, nil
+}
+
+// strippedEnv are the variables of the provider's environment a node does
+// not inherit: the token's other sources, the plugin protocol's, and
+// those of a node, worker or driver the provider may run under.
+var strippedEnv = []string{
+	"GORAY_AUTH_TOKEN=", "GORAY_AUTH_TOKEN_PATH=", "GORAY_ADDRESS=", "GORAY_PLUGIN",
+	"GORAY_SESSION_DIR=", "GORAY_NODE_", "GORAY_WORKER", "GORAY_RAYLET_", "PLUGIN_",
+}
+
+// nodeEnv returns the node's environment: the provider's, without
+// strippedEnv, with the cluster token in GORAY_AUTH_TOKEN.
+func nodeEnv(base []string, token string) []string {
+	env := make([]string, 0, len(base)+1)
+	for _, kv := range base {
+		if !slices.ContainsFunc(strippedEnv, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+			env = append(env, kv)
+		}
+	}
+	if token != "" {
+		env = append(env, envToken+"="+token)
+	}
+	return env
+}
+
+// startNode starts argv as the detached node process of the instance in
+// dir: a session of its own (SIGTERM to its group stops it; the provider
+// can die and restart without taking it along), stdin from /dev/null,
+// output into dir/node.out, working directory dir. onExit runs with how
+// it ended once it has been reaped.
+func startNode(argv, env []string, dir string, onExit func(status string)) (int, error) {
+	out, err := os.OpenFile(filepath.Join(dir, outputFileName), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = env
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	go func() {
+		err := cmd.Wait()
+		status := "exited with status 0"
+		if err != nil {
+			status = err.Error()
+		}
+		onExit(status)
+	}()
+	return cmd.Process.Pid, nil
+}
+
+// tailBytes and tailLines bound the output a LaunchError quotes.
+const (
+	tailBytes = 4 << 10
+	tailLines = 20
+)
+
+// outputTail returns the last lines of the node's output in dir.
+func outputTail(dir string) string {
+	f, err := os.Open(filepath.Join(dir, outputFileName))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > tailBytes {
+		_, _ = f.Seek(st.Size()-tailBytes, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, tailBytes))
+	b = bytes.TrimRight(b, "\n")
+	lines := strings.Split(string(b), "\n")
+	if len(lines) > tailLines {
+		lines = lines[len(lines)-tailLines:]
+	}
+	return strings.TrimSpace(strings.Join(lines, "\n"))
+}
