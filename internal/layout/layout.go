@@ -18,6 +18,9 @@
 //     plugin host) and host/node (the node host: the composition root of
 //     store, raylet, plugin host and, on the head, GCS): the runtime. The
 //     GCS and the raylet talk over gRPC only, never by import.
+//   - autoscaler/ (its logic under autoscaler/internal/): the head's
+//     autoscaler, which reaches the GCS over gRPC and the provider
+//     through the provider SDK, never by importing the runtime's servers.
 //   - sdk/ray: the application API, with the core worker under
 //     sdk/ray/internal/core. It starts embedded nodes through host/node and
 //     never reaches into the raylet or the GCS.
@@ -57,7 +60,7 @@ var pluginTier = []string{"sdk/plugin/...", "sdk/transport/...", "sdk/storage/..
 
 // runtime is the part of goray that is not public API and that plugins and
 // plugin SDKs must not link.
-var runtime = []string{"gcs/...", "raylet/...", "host/...", "sdk/ray/...", "cmd/...", "config/...", "internal/..."}
+var runtime = []string{"gcs/...", "raylet/...", "host/...", "autoscaler/...", "sdk/ray/...", "cmd/...", "config/...", "internal/..."}
 
 // Rules are goray's import rules.
 var Rules = []Rule{
@@ -70,6 +73,10 @@ var Rules = []Rule{
 		Why:  "plugins are separate programs: they import the SDKs, not each other's code or internal libraries",
 		From: []string{"plugins/..."}, Deny: []string{"internal/...", "plugins/..."},
 		Allow: []string{"plugins/$1/..."},
+	},
+	{
+		Why:  "the autoscaler talks to the GCS over gRPC and to providers through sdk/provider; it imports no server of the runtime",
+		From: []string{"autoscaler/..."}, Deny: []string{"gcs/...", "raylet/...", "host/...", "sdk/ray/...", "cmd/...", "plugins/..."},
 	},
 	{
 		Why:  "sdk/ray starts nodes through host/node and talks to the raylet and the GCS over gRPC; it never imports them",

@@ -1,0 +1,713 @@
+// Package autoscaler grows and shrinks a goray cluster with its demand, as
+// Ray's autoscaler (v2) does: every Interval it reads the cluster's load
+// from the GCS (work queued on the raylets that no node can start, pending
+// placement groups, explicit requests made with ray.RequestResources) and
+// the instances the provider plugin lists, and reconciles them:
+//
+//   - each instance moves through the state machine of
+//     autoscaler/internal/instance (requested, allocated, installing,
+//     running, draining, terminating, terminated, and the failure states),
+//     matched to its node by the label provider.LabelInstanceID;
+//   - demand is bin-packed (autoscaler/internal/binpack) onto the free
+//     capacity of running and pending nodes, and what is left onto new
+//     nodes of the types that fit it best, within each type's max_workers,
+//     the cluster's max_workers and upscaling_speed; a shape no node type
+//     can hold is reported infeasible and launches nothing;
+//   - every node type's min_workers is kept;
+//   - a worker node with nothing leased and no object in its store for
+//     idle_timeout is terminated, never below min_workers;
+//   - launch failures (reported by the provider, or an instance that never
+//     joins) are recorded and back off per node type.
+//
+// The autoscaler runs on the head, in the node host, as its own component
+// with its own goroutine and lock; it reaches the GCS and the provider
+// over gRPC only. Its state can always be rebuilt from the provider's list
+// (a restarted autoscaler adopts the running instances), and it publishes
+// what it sees to the GCS's KV store (namespace StatusNamespace), where
+// `goray status` reads it.
+package autoscaler
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/goray-dev/goray/autoscaler/internal/binpack"
+	"github.com/goray-dev/goray/autoscaler/internal/instance"
+	"github.com/goray-dev/goray/config"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/sdk/provider"
+)
+
+// KV keys of the autoscaler in the GCS (namespace StatusNamespace).
+const (
+	// StatusNamespace is the GCS KV namespace of the autoscaler.
+	StatusNamespace = "autoscaler"
+	// StatusKey holds the latest Status as JSON.
+	StatusKey = "status"
+	// RequestsKey holds the explicit resource requests (ray.RequestResources)
+	// as a JSON array of Request.
+	RequestsKey = "resource_requests"
+)
+
+// DefaultInterval is how often the autoscaler reconciles.
+const DefaultInterval = 5 * time.Second
+
+// maxFailures bounds the failures Status keeps.
+const maxFailures = 20
+
+// Request is one shape of an explicit resource request: the cluster should
+// have room for Count bundles of Resources at once, whether or not work
+// asks for them (Ray's request_resources).
+type Request struct {
+	Resources map[string]float64 `json:"resources"`
+	Count     int                `json:"count"`
+}
+
+// Config configures an Autoscaler.
+type Config struct {
+	// Cluster is the cluster file: node types, limits, idle timeout.
+	Cluster *config.Cluster
+	// Provider launches and terminates instances.
+	Provider provider.Provider
+	// NodeConfigs are the node types' node_config blocks decoded to JSON
+	// (provider.LaunchRequest.NodeConfig), by type name.
+	NodeConfigs map[string][]byte
+	// GCS is the cluster's GCS.
+	GCS pb.GcsClient
+	// HeadAddress is the GCS address new nodes join.
+	HeadAddress string
+	// AuthToken is the cluster token new nodes use (sensitive).
+	AuthToken string
+	// Interval between reconciliations (default DefaultInterval).
+	Interval time.Duration
+	// Timeouts of the instance state machine (zero: its defaults).
+	Timeouts instance.Timeouts
+	// Backoff after launch failures: initial and maximum delay (zero:
+	// 10 s and 5 min).
+	BackoffInitial, BackoffMax time.Duration
+	// Logger receives the autoscaler's log.
+	Logger hclog.Logger
+	// Now returns the time (tests); nil is time.Now.
+	Now func() time.Time
+}
+
+// Autoscaler is the cluster's autoscaler. Run runs it; Reconcile runs
+// one round (tests).
+type Autoscaler struct {
+	cfg     Config
+	log     hclog.Logger
+	now     func() time.Time
+	backoff *instance.Backoff
+
+	mu        sync.Mutex
+	insts     map[string]*tracked  // by provider instance id
+	launches  map[string]*launch   // launch requests not yet fully listed, by request id
+	idleSince map[string]time.Time // by node id
+	failures  []Failure            // newest last
+	status    Status               // of the last round
+	adopted   bool                 // the first round adopted the provider's instances
+}
+
+// tracked is one instance the provider lists.
+type tracked struct {
+	inst *instance.Instance
+	// address is the instance's IP; node the node that joined from it.
+	address string
+	node    *pb.NodeView
+}
+
+// launch is a launch request sent to the provider.
+type launch struct {
+	nodeType string
+	count    int
+	sent     time.Time
+	listed   map[string]bool // instance ids seen with this request id
+}
+
+// New returns an autoscaler; Run starts it.
+func New(cfg Config) (*Autoscaler, error) {
+	if cfg.Cluster == nil || cfg.Provider == nil || cfg.GCS == nil {
+		return nil, errors.New("autoscaler: Cluster, Provider and GCS are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Autoscaler{
+		cfg: cfg, log: cfg.Logger, now: cfg.Now,
+		backoff: instance.NewBackoff(cfg.BackoffInitial, cfg.BackoffMax),
+		insts:   map[string]*tracked{}, launches: map[string]*launch{}, idleSince: map[string]time.Time{},
+	}, nil
+}
+
+// Run reconciles every Interval until ctx ends. A failed round is logged
+// and tried again at the next tick.
+func (a *Autoscaler) Run(ctx context.Context) error {
+	t := time.NewTicker(a.cfg.Interval)
+	defer t.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, max(a.cfg.Interval, 10*time.Second))
+		if err := a.Reconcile(rctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("autoscaler round failed; trying again", "error", err)
+		}
+		cancel()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// Status returns what the last round saw and did.
+func (a *Autoscaler) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+// load is what one round reads.
+type load struct {
+	nodes     []*pb.NodeView
+	groups    []*pb.PlacementGroupInfo
+	requests  []Request
+	instances []provider.Instance
+	errors    []provider.LaunchError
+}
+
+func (a *Autoscaler) read(ctx context.Context) (*load, error) {
+	c := a.cfg.Cluster
+	l := &load{}
+	nodes, err := a.cfg.GCS.GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("autoscaler: reading the nodes from the GCS: %w", err)
+	}
+	l.nodes = nodes.GetNodes()
+	groups, err := a.cfg.GCS.ListPlacementGroups(ctx, &pb.ListPlacementGroupsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("autoscaler: reading the placement groups from the GCS: %w", err)
+	}
+	l.groups = groups.GetGroups()
+	if kv, err := a.cfg.GCS.KVGet(ctx, &pb.KVGetRequest{Ns: StatusNamespace, Key: RequestsKey}); err == nil && len(kv.GetValue()) > 0 {
+		if err := json.Unmarshal(kv.GetValue(), &l.requests); err != nil {
+			a.log.Warn("ignoring malformed resource requests", "error", err)
+		}
+	}
+	list, err := a.cfg.Provider.List(ctx, &provider.ListRequest{ClusterName: c.Name})
+	if err != nil {
+		return nil, fmt.Errorf("autoscaler: listing the instances of cluster %q: %w", c.Name, err)
+	}
+	l.instances = list.Instances
+	errs, err := a.cfg.Provider.PollErrors(ctx, &provider.PollErrorsRequest{ClusterName: c.Name})
+	if err != nil {
+		return nil, fmt.Errorf("autoscaler: polling the provider's errors: %w", err)
+	}
+	l.errors = errs.Errors
+	return l, nil
+}
+
+// Reconcile runs one round: read, update the instances, launch for unmet
+// demand, terminate idle nodes, publish the status.
+func (a *Autoscaler) Reconcile(ctx context.Context) error {
+	l, err := a.read(ctx)
+	if err != nil {
+		return err
+	}
+	now := a.now()
+	a.mu.Lock()
+	a.observe(l, now)
+	plan, demands := a.plan(l, now)
+	idle := a.idleInstances(l, now)
+	a.mu.Unlock()
+
+	for _, nt := range sortedKeys(plan.Launch) {
+		a.launch(ctx, nt, plan.Launch[nt], now)
+	}
+	if len(idle) > 0 {
+		a.terminate(ctx, idle, "idle for "+a.cfg.Cluster.IdleTimeout.String(), now)
+	}
+	a.mu.Lock()
+	var failed []string
+	for id, t := range a.insts {
+		if t.inst.State().Failed() {
+			failed = append(failed, id)
+		}
+	}
+	a.mu.Unlock()
+	if len(failed) > 0 {
+		a.terminate(ctx, failed, "failed", now)
+	}
+	return a.publish(ctx, l, plan, demands, now)
+}
+
+// observe updates the instances from the provider's list, its errors and
+// the GCS's nodes; a.mu is held.
+func (a *Autoscaler) observe(l *load, now time.Time) {
+	byInst := map[string]*pb.NodeView{}
+	for _, n := range l.nodes {
+		if id := n.GetInfo().GetLabels()[provider.LabelInstanceID]; id != "" {
+			// An alive node wins over a dead one of the same instance.
+			if old := byInst[id]; old == nil || n.GetInfo().GetState() == "ALIVE" {
+				byInst[id] = n
+			}
+		}
+	}
+	seen := map[string]bool{}
+	for _, pi := range l.instances {
+		seen[pi.ID] = true
+		t := a.insts[pi.ID]
+		if t == nil {
+			inst, err := instance.Adopt(pi.ID, pi.NodeType, instance.ProviderState(pi.State), now)
+			if err != nil {
+				a.log.Warn("cannot adopt instance", "instance", pi.ID, "error", err)
+				continue
+			}
+			inst.RequestID, inst.ProviderID, inst.Timeouts = pi.RequestID, pi.ID, a.cfg.Timeouts
+			t = &tracked{inst: inst}
+			a.insts[pi.ID] = t
+			if _, ours := a.launches[pi.RequestID]; !ours && !a.adopted {
+				a.log.Info("adopted a running instance", "instance", pi.ID, "node_type", pi.NodeType, "state", pi.State)
+			}
+		}
+		t.address = pi.Address
+		a.apply(t, instance.Event{Kind: instance.ProviderListed, Listed: instance.ProviderState(pi.State)}, now)
+		if lr := a.launches[pi.RequestID]; lr != nil {
+			lr.listed[pi.ID] = true
+		}
+		if n := byInst[pi.ID]; n != nil {
+			t.node = n
+			t.inst.NodeID = hex.EncodeToString(n.GetInfo().GetNodeId())
+			if n.GetInfo().GetState() == "ALIVE" {
+				if t.inst.State() != instance.Running {
+					a.backoff.Succeeded(pi.NodeType)
+				}
+				a.apply(t, instance.Event{Kind: instance.NodeJoined}, now)
+			} else {
+				a.apply(t, instance.Event{Kind: instance.NodeDead, Reason: n.GetInfo().GetDeathReason()}, now)
+			}
+		}
+	}
+	a.adopted = true
+	for id, t := range a.insts {
+		if !seen[id] {
+			a.apply(t, instance.Event{Kind: instance.ProviderGone}, now)
+			if t.inst.State() == instance.Terminated {
+				delete(a.insts, id)
+			}
+		}
+	}
+	for _, e := range l.errors {
+		a.recordFailure(e.NodeType, fmt.Sprintf("%s failed: %s", e.Op, e.Message), e.At)
+		if e.Op == provider.ErrorOpLaunch {
+			a.backoff.Failed(e.NodeType, now)
+			delete(a.launches, e.RequestID)
+		}
+		if t := a.insts[e.InstanceID]; t != nil {
+			a.apply(t, instance.Event{Kind: instance.Error, Reason: e.Message}, now)
+		}
+	}
+	for id, lr := range a.launches {
+		if len(lr.listed) >= lr.count {
+			delete(a.launches, id)
+			continue
+		}
+		if timeout := a.allocateTimeout(); now.Sub(lr.sent) > timeout {
+			a.recordFailure(lr.nodeType, fmt.Sprintf("launch %s: %d of %d instances never appeared within %s", id, lr.count-len(lr.listed), lr.count, timeout), now)
+			a.backoff.Failed(lr.nodeType, now)
+			delete(a.launches, id)
+		}
+	}
+	for _, t := range a.insts {
+		before := t.inst.State()
+		a.apply(t, instance.Event{Kind: instance.Tick}, now)
+		if after := t.inst.State(); after != before && after.Failed() {
+			a.recordFailure(t.inst.NodeType, fmt.Sprintf("instance %s: %s (it never joined the cluster)", t.inst.ID, after), now)
+			a.backoff.Failed(t.inst.NodeType, now)
+		}
+	}
+}
+
+func (a *Autoscaler) allocateTimeout() time.Duration {
+	if a.cfg.Timeouts.AllocateTimeout > 0 {
+		return a.cfg.Timeouts.AllocateTimeout
+	}
+	return 10 * time.Minute
+}
+
+// apply applies ev, logging a refused transition (the provider and the
+// GCS may disagree for a moment).
+func (a *Autoscaler) apply(t *tracked, ev instance.Event, now time.Time) {
+	before := t.inst.State()
+	if err := t.inst.Apply(ev, now); err != nil {
+		a.log.Debug("instance event ignored", "error", err)
+		return
+	}
+	if after := t.inst.State(); after != before {
+		a.log.Info("instance state", "instance", t.inst.ID, "node_type", t.inst.NodeType, "from", before.String(), "to", after.String())
+	}
+}
+
+func (a *Autoscaler) recordFailure(nodeType, msg string, at time.Time) {
+	if at.IsZero() {
+		at = a.now()
+	}
+	a.log.Warn("autoscaler failure", "node_type", nodeType, "error", msg)
+	a.failures = append(a.failures, Failure{NodeType: nodeType, Message: msg, At: at})
+	if len(a.failures) > maxFailures {
+		a.failures = a.failures[len(a.failures)-maxFailures:]
+	}
+}
+
+// counts returns how many instances of each worker type exist or are
+// being launched (not terminating), and how many are pending.
+func (a *Autoscaler) counts() (total, pending map[string]int) {
+	total, pending = map[string]int{}, map[string]int{}
+	for _, t := range a.insts {
+		switch s := t.inst.State(); {
+		case s == instance.Terminating || s == instance.Terminated || s.Failed():
+		case s == instance.Running || s == instance.Draining:
+			total[t.inst.NodeType]++
+		default:
+			total[t.inst.NodeType]++
+			pending[t.inst.NodeType]++
+		}
+	}
+	for _, lr := range a.launches {
+		n := lr.count - len(lr.listed)
+		total[lr.nodeType] += n
+		pending[lr.nodeType] += n
+	}
+	return total, pending
+}
+
+// plan bin-packs the round's demand; a.mu is held.
+func (a *Autoscaler) plan(l *load, now time.Time) (binpack.Result, []Demand) {
+	c := a.cfg.Cluster
+	total, pending := a.counts()
+	workers, pendingAll := 0, 0
+	for _, n := range total {
+		workers += n
+	}
+	for _, n := range pending {
+		pendingAll += n
+	}
+	var types []binpack.NodeType
+	for _, nt := range c.NodeTypes {
+		if nt.Name == c.HeadNodeType {
+			continue
+		}
+		room := nt.MaxWorkers - total[nt.Name]
+		if !a.backoff.Allow(nt.Name, now) {
+			room = 0
+		}
+		set, err := resources.FromFloats(nt.Resources)
+		if err != nil {
+			continue
+		}
+		types = append(types, binpack.NodeType{Name: nt.Name, Resources: set, Max: room})
+	}
+	// Capacity: running nodes' free resources, pending instances' totals.
+	var nodes []binpack.Node
+	for _, n := range l.nodes {
+		if n.GetInfo().GetState() != "ALIVE" {
+			continue
+		}
+		nodes = append(nodes, binpack.Node{ID: hex.EncodeToString(n.GetInfo().GetNodeId()), Available: plain(n.GetAvailable().GetAmounts())})
+	}
+	for _, t := range a.insts {
+		if s := t.inst.State(); s.Pending() || (s == instance.Requested) {
+			if nt, ok := c.NodeType(t.inst.NodeType); ok {
+				set, _ := resources.FromFloats(nt.Resources)
+				nodes = append(nodes, binpack.Node{ID: t.inst.ID, Type: nt.Name, Available: set})
+			}
+		}
+	}
+	for id, lr := range a.launches {
+		if nt, ok := c.NodeType(lr.nodeType); ok {
+			set, _ := resources.FromFloats(nt.Resources)
+			for i := len(lr.listed); i < lr.count; i++ {
+				nodes = append(nodes, binpack.Node{ID: fmt.Sprintf("%s/%d", id, i), Type: nt.Name, Available: set.Clone()})
+			}
+		}
+	}
+	// Demand: work queued on the raylets, pending groups, explicit
+	// requests.
+	merged := map[string]*binpack.Demand{}
+	var order []string
+	add := func(shape resources.Set, count int) {
+		if len(shape) == 0 || count <= 0 {
+			return
+		}
+		k := shape.Key()
+		if d := merged[k]; d != nil {
+			d.Count += count
+			return
+		}
+		merged[k] = &binpack.Demand{Shape: shape, Count: count}
+		order = append(order, k)
+	}
+	for _, n := range l.nodes {
+		if n.GetInfo().GetState() != "ALIVE" {
+			continue
+		}
+		for _, p := range n.GetPending() {
+			shape := resources.Set(p.GetResources().GetAmounts())
+			if hasGroup(shape) { // waits on a placement group's bundle, not on nodes
+				continue
+			}
+			add(shape.Clone(), int(p.GetCount()))
+		}
+	}
+	var groups []binpack.Group
+	for _, g := range l.groups {
+		if g.GetState() != pb.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING && g.GetState() != pb.PlacementGroupState_PLACEMENT_GROUP_STATE_RESCHEDULING {
+			continue
+		}
+		var bundles []resources.Set
+		for _, b := range g.GetBundles() {
+			if len(b.GetNodeId()) == 0 { // not placed yet
+				bundles = append(bundles, resources.Set(b.GetResources().GetAmounts()).Clone())
+			}
+		}
+		groups = append(groups, binpack.Group{Bundles: bundles, Strategy: strategyName(g.GetStrategy())})
+	}
+	// Explicit requests ask for room in total: what running capacity does
+	// not already hold.
+	for _, r := range l.requests {
+		if set, err := resources.FromFloats(r.Resources); err == nil {
+			add(set, r.Count)
+		}
+	}
+	var demands []binpack.Demand
+	for _, k := range order {
+		demands = append(demands, *merged[k])
+	}
+	// Global caps: max_workers, and upscaling_speed (at most that many
+	// pending per running worker, but at least a few).
+	maxLaunch := c.MaxWorkers - workers
+	running := workers - pendingAll
+	speedCap := max(5, int(math.Ceil(c.UpscalingSpeed*float64(running)))) - pendingAll
+	maxLaunch = min(maxLaunch, speedCap)
+	res := binpack.Plan(binpack.Input{Types: types, Nodes: nodes, Demands: demands, Groups: groups, MaxLaunch: maxLaunch})
+	// min_workers come first, within max_workers.
+	for _, nt := range c.NodeTypes {
+		if nt.Name == c.HeadNodeType {
+			continue
+		}
+		if short := nt.MinWorkers - total[nt.Name] - res.Launch[nt.Name]; short > 0 && a.backoff.Allow(nt.Name, now) {
+			short = min(short, c.MaxWorkers-workers-sum(res.Launch))
+			if short > 0 {
+				res.Launch[nt.Name] += short
+			}
+		}
+	}
+	var out []Demand
+	infeasible := map[string]bool{}
+	for _, s := range res.Infeasible {
+		infeasible[s.Key()] = true
+	}
+	for _, d := range demands {
+		out = append(out, Demand{Resources: d.Shape.Floats(), Count: d.Count, Infeasible: infeasible[d.Shape.Key()]})
+	}
+	for i, g := range groups {
+		var shapes []map[string]float64
+		for _, b := range g.Bundles {
+			shapes = append(shapes, b.Floats())
+		}
+		out = append(out, Demand{Bundles: shapes, Strategy: g.Strategy, Count: 1, Infeasible: slices.Contains(res.InfeasibleGroups, i)})
+	}
+	return res, out
+}
+
+// idleInstances returns the running worker instances idle for the idle
+// timeout that may go (above their type's min_workers); a.mu is held.
+// Idle: every resource available, nothing queued, no object in its store
+// (a primary copy there may be the only one: the node stays until it is
+// freed).
+func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
+	c := a.cfg.Cluster
+	total, _ := a.counts()
+	alive := map[string]bool{}
+	var out []string
+	ids := make([]string, 0, len(a.insts))
+	for id := range a.insts {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		t := a.insts[id]
+		if t.inst.State() != instance.Running || t.node == nil || t.node.GetInfo().GetState() != "ALIVE" {
+			continue
+		}
+		nodeID := t.inst.NodeID
+		alive[nodeID] = true
+		n := t.node
+		if !isIdle(n) {
+			delete(a.idleSince, nodeID)
+			continue
+		}
+		since, ok := a.idleSince[nodeID]
+		if !ok {
+			a.idleSince[nodeID] = now
+			continue
+		}
+		nt, _ := c.NodeType(t.inst.NodeType)
+		if now.Sub(since) < c.IdleTimeout || nt == nil || total[t.inst.NodeType] <= nt.MinWorkers {
+			continue
+		}
+		total[t.inst.NodeType]--
+		a.apply(t, instance.Event{Kind: instance.Idle, Reason: "idle for " + now.Sub(since).Round(time.Second).String()}, now)
+		a.apply(t, instance.Event{Kind: instance.DrainDone}, now)
+		out = append(out, id)
+	}
+	for id := range a.idleSince {
+		if !alive[id] {
+			delete(a.idleSince, id)
+		}
+	}
+	return out
+}
+
+// isIdle: nothing leased (available equals total but for the object
+// store), nothing queued, nothing stored.
+func isIdle(n *pb.NodeView) bool {
+	if len(n.GetPending()) > 0 || n.GetStoreUsed() > 0 {
+		return false
+	}
+	total, avail := n.GetInfo().GetTotal().GetAmounts(), n.GetAvailable().GetAmounts()
+	for k, v := range total {
+		if k == resources.ObjectStoreMemory || resources.IsGroupName(k) {
+			continue
+		}
+		if avail[k] < v {
+			return false
+		}
+	}
+	return true
+}
+
+// launch asks the provider for count instances of nodeType.
+func (a *Autoscaler) launch(ctx context.Context, nodeType string, count int, now time.Time) {
+	c := a.cfg.Cluster
+	nt, ok := c.NodeType(nodeType)
+	if !ok || count <= 0 {
+		return
+	}
+	labels := map[string]string{}
+	for k, v := range nt.Labels {
+		labels[k] = v
+	}
+	labels[provider.LabelClusterName] = c.Name
+	labels[provider.LabelNodeType] = nodeType
+	id := newRequestID()
+	req := &provider.LaunchRequest{
+		RequestID: id, ClusterName: c.Name, NodeType: nodeType, Count: count, NodeConfig: a.cfg.NodeConfigs[nodeType],
+		Node: provider.NodeSpec{HeadAddress: a.cfg.HeadAddress, Resources: nt.Resources, Labels: labels, AuthToken: a.cfg.AuthToken, SetupCommands: c.SetupCommands},
+	}
+	a.mu.Lock()
+	a.launches[id] = &launch{nodeType: nodeType, count: count, sent: now, listed: map[string]bool{}}
+	a.mu.Unlock()
+	a.log.Info("launching instances", "node_type", nodeType, "count", count, "request", id)
+	if _, err := a.cfg.Provider.Launch(ctx, req); err != nil {
+		a.mu.Lock()
+		delete(a.launches, id)
+		a.recordFailure(nodeType, fmt.Sprintf("launch of %d: %v", count, err), now)
+		a.backoff.Failed(nodeType, now)
+		a.mu.Unlock()
+	}
+}
+
+// terminate asks the provider to stop the instances.
+func (a *Autoscaler) terminate(ctx context.Context, ids []string, why string, now time.Time) {
+	a.log.Info("terminating instances", "instances", ids, "reason", why)
+	_, err := a.cfg.Provider.Terminate(ctx, &provider.TerminateRequest{RequestID: newRequestID(), ClusterName: a.cfg.Cluster.Name, InstanceIDs: ids})
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, id := range ids {
+		t := a.insts[id]
+		if t == nil {
+			continue
+		}
+		if err != nil {
+			a.apply(t, instance.Event{Kind: instance.Error, Reason: err.Error()}, now)
+			continue
+		}
+		a.apply(t, instance.Event{Kind: instance.TerminateSent, Reason: why}, now)
+	}
+	if err != nil {
+		a.recordFailure("", fmt.Sprintf("terminate %v: %v", ids, err), now)
+	}
+}
+
+// newRequestID returns a random request id.
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "req-" + hex.EncodeToString(b[:])
+}
+
+// plain drops placement group resources from a node's amounts.
+func plain(m map[string]int64) resources.Set {
+	out := resources.Set{}
+	for k, v := range m {
+		if !resources.IsGroupName(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+func hasGroup(s resources.Set) bool {
+	for k := range s {
+		if resources.IsGroupName(k) {
+			return true
+		}
+	}
+	return false
+}
+
+func strategyName(s pb.PlacementStrategy) string {
+	switch s {
+	case pb.PlacementStrategy_PLACEMENT_STRATEGY_SPREAD:
+		return binpack.Spread
+	case pb.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_PACK:
+		return binpack.StrictPack
+	case pb.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_SPREAD:
+		return binpack.StrictSpread
+	}
+	return binpack.Pack
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

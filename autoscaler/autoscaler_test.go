@@ -1,0 +1,395 @@
+package autoscaler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/ids"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/sdk/provider"
+)
+
+// fakeCloud is a provider and a GCS in one: launched instances become
+// nodes when join is called. A fake is enough here: the acceptance tests
+// run the real local provider and a real cluster.
+type fakeCloud struct {
+	pb.GcsClient // unimplemented methods panic
+
+	mu        sync.Mutex
+	instances map[string]*provider.Instance
+	requests  map[string]bool
+	nodes     map[string]*pb.NodeView // by instance id
+	head      *pb.NodeView
+	kv        map[string][]byte
+	errs      []provider.LaunchError
+	failNext  bool
+	launches  int
+	seq       int
+}
+
+func newFakeCloud() *fakeCloud {
+	f := &fakeCloud{instances: map[string]*provider.Instance{}, requests: map[string]bool{}, nodes: map[string]*pb.NodeView{}, kv: map[string][]byte{}}
+	f.head = nodeView("", map[string]float64{"CPU": 1}, nil)
+	return f
+}
+
+func nodeView(inst string, total map[string]float64, labels map[string]string) *pb.NodeView {
+	set, _ := resources.FromFloats(total)
+	id := ids.New()
+	l := map[string]string{}
+	for k, v := range labels {
+		l[k] = v
+	}
+	if inst != "" {
+		l[provider.LabelInstanceID] = inst
+	}
+	return &pb.NodeView{
+		Info:      &pb.NodeInfo{NodeId: id.Bytes(), State: "ALIVE", Total: &pb.Resources{Amounts: set}, Labels: l},
+		Available: &pb.Resources{Amounts: set.Clone()},
+	}
+}
+
+// Provider side.
+
+func (f *fakeCloud) NodeConfigSchema(context.Context, *provider.NodeConfigSchemaRequest) (*provider.NodeConfigSchemaResponse, error) {
+	return &provider.NodeConfigSchemaResponse{}, nil
+}
+
+func (f *fakeCloud) Launch(_ context.Context, r *provider.LaunchRequest) (*provider.LaunchResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failNext {
+		f.failNext = false
+		f.errs = append(f.errs, provider.LaunchError{Op: provider.ErrorOpLaunch, RequestID: r.RequestID, NodeType: r.NodeType, Count: r.Count, Message: "quota exceeded", At: time.Now()})
+		return &provider.LaunchResponse{}, nil
+	}
+	if f.requests[r.RequestID] {
+		return &provider.LaunchResponse{}, nil
+	}
+	f.requests[r.RequestID] = true
+	f.launches += r.Count
+	for range r.Count {
+		f.seq++
+		id := fmt.Sprintf("i-%d", f.seq)
+		f.instances[id] = &provider.Instance{ID: id, NodeType: r.NodeType, RequestID: r.RequestID, State: provider.StatePending}
+	}
+	return &provider.LaunchResponse{}, nil
+}
+
+func (f *fakeCloud) Terminate(_ context.Context, r *provider.TerminateRequest) (*provider.TerminateResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range r.InstanceIDs {
+		delete(f.instances, id)
+		if n := f.nodes[id]; n != nil {
+			n.Info.State = "DEAD"
+		}
+	}
+	return &provider.TerminateResponse{}, nil
+}
+
+func (f *fakeCloud) List(context.Context, *provider.ListRequest) (*provider.ListResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []provider.Instance
+	for _, i := range f.instances {
+		out = append(out, *i)
+	}
+	return &provider.ListResponse{Instances: out}, nil
+}
+
+func (f *fakeCloud) PollErrors(context.Context, *provider.PollErrorsRequest) (*provider.PollErrorsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.errs
+	f.errs = nil
+	return &provider.PollErrorsResponse{Errors: e}, nil
+}
+
+// join makes every pending instance's node join with its type's resources.
+func (f *fakeCloud) join(c *config.Cluster) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id, i := range f.instances {
+		if i.State == provider.StatePending {
+			i.State = provider.StateRunning
+			nt, _ := c.NodeType(i.NodeType)
+			f.nodes[id] = nodeView(id, nt.Resources, nil)
+		}
+	}
+}
+
+// busy sets how much of node inst's CPU is leased and what it stores.
+func (f *fakeCloud) busy(inst string, cpuUsed float64, storeUsed int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.nodes[inst]
+	avail := resources.Set(n.Info.Total.Amounts).Clone()
+	avail[resources.CPU] -= int64(cpuUsed * resources.Unit)
+	n.Available = &pb.Resources{Amounts: avail}
+	n.StoreUsed = storeUsed
+}
+
+// queue puts count queued requests of shape on the head.
+func (f *fakeCloud) queue(shape map[string]float64, count int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	set, _ := resources.FromFloats(shape)
+	f.head.Pending = nil
+	if count > 0 {
+		f.head.Pending = []*pb.PendingDemand{{Resources: &pb.Resources{Amounts: set}, Count: int32(count)}}
+	}
+}
+
+// GCS side.
+
+func (f *fakeCloud) GetAllNodes(context.Context, *pb.GetAllNodesRequest, ...grpc.CallOption) (*pb.GetAllNodesReply, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []*pb.NodeView{f.head}
+	keys := make([]string, 0, len(f.nodes))
+	for k := range f.nodes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		out = append(out, f.nodes[k])
+	}
+	return &pb.GetAllNodesReply{Nodes: out}, nil
+}
+
+func (f *fakeCloud) ListPlacementGroups(context.Context, *pb.ListPlacementGroupsRequest, ...grpc.CallOption) (*pb.ListPlacementGroupsReply, error) {
+	return &pb.ListPlacementGroupsReply{}, nil
+}
+
+func (f *fakeCloud) KVGet(_ context.Context, r *pb.KVGetRequest, _ ...grpc.CallOption) (*pb.KVGetReply, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return &pb.KVGetReply{Value: f.kv[r.Ns+"/"+r.Key]}, nil
+}
+
+func (f *fakeCloud) KVPut(_ context.Context, r *pb.KVPutRequest, _ ...grpc.CallOption) (*pb.KVPutReply, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.kv[r.Ns+"/"+r.Key] = r.Value
+	return &pb.KVPutReply{}, nil
+}
+
+const testCluster = `
+cluster_name    = "t"
+max_workers     = 3
+idle_timeout    = "1m"
+head_node_type  = "head"
+provider "fake" {}
+node_type "head" {
+  resources = { CPU = 1 }
+}
+node_type "cpu" {
+  resources   = { CPU = 2 }
+  max_workers = 3
+}
+node_type "big" {
+  resources   = { CPU = 8, GPU = 1 }
+  min_workers = %d
+  max_workers = 1
+}
+`
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time      { return c.t }
+func (c *clock) add(d time.Duration) { c.t = c.t.Add(d) }
+func newClock() *clock               { return &clock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)} }
+func (f *fakeCloud) count() int      { f.mu.Lock(); defer f.mu.Unlock(); return len(f.instances) }
+func (f *fakeCloud) launched() int   { f.mu.Lock(); defer f.mu.Unlock(); return f.launches }
+func (f *fakeCloud) status(t *testing.T) Status {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var s Status
+	if err := json.Unmarshal(f.kv[StatusNamespace+"/"+StatusKey], &s); err != nil {
+		t.Fatalf("published status: %v", err)
+	}
+	return s
+}
+
+func newTestAutoscaler(t *testing.T, f *fakeCloud, clk *clock, minBig int) (*Autoscaler, *config.Cluster) {
+	t.Helper()
+	return newAutoscalerFor(t, f, clk, fmt.Sprintf(testCluster, minBig))
+}
+
+func newAutoscalerFor(t *testing.T, f *fakeCloud, clk *clock, src string) (*Autoscaler, *config.Cluster) {
+	t.Helper()
+	c, diags := config.ParseCluster([]byte(src), "cluster.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	a, err := New(Config{Cluster: c, Provider: f, GCS: f, HeadAddress: "127.0.0.1:1", AuthToken: "secret", Now: clk.now, BackoffInitial: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, c
+}
+
+func reconcile(t *testing.T, a *Autoscaler) {
+	t.Helper()
+	if err := a.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestScaleUpAndDown: a burst of one-CPU tasks launches CPU nodes (within
+// max_workers, the best type, never the 8-CPU one), they join and run;
+// once idle for idle_timeout they are terminated; a restarted autoscaler
+// adopts running instances instead of launching new ones.
+func TestScaleUpAndDown(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, c := newTestAutoscaler(t, f, clk, 0)
+	f.queue(map[string]float64{"CPU": 1}, 10)
+	reconcile(t, a)
+	if n := f.launched(); n != 3 {
+		t.Fatalf("launched %d instances for 10 one-CPU tasks, want 3 (max_workers)", n)
+	}
+	st := f.status(t)
+	if len(st.Pending) != 3 || st.Launched["cpu"] != 3 || st.Launched["big"] != 0 {
+		t.Fatalf("status after launch: %+v", st)
+	}
+	reconcile(t, a) // the same demand: nothing more (pending capacity, caps)
+	if n := f.launched(); n != 3 {
+		t.Fatalf("launched %d after a second round, want still 3", n)
+	}
+	f.join(c)
+	reconcile(t, a)
+	if st := f.status(t); st.Active["cpu"] != 3 || len(st.Pending) != 0 {
+		t.Fatalf("status after join: %+v", st)
+	}
+	// A restarted autoscaler adopts the three.
+	b, _ := newTestAutoscaler(t, f, clk, 0)
+	reconcile(t, b)
+	if n := f.launched(); n != 3 {
+		t.Fatalf("a restarted autoscaler launched %d more", n-3)
+	}
+	if st := f.status(t); st.Active["cpu"] != 3 {
+		t.Fatalf("restarted autoscaler's view: %+v", st)
+	}
+	// The work is done: one node still busy, one holds an object, one idle.
+	f.queue(nil, 0)
+	f.busy("i-1", 1, 0)
+	f.busy("i-2", 0, 1<<20)
+	reconcile(t, b)
+	clk.add(30 * time.Second)
+	reconcile(t, b)
+	if f.count() != 3 {
+		t.Fatalf("terminated before the idle timeout: %d left", f.count())
+	}
+	clk.add(31 * time.Second)
+	reconcile(t, b)
+	if f.count() != 2 {
+		t.Fatalf("after the idle timeout %d instances are left, want 2 (busy and holding an object)", f.count())
+	}
+	f.mu.Lock()
+	_, gone := f.instances["i-3"]
+	f.mu.Unlock()
+	if gone {
+		t.Fatal("the idle instance i-3 was kept")
+	}
+}
+
+// TestMinWorkersAndInfeasible: min_workers are launched without demand; a
+// shape no node type can hold is reported infeasible and launches
+// nothing.
+func TestMinWorkersAndInfeasible(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, c := newTestAutoscaler(t, f, clk, 1)
+	f.queue(map[string]float64{"TPU": 1}, 2)
+	reconcile(t, a)
+	if n := f.launched(); n != 1 {
+		t.Fatalf("launched %d, want 1 (big's min_workers)", n)
+	}
+	st := f.status(t)
+	if len(st.Demands) != 1 || !st.Demands[0].Infeasible || st.Demands[0].Count != 2 {
+		t.Fatalf("demands: %+v, want the TPU shape infeasible", st.Demands)
+	}
+	f.join(c)
+	clk.add(time.Hour)
+	f.queue(nil, 0)
+	reconcile(t, a)
+	reconcile(t, a)
+	if f.count() != 1 {
+		t.Fatalf("the min_workers node was terminated when idle: %d left", f.count())
+	}
+}
+
+// TestLaunchFailureBacksOff: a failed launch is shown and its type waits
+// before launching again.
+func TestLaunchFailureBacksOff(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, _ := newAutoscalerFor(t, f, clk, `
+cluster_name   = "t"
+head_node_type = "head"
+provider "fake" {}
+node_type "head" {
+  resources = { CPU = 1 }
+}
+node_type "cpu" {
+  resources   = { CPU = 2 }
+  max_workers = 3
+}
+`)
+	f.failNext = true
+	f.queue(map[string]float64{"CPU": 2}, 1)
+	reconcile(t, a) // launch sent; the provider fails it asynchronously
+	reconcile(t, a) // the error is polled
+	st := f.status(t)
+	if len(st.Failures) != 1 || !strings.Contains(st.Failures[0].Message, "quota exceeded") || st.BackingOff["cpu"].IsZero() {
+		t.Fatalf("status after a failed launch: %+v", st)
+	}
+	reconcile(t, a)
+	if n := f.launchedOf("cpu"); n != 0 {
+		t.Fatalf("launched %d cpu nodes while the type backs off", n)
+	}
+	clk.add(2 * time.Minute)
+	reconcile(t, a)
+	if n := f.launchedOf("cpu"); n != 1 {
+		t.Fatalf("launched %d cpu nodes after the backoff, want 1", n)
+	}
+}
+
+// TestExplicitRequest: RequestResources-style requests launch capacity
+// without queued work.
+func TestExplicitRequest(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, _ := newTestAutoscaler(t, f, clk, 0)
+	b, _ := json.Marshal([]Request{{Resources: map[string]float64{"CPU": 2}, Count: 2}})
+	f.kv[StatusNamespace+"/"+RequestsKey] = b
+	reconcile(t, a)
+	if n := f.launched(); n != 2 {
+		t.Fatalf("launched %d for a request of 2 × 2 CPUs, want 2", n)
+	}
+	if strings.Contains(string(f.kv[StatusNamespace+"/"+StatusKey]), "secret") {
+		t.Fatal("the cluster token is in the published status")
+	}
+}
+
+// launchedOf counts the instances of a node type the provider holds.
+func (f *fakeCloud) launchedOf(nodeType string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, i := range f.instances {
+		if i.NodeType == nodeType {
+			n++
+		}
+	}
+	return n
+}

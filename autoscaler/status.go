@@ -1,0 +1,128 @@
+package autoscaler
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/goray-dev/goray/autoscaler/internal/binpack"
+	"github.com/goray-dev/goray/autoscaler/internal/instance"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+)
+
+// Status is the autoscaler's view of the cluster, as `goray status` shows
+// it (Ray's "Autoscaler status" section). Its JSON form is what the
+// autoscaler publishes in the GCS's KV store (StatusNamespace/StatusKey).
+type Status struct {
+	// Cluster is the cluster's name.
+	Cluster string `json:"cluster"`
+	// At is when the round that made it ran.
+	At time.Time `json:"at"`
+	// Active counts the running worker nodes by node type (the head is
+	// not counted).
+	Active map[string]int `json:"active"`
+	// Pending are the instances launched but not running yet, and the
+	// launches not yet listed by the provider.
+	Pending []PendingInstance `json:"pending"`
+	// Terminating are instances being stopped.
+	Terminating []PendingInstance `json:"terminating"`
+	// Failures are the recent launch and terminate failures, newest last.
+	Failures []Failure `json:"failures"`
+	// Demands is the round's unmet demand: resource shapes of queued work
+	// and explicit requests, and pending placement groups; Infeasible
+	// ones fit no node type and launch nothing.
+	Demands []Demand `json:"demands"`
+	// Launched counts, by node type, what the round asked the provider
+	// for.
+	Launched map[string]int `json:"launched"`
+	// BackingOff are node types whose launches wait after failures, with
+	// when they may launch again.
+	BackingOff map[string]time.Time `json:"backing_off,omitempty"`
+}
+
+// PendingInstance is an instance on its way up or down.
+type PendingInstance struct {
+	// ID is the provider's instance id ("" for a launch not listed yet).
+	ID       string `json:"id,omitempty"`
+	NodeType string `json:"node_type"`
+	// State is the instance's state ("requested", "allocated",
+	// "installing", "terminating", ...).
+	State   string `json:"state"`
+	Address string `json:"address,omitempty"`
+	// Since is when it entered the state.
+	Since time.Time `json:"since"`
+}
+
+// Failure is one failed launch or terminate, or an instance that never
+// joined.
+type Failure struct {
+	NodeType string    `json:"node_type"`
+	Message  string    `json:"message"`
+	At       time.Time `json:"at"`
+}
+
+// Demand is one unmet demand: Count bundles of Resources, or a placement
+// group's Bundles with its Strategy.
+type Demand struct {
+	Resources  map[string]float64   `json:"resources,omitempty"`
+	Bundles    []map[string]float64 `json:"bundles,omitempty"`
+	Strategy   string               `json:"strategy,omitempty"`
+	Count      int                  `json:"count"`
+	Infeasible bool                 `json:"infeasible"`
+}
+
+// publish records the round's status and writes it to the GCS.
+func (a *Autoscaler) publish(ctx context.Context, l *load, plan binpack.Result, demands []Demand, now time.Time) error {
+	a.mu.Lock()
+	st := Status{Cluster: a.cfg.Cluster.Name, At: now, Active: map[string]int{}, Pending: []PendingInstance{}, Terminating: []PendingInstance{},
+		Failures: append([]Failure{}, a.failures...), Demands: demands, Launched: plan.Launch}
+	if st.Demands == nil {
+		st.Demands = []Demand{}
+	}
+	for _, t := range a.insts {
+		pi := PendingInstance{ID: t.inst.ID, NodeType: t.inst.NodeType, State: t.inst.State().String(), Address: t.address, Since: t.inst.Since()}
+		switch s := t.inst.State(); {
+		case s == instance.Running || s == instance.Draining:
+			st.Active[t.inst.NodeType]++
+		case s == instance.Terminating || s.Failed():
+			st.Terminating = append(st.Terminating, pi)
+		case s != instance.Terminated:
+			st.Pending = append(st.Pending, pi)
+		}
+	}
+	for id, lr := range a.launches {
+		for i := len(lr.listed); i < lr.count; i++ {
+			st.Pending = append(st.Pending, PendingInstance{NodeType: lr.nodeType, State: "requested (" + id + ")", Since: lr.sent})
+		}
+	}
+	for _, nt := range a.cfg.Cluster.NodeTypes {
+		if failures, at := a.backoff.Status(nt.Name); failures > 0 && at.After(now) {
+			if st.BackingOff == nil {
+				st.BackingOff = map[string]time.Time{}
+			}
+			st.BackingOff[nt.Name] = at
+		}
+	}
+	sortPending := func(p []PendingInstance) {
+		sort.Slice(p, func(i, j int) bool {
+			if p[i].NodeType != p[j].NodeType {
+				return p[i].NodeType < p[j].NodeType
+			}
+			return p[i].ID < p[j].ID
+		})
+	}
+	sortPending(st.Pending)
+	sortPending(st.Terminating)
+	a.status = st
+	a.mu.Unlock()
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	if _, err := a.cfg.GCS.KVPut(ctx, &pb.KVPutRequest{Ns: StatusNamespace, Key: StatusKey, Value: b, Overwrite: true}); err != nil {
+		return fmt.Errorf("autoscaler: publishing the status: %w", err)
+	}
+	return nil
+}
