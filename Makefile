@@ -146,11 +146,14 @@ $(TOOLS)/minio:
 	cd /tmp && GOBIN=$(TOOLS) $(GO) install github.com/minio/minio@$(MINIO_VERSION)
 
 ## plugins: the plugin binaries, where plugin_dir = "./bin/plugins" finds them.
-plugins: bin/plugins/goray-transport-shm bin/plugins/goray-transport-collective bin/plugins/goray-transport-onesided bin/plugins/goray-storage-fs bin/plugins/goray-storage-s3
+plugins: bin/plugins/goray-transport-shm bin/plugins/goray-transport-collective bin/plugins/goray-transport-onesided bin/plugins/goray-storage-fs bin/plugins/goray-storage-s3 bin/plugins/goray-provider-local
 bin/plugins/goray-transport-%: FORCE
 	@mkdir -p bin/plugins
 	$(GO) build -o $@ ./plugins/$*
 bin/plugins/goray-storage-%: FORCE
+	@mkdir -p bin/plugins
+	$(GO) build -o $@ ./plugins/$*
+bin/plugins/goray-provider-%: FORCE
 	@mkdir -p bin/plugins
 	$(GO) build -o $@ ./plugins/$*
 

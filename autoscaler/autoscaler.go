@@ -134,6 +134,11 @@ type launch struct {
 	count    int
 	sent     time.Time
 	listed   map[string]bool // instance ids seen with this request id
+	req      *provider.LaunchRequest
+	// accepted says the provider answered the request; until then it is
+	// sent again every round with the same id (the provider launches
+	// nothing twice for one id).
+	accepted bool
 }
 
 // New returns an autoscaler; Run starts it.
@@ -237,6 +242,18 @@ func (a *Autoscaler) Reconcile(ctx context.Context) error {
 	idle := a.idleInstances(l, now)
 	a.mu.Unlock()
 
+	a.mu.Lock()
+	var resend []string
+	for id, lr := range a.launches {
+		if !lr.accepted {
+			resend = append(resend, id)
+		}
+	}
+	a.mu.Unlock()
+	sort.Strings(resend)
+	for _, id := range resend {
+		a.send(ctx, id, now)
+	}
 	for _, nt := range sortedKeys(plan.Launch) {
 		a.launch(ctx, nt, plan.Launch[nt], now)
 	}
@@ -488,13 +505,6 @@ func (a *Autoscaler) plan(l *load, now time.Time) (binpack.Result, []Demand) {
 		}
 		groups = append(groups, binpack.Group{Bundles: bundles, Strategy: strategyName(g.GetStrategy())})
 	}
-	// Explicit requests ask for room in total: what running capacity does
-	// not already hold.
-	for _, r := range l.requests {
-		if set, err := resources.FromFloats(r.Resources); err == nil {
-			add(set, r.Count)
-		}
-	}
 	var demands []binpack.Demand
 	for _, k := range order {
 		demands = append(demands, *merged[k])
@@ -505,7 +515,26 @@ func (a *Autoscaler) plan(l *load, now time.Time) (binpack.Result, []Demand) {
 	running := workers - pendingAll
 	speedCap := max(5, int(math.Ceil(c.UpscalingSpeed*float64(running)))) - pendingAll
 	maxLaunch = min(maxLaunch, speedCap)
-	res := binpack.Plan(binpack.Input{Types: types, Nodes: nodes, Demands: demands, Groups: groups, MaxLaunch: maxLaunch})
+	// Explicit requests (ray.RequestResources) ask for room in total,
+	// whether or not work uses it: they are packed onto every node's
+	// totals first, and what does not fit launches nodes. The work is
+	// then packed onto free capacity, with those new nodes as pending.
+	reqs := requestDemands(l.requests)
+	reqRes := binpack.Plan(binpack.Input{Types: types, Nodes: a.totals(l), Demands: reqs, MaxLaunch: maxLaunch})
+	for i := range types {
+		types[i].Max -= reqRes.Launch[types[i].Name]
+	}
+	for _, t := range sortedKeys(reqRes.Launch) {
+		nt, _ := c.NodeType(t)
+		set, _ := resources.FromFloats(nt.Resources)
+		for i := 0; i < reqRes.Launch[t]; i++ {
+			nodes = append(nodes, binpack.Node{ID: fmt.Sprintf("~request/%s/%d", t, i), Type: t, Available: set.Clone()})
+		}
+	}
+	res := binpack.Plan(binpack.Input{Types: types, Nodes: nodes, Demands: demands, Groups: groups, MaxLaunch: maxLaunch - sum(reqRes.Launch)})
+	for t, n := range reqRes.Launch {
+		res.Launch[t] += n
+	}
 	// min_workers come first, within max_workers.
 	for _, nt := range c.NodeTypes {
 		if nt.Name == c.HeadNodeType {
@@ -526,6 +555,13 @@ func (a *Autoscaler) plan(l *load, now time.Time) (binpack.Result, []Demand) {
 	for _, d := range demands {
 		out = append(out, Demand{Resources: d.Shape.Floats(), Count: d.Count, Infeasible: infeasible[d.Shape.Key()]})
 	}
+	reqInfeasible := map[string]bool{}
+	for _, s := range reqRes.Infeasible {
+		reqInfeasible[s.Key()] = true
+	}
+	for _, d := range reqs {
+		out = append(out, Demand{Resources: d.Shape.Floats(), Count: d.Count, Infeasible: reqInfeasible[d.Shape.Key()], Request: true})
+	}
 	for i, g := range groups {
 		var shapes []map[string]float64
 		for _, b := range g.Bundles {
@@ -534,6 +570,71 @@ func (a *Autoscaler) plan(l *load, now time.Time) (binpack.Result, []Demand) {
 		out = append(out, Demand{Bundles: shapes, Strategy: g.Strategy, Count: 1, Infeasible: slices.Contains(res.InfeasibleGroups, i)})
 	}
 	return res, out
+}
+
+// requestDemands merges the explicit requests by shape.
+func requestDemands(reqs []Request) []binpack.Demand {
+	var out []binpack.Demand
+	idx := map[string]int{}
+	for _, r := range reqs {
+		set, err := resources.FromFloats(r.Resources)
+		if err != nil || len(set) == 0 || r.Count <= 0 {
+			continue
+		}
+		if i, ok := idx[set.Key()]; ok {
+			out[i].Count += r.Count
+			continue
+		}
+		idx[set.Key()] = len(out)
+		out = append(out, binpack.Demand{Shape: set, Count: r.Count})
+	}
+	return out
+}
+
+// totals returns every alive node's total resources and every pending
+// instance's and launch's type totals, as binpack nodes; a.mu is held.
+func (a *Autoscaler) totals(l *load) []binpack.Node {
+	c := a.cfg.Cluster
+	var nodes []binpack.Node
+	for _, n := range l.nodes {
+		if n.GetInfo().GetState() != "ALIVE" {
+			continue
+		}
+		nodes = append(nodes, binpack.Node{ID: hex.EncodeToString(n.GetInfo().GetNodeId()), Available: plain(n.GetInfo().GetTotal().GetAmounts())})
+	}
+	for _, t := range a.insts {
+		if s := t.inst.State(); s.Pending() || s == instance.Requested {
+			if nt, ok := c.NodeType(t.inst.NodeType); ok {
+				set, _ := resources.FromFloats(nt.Resources)
+				nodes = append(nodes, binpack.Node{ID: t.inst.ID, Type: nt.Name, Available: set})
+			}
+		}
+	}
+	for id, lr := range a.launches {
+		if nt, ok := c.NodeType(lr.nodeType); ok {
+			set, _ := resources.FromFloats(nt.Resources)
+			for i := len(lr.listed); i < lr.count; i++ {
+				nodes = append(nodes, binpack.Node{ID: fmt.Sprintf("%s/%d", id, i), Type: nt.Name, Available: set.Clone()})
+			}
+		}
+	}
+	return nodes
+}
+
+// requestsFitWithout reports whether the explicit requests still fit the
+// cluster's totals without the given nodes (hex ids).
+func requestsFitWithout(nodes []binpack.Node, reqs []binpack.Demand, without map[string]bool) bool {
+	if len(reqs) == 0 {
+		return true
+	}
+	var rest []binpack.Node
+	for _, n := range nodes {
+		if !without[n.ID] {
+			rest = append(rest, n)
+		}
+	}
+	r := binpack.Plan(binpack.Input{Nodes: rest, Demands: reqs})
+	return len(r.Infeasible) == 0 && len(r.Unplaced) == 0
 }
 
 // idleInstances returns the running worker instances idle for the idle
@@ -546,6 +647,8 @@ func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 	total, _ := a.counts()
 	alive := map[string]bool{}
 	var out []string
+	// Nodes the explicit requests need stay, idle or not.
+	reqs, totals, going := requestDemands(l.requests), a.totals(l), map[string]bool{}
 	ids := make([]string, 0, len(a.insts))
 	for id := range a.insts {
 		ids = append(ids, id)
@@ -570,6 +673,11 @@ func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 		}
 		nt, _ := c.NodeType(t.inst.NodeType)
 		if now.Sub(since) < c.IdleTimeout || nt == nil || total[t.inst.NodeType] <= nt.MinWorkers {
+			continue
+		}
+		going[nodeID] = true
+		if !requestsFitWithout(totals, reqs, going) {
+			delete(going, nodeID)
 			continue
 		}
 		total[t.inst.NodeType]--
@@ -622,15 +730,36 @@ func (a *Autoscaler) launch(ctx context.Context, nodeType string, count int, now
 		Node: provider.NodeSpec{HeadAddress: a.cfg.HeadAddress, Resources: nt.Resources, Labels: labels, AuthToken: a.cfg.AuthToken, SetupCommands: c.SetupCommands},
 	}
 	a.mu.Lock()
-	a.launches[id] = &launch{nodeType: nodeType, count: count, sent: now, listed: map[string]bool{}}
+	a.launches[id] = &launch{nodeType: nodeType, count: count, sent: now, listed: map[string]bool{}, req: req}
 	a.mu.Unlock()
 	a.log.Info("launching instances", "node_type", nodeType, "count", count, "request", id)
-	if _, err := a.cfg.Provider.Launch(ctx, req); err != nil {
-		a.mu.Lock()
+	a.send(ctx, id, now)
+}
+
+// send sends launch request id to the provider. A request the provider
+// refuses (bad request, quota) is a failure and backs its node type off;
+// any other error (the plugin crashed or restarts, the call timed out)
+// leaves the request to be sent again, with the same id, next round: the
+// provider may have taken it, and launches nothing twice for one id.
+func (a *Autoscaler) send(ctx context.Context, id string, now time.Time) {
+	a.mu.Lock()
+	lr := a.launches[id]
+	a.mu.Unlock()
+	if lr == nil {
+		return
+	}
+	_, err := a.cfg.Provider.Launch(ctx, lr.req)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case err == nil:
+		lr.accepted = true
+	case errors.Is(err, provider.ErrInvalidRequest) || errors.Is(err, provider.ErrQuotaExceeded):
 		delete(a.launches, id)
-		a.recordFailure(nodeType, fmt.Sprintf("launch of %d: %v", count, err), now)
-		a.backoff.Failed(nodeType, now)
-		a.mu.Unlock()
+		a.recordFailure(lr.nodeType, fmt.Sprintf("launch of %d: %v", lr.count, err), now)
+		a.backoff.Failed(lr.nodeType, now)
+	default:
+		a.recordFailure(lr.nodeType, fmt.Sprintf("launch %s of %d: %v (sending the same request again)", id, lr.count, err), now)
 	}
 }
 

@@ -3,6 +3,7 @@ package autoscaler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -33,6 +34,10 @@ type fakeCloud struct {
 	kv        map[string][]byte
 	errs      []provider.LaunchError
 	failNext  bool
+	// crashBefore and crashAfter make the next calls of Launch fail as a
+	// provider that died does: before or after taking the request.
+	crashBefore, crashAfter int
+	launchIDs []string // every Launch call's request id
 	launches  int
 	seq       int
 }
@@ -68,6 +73,20 @@ func (f *fakeCloud) NodeConfigSchema(context.Context, *provider.NodeConfigSchema
 func (f *fakeCloud) Launch(_ context.Context, r *provider.LaunchRequest) (*provider.LaunchResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.launchIDs = append(f.launchIDs, r.RequestID)
+	if f.crashBefore > 0 {
+		f.crashBefore--
+		return nil, errors.New("rpc error: code = Unavailable desc = connection refused")
+	}
+	if f.crashAfter > 0 {
+		f.crashAfter--
+		_, _ = f.launchLocked(r)
+		return nil, errors.New("rpc error: code = Unavailable desc = error reading from server: EOF")
+	}
+	return f.launchLocked(r)
+}
+
+func (f *fakeCloud) launchLocked(r *provider.LaunchRequest) (*provider.LaunchResponse, error) {
 	if f.failNext {
 		f.failNext = false
 		f.errs = append(f.errs, provider.LaunchError{Op: provider.ErrorOpLaunch, RequestID: r.RequestID, NodeType: r.NodeType, Count: r.Count, Message: "quota exceeded", At: time.Now()})
@@ -392,4 +411,90 @@ func (f *fakeCloud) launchedOf(nodeType string) int {
 		}
 	}
 	return n
+}
+
+// TestLaunchSentAgainAfterProviderCrash: a Launch call that fails as a
+// crashed provider's does (before or after the provider took the request)
+// is sent again with the same request id, and never launches twice.
+func TestLaunchSentAgainAfterProviderCrash(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		before, after int
+	}{{"crash before taking it", 2, 0}, {"crash after taking it", 0, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f, clk := newFakeCloud(), newClock()
+			a, c := newTestAutoscaler(t, f, clk, 0)
+			f.crashBefore, f.crashAfter = tc.before, tc.after
+			f.queue(map[string]float64{"CPU": 2}, 2)
+			for range 4 {
+				reconcile(t, a)
+			}
+			if n := f.launched(); n != 2 {
+				t.Fatalf("launched %d instances for 2 two-CPU tasks, want 2", n)
+			}
+			f.mu.Lock()
+			ids := append([]string(nil), f.launchIDs...)
+			f.mu.Unlock()
+			for _, id := range ids {
+				if id != ids[0] {
+					t.Fatalf("launch calls %v: a retry used another request id", ids)
+				}
+			}
+			// After a crash that took the request the provider lists its
+			// instances: nothing is sent again.
+			if want := tc.before + 1; len(ids) != want {
+				t.Fatalf("%d launch calls (%v), want %d", len(ids), ids, want)
+			}
+			st := f.status(t)
+			if len(st.Failures) == 0 || !strings.Contains(st.Failures[0].Message, "sending the same request again") {
+				t.Fatalf("failures %+v: want the failed call reported", st.Failures)
+			}
+			f.join(c)
+			reconcile(t, a)
+			if st := f.status(t); st.Active["cpu"] != 2 || len(st.Pending) != 0 {
+				t.Fatalf("after joining: %+v", st)
+			}
+		})
+	}
+}
+
+// TestExplicitRequestKeepsNodes: nodes a standing request needs are not
+// terminated when idle; once the request is cleared they go.
+func TestExplicitRequestKeepsNodes(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, c := newTestAutoscaler(t, f, clk, 0)
+	b, _ := json.Marshal([]Request{{Resources: map[string]float64{"CPU": 1}, Count: 4}})
+	f.kv[StatusNamespace+"/"+RequestsKey] = b
+	reconcile(t, a)
+	// 4 one-CPU bundles: the head's CPU holds one, so 2 two-CPU nodes.
+	if n := f.launched(); n != 2 {
+		t.Fatalf("launched %d for a request of 4 × 1 CPU with a 1-CPU head, want 2", n)
+	}
+	f.join(c)
+	for range 3 {
+		reconcile(t, a)
+		clk.add(time.Hour)
+	}
+	if n := f.count(); n != 2 {
+		t.Fatalf("%d instances left while the request stands, want 2", n)
+	}
+	if d := f.status(t).Demands; len(d) != 1 || !d[0].Request || d[0].Count != 4 {
+		t.Fatalf("demands %+v: want the request shown", d)
+	}
+	// Half the request: one node may go.
+	b, _ = json.Marshal([]Request{{Resources: map[string]float64{"CPU": 1}, Count: 2}})
+	f.kv[StatusNamespace+"/"+RequestsKey] = b
+	reconcile(t, a)
+	clk.add(2 * time.Minute)
+	reconcile(t, a)
+	if n := f.count(); n != 1 {
+		t.Fatalf("%d instances left after the request shrank to 2 CPUs, want 1", n)
+	}
+	delete(f.kv, StatusNamespace+"/"+RequestsKey)
+	reconcile(t, a)
+	clk.add(2 * time.Minute)
+	reconcile(t, a)
+	if n := f.count(); n != 0 {
+		t.Fatalf("%d instances left after the request was cleared, want 0", n)
+	}
 }

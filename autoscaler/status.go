@@ -71,6 +71,10 @@ type Demand struct {
 	Strategy   string               `json:"strategy,omitempty"`
 	Count      int                  `json:"count"`
 	Infeasible bool                 `json:"infeasible"`
+	// Request says the demand is an explicit request
+	// (ray.RequestResources), packed onto the nodes' totals rather than
+	// onto their free resources.
+	Request bool `json:"request,omitempty"`
 }
 
 // publish records the round's status and writes it to the GCS.

@@ -175,6 +175,6 @@ func (a *app) rootCmd() *cobra.Command {
 		return &usageError{msg: err.Error()}
 	})
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: trace, debug, info, warn or error (for start: the node's log)")
-	root.AddCommand(a.startCmd(), a.stopCmd(), a.statusCmd(), a.listCmd(), a.versionCmd(), a.microbenchmarkCmd(), a.pluginsCmd(), a.authCmd(), a.certCmd(), a.gcsServerCmd())
+	root.AddCommand(a.startCmd(), a.stopCmd(), a.upCmd(), a.downCmd(), a.statusCmd(), a.listCmd(), a.versionCmd(), a.microbenchmarkCmd(), a.pluginsCmd(), a.authCmd(), a.certCmd(), a.gcsServerCmd())
 	return root
 }

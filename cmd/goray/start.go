@@ -314,7 +314,7 @@ func (a *app) startCmd() *cobra.Command {
 				return usagef("--fresh starts a new cluster: it goes with --head")
 			}
 			if o.block {
-				return a.runNode(cmd.Context(), cfg, o.readyFile, na, o.fresh)
+				return a.runNode(cmd.Context(), cfg, o.readyFile, na, o.fresh, nil)
 			}
 			return a.startDaemon(cmd.Context(), cfg, na)
 		}),
@@ -324,8 +324,9 @@ func (a *app) startCmd() *cobra.Command {
 }
 
 // runNode runs the node in this process until SIGINT, SIGTERM or a
-// shutdown request.
-func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, na nodeAuth, fresh bool) error {
+// shutdown request; with a cluster file (goray up) the head runs the
+// cluster's provider and autoscaler.
+func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, na nodeAuth, fresh bool, cluster *config.Cluster) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// The config holds the Redis password now; no worker or plugin of the
@@ -335,7 +336,7 @@ func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, n
 	if err != nil {
 		return fmt.Errorf("finding the goray executable (it runs the GCS): %w", err)
 	}
-	n, err := node.Start(ctx, node.Options{Config: cfg, Auth: na.creds, GCSCommand: []string{exe, "gcs-server"}, Fresh: fresh})
+	n, err := node.Start(ctx, node.Options{Config: cfg, Auth: na.creds, GCSCommand: []string{exe, "gcs-server"}, Fresh: fresh, Cluster: cluster, GorayBinary: exe})
 	if err != nil {
 		return err
 	}

@@ -16,11 +16,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/goray-dev/goray/autoscaler"
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/auth"
@@ -34,6 +36,7 @@ import (
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
 	"github.com/goray-dev/goray/raylet"
 	"github.com/goray-dev/goray/sdk/plugin"
+	"github.com/goray-dev/goray/sdk/provider"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/hashicorp/go-hclog"
@@ -69,6 +72,14 @@ type Options struct {
 	// new one (`goray start --head --fresh`); without it a head resumes
 	// the stored cluster.
 	Fresh bool
+	// Cluster, on a head started by `goray up`, is the cluster file: the
+	// head runs its provider plugin (under the plugin host, restarted when
+	// it dies) and the cluster's autoscaler. Config is then Cluster.Head.
+	Cluster *config.Cluster
+	// GorayBinary is the goray executable running this node, when it is
+	// one (not an embedded node): plugins learn it as
+	// plugin.EnvGorayBinary.
+	GorayBinary string
 }
 
 // Info is what a running node writes to SessionDir/node.json so that CLI
@@ -92,6 +103,9 @@ type Info struct {
 	GCSRestored bool   `json:"gcs_restored,omitempty"`
 	GCSPid      int    `json:"gcs_pid,omitempty"`
 	GCSLogFile  string `json:"gcs_log_file,omitempty"`
+	// ClusterName is the cluster file's cluster_name on a head started by
+	// `goray up` (which runs the autoscaler); goray down finds it by it.
+	ClusterName string `json:"cluster_name,omitempty"`
 	// TLS names the node's TLS files (paths, no secrets), so that commands
 	// on this machine speak TLS to the cluster without being told.
 	TLS *auth.TLSFiles `json:"tls,omitempty"`
@@ -117,6 +131,8 @@ type Node struct {
 	raylet     *raylet.Raylet
 	rayletGRPC *grpc.Server
 	dataLis    net.Listener // the raylet's object data plane
+	autoscaler *autoscaler.Autoscaler
+	asWG       sync.WaitGroup // the autoscaler's goroutine
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -140,6 +156,15 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	// A config made in code (ray.WithConfig) gets the checks a file gets.
 	if diags := cfg.Validate(); diags.HasErrors() {
 		return nil, config.NewDiagnosticsError(diags, cfg.Files())
+	}
+	if opts.Cluster != nil {
+		if !cfg.Head {
+			return nil, errors.New("a cluster file configures a head node")
+		}
+		// The provider is one more plugin of the head.
+		c := *cfg
+		c.Plugins = append(slices.Clone(cfg.Plugins), ProviderBlock(opts.Cluster))
+		cfg = &c
 	}
 	n := &Node{opts: opts, cfg: cfg, id: ids.New(), done: make(chan struct{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -273,6 +298,12 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.waitRegistered(ctx); err != nil {
 		return nil, err
 	}
+	if opts.Cluster != nil {
+		n.info.ClusterName = opts.Cluster.Name
+		if err := n.startAutoscaler(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := n.writeInfo(); err != nil {
 		return nil, err
 	}
@@ -329,22 +360,27 @@ func refusedByHead(err error) error {
 	return nil
 }
 
+// PluginDir is the node's plugin_dir; a relative one is relative to the
+// config file, like other paths in it.
+func PluginDir(cfg *config.Node) string {
+	dir := cfg.PluginDir
+	if dir != "" && !filepath.IsAbs(dir) && cfg.Filename != "" {
+		dir = filepath.Join(filepath.Dir(cfg.Filename), dir)
+	}
+	return dir
+}
+
 // startPlugins runs the config's plugin blocks under a supervised host.
 func (n *Node) startPlugins(ctx context.Context) error {
 	if len(n.cfg.Plugins) == 0 {
 		return nil
 	}
-	dir := n.cfg.PluginDir
-	if dir != "" && !filepath.IsAbs(dir) && n.cfg.Filename != "" {
-		// Like other paths in a config file: relative to the file.
-		dir = filepath.Join(filepath.Dir(n.cfg.Filename), dir)
-	}
 	n.plugins = host.New(host.Options{
-		PluginDir: dir, Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
+		PluginDir: PluginDir(n.cfg), Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
 		SocketDir: filepath.Join(n.info.SessionDir, "sockets"),
 		Env: append([]string{plugin.EnvGCSAddress + "=" + n.info.GCSAddress, plugin.EnvNodeID + "=" + n.id.String(),
-			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg)}, n.auth.Env()...),
-		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}, plugin.KindStorage: {storage.APIVersion}},
+			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg), plugin.EnvGorayBinary + "=" + n.opts.GorayBinary}, n.auth.Env()...),
+		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}, plugin.KindStorage: {storage.APIVersion}, plugin.KindProvider: {provider.APIVersion}},
 	})
 	if diags := n.plugins.Start(ctx); diags.HasErrors() {
 		return config.NewDiagnosticsError(diags, n.cfg.Files())
@@ -622,6 +658,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		}
 	}
 	n.cancel()
+	n.asWG.Wait()
 	if n.dataLis != nil {
 		_ = n.dataLis.Close()
 	}

@@ -28,6 +28,11 @@ const EnvNodeID = "GORAY_NODE_ID"
 // 127.0.0.1.
 const EnvNodeIP = "GORAY_NODE_IP"
 
+// EnvGorayBinary holds the path of the goray binary running the node
+// whose host started the plugin, when it is one (unset in embedded nodes):
+// a provider that starts nodes on this machine runs that binary.
+const EnvGorayBinary = "GORAY_BINARY"
+
 // NodeIP returns EnvNodeIP, or 127.0.0.1 when it is not set.
 func NodeIP() string {
 	if ip := os.Getenv(EnvNodeIP); ip != "" {

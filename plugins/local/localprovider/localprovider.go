@@ -44,7 +44,7 @@ const DefaultIPRange = "127.0.1.1-127.0.1.254"
 //	provider "local" {
 //	  config {
 //	    state_dir    = "/var/tmp/goray-local"   # required, absolute, at most 29 bytes
-//	    goray_binary = "/usr/local/bin/goray"   # default: goray next to the plugin, else PATH
+//	    goray_binary = "/usr/local/bin/goray"   # default: the head's goray, else next to the plugin, else PATH
 //	    ip_range     = "127.0.1.1-127.0.1.254"  # the nodes' addresses
 //	    stop_timeout = "10s"                    # SIGTERM to SIGKILL
 //	  }
@@ -52,9 +52,9 @@ const DefaultIPRange = "127.0.1.1-127.0.1.254"
 type Config struct {
 	// StateDir holds the clusters' state files and the instances' temp
 	// dirs.
-	StateDir string `hcl:"state_dir,required" doc:"Directory of the provider's state and of its instances' temp dirs (absolute; at most 29 bytes, as the nodes' unix sockets live under it). Created if missing."`
+	StateDir string `hcl:"state_dir" doc:"Directory of the provider's state and of its instances' temp dirs (absolute; at most 29 bytes, as the nodes' unix sockets live under it; default $TMPDIR/goray-local). Created if missing."`
 	// GorayBinary is the goray the nodes run.
-	GorayBinary string `hcl:"goray_binary" doc:"The goray binary the nodes run (default: goray next to the plugin binary, else on PATH). A launch's NodeSpec.GorayBinary overrides it."`
+	GorayBinary string `hcl:"goray_binary" doc:"The goray binary the nodes run (default: the goray running the head, else goray next to the plugin binary, else on PATH). A launch's NodeSpec.GorayBinary overrides it."`
 	// IPRange holds the nodes' addresses.
 	IPRange string `hcl:"ip_range" default:"127.0.1.1-127.0.1.254" doc:"Loopback addresses the nodes get, one each: first-last (inclusive) or one address."`
 	// StopTimeout is how long a node may take to stop before SIGKILL.
@@ -188,11 +188,16 @@ func (p *Provider) Configure(ctx context.Context, cfg Config) error {
 	return nil
 }
 
+// DefaultStateDir is state_dir when the config leaves it out:
+// $TMPDIR/goray-local.
+func DefaultStateDir() string { return filepath.Join(os.TempDir(), "goray-local") }
+
 func newSettings(cfg Config) (*settings, error) {
+	if cfg.StateDir == "" {
+		cfg.StateDir = DefaultStateDir()
+	}
 	dir := filepath.Clean(cfg.StateDir)
 	switch {
-	case cfg.StateDir == "":
-		return nil, errors.New("state_dir is empty")
 	case !filepath.IsAbs(dir):
 		return nil, fmt.Errorf("state_dir %q is not an absolute path", cfg.StateDir)
 	case len(dir) > maxStateDir:
@@ -223,8 +228,9 @@ func newSettings(cfg Config) (*settings, error) {
 }
 
 // findGoray returns the goray binary: configured (which must exist), else
-// goray next to this executable, else on PATH, else "" (a launch must then
-// name one).
+// the goray running the node that started this plugin
+// (plugin.EnvGorayBinary), else goray next to this executable, else on
+// PATH, else "" (a launch must then name one).
 func findGoray(configured string) (string, error) {
 	if configured != "" {
 		path, err := exec.LookPath(configured)
@@ -232,6 +238,11 @@ func findGoray(configured string) (string, error) {
 			return "", fmt.Errorf("goray_binary %q: %w", configured, err)
 		}
 		return filepath.Abs(path)
+	}
+	if env := os.Getenv(plugin.EnvGorayBinary); env != "" {
+		if st, err := os.Stat(env); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return env, nil
+		}
 	}
 	if exe, err := os.Executable(); err == nil {
 		next := filepath.Join(filepath.Dir(exe), "goray")

@@ -134,7 +134,6 @@ func TestConfigure(t *testing.T) {
 	}{
 		{"ok", localprovider.Config{StateDir: dir, GorayBinary: gorayBin, IPRange: testIPs, StopTimeout: time.Second}, ""},
 		{"default range", localprovider.Config{StateDir: dir, GorayBinary: gorayBin, StopTimeout: time.Second}, ""},
-		{"no state_dir", localprovider.Config{GorayBinary: gorayBin, StopTimeout: time.Second}, "state_dir is empty"},
 		{"relative", localprovider.Config{StateDir: "state", StopTimeout: time.Second}, `state_dir "state" is not an absolute path`},
 		{"too long", localprovider.Config{StateDir: "/tmp/" + strings.Repeat("x", 30), StopTimeout: time.Second}, "use a state_dir of at most 29 bytes"},
 		{"bad range", localprovider.Config{StateDir: dir, IPRange: "127.0.0.9-127.0.0.1", StopTimeout: time.Second}, `ip_range "127.0.0.9-127.0.0.1": 127.0.0.1 comes before 127.0.0.9`},
@@ -154,6 +153,20 @@ func TestConfigure(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%s: %v; want an error saying %q", tc.name, err, tc.err)
 		}
+	}
+	// No state_dir: $TMPDIR/goray-local, within the length limit or not.
+	t.Setenv("TMPDIR", dir)
+	if p, err := localprovider.Open(context.Background(), localprovider.Config{GorayBinary: gorayBin, StopTimeout: time.Second}); err != nil {
+		t.Errorf("no state_dir, TMPDIR %s: %v", dir, err)
+	} else {
+		_ = p.Close()
+		if _, err := os.Stat(filepath.Join(dir, "goray-local")); err != nil {
+			t.Errorf("no state_dir: the default %s/goray-local was not made: %v", dir, err)
+		}
+	}
+	t.Setenv("TMPDIR", "/tmp/"+strings.Repeat("y", 30))
+	if _, err := localprovider.Open(context.Background(), localprovider.Config{GorayBinary: gorayBin, StopTimeout: time.Second}); err == nil || !strings.Contains(err.Error(), "goray-local") {
+		t.Errorf("no state_dir, long TMPDIR: %v; want an error naming the default state_dir", err)
 	}
 	// Through the plugin's typed config: defaults and the schema.
 	p := localprovider.New()
