@@ -37,9 +37,9 @@ type fakeCloud struct {
 	// crashBefore and crashAfter make the next calls of Launch fail as a
 	// provider that died does: before or after taking the request.
 	crashBefore, crashAfter int
-	launchIDs []string // every Launch call's request id
-	launches  int
-	seq       int
+	launchIDs               []string // every Launch call's request id
+	launches                int
+	seq                     int
 }
 
 func newFakeCloud() *fakeCloud {
