@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dustin/go-humanize"
+	"github.com/goray-dev/goray/autoscaler"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/spf13/cobra"
@@ -37,6 +38,20 @@ type statusReport struct {
 	// waiting for room (pending demand), infeasible ones flagged.
 	PlacementGroups groupCounts    `json:"placement_groups"`
 	PendingGroups   []pendingGroup `json:"pending_placement_groups"`
+	// Autoscaler is the status the cluster's autoscaler last published,
+	// as it published it; omitted when there is none (a cluster started
+	// with `goray start` has no autoscaler).
+	Autoscaler *autoscaler.Status `json:"autoscaler,omitempty"`
+	// AutoscalerStale says that status is older than three autoscaler
+	// rounds (by the GCS's clock): the autoscaler may not be running.
+	AutoscalerStale bool `json:"autoscaler_stale,omitempty"`
+	// AutoscalerError says why the autoscaler's status could not be read
+	// (the rest of the report stands).
+	AutoscalerError string `json:"autoscaler_error,omitempty"`
+
+	// asOf is when the report was made, by the GCS's clock when it says
+	// (the autoscaler runs on the head too); ages are counted from it.
+	asOf time.Time
 }
 
 // gcsStatus is the GCS part of `goray status`.
@@ -391,12 +406,14 @@ func writeStatus(w io.Writer, r statusReport) error {
 	if g.Rescheduling > 0 {
 		rescheduling = fmt.Sprintf(", %d rescheduling", g.Rescheduling)
 	}
-	_, err := fmt.Fprintf(w, "Placement groups: %d (%d created, %d pending%s, %d removed)\n", g.Total, g.Created, g.Pending, rescheduling, g.Removed)
-	return err
+	if _, err := fmt.Fprintf(w, "Placement groups: %d (%d created, %d pending%s, %d removed)\n", g.Total, g.Created, g.Pending, rescheduling, g.Removed); err != nil {
+		return err
+	}
+	return writeAutoscaler(w, r)
 }
 
 // gatherStatus queries the GCS.
-func gatherStatus(ctx context.Context, c cluster, addr string) (statusReport, error) {
+func gatherStatus(ctx context.Context, c statusCluster, addr string) (statusReport, error) {
 	nodes, err := c.Nodes(ctx)
 	if err != nil {
 		return statusReport{}, err
@@ -423,6 +440,12 @@ func gatherStatus(ctx context.Context, c cluster, addr string) (statusReport, er
 	r := buildStatus(addr, nodes, jobs, actors)
 	r.GCS = gcsStatusOf(info)
 	r.addPlacementGroups(groups)
+	r.asOf = time.Now()
+	if ms := info.GetNowMs(); ms > 0 {
+		r.asOf = time.UnixMilli(ms)
+	}
+	value, found, err := c.KVGet(ctx, autoscaler.StatusNamespace, autoscaler.StatusKey)
+	r.addAutoscaler(value, found, err)
 	return r, nil
 }
 
@@ -457,7 +480,7 @@ func (a *app) statusCmd() *cobra.Command {
 	var f clusterFlags
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the cluster's nodes, resources, demand, jobs, actors and placement groups",
+		Short: "Show the cluster's nodes, resources, demand, jobs, actors, placement groups and autoscaler",
 		Args:  cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(&f)

@@ -2,11 +2,17 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/goray-dev/goray/autoscaler"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
 )
@@ -232,5 +238,275 @@ func TestStatusEmptyCluster(t *testing.T) {
 	// Lists and maps are [] and {}, never null, so consumers need no nil checks.
 	if strings.Contains(b.String(), "null") {
 		t.Errorf("JSON has null:\n%s", b.String())
+	}
+}
+
+// kvCluster is a fakeCluster with a KV store and a GCS clock: what
+// `goray status` reads the autoscaler's status from.
+type kvCluster struct {
+	*fakeCluster
+	now   time.Time
+	kv    map[string][]byte // by "namespace/key"
+	kvErr error
+}
+
+func (c *kvCluster) ClusterInfo(ctx context.Context) (*pb.GetClusterInfoReply, error) {
+	info, err := c.fakeCluster.ClusterInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	info.NowMs = c.now.UnixMilli()
+	return info, nil
+}
+
+func (c *kvCluster) KVGet(_ context.Context, ns, key string) ([]byte, bool, error) {
+	if c.kvErr != nil {
+		return nil, false, c.kvErr
+	}
+	v, ok := c.kv[ns+"/"+key]
+	return v, ok, nil
+}
+
+// TestStatusAutoscaler: `goray status` shows the status the autoscaler
+// publishes in the KV store (text and --json), says when it is stale or
+// unreadable, and goes on with the rest of the report.
+func TestStatusAutoscaler(t *testing.T) {
+	now := time.Date(2026, 11, 24, 14, 3, 11, 0, time.UTC)
+	at := now.Add(-4 * time.Second)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	published := func(st autoscaler.Status) []byte { return must(json.Marshal(st)) }
+	failures := make([]autoscaler.Failure, 7)
+	for i := range failures {
+		failures[i] = autoscaler.Failure{NodeType: "cpu", Message: fmt.Sprintf("launch failed: quota exceeded (#%d)", i), At: ago(time.Duration(70-i) * time.Second)}
+	}
+	tests := []struct {
+		name  string
+		value []byte // nil: no key
+		kvErr error
+		// want and notWant are substrings of the text; line checks
+		// lines (fields) that must appear, in order.
+		want, notWant []string
+		lines         [][]string
+		// status is what --json must hold under "autoscaler" (nil:
+		// absent); stale and errText its other fields.
+		status  *autoscaler.Status
+		stale   bool
+		errText string
+	}{
+		{
+			name:   "active",
+			value:  published(autoscaler.Status{Cluster: "demo", At: at, Active: map[string]int{"cpu": 2, "gpu": 1, "tpu": 0}}),
+			status: &autoscaler.Status{Cluster: "demo", At: at, Active: map[string]int{"cpu": 2, "gpu": 1, "tpu": 0}},
+			want: []string{"Autoscaler of cluster demo: status of " + formatTime(at.UnixMilli()) + " (4s ago)\n", "  Active workers: 2 cpu, 1 gpu\n",
+				"  Pending: (none)\n", "  Terminating: (none)\n", "  Recent failures: (none)\n", "  Backing off: (none)\n", "  Demands: (none)\n"},
+			notWant: []string{"STALE", "tpu", "Launched"},
+		},
+		{
+			name: "pending",
+			value: published(autoscaler.Status{Cluster: "demo", At: at, Active: map[string]int{},
+				Pending: []autoscaler.PendingInstance{
+					{ID: "local-3", NodeType: "cpu", State: "installing", Address: "127.0.1.3", Since: ago(12 * time.Second)},
+					{NodeType: "cpu", State: "requested (ab12)", Since: ago(3 * time.Second)},
+				},
+				Terminating: []autoscaler.PendingInstance{{ID: "local-1", NodeType: "gpu", State: "terminating", Address: "127.0.1.1", Since: ago(time.Second)}},
+				Launched:    map[string]int{"cpu": 1}}),
+			want: []string{"  Active workers: (none)\n", "  Pending:\n", "  Terminating:\n", "  Launched by the last round: 1 cpu\n"},
+			lines: [][]string{
+				{"NODE", "TYPE", "INSTANCE", "ADDRESS", "STATE", "FOR"},
+				{"cpu", "local-3", "127.0.1.3", "installing", "12s"},
+				{"cpu", "-", "(no", "address", "yet)", "requested", "(ab12)", "3s"},
+				{"NODE", "TYPE", "INSTANCE", "ADDRESS", "STATE", "FOR"},
+				{"gpu", "local-1", "127.0.1.1", "terminating", "1s"},
+			},
+		},
+		{
+			name: "failures and backoff",
+			value: published(autoscaler.Status{Cluster: "demo", At: at, Failures: failures,
+				BackingOff: map[string]time.Time{"cpu": now.Add(2 * time.Minute), "gpu": ago(time.Second)}}),
+			want: []string{"  Recent failures (newest first):\n", "    (2 earlier failures not shown; goray status --json lists them)\n",
+				"until " + formatTime(now.Add(2*time.Minute).UnixMilli()) + "  (in 2m0s)"},
+			notWant: []string{"(#1)", "(#0)"},
+			lines: [][]string{
+				{"cpu", "1m4s", "ago", "launch", "failed:", "quota", "exceeded", "(#6)"},
+				{"cpu", "1m5s", "ago", "launch", "failed:", "quota", "exceeded", "(#5)"},
+				{"cpu", "1m8s", "ago", "launch", "failed:", "quota", "exceeded", "(#2)"},
+				append(append([]string{"cpu", "until"}, strings.Fields(formatTime(now.Add(2*time.Minute).UnixMilli()))...), "(in", "2m0s)"),
+				append(append([]string{"gpu", "until"}, strings.Fields(formatTime(ago(time.Second).UnixMilli()))...), "(over)"),
+			},
+		},
+		{
+			name: "infeasible",
+			value: published(autoscaler.Status{Cluster: "demo", At: at, Demands: []autoscaler.Demand{
+				{Resources: map[string]float64{"CPU": 1}, Count: 12},
+				{Resources: map[string]float64{"CPU": 1, "memory": 2 * gib}, Count: 1},
+				{Resources: map[string]float64{"CPU": 64}, Count: 1, Infeasible: true},
+			}}),
+			want: []string{"  Demands (queued work, pending placement groups, ray.RequestResources):\n", "    {CPU: 1} x 12\n",
+				"    {CPU: 1, memory: 2.0 GiB} x 1\n", "    {CPU: 64} x 1 (infeasible: no node type can hold it)\n"},
+		},
+		{
+			name: "groups",
+			value: published(autoscaler.Status{Cluster: "demo", At: at, Demands: []autoscaler.Demand{
+				{Bundles: []map[string]float64{{"CPU": 2}, {"CPU": 2}}, Strategy: "STRICT_SPREAD", Count: 1},
+				{Bundles: []map[string]float64{{"GPU": 8}}, Strategy: "PACK", Count: 1, Infeasible: true},
+			}}),
+			want: []string{"    placement group STRICT_SPREAD: {CPU: 2} {CPU: 2}\n", "    placement group PACK: {GPU: 8} (infeasible: no node type can hold it)\n"},
+		},
+		{
+			name:    "fresh at the limit",
+			value:   published(autoscaler.Status{At: ago(autoscalerStaleAfter)}),
+			want:    []string{"Autoscaler: status of " + formatTime(ago(autoscalerStaleAfter).UnixMilli()) + " (15s ago)\n"},
+			notWant: []string{"STALE"},
+		},
+		{
+			name:  "stale",
+			value: published(autoscaler.Status{Cluster: "demo", At: ago(3 * time.Minute)}),
+			stale: true,
+			want:  []string{" (3m0s ago; STALE: it publishes every 5s, is it running?)\n"},
+		},
+		{
+			name:    "no autoscaler",
+			want:    []string{"\nAutoscaler: not running (no status published; a cluster started with `goray start` has none, `goray up` starts one)\n"},
+			notWant: []string{"Active workers"},
+		},
+		{
+			name:    "malformed",
+			value:   []byte(`{"cluster": "demo", "at": `),
+			errText: `the autoscaler's status in key "status" of the GCS's KV namespace "autoscaler" is unreadable: unexpected end of JSON input`,
+			want:    []string{"Autoscaler: STATUS UNREADABLE: the autoscaler's status in key \"status\" of the GCS's KV namespace \"autoscaler\" is unreadable"},
+			notWant: []string{"Active workers"},
+		},
+		{
+			name:    "wrong shape",
+			value:   []byte(`[1, 2]`),
+			errText: "is unreadable: json: cannot unmarshal array",
+			want:    []string{"Autoscaler: STATUS UNREADABLE"},
+		},
+		{
+			name:    "no time",
+			value:   []byte(`{"cluster": "demo"}`),
+			errText: `is unreadable: it has no time ("at")`,
+			want:    []string{"Autoscaler: STATUS UNREADABLE"},
+		},
+		{
+			name:    "KV read fails",
+			kvErr:   errors.New("querying the KV: deadline exceeded"),
+			errText: "cannot read the autoscaler's status: querying the KV: deadline exceeded",
+			want:    []string{"Autoscaler: STATUS UNREADABLE: cannot read the autoscaler's status: querying the KV: deadline exceeded\n"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := &kvCluster{fakeCluster: newFakeCluster(), now: now, kv: map[string][]byte{}, kvErr: tt.kvErr}
+			if tt.value != nil {
+				c.kv[autoscaler.StatusNamespace+"/"+autoscaler.StatusKey] = tt.value
+			}
+			r, err := gatherStatus(context.Background(), c, "h:1")
+			if err != nil {
+				t.Fatalf("gatherStatus: %v (an autoscaler status must never fail status)", err)
+			}
+
+			var b bytes.Buffer
+			if err := writeStatus(&b, r); err != nil {
+				t.Fatal(err)
+			}
+			out := b.String()
+			if !strings.Contains(out, "Placement groups: ") || !strings.Contains(out, "goray cluster at h:1") {
+				t.Errorf("the rest of the report is missing:\n%s", out)
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(out, want) {
+					t.Errorf("text lacks %q:\n%s", want, out)
+				}
+			}
+			for _, not := range tt.notWant {
+				if strings.Contains(out, not) {
+					t.Errorf("text has %q:\n%s", not, out)
+				}
+			}
+			section := out[strings.Index(out, "\nAutoscaler"):]
+			next := 0
+			for _, l := range strings.Split(section, "\n") {
+				if next < len(tt.lines) && hasFields(strings.Fields(l), tt.lines[next]) {
+					next++
+				}
+			}
+			if next < len(tt.lines) {
+				t.Errorf("no line with fields %q (after the ones before it) in:\n%s", tt.lines[next], section)
+			}
+
+			b.Reset()
+			if err := writeJSON(&b, r); err != nil {
+				t.Fatal(err)
+			}
+			var doc struct {
+				Autoscaler      json.RawMessage `json:"autoscaler"`
+				AutoscalerStale bool            `json:"autoscaler_stale"`
+				AutoscalerError string          `json:"autoscaler_error"`
+				AliveNodes      int             `json:"alive_nodes"`
+			}
+			if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if doc.AliveNodes != 3 {
+				t.Errorf("JSON alive_nodes %d, want 3 (the rest of the report)", doc.AliveNodes)
+			}
+			want := tt.status
+			if want == nil && tt.errText == "" && tt.value != nil {
+				want = new(autoscaler.Status)
+				if err := json.Unmarshal(tt.value, want); err != nil {
+					t.Fatal(err)
+				}
+			}
+			switch {
+			case want == nil && doc.Autoscaler != nil:
+				t.Errorf("JSON has \"autoscaler\": %s; want it omitted", doc.Autoscaler)
+			case want != nil:
+				var got autoscaler.Status
+				if err := json.Unmarshal(doc.Autoscaler, &got); err != nil {
+					t.Fatalf("JSON \"autoscaler\" %s: %v", doc.Autoscaler, err)
+				}
+				if !reflect.DeepEqual(&got, want) {
+					t.Errorf("JSON \"autoscaler\" is %+v, want %+v as published", got, *want)
+				}
+			}
+			if doc.AutoscalerStale != tt.stale {
+				t.Errorf("JSON autoscaler_stale %v, want %v", doc.AutoscalerStale, tt.stale)
+			}
+			if !strings.Contains(doc.AutoscalerError, tt.errText) || (tt.errText == "") != (doc.AutoscalerError == "") {
+				t.Errorf("JSON autoscaler_error %q, want one containing %q", doc.AutoscalerError, tt.errText)
+			}
+			if tt.value == nil && tt.kvErr == nil && strings.Contains(b.String(), "autoscaler") {
+				t.Errorf("JSON without an autoscaler mentions one:\n%s", b.String())
+			}
+		})
+	}
+}
+
+// hasFields reports whether fields starts with want.
+func hasFields(fields, want []string) bool {
+	return len(fields) >= len(want) && slices.Equal(fields[:len(want)], want)
+}
+
+// TestStatusAutoscalerAgedByGCSClock: ages count from the GCS's clock
+// (the head's, as the autoscaler's), not from this machine's.
+func TestStatusAutoscalerAgedByGCSClock(t *testing.T) {
+	gcsNow := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC) // far from this machine's clock
+	c := &kvCluster{fakeCluster: newFakeCluster(), now: gcsNow, kv: map[string][]byte{
+		autoscaler.StatusNamespace + "/" + autoscaler.StatusKey: must(json.Marshal(autoscaler.Status{At: gcsNow.Add(-7 * time.Second)})),
+	}}
+	r, err := gatherStatus(context.Background(), c, "h:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.AutoscalerStale {
+		t.Errorf("a status 7s old by the GCS's clock is marked stale")
+	}
+	var b bytes.Buffer
+	if err := writeAutoscaler(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "(7s ago)") {
+		t.Errorf("want the status 7s old by the GCS's clock:\n%s", b.String())
 	}
 }
