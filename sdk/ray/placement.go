@@ -140,20 +140,9 @@ func CreatePlacementGroup(ctx context.Context, bundles []Bundle, strategy Placem
 	pg := &PlacementGroup{id: ids.New(), name: o.name, strategy: strategy}
 	info := &pb.PlacementGroupInfo{PlacementGroupId: pg.id.Bytes(), Name: o.name, JobId: cw.JobID().Bytes(), Detached: o.detached, Strategy: st}
 	for i, b := range bundles {
-		set, err := resources.FromFloats(b)
+		set, err := bundleSet(i, b)
 		if err != nil {
-			return nil, fmt.Errorf("goray: CreatePlacementGroup: bundle %d %s: %w", i, b, err)
-		}
-		if len(set) == 0 {
-			return nil, fmt.Errorf("goray: CreatePlacementGroup: bundle %d is empty; a bundle asks for some resource", i)
-		}
-		for name := range set {
-			if err := resources.CheckName(name); err != nil {
-				return nil, fmt.Errorf("goray: CreatePlacementGroup: bundle %d: %w", i, err)
-			}
-			if resources.IsGroupName(name) {
-				return nil, fmt.Errorf("goray: CreatePlacementGroup: bundle %d: %q is a placement group resource; a bundle asks for node resources", i, name)
-			}
+			return nil, fmt.Errorf("goray: CreatePlacementGroup: %w", err)
 		}
 		pg.bundles = append(pg.bundles, maps.Clone(b))
 		info.Bundles = append(info.Bundles, &pb.Bundle{Index: int32(i), Resources: &pb.Resources{Amounts: set}})
@@ -165,6 +154,29 @@ func CreatePlacementGroup(ctx context.Context, bundles []Bundle, strategy Placem
 		return nil, fmt.Errorf("goray: CreatePlacementGroup: %w", err)
 	}
 	return pg, nil
+}
+
+// bundleSet checks bundle i of a call (CreatePlacementGroup, the
+// WithBundles of RequestResources) and returns it as a resource set:
+// finite amounts >= 0, some resource asked for, valid names, no placement
+// group resources. Its errors name the bundle by index.
+func bundleSet(i int, b Bundle) (resources.Set, error) {
+	set, err := resources.FromFloats(b)
+	if err != nil {
+		return nil, fmt.Errorf("bundle %d %s: %w", i, b, err)
+	}
+	if len(set) == 0 {
+		return nil, fmt.Errorf("bundle %d is empty; a bundle asks for some resource", i)
+	}
+	for name := range set {
+		if err := resources.CheckName(name); err != nil {
+			return nil, fmt.Errorf("bundle %d: %w", i, err)
+		}
+		if resources.IsGroupName(name) {
+			return nil, fmt.Errorf("bundle %d: %q is a placement group resource; a bundle asks for node resources", i, name)
+		}
+	}
+	return set, nil
 }
 
 // ErrPlacementGroupNameTaken matches CreatePlacementGroup with a name
