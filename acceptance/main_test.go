@@ -74,6 +74,7 @@ func runMain(m *testing.M) int {
 		{filepath.Join(pluginDir, "goray-transport-shm"), "./plugins/shm"},
 		{filepath.Join(pluginDir, "goray-transport-collective"), "./plugins/collective"},
 		{filepath.Join(pluginDir, "goray-transport-onesided"), "./plugins/onesided"},
+		{filepath.Join(pluginDir, "goray-provider-local"), "./plugins/local"},
 		{allreduceBin, "./examples/allreduce"},
 		{weightSyncBin, "./examples/weight-sync"},
 	} {

@@ -14,7 +14,9 @@
 //	testjob env NAME...      a task on every node reports its worker's NAME
 //	                         variables (env.go)
 //
-// and the multi-node jobs of cluster.go and restart.go.
+// and the multi-node jobs of cluster.go and restart.go, and the
+// autoscaler's of autoscale.go. $TESTJOB_TIMEOUT bounds the job (default
+// 55s).
 //
 // It connects to $GORAY_ADDRESS, or runs an embedded node when that is
 // unset. Tasks that the test must kill write their pid to
@@ -119,7 +121,11 @@ var (
 
 func main() {
 	// In a worker this serves tasks and never returns.
-	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	timeout := 55 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("TESTJOB_TIMEOUT")); err == nil {
+		timeout = d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	opts := []ray.InitOption{ray.WorkerOutput(os.Stderr)}
 	if d, err := time.ParseDuration(os.Getenv("TESTJOB_TRANSFER_TIMEOUT")); err == nil {
@@ -212,6 +218,16 @@ func main() {
 		runErr = runGCSFT(ctx, arg(rt, args, 0))
 	case "pg-lookup":
 		runErr = runPGLookup(ctx, arg(rt, args, 0))
+	case "as-burst":
+		runErr = runASBurst(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "as-actors":
+		runErr = runASActors(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "as-request":
+		runErr = runASRequest(ctx, arg(rt, args, 0))
+	case "as-infeasible":
+		runErr = runASInfeasible(ctx, arg(rt, args, 0))
+	case "as-object":
+		runErr = runASObject(ctx, arg(rt, args, 0))
 	default:
 		runErr = fmt.Errorf("unknown mode %q", mode)
 	}

@@ -136,20 +136,23 @@ func nodeArgs(goray string, spec provider.NodeSpec, id, ip, dir string, extra []
 	return append([]string{"/bin/sh", "-c", script, setupArg0}, args...), config, nil
 }
 
-// strippedEnv are the variables of the provider's environment a node does
-// not inherit: the token's other sources, the plugin protocol's, and
-// those of a node, worker or driver the provider may run under.
-var strippedEnv = []string{
-	"GORAY_AUTH_TOKEN=", "GORAY_AUTH_TOKEN_PATH=", "GORAY_ADDRESS=", "GORAY_PLUGIN",
-	"GORAY_SESSION_DIR=", "GORAY_NODE_", "GORAY_WORKER", "GORAY_RAYLET_", "PLUGIN_",
-}
+// keptEnv are the goray variables of the provider's environment a node
+// inherits: the cluster's auth mode and TLS files. Every other GORAY_*
+// variable is dropped: the token's other sources, the plugin protocol's,
+// and those that tie a process to the node, worker, driver or daemon the
+// provider runs under (goray stop on the head would take the instances
+// for its own leftovers). PLUGIN_* (go-plugin's) are dropped too.
+var keptEnv = []string{"GORAY_AUTH_MODE=", "GORAY_TLS_"}
 
-// nodeEnv returns the node's environment: the provider's, without
-// strippedEnv, with the cluster token in GORAY_AUTH_TOKEN.
+// nodeEnv returns the node's environment: the provider's, without its
+// GORAY_* variables but keptEnv and without PLUGIN_*, with the cluster
+// token in GORAY_AUTH_TOKEN.
 func nodeEnv(base []string, token string) []string {
 	env := make([]string, 0, len(base)+1)
 	for _, kv := range base {
-		if !slices.ContainsFunc(strippedEnv, func(p string) bool { return strings.HasPrefix(kv, p) }) {
+		keep := !strings.HasPrefix(kv, "GORAY_") && !strings.HasPrefix(kv, "PLUGIN_") ||
+			slices.ContainsFunc(keptEnv, func(p string) bool { return strings.HasPrefix(kv, p) })
+		if keep {
 			env = append(env, kv)
 		}
 	}

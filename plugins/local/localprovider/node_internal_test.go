@@ -78,9 +78,10 @@ func TestNodeArgs(t *testing.T) {
 func TestNodeEnv(t *testing.T) {
 	base := []string{"PATH=/bin", "HOME=/h", "GORAY_AUTH_TOKEN=old", "GORAY_AUTH_TOKEN_PATH=/p", "GORAY_ADDRESS=x:1",
 		"GORAY_PLUGIN=cookie", "GORAY_PLUGIN_HOST_PID=1", "PLUGIN_MIN_PORT=1", "GORAY_SESSION_DIR=/s", "GORAY_NODE_ID=n",
-		"GORAY_WORKER_ID=w", "GORAY_RAYLET_SOCKET=/r", "GORAY_TLS_CA_FILE=/ca", "GORAY_LOG_LEVEL=debug"}
+		"GORAY_WORKER_ID=w", "GORAY_RAYLET_SOCKET=/r", "GORAY_TLS_CA_FILE=/ca", "GORAY_LOG_LEVEL=debug",
+		"GORAY_DAEMON_ROOT=/tmp/goray", "GORAY_GCS_REDIS_PASSWORD=pw", "GORAY_BINARY=/bin/goray", "GORAY_AUTH_MODE=token"}
 	got := nodeEnv(base, "tok")
-	want := []string{"PATH=/bin", "HOME=/h", "GORAY_TLS_CA_FILE=/ca", "GORAY_LOG_LEVEL=debug", "GORAY_AUTH_TOKEN=tok"}
+	want := []string{"PATH=/bin", "HOME=/h", "GORAY_TLS_CA_FILE=/ca", "GORAY_AUTH_MODE=token", "GORAY_AUTH_TOKEN=tok"}
 	if !slices.Equal(got, want) {
 		t.Errorf("nodeEnv:\n got %q\nwant %q", got, want)
 	}

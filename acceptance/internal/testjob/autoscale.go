@@ -1,0 +1,182 @@
+package main
+
+// The jobs of the autoscaler's acceptance tests (acceptance/autoscale_test.go):
+//
+//	testjob as-burst N MS        N one-CPU tasks of MS milliseconds each;
+//	                             prints "worker-nodes: K" (nodes other than
+//	                             the driver's that ran some)
+//	testjob as-actors N DIR      N actors of two CPUs each; writes
+//	                             DIR/alive.<k> as each answers, and waits
+//	                             for DIR/release
+//	testjob as-request N         ray.RequestResources of N CPUs (0 clears)
+//	testjob as-infeasible DIR    a task needing 64 CPUs; writes
+//	                             DIR/submitted and waits for DIR/release
+//	testjob as-object DIR        a 4 MiB object made on a worker node;
+//	                             writes DIR/made (the node's id) and, once
+//	                             DIR/read exists, reads it back and checks it
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/goray-dev/goray/sdk/ray"
+)
+
+func asWork(ctx context.Context, i int, ms int) (string, error) {
+	select {
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-time.After(time.Duration(ms) * time.Millisecond):
+	}
+	return ray.NodeID(), nil
+}
+
+// AsWork is the burst's task.
+var AsWork = ray.Task2(asWork, ray.CPUs(1))
+
+func runASBurst(ctx context.Context, nArg, msArg string) error {
+	n, err1 := strconv.Atoi(nArg)
+	ms, err2 := strconv.Atoi(msArg)
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	refs := make([]ray.Ref[string], n)
+	for i := range refs {
+		refs[i] = AsWork.Remote(ctx, ray.V(i), ray.V(ms))
+	}
+	nodes, err := ray.GetAll(ctx, refs)
+	if err != nil {
+		return err
+	}
+	others := map[string]bool{}
+	for _, id := range nodes {
+		if id != ray.NodeID() {
+			others[id] = true
+		}
+	}
+	fmt.Println("worker-nodes:", len(others))
+	return nil
+}
+
+// AsActor is the actors' class: two CPUs each.
+type AsActor struct{}
+
+func newAsActor(ctx context.Context) (*AsActor, error) { return &AsActor{}, nil }
+func (a *AsActor) Node(ctx context.Context) (string, error) {
+	return ray.NodeID(), nil
+}
+
+var (
+	AsActorClass = ray.Actor0(newAsActor, ray.CPUs(2))
+	AsActorNode  = ray.Method0((*AsActor).Node)
+)
+
+func runASActors(ctx context.Context, nArg, dir string) error {
+	n, err := strconv.Atoi(nArg)
+	if err != nil {
+		return err
+	}
+	var refs []ray.Ref[string]
+	for range n {
+		h := AsActorClass.Remote(ctx)
+		refs = append(refs, AsActorNode.On(h).Remote(ctx))
+	}
+	answered := 0
+	go func() {
+		for answered < n {
+			ready, _, err := ray.Wait(ctx, refs, answered+1, time.Second)
+			if err != nil {
+				return
+			}
+			for answered < len(ready) {
+				answered++
+				_ = writeFile(filepath.Join(dir, fmt.Sprintf("alive.%d", answered)), "")
+			}
+		}
+	}()
+	return pollFile(ctx, filepath.Join(dir, "release"))
+}
+
+func runASRequest(ctx context.Context, nArg string) error {
+	n, err := strconv.ParseFloat(nArg, 64)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return ray.RequestResources(ctx)
+	}
+	return ray.RequestResources(ctx, ray.WithCPUs(n))
+}
+
+func runASInfeasible(ctx context.Context, dir string) error {
+	ref := AsWork.Options(ray.CPUs(64)).Remote(ctx, ray.V(0), ray.V(0))
+	if err := writeFile(filepath.Join(dir, "submitted"), ""); err != nil {
+		return err
+	}
+	if err := pollFile(ctx, filepath.Join(dir, "release")); err != nil {
+		return err
+	}
+	return ray.Cancel(ctx, ref)
+}
+
+func asMake(ctx context.Context, size int) ([]byte, error) {
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(i % 253)
+	}
+	return b, nil
+}
+
+// AsMake makes the object on a worker node.
+var AsMake = ray.Task1(asMake)
+
+func runASObject(ctx context.Context, dir string) error {
+	var worker string
+	for worker == "" {
+		nodes, err := ray.Nodes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			if n.Alive && !n.Head {
+				worker = n.ID
+			}
+		}
+		if worker == "" {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("no worker node joined: %w", ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	const size = 4 << 20
+	ref := AsMake.Options(ray.NodeAffinity(worker, false)).Remote(ctx, ray.V(size))
+	if _, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{ref}, 1, 30*time.Second); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(dir, "made"), worker); err != nil {
+		return err
+	}
+	if err := pollFile(ctx, filepath.Join(dir, "read")); err != nil {
+		return err
+	}
+	b, err := ray.Get(ctx, ref)
+	if err != nil {
+		return fmt.Errorf("reading the object made on %s: %w", worker[:8], err)
+	}
+	if len(b) != size {
+		return fmt.Errorf("object of %d bytes, want %d", len(b), size)
+	}
+	for i := range b {
+		if b[i] != byte(i%253) {
+			return fmt.Errorf("object byte %d is %d, want %d", i, b[i], i%253)
+		}
+	}
+	fmt.Println("object: read back intact")
+	return nil
+}
