@@ -69,6 +69,7 @@ var documented = []docEntry{
 	{file: "README.md", first: "go run ./cmd/goray start --head --port 6380", nth: 1, test: "TestDocStartedNode"},
 	{file: "README.md", first: "go run ./cmd/goray start --head --port 6380 --num-cpus 2", test: "TestDocPlacementGroup"},
 	{file: "examples/placement-group/main.go", first: "goray start --head --port 6379 --num-cpus 2", test: "TestDocPlacementGroup"},
+	{file: "examples/autoscale/main.go", first: "make plugins", test: "TestDocAutoscale"},
 	{file: "README.md", first: "make plugins minio", test: "TestDocSpillS3"},
 	{file: "examples/spill-s3/main.go", first: "make plugins", test: "TestDocSpillS3"},
 	{file: "examples/allreduce/main.go", first: "make plugins", test: "TestDocTransportExamples"},
@@ -509,6 +510,7 @@ func (d *docRun) checkNothingLeft() {
 		case strings.HasPrefix(rel, "goray/session_") && strings.Contains(rel, "/logs/"):
 		case strings.HasPrefix(rel, "goray/binaries/"):
 		case strings.HasPrefix(rel, "goray/data/"): // the GCS's storage outlives sessions by design
+		case strings.HasPrefix(rel, "goray-local/") && e.Type()&fs.ModeSocket == 0: // the local provider's state, by design
 		default:
 			d.t.Errorf("%s is left after the documented commands", path)
 		}
@@ -582,6 +584,20 @@ func TestDocPlacementGroup(t *testing.T) {
 			d.checkNothingLeft()
 		})
 	}
+}
+
+// TestDocAutoscale runs the autoscale example's walk-through: goray up on
+// the local provider, the burst that grows the cluster and the wait until
+// it shrinks back, status, goray down.
+func TestDocAutoscale(t *testing.T) {
+	d := newDocRun(t, testCtxFor(t, 5*time.Minute))
+	out := d.runBlock("", "examples/autoscale/main.go", "make plugins", 0)
+	wantLines(t, out[1].stdout, "Started goray head node", `Cluster "autoscale-demo": provider "local"`)
+	run := out[2].stdout + out[2].stderr
+	wantLines(t, run, "submitting 12 tasks", "worker node", "all 12 results are right", "the workers are gone", "OK")
+	wantLines(t, out[3].stdout, "Autoscaler of cluster autoscale-demo")
+	wantLines(t, out[4].stdout, `Stopped the head of cluster "autoscale-demo"`)
+	d.checkNothingLeft()
 }
 
 // TestDocStartedNode runs README.md's quickstart against a node started by
