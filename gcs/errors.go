@@ -1,6 +1,8 @@
 package gcs
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/goray-dev/goray/internal/ids"
@@ -201,6 +203,68 @@ func (e *QuotaExceededError) Error() string {
 // GRPCStatus maps the error to codes.ResourceExhausted.
 func (e *QuotaExceededError) GRPCStatus() *status.Status {
 	return status.New(codes.ResourceExhausted, e.Error())
+}
+
+// NodeGoneError reports a call about a node the GCS has declared dead
+// (codes.NotFound): it has no raylet to reach any more.
+type NodeGoneError struct {
+	// ID is the dead node; Reason its recorded death reason.
+	ID     ids.ID
+	Reason string
+	// Op names the refused operation, for example "drain".
+	Op string
+}
+
+// Error describes the problem and the node it concerns.
+func (e *NodeGoneError) Error() string {
+	return fmt.Sprintf("cannot %s node %s: it is dead (%s)", e.Op, e.ID, e.Reason)
+}
+
+// GRPCStatus maps the error to codes.NotFound.
+func (e *NodeGoneError) GRPCStatus() *status.Status {
+	return status.New(codes.NotFound, e.Error())
+}
+
+// ErrNoRaylets says the GCS was started without connections to the
+// raylets (Options.Reserver and Options.Drainer are nil).
+var ErrNoRaylets = errors.New("this GCS has no connections to the raylets")
+
+// RayletCallError reports a call the GCS made to a node's raylet on a
+// caller's behalf (DrainNode) that failed. Its gRPC code is the raylet's
+// own when the raylet answered, FailedPrecondition for ErrNoRaylets, and
+// Unavailable (or the context's) when the raylet could not be reached.
+type RayletCallError struct {
+	// Node is the node whose raylet was called; Op the operation.
+	Node ids.ID
+	Op   string
+	// Err is the call's error.
+	Err error
+}
+
+// Error describes the problem and the node it concerns.
+func (e *RayletCallError) Error() string {
+	msg := e.Err.Error()
+	if st, ok := status.FromError(e.Err); ok {
+		msg = st.Message()
+	}
+	return fmt.Sprintf("%s node %s: its raylet: %s", e.Op, e.Node, msg)
+}
+
+// Unwrap returns the call's error.
+func (e *RayletCallError) Unwrap() error { return e.Err }
+
+// GRPCStatus maps the error to the raylet's code, FailedPrecondition
+// (ErrNoRaylets), the context's code or Unavailable.
+func (e *RayletCallError) GRPCStatus() *status.Status {
+	code := codes.Unavailable
+	if st, ok := status.FromError(e.Err); ok {
+		code = st.Code()
+	} else if errors.Is(e.Err, ErrNoRaylets) {
+		code = codes.FailedPrecondition
+	} else if errors.Is(e.Err, context.Canceled) || errors.Is(e.Err, context.DeadlineExceeded) {
+		code = status.FromContextError(e.Err).Code()
+	}
+	return status.New(code, e.Error())
 }
 
 // parseID validates a required 16-byte id field.

@@ -18,6 +18,9 @@ type nodeEntry struct {
 	pending       []*gorayv1.PendingDemand
 	spill         *gorayv1.SpillStats
 	lastHeartbeat time.Time
+	// draining: the node drains before it is terminated (its heartbeats
+	// say so; DrainNode sets it at once). Not stored: heartbeats restore it.
+	draining bool
 	// groups are the placement group resources committed on the node,
 	// part of its total besides its own (info.total).
 	groups resources.Set
@@ -55,6 +58,7 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 		StoreUsed:       n.storeUsed,
 		StoreCapacity:   n.storeCapacity,
 		LastHeartbeatMs: n.lastHeartbeat.UnixMilli(),
+		Draining:        n.draining,
 	}
 	if n.available != nil {
 		v.Available = cloneMsg(n.available)
@@ -168,7 +172,8 @@ func (s *Server) UnregisterNode(ctx context.Context, req *gorayv1.UnregisterNode
 	return &gorayv1.UnregisterNodeReply{}, nil
 }
 
-// ReportHeartbeat records the node's load and liveness. A node already
+// ReportHeartbeat records the node's load, liveness and whether it
+// drains. A node already
 // declared dead gets Dead=true and must shut down; an unknown node gets
 // NotFoundError. A heartbeat with invalid figures (available above the
 // node's total, negative counts; see checkHeartbeat) is refused with
@@ -202,6 +207,7 @@ func (s *Server) ReportHeartbeat(_ context.Context, req *gorayv1.HeartbeatReques
 	}
 	n.storeUsed = req.GetStoreUsed()
 	n.storeCapacity = req.GetStoreCapacity()
+	n.draining = req.GetDraining()
 	n.pending = n.pending[:0]
 	for _, p := range req.GetPending() {
 		n.pending = append(n.pending, cloneMsg(p))

@@ -759,8 +759,9 @@ func (p *placementGroups) revert(id ids.ID, st gorayv1.PlacementGroupState, reas
 
 // ---------------------------------------------------------------- nodes
 
-// placementNodes returns the alive nodes as placement sees them (their
-// own resources, not the groups' on them), and their infos by hex id.
+// placementNodes returns the alive nodes that do not drain as placement
+// sees them (their own resources, not the groups' on them), and their
+// infos by hex id.
 func (s *Server) placementNodes() ([]placement.Node, map[string]*gorayv1.NodeInfo) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -768,7 +769,7 @@ func (s *Server) placementNodes() ([]placement.Node, map[string]*gorayv1.NodeInf
 	infos := map[string]*gorayv1.NodeInfo{}
 	for _, id := range s.nodeOrder {
 		n := s.nodes[id]
-		if n.info.GetState() != StateAlive {
+		if n.info.GetState() != StateAlive || n.draining {
 			continue
 		}
 		total := resources.Set(n.info.GetTotal().GetAmounts()).Clone()

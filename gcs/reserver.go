@@ -12,10 +12,10 @@ import (
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
 )
 
-// RayletReserver is the BundleReserver that calls raylets over gRPC, with
-// one connection per raylet address, made by dial (the cluster's
-// credentials and options: internal/rpc.Dial). Close releases the
-// connections.
+// RayletReserver is the BundleReserver (and NodeDrainer) that calls
+// raylets over gRPC, with one connection per raylet address, made by dial
+// (the cluster's credentials and options: internal/rpc.Dial). Close
+// releases the connections.
 type RayletReserver struct {
 	dial func(target string) (*grpc.ClientConn, error)
 
@@ -91,6 +91,15 @@ func (r *RayletReserver) ReleaseUnused(ctx context.Context, node *gorayv1.NodeIn
 		return nil, err
 	}
 	return c.ReleaseUnusedBundles(ctx, &gorayv1.ReleaseUnusedBundlesRequest{InUse: inUse, Reason: reason})
+}
+
+// Drain calls the node's DrainRaylet.
+func (r *RayletReserver) Drain(ctx context.Context, node *gorayv1.NodeInfo, req *gorayv1.DrainRayletRequest) (*gorayv1.DrainRayletReply, error) {
+	c, err := r.client(node)
+	if err != nil {
+		return nil, err
+	}
+	return c.DrainRaylet(ctx, req)
 }
 
 // Forget closes the connection to a node's raylet (the node died).

@@ -2,6 +2,10 @@
 // in-memory tables of nodes, jobs, actors and placement groups plus a
 // namespaced key-value store, served over gRPC as gorayv1.GcsServer.
 //
+// DrainNode (drain.go) forwards a node's drain before it is terminated to
+// its raylet (over the same connections as placement groups) and marks
+// the node draining in its view; heartbeats keep that flag current.
+//
 // Placement groups are placed by their own manager (placement.go), with
 // its own lock: it chooses nodes with gcs/internal/placement and reserves
 // the bundles on the raylets in two phases (prepare on every node, then
@@ -70,6 +74,10 @@ type Options struct {
 	// Reserver reserves placement group bundles on raylets; nil leaves
 	// every group PENDING (unit tests of other tables).
 	Reserver BundleReserver
+	// Drainer drains nodes' raylets for DrainNode; nil takes the
+	// Reserver when it drains too (a *RayletReserver does), and without
+	// either DrainNode fails with ErrNoRaylets.
+	Drainer NodeDrainer
 	// Storage is where Open keeps the tables (New keeps them in memory
 	// only).
 	Storage Storage
@@ -108,6 +116,8 @@ type Server struct {
 
 	// pgs is the placement group manager, with its own lock.
 	pgs *placementGroups
+	// drainer forwards DrainNode to raylets (nil: none).
+	drainer NodeDrainer
 
 	// storage and journal keep the tables across restarts (nil without
 	// storage); clusterID is kept there too.
@@ -151,6 +161,7 @@ func New(opts Options) *Server {
 		clusterID: ids.New().String(),
 	}
 	s.pgs = newPlacementGroups(s, opts.Reserver, opts.Logger, opts.HeartbeatPeriod)
+	s.drainer = drainerOf(opts)
 	return s
 }
 

@@ -140,6 +140,9 @@ func (s *scheduler) prepareBundles(group ids.ID, bundles []groupBundle) (ok bool
 	if gone := s.removed.lookup(group, time.Now()); gone != nil {
 		return false, gone.reason(), s.available.Clone(), nil
 	}
+	if s.draining {
+		return false, fmt.Sprintf("node %s is draining: it takes no new placement group bundles", s.nodeID.Short()), s.available.Clone(), nil
+	}
 	held := s.bundles[group]
 	need := resources.Set{}
 	var fresh []groupBundle

@@ -122,7 +122,7 @@ func (cv *clusterView) refresh(ctx context.Context) (died []*policy.Node, ok boo
 		}
 		total, _ := resourcesFromProto(v.GetInfo().GetTotal())
 		avail, _ := resourcesFromProto(v.GetAvailable())
-		p := &policy.Node{ID: id, Info: v.GetInfo(), Total: total, Available: avail, Alive: v.GetInfo().GetState() == "ALIVE"}
+		p := &policy.Node{ID: id, Info: v.GetInfo(), Total: total, Available: avail, Alive: v.GetInfo().GetState() == "ALIVE", Draining: v.GetDraining()}
 		switch prev := old.byID[id]; {
 		case prev == nil && p.Alive:
 			cv.log.Info("node joined the cluster", "node_id", id, "name", v.GetInfo().GetNodeName(), "resources", total.String())

@@ -76,14 +76,14 @@ func openBoltGCS(t *testing.T, path string) *gcs.Server {
 }
 
 // gcsHarness is a raylet running (Run) against a real GCS at addr, with
-// its logs in logs.
+// its logs in logs (mods change its Config further).
 type gcsHarness struct {
 	*harness
 	logs    *syncBuffer
 	runDone chan error
 }
 
-func newGCSHarness(t *testing.T, addr string, limit time.Duration) *gcsHarness {
+func newGCSHarness(t *testing.T, addr string, limit time.Duration, mods ...func(*Config)) *gcsHarness {
 	t.Helper()
 	conn, err := rpc.Dial(addr, nil)
 	if err != nil {
@@ -101,6 +101,9 @@ func newGCSHarness(t *testing.T, addr string, limit time.Duration) *gcsHarness {
 		c.HeartbeatPeriod = testGCSPeriod
 		c.GCSReconnectTimeout = limit
 		c.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: out})
+		for _, m := range mods {
+			m(c)
+		}
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	gh := &gcsHarness{harness: h, logs: logs, runDone: make(chan error, 1)}

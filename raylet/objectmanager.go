@@ -280,6 +280,25 @@ func (om *objectManager) primaries(objs []ids.ObjectID) []bool {
 	return out
 }
 
+// holdings says where the node's primary copies are: in memory (sealed
+// or not) or stored, and which of them are recorded in shared storage
+// (see spill.Holdings).
+func (om *objectManager) holdings() spill.Holdings {
+	entries := om.store.ListEntries()
+	oids := make([]ids.ObjectID, len(entries))
+	for i, e := range entries {
+		oids[i] = e.ID
+	}
+	primary := om.primaries(oids)
+	in := entries[:0]
+	for i, e := range entries {
+		if primary[i] && !e.Freed {
+			in = append(in, e)
+		}
+	}
+	return om.spill.Holdings(in)
+}
+
 // alive reports which objects have not been freed by their owner.
 func (om *objectManager) alive(objs []ids.ObjectID) []bool {
 	out := make([]bool, len(objs))

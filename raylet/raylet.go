@@ -26,14 +26,19 @@
 //     them, node deaths and connections to other raylets.
 //   - jobTable (jobs.go): the job table; checked job binaries are cached by
 //     internal/binaries.
+//   - drainer (drain.go): the node's drain before it is terminated
+//     (DrainRaylet): whether it drains and its background loop spilling
+//     every primary copy to shared storage; the scheduler stops granting
+//     leases while it drains.
 //
 // Raylet (raylet.go) composes them and runs the node's lifecycle (New, Run,
 // Shutdown, registration, heartbeats); the few operations that span
 // components (a lease request, a worker's death, a job's end, a node's
 // death, the cancellation of placement group bundles and the GCS's sweep
-// of those it does not use) are Raylet methods in operations.go. The gRPC layer (rpc.go) decodes a request, calls one
-// component or one such Raylet method, and encodes the reply; it takes no
-// lock itself.
+// of those it does not use) are Raylet methods in operations.go; starting
+// and ending a drain are in drain.go. The gRPC layer (rpc.go) decodes a
+// request, calls one component or one such Raylet method, and encodes the
+// reply; it takes no lock itself.
 //
 // # Lock rule
 //
@@ -235,6 +240,7 @@ type Raylet struct {
 	pool    *workerPool
 	objects *objectManager
 	cluster *clusterView
+	drainer *drainer
 }
 
 // New validates cfg, creates the session's sockets and logs directories and
@@ -297,6 +303,7 @@ func New(cfg Config) (*Raylet, error) {
 	r.pool = newWorkerPool(cfg, r.log, r.closing, r.jobs, r)
 	r.sched = newScheduler(cfg.NodeID, cfg.Resources, r.log, r.pool)
 	r.objects = newObjectManager(cfg, r.log, r.closing, r)
+	r.drainer = newDrainer(r.closing)
 	return r, nil
 }
 
@@ -396,13 +403,15 @@ func (r *Raylet) reapIdle(now time.Time) {
 	r.pool.reap(now, r.sched.holders())
 }
 
-// heartbeat reports the node's load to the GCS. It returns the call's
-// error; a GCS that declared the node dead makes it stop itself.
+// heartbeat reports the node's load (and whether it drains) to the GCS.
+// It returns the call's error; a GCS that declared the node dead makes it
+// stop itself.
 func (r *Raylet) heartbeat(ctx context.Context) error {
 	req := &gorayv1.HeartbeatRequest{
 		NodeId:    r.cfg.NodeID.Bytes(),
 		Available: resourcesProto(nonNegative(r.sched.availableResources())),
 		Pending:   r.sched.pendingDemand(),
+		Draining:  r.sched.isDraining(),
 	}
 	u := r.cfg.Store.Usage()
 	req.StoreUsed, req.StoreCapacity = u.Used, u.Capacity
@@ -460,6 +469,7 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 		r.pool.sigkill(w)
 	}
 	r.pool.stop()
+	r.drainer.close() // before DeleteAll: a drain's spilling is over
 	r.objects.spill.DeleteAll(ctx)
 	if _, err := recvseg.SweepAll(r.cfg.SessionDir); err != nil {
 		r.log.Warn("unlinking received tensor segments at shutdown failed", "error", err)

@@ -504,9 +504,9 @@ func (r *Raylet) WorkersDied(ctx context.Context, req *gorayv1.WorkersDiedReques
 // PrepareBundleResources holds the bundles of a placement group out of the
 // node's available resources, all or none (phase one of the GCS's
 // two-phase reservation). Bundles already prepared or committed here are
-// not held twice. When the others do not fit, or the group was removed,
-// success is false, reason says why and nothing is held. The reply carries
-// the available resources after the call.
+// not held twice. When the others do not fit, the group was removed or
+// the node drains, success is false, reason says why and nothing is held.
+// The reply carries the available resources after the call.
 func (r *Raylet) PrepareBundleResources(ctx context.Context, req *gorayv1.PrepareBundlesRequest) (*gorayv1.PrepareBundlesReply, error) {
 	group, err := ids.FromBytes(req.GetPlacementGroupId())
 	if err != nil {
@@ -609,6 +609,25 @@ func (r *Raylet) ReleaseUnusedBundles(ctx context.Context, req *gorayv1.ReleaseU
 		rep.Released = append(rep.Released, &gorayv1.BundleRef{PlacementGroupId: b.group.Bytes(), Index: int32(b.index)})
 	}
 	return rep, nil
+}
+
+// DrainRaylet drains the node before it is terminated (see drain.go): the
+// first call is accepted only when the node is idle (no lease granted or
+// queued, no placement group bundle held, not the head) and each primary
+// copy it holds can move to shared spill storage (or it holds none); a
+// refusal says why and changes nothing. Once accepted the node takes no
+// new work and spills every primary copy to the shared storage in the
+// background; later calls report progress, drained once no primary copy
+// is left only here and no lease is granted. cancel ends the drain.
+func (r *Raylet) DrainRaylet(ctx context.Context, req *gorayv1.DrainRayletRequest) (*gorayv1.DrainRayletReply, error) {
+	if req.GetCancel() {
+		return r.cancelDrain(req.GetReason()).reply(), nil
+	}
+	st, err := r.drain(req.GetReason())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return st.reply(), nil
 }
 
 // bundleRefs decodes the in_use list of ReleaseUnusedBundles, within the

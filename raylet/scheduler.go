@@ -198,11 +198,16 @@ var rounds = sync.Pool{New: func() any { return new(dispatchRound) }}
 // the granted leases, the node's total and available resources, and the
 // placement group bundles held here (bundles.go).
 //
+// While the node drains (draining, see drain.go) the scheduler grants no
+// lease and prepares no bundle: the policies send requests to other nodes
+// (those only this node can take wait here), and waiting ones are passed
+// on as other nodes free up.
+//
 // mu guards total (the node's own resources plus the committed bundles'
 // group resources), available, leases, the classes and their queues, the
-// round-robin cursors, the tombstones, bundles, removed and the fields of
-// pendingLease, lease and heldBundle that say so. The scheduler calls the
-// worker pool (workers) only with mu released.
+// round-robin cursors, the tombstones, bundles, removed, draining and the
+// fields of pendingLease, lease and heldBundle that say so. The scheduler
+// calls the worker pool (workers) only with mu released.
 type scheduler struct {
 	nodeID  ids.ID
 	log     hclog.Logger
@@ -222,6 +227,8 @@ type scheduler struct {
 	// index; removed are the groups the GCS said were removed.
 	bundles map[ids.ID]map[int]*heldBundle
 	removed removedGroups
+	// draining: the node drains; nothing is granted or prepared.
+	draining bool
 }
 
 func newScheduler(nodeID ids.ID, total resources.Set, log hclog.Logger, workers workerBinder) *scheduler {
@@ -254,7 +261,7 @@ func (s *scheduler) request(p *pendingLease, view *clusterSnapshot, spilled int3
 		s.mu.Unlock()
 		return policy.Decision{}, err
 	}
-	c := policy.Cluster{Self: s.nodeID, Total: s.total, Available: s.available, Peers: view.list, ByID: view.byID}
+	c := policy.Cluster{Self: s.nodeID, Total: s.total, Available: s.available, Peers: view.list, ByID: view.byID, Draining: s.draining}
 	d := policy.Decide(&c, p.res, p.strategy, spilled, &s.spreadNext)
 	if d.Spill != nil || d.Unschedulable != "" || p.job == nil {
 		s.mu.Unlock()
@@ -401,7 +408,7 @@ func (s *scheduler) collectLocked(rd *dispatchRound) {
 	clear(rd.cands)
 	clear(rd.need)
 	rd.cands, rd.need = rd.cands[:0], rd.need[:0]
-	if s.closed {
+	if s.closed || s.draining {
 		return
 	}
 	n := len(s.order)
@@ -666,7 +673,8 @@ func (s *scheduler) takeQueuedLocked(take func(*pendingLease) bool) {
 }
 
 // respill passes requests that have waited here for respillAfter and
-// cannot be granted now on to a node that has the resources free.
+// cannot be granted now (nothing is while the node drains) on to a node
+// that has the resources free and does not drain.
 func (s *scheduler) respill(view *clusterSnapshot, now time.Time) {
 	if len(view.list) == 0 {
 		return
@@ -674,7 +682,8 @@ func (s *scheduler) respill(view *clusterSnapshot, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.takeQueuedLocked(func(p *pendingLease) bool {
-		if p.cand != nil || now.Sub(p.queued) < respillAfter || s.available.Fits(p.res) && s.total.Fits(p.res) {
+		grantable := !s.draining && s.available.Fits(p.res) && s.total.Fits(p.res)
+		if p.cand != nil || now.Sub(p.queued) < respillAfter || grantable {
 			return false
 		}
 		st := p.strategy
@@ -736,4 +745,91 @@ func (s *scheduler) close() {
 		}
 	}
 	s.order, s.classes, s.rr = nil, map[string]*schedClass{}, 0
+}
+
+// drainBlockers is what keeps an idle node from starting to drain.
+type drainBlockers struct {
+	leases, queued, bundles int
+}
+
+// none reports whether nothing blocks the drain.
+func (b drainBlockers) none() bool { return b.leases == 0 && b.queued == 0 && b.bundles == 0 }
+
+// reasons says what blocks the drain ("2 leases granted").
+func (b drainBlockers) reasons() []string {
+	var out []string
+	if b.leases > 0 {
+		out = append(out, plural(b.leases, "lease", "leases")+" granted")
+	}
+	if b.queued > 0 {
+		out = append(out, plural(b.queued, "lease request", "lease requests")+" queued")
+	}
+	if b.bundles > 0 {
+		out = append(out, plural(b.bundles, "placement group bundle", "placement group bundles")+" held")
+	}
+	return out
+}
+
+func (s *scheduler) blockersLocked() drainBlockers {
+	b := drainBlockers{leases: len(s.leases)}
+	for _, c := range s.order {
+		b.queued += len(c.queue)
+	}
+	for _, g := range s.bundles {
+		b.bundles += len(g)
+	}
+	return b
+}
+
+// drainBlockers reports what would keep the node from starting to drain
+// now.
+func (s *scheduler) drainBlockers() drainBlockers {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.blockersLocked()
+}
+
+// startDrain stops granting leases and preparing bundles, when nothing
+// blocks it: no lease granted, no request queued, no bundle held (checked
+// and set at once, so that nothing is granted in between). Otherwise it
+// changes nothing and reports what blocks it. A node already draining
+// stays so (ok). ErrShuttingDown once closed.
+func (s *scheduler) startDrain() (blockers drainBlockers, ok bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return drainBlockers{}, false, ErrShuttingDown
+	}
+	if s.draining {
+		return drainBlockers{}, true, nil
+	}
+	if b := s.blockersLocked(); !b.none() {
+		return b, false, nil
+	}
+	s.draining = true
+	return drainBlockers{}, true, nil
+}
+
+// endDrain grants leases again; it reports whether the node was draining
+// (the caller then dispatches the requests that waited).
+func (s *scheduler) endDrain() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was := s.draining
+	s.draining = false
+	return was
+}
+
+// isDraining reports whether the node drains.
+func (s *scheduler) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}
+
+// grantedLeases counts the leases granted and not yet ended.
+func (s *scheduler) grantedLeases() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.leases)
 }

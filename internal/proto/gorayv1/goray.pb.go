@@ -348,7 +348,7 @@ func (x RayletCommand_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RayletCommand_Kind.Descriptor instead.
 func (RayletCommand_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34, 0}
+	return file_goray_proto_rawDescGZIP(), []int{36, 0}
 }
 
 type SchedulingStrategy_Kind int32
@@ -402,7 +402,7 @@ func (x SchedulingStrategy_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SchedulingStrategy_Kind.Descriptor instead.
 func (SchedulingStrategy_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37, 0}
+	return file_goray_proto_rawDescGZIP(), []int{39, 0}
 }
 
 // Address is where a process serves gRPC.
@@ -1922,6 +1922,142 @@ func (x *ListOwnedReply) GetObjects() []*ObjectState {
 	return nil
 }
 
+type DrainRayletRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Why the node drains (logged).
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// End the drain: the node schedules again.
+	Cancel        bool `protobuf:"varint,2,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRayletRequest) Reset() {
+	*x = DrainRayletRequest{}
+	mi := &file_goray_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRayletRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRayletRequest) ProtoMessage() {}
+
+func (x *DrainRayletRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRayletRequest.ProtoReflect.Descriptor instead.
+func (*DrainRayletRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *DrainRayletRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DrainRayletRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+type DrainRayletReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node drains (or, for a cancel, the drain ended). False when
+	// refused: rejection_reason says why, and nothing changed.
+	Accepted        bool   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	RejectionReason string `protobuf:"bytes,2,opt,name=rejection_reason,json=rejectionReason,proto3" json:"rejection_reason,omitempty"`
+	// No primary copy is left only on this node (each is in shared storage
+	// and recorded in the GCS) and no lease is granted: the node may go.
+	Drained bool `protobuf:"varint,3,opt,name=drained,proto3" json:"drained,omitempty"`
+	// Primary copies still only on this node.
+	PrimariesLeft int64 `protobuf:"varint,4,opt,name=primaries_left,json=primariesLeft,proto3" json:"primaries_left,omitempty"`
+	// What the drain has done so far ("spilled 3 of 5 primary copies").
+	Progress      string `protobuf:"bytes,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRayletReply) Reset() {
+	*x = DrainRayletReply{}
+	mi := &file_goray_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRayletReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRayletReply) ProtoMessage() {}
+
+func (x *DrainRayletReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRayletReply.ProtoReflect.Descriptor instead.
+func (*DrainRayletReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DrainRayletReply) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *DrainRayletReply) GetRejectionReason() string {
+	if x != nil {
+		return x.RejectionReason
+	}
+	return ""
+}
+
+func (x *DrainRayletReply) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
+func (x *DrainRayletReply) GetPrimariesLeft() int64 {
+	if x != nil {
+		return x.PrimariesLeft
+	}
+	return 0
+}
+
+func (x *DrainRayletReply) GetProgress() string {
+	if x != nil {
+		return x.Progress
+	}
+	return ""
+}
+
 type PrepareBundlesRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
@@ -1932,7 +2068,7 @@ type PrepareBundlesRequest struct {
 
 func (x *PrepareBundlesRequest) Reset() {
 	*x = PrepareBundlesRequest{}
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1944,7 +2080,7 @@ func (x *PrepareBundlesRequest) String() string {
 func (*PrepareBundlesRequest) ProtoMessage() {}
 
 func (x *PrepareBundlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1957,7 +2093,7 @@ func (x *PrepareBundlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareBundlesRequest.ProtoReflect.Descriptor instead.
 func (*PrepareBundlesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{23}
+	return file_goray_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PrepareBundlesRequest) GetPlacementGroupId() []byte {
@@ -1988,7 +2124,7 @@ type PrepareBundlesReply struct {
 
 func (x *PrepareBundlesReply) Reset() {
 	*x = PrepareBundlesReply{}
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2000,7 +2136,7 @@ func (x *PrepareBundlesReply) String() string {
 func (*PrepareBundlesReply) ProtoMessage() {}
 
 func (x *PrepareBundlesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2013,7 +2149,7 @@ func (x *PrepareBundlesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareBundlesReply.ProtoReflect.Descriptor instead.
 func (*PrepareBundlesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{24}
+	return file_goray_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PrepareBundlesReply) GetSuccess() bool {
@@ -2047,7 +2183,7 @@ type CommitBundlesRequest struct {
 
 func (x *CommitBundlesRequest) Reset() {
 	*x = CommitBundlesRequest{}
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2195,7 @@ func (x *CommitBundlesRequest) String() string {
 func (*CommitBundlesRequest) ProtoMessage() {}
 
 func (x *CommitBundlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2208,7 @@ func (x *CommitBundlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitBundlesRequest.ProtoReflect.Descriptor instead.
 func (*CommitBundlesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{25}
+	return file_goray_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommitBundlesRequest) GetPlacementGroupId() []byte {
@@ -2098,7 +2234,7 @@ type CommitBundlesReply struct {
 
 func (x *CommitBundlesReply) Reset() {
 	*x = CommitBundlesReply{}
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2246,7 @@ func (x *CommitBundlesReply) String() string {
 func (*CommitBundlesReply) ProtoMessage() {}
 
 func (x *CommitBundlesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2259,7 @@ func (x *CommitBundlesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitBundlesReply.ProtoReflect.Descriptor instead.
 func (*CommitBundlesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{26}
+	return file_goray_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommitBundlesReply) GetAvailable() *Resources {
@@ -2146,7 +2282,7 @@ type ReleaseUnusedBundlesRequest struct {
 
 func (x *ReleaseUnusedBundlesRequest) Reset() {
 	*x = ReleaseUnusedBundlesRequest{}
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2294,7 @@ func (x *ReleaseUnusedBundlesRequest) String() string {
 func (*ReleaseUnusedBundlesRequest) ProtoMessage() {}
 
 func (x *ReleaseUnusedBundlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2307,7 @@ func (x *ReleaseUnusedBundlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseUnusedBundlesRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseUnusedBundlesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27}
+	return file_goray_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReleaseUnusedBundlesRequest) GetInUse() []*BundleRef {
@@ -2199,7 +2335,7 @@ type BundleRef struct {
 
 func (x *BundleRef) Reset() {
 	*x = BundleRef{}
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2347,7 @@ func (x *BundleRef) String() string {
 func (*BundleRef) ProtoMessage() {}
 
 func (x *BundleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2360,7 @@ func (x *BundleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundleRef.ProtoReflect.Descriptor instead.
 func (*BundleRef) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{28}
+	return file_goray_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BundleRef) GetPlacementGroupId() []byte {
@@ -2252,7 +2388,7 @@ type ReleaseUnusedBundlesReply struct {
 
 func (x *ReleaseUnusedBundlesReply) Reset() {
 	*x = ReleaseUnusedBundlesReply{}
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2264,7 +2400,7 @@ func (x *ReleaseUnusedBundlesReply) String() string {
 func (*ReleaseUnusedBundlesReply) ProtoMessage() {}
 
 func (x *ReleaseUnusedBundlesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2277,7 +2413,7 @@ func (x *ReleaseUnusedBundlesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseUnusedBundlesReply.ProtoReflect.Descriptor instead.
 func (*ReleaseUnusedBundlesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{29}
+	return file_goray_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReleaseUnusedBundlesReply) GetReleased() []*BundleRef {
@@ -2307,7 +2443,7 @@ type CancelReserveRequest struct {
 
 func (x *CancelReserveRequest) Reset() {
 	*x = CancelReserveRequest{}
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2319,7 +2455,7 @@ func (x *CancelReserveRequest) String() string {
 func (*CancelReserveRequest) ProtoMessage() {}
 
 func (x *CancelReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2332,7 +2468,7 @@ func (x *CancelReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReserveRequest.ProtoReflect.Descriptor instead.
 func (*CancelReserveRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{30}
+	return file_goray_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CancelReserveRequest) GetPlacementGroupId() []byte {
@@ -2367,7 +2503,7 @@ type CancelReserveReply struct {
 
 func (x *CancelReserveReply) Reset() {
 	*x = CancelReserveReply{}
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2379,7 +2515,7 @@ func (x *CancelReserveReply) String() string {
 func (*CancelReserveReply) ProtoMessage() {}
 
 func (x *CancelReserveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2392,7 +2528,7 @@ func (x *CancelReserveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReserveReply.ProtoReflect.Descriptor instead.
 func (*CancelReserveReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31}
+	return file_goray_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CancelReserveReply) GetAvailable() *Resources {
@@ -2424,7 +2560,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2572,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2585,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{32}
+	return file_goray_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WorkerMessage) GetWorkerId() []byte {
@@ -2492,7 +2628,7 @@ type DriverMessage struct {
 
 func (x *DriverMessage) Reset() {
 	*x = DriverMessage{}
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2504,7 +2640,7 @@ func (x *DriverMessage) String() string {
 func (*DriverMessage) ProtoMessage() {}
 
 func (x *DriverMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2517,7 +2653,7 @@ func (x *DriverMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverMessage.ProtoReflect.Descriptor instead.
 func (*DriverMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{33}
+	return file_goray_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DriverMessage) GetJob() *JobInfo {
@@ -2561,7 +2697,7 @@ type RayletCommand struct {
 
 func (x *RayletCommand) Reset() {
 	*x = RayletCommand{}
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2573,7 +2709,7 @@ func (x *RayletCommand) String() string {
 func (*RayletCommand) ProtoMessage() {}
 
 func (x *RayletCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2586,7 +2722,7 @@ func (x *RayletCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RayletCommand.ProtoReflect.Descriptor instead.
 func (*RayletCommand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34}
+	return file_goray_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RayletCommand) GetKind() RayletCommand_Kind {
@@ -2659,7 +2795,7 @@ type StoreInfo struct {
 
 func (x *StoreInfo) Reset() {
 	*x = StoreInfo{}
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2807,7 @@ func (x *StoreInfo) String() string {
 func (*StoreInfo) ProtoMessage() {}
 
 func (x *StoreInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2820,7 @@ func (x *StoreInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreInfo.ProtoReflect.Descriptor instead.
 func (*StoreInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{35}
+	return file_goray_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StoreInfo) GetFdSocket() string {
@@ -2736,7 +2872,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +2884,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +2897,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36}
+	return file_goray_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LeaseRequest) GetJobId() []byte {
@@ -2839,7 +2975,7 @@ type SchedulingStrategy struct {
 
 func (x *SchedulingStrategy) Reset() {
 	*x = SchedulingStrategy{}
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2987,7 @@ func (x *SchedulingStrategy) String() string {
 func (*SchedulingStrategy) ProtoMessage() {}
 
 func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +3000,7 @@ func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulingStrategy.ProtoReflect.Descriptor instead.
 func (*SchedulingStrategy) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37}
+	return file_goray_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SchedulingStrategy) GetKind() SchedulingStrategy_Kind {
@@ -2897,7 +3033,7 @@ type CancelLeaseRequest struct {
 
 func (x *CancelLeaseRequest) Reset() {
 	*x = CancelLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +3045,7 @@ func (x *CancelLeaseRequest) String() string {
 func (*CancelLeaseRequest) ProtoMessage() {}
 
 func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +3058,7 @@ func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CancelLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{38}
+	return file_goray_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CancelLeaseRequest) GetRequestId() []byte {
@@ -2942,7 +3078,7 @@ type CancelLeaseReply struct {
 
 func (x *CancelLeaseReply) Reset() {
 	*x = CancelLeaseReply{}
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2954,7 +3090,7 @@ func (x *CancelLeaseReply) String() string {
 func (*CancelLeaseReply) ProtoMessage() {}
 
 func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2967,7 +3103,7 @@ func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseReply.ProtoReflect.Descriptor instead.
 func (*CancelLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39}
+	return file_goray_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CancelLeaseReply) GetReturned() bool {
@@ -2987,7 +3123,7 @@ type TaskBlockedRequest struct {
 
 func (x *TaskBlockedRequest) Reset() {
 	*x = TaskBlockedRequest{}
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2999,7 +3135,7 @@ func (x *TaskBlockedRequest) String() string {
 func (*TaskBlockedRequest) ProtoMessage() {}
 
 func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3012,7 +3148,7 @@ func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedRequest.ProtoReflect.Descriptor instead.
 func (*TaskBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{40}
+	return file_goray_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TaskBlockedRequest) GetWorkerId() []byte {
@@ -3037,7 +3173,7 @@ type TaskBlockedReply struct {
 
 func (x *TaskBlockedReply) Reset() {
 	*x = TaskBlockedReply{}
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3185,7 @@ func (x *TaskBlockedReply) String() string {
 func (*TaskBlockedReply) ProtoMessage() {}
 
 func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3198,7 @@ func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedReply.ProtoReflect.Descriptor instead.
 func (*TaskBlockedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{41}
+	return file_goray_proto_rawDescGZIP(), []int{43}
 }
 
 type TransportInvokeRequest struct {
@@ -3077,7 +3213,7 @@ type TransportInvokeRequest struct {
 
 func (x *TransportInvokeRequest) Reset() {
 	*x = TransportInvokeRequest{}
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3089,7 +3225,7 @@ func (x *TransportInvokeRequest) String() string {
 func (*TransportInvokeRequest) ProtoMessage() {}
 
 func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3102,7 +3238,7 @@ func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeRequest.ProtoReflect.Descriptor instead.
 func (*TransportInvokeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{42}
+	return file_goray_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TransportInvokeRequest) GetName() string {
@@ -3135,7 +3271,7 @@ type TransportInvokeReply struct {
 
 func (x *TransportInvokeReply) Reset() {
 	*x = TransportInvokeReply{}
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +3283,7 @@ func (x *TransportInvokeReply) String() string {
 func (*TransportInvokeReply) ProtoMessage() {}
 
 func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +3296,7 @@ func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeReply.ProtoReflect.Descriptor instead.
 func (*TransportInvokeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{43}
+	return file_goray_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TransportInvokeReply) GetPayload() []byte {
@@ -3195,7 +3331,7 @@ type LeaseReply struct {
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3207,7 +3343,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3220,7 +3356,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -3290,7 +3426,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3302,7 +3438,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3315,7 +3451,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -3340,7 +3476,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3352,7 +3488,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3365,7 +3501,7 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 type CreateObjectRequest struct {
@@ -3384,7 +3520,7 @@ type CreateObjectRequest struct {
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3532,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3545,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -3456,7 +3592,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3468,7 +3604,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3481,7 +3617,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -3502,7 +3638,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3514,7 +3650,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3527,7 +3663,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -3552,7 +3688,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3700,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3713,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 type GetObjectsRequest struct {
@@ -3591,7 +3727,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3739,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3752,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -3646,7 +3782,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3658,7 +3794,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3671,7 +3807,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -3718,7 +3854,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3730,7 +3866,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3743,7 +3879,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -3763,7 +3899,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3775,7 +3911,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3788,7 +3924,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -3813,7 +3949,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +3961,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +3974,7 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 type PullObjectRequest struct {
@@ -3854,7 +3990,7 @@ type PullObjectRequest struct {
 
 func (x *PullObjectRequest) Reset() {
 	*x = PullObjectRequest{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3866,7 +4002,7 @@ func (x *PullObjectRequest) String() string {
 func (*PullObjectRequest) ProtoMessage() {}
 
 func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3879,7 +4015,7 @@ func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectRequest.ProtoReflect.Descriptor instead.
 func (*PullObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PullObjectRequest) GetObjectId() []byte {
@@ -3911,7 +4047,7 @@ type PullObjectReply struct {
 
 func (x *PullObjectReply) Reset() {
 	*x = PullObjectReply{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3923,7 +4059,7 @@ func (x *PullObjectReply) String() string {
 func (*PullObjectReply) ProtoMessage() {}
 
 func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3936,7 +4072,7 @@ func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectReply.ProtoReflect.Descriptor instead.
 func (*PullObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 type FetchBinaryRequest struct {
@@ -3948,7 +4084,7 @@ type FetchBinaryRequest struct {
 
 func (x *FetchBinaryRequest) Reset() {
 	*x = FetchBinaryRequest{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3960,7 +4096,7 @@ func (x *FetchBinaryRequest) String() string {
 func (*FetchBinaryRequest) ProtoMessage() {}
 
 func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3973,7 +4109,7 @@ func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBinaryRequest.ProtoReflect.Descriptor instead.
 func (*FetchBinaryRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *FetchBinaryRequest) GetSha256() string {
@@ -3993,7 +4129,7 @@ type BinaryChunk struct {
 
 func (x *BinaryChunk) Reset() {
 	*x = BinaryChunk{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4005,7 +4141,7 @@ func (x *BinaryChunk) String() string {
 func (*BinaryChunk) ProtoMessage() {}
 
 func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4018,7 +4154,7 @@ func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
 func (*BinaryChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BinaryChunk) GetData() []byte {
@@ -4045,7 +4181,7 @@ type WorkersDiedRequest struct {
 
 func (x *WorkersDiedRequest) Reset() {
 	*x = WorkersDiedRequest{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4057,7 +4193,7 @@ func (x *WorkersDiedRequest) String() string {
 func (*WorkersDiedRequest) ProtoMessage() {}
 
 func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4070,7 +4206,7 @@ func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
 func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
@@ -4095,7 +4231,7 @@ type WorkersDiedReply struct {
 
 func (x *WorkersDiedReply) Reset() {
 	*x = WorkersDiedReply{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4243,7 @@ func (x *WorkersDiedReply) String() string {
 func (*WorkersDiedReply) ProtoMessage() {}
 
 func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4256,7 @@ func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
 func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 type FreeObjectsRequest struct {
@@ -4134,7 +4270,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4146,7 +4282,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4159,7 +4295,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -4184,7 +4320,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4196,7 +4332,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4209,7 +4345,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 type GetNodeStatsRequest struct {
@@ -4220,7 +4356,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4232,7 +4368,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4245,7 +4381,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 type WorkerStats struct {
@@ -4262,7 +4398,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4274,7 +4410,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4287,7 +4423,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -4343,7 +4479,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4355,7 +4491,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4368,7 +4504,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -4416,7 +4552,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4428,7 +4564,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4441,7 +4577,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -4548,7 +4684,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4560,7 +4696,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4573,7 +4709,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -4655,7 +4791,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4667,7 +4803,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4680,7 +4816,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -4698,7 +4834,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4710,7 +4846,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4723,7 +4859,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 type NodeInfo struct {
@@ -4752,7 +4888,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4764,7 +4900,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4777,7 +4913,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -4907,7 +5043,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4919,7 +5055,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4932,7 +5068,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -5037,7 +5173,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5049,7 +5185,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5062,7 +5198,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -5184,6 +5320,145 @@ func (x *ActorInfo) GetDeathCause() string {
 	return ""
 }
 
+type DrainNodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId []byte                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Why the node drains (logged by the raylet).
+	Reason string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// End the drain: the node schedules again.
+	Cancel        bool `protobuf:"varint,3,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_goray_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *DrainNodeRequest) GetNodeId() []byte {
+	if x != nil {
+		return x.NodeId
+	}
+	return nil
+}
+
+func (x *DrainNodeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
+// DrainNodeReply is the raylet's DrainRayletReply.
+type DrainNodeReply struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Accepted        bool                   `protobuf:"varint,1,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	RejectionReason string                 `protobuf:"bytes,2,opt,name=rejection_reason,json=rejectionReason,proto3" json:"rejection_reason,omitempty"`
+	Drained         bool                   `protobuf:"varint,3,opt,name=drained,proto3" json:"drained,omitempty"`
+	PrimariesLeft   int64                  `protobuf:"varint,4,opt,name=primaries_left,json=primariesLeft,proto3" json:"primaries_left,omitempty"`
+	Progress        string                 `protobuf:"bytes,5,opt,name=progress,proto3" json:"progress,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DrainNodeReply) Reset() {
+	*x = DrainNodeReply{}
+	mi := &file_goray_proto_msgTypes[77]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeReply) ProtoMessage() {}
+
+func (x *DrainNodeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[77]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeReply.ProtoReflect.Descriptor instead.
+func (*DrainNodeReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{77}
+}
+
+func (x *DrainNodeReply) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *DrainNodeReply) GetRejectionReason() string {
+	if x != nil {
+		return x.RejectionReason
+	}
+	return ""
+}
+
+func (x *DrainNodeReply) GetDrained() bool {
+	if x != nil {
+		return x.Drained
+	}
+	return false
+}
+
+func (x *DrainNodeReply) GetPrimariesLeft() int64 {
+	if x != nil {
+		return x.PrimariesLeft
+	}
+	return 0
+}
+
+func (x *DrainNodeReply) GetProgress() string {
+	if x != nil {
+		return x.Progress
+	}
+	return ""
+}
+
 type GetClusterInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -5192,7 +5467,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5204,7 +5479,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5217,7 +5492,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 type GetClusterInfoReply struct {
@@ -5242,7 +5517,7 @@ type GetClusterInfoReply struct {
 
 func (x *GetClusterInfoReply) Reset() {
 	*x = GetClusterInfoReply{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5254,7 +5529,7 @@ func (x *GetClusterInfoReply) String() string {
 func (*GetClusterInfoReply) ProtoMessage() {}
 
 func (x *GetClusterInfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5267,7 +5542,7 @@ func (x *GetClusterInfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoReply.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *GetClusterInfoReply) GetClusterId() string {
@@ -5332,7 +5607,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5344,7 +5619,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5357,7 +5632,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -5386,7 +5661,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5398,7 +5673,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5411,7 +5686,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -5438,7 +5713,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5450,7 +5725,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5463,7 +5738,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -5488,7 +5763,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5500,7 +5775,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5513,7 +5788,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 type HeartbeatRequest struct {
@@ -5524,13 +5799,15 @@ type HeartbeatRequest struct {
 	StoreCapacity int64                  `protobuf:"varint,4,opt,name=store_capacity,json=storeCapacity,proto3" json:"store_capacity,omitempty"`
 	Pending       []*PendingDemand       `protobuf:"bytes,5,rep,name=pending,proto3" json:"pending,omitempty"`
 	Spill         *SpillStats            `protobuf:"bytes,6,opt,name=spill,proto3" json:"spill,omitempty"`
+	// The node drains (DrainRaylet): it takes no new work.
+	Draining      bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5542,7 +5819,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5555,7 +5832,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -5600,6 +5877,13 @@ func (x *HeartbeatRequest) GetSpill() *SpillStats {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 // SpillStats describes a node's spilling of objects to storage.
 type SpillStats struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -5626,7 +5910,7 @@ type SpillStats struct {
 
 func (x *SpillStats) Reset() {
 	*x = SpillStats{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5638,7 +5922,7 @@ func (x *SpillStats) String() string {
 func (*SpillStats) ProtoMessage() {}
 
 func (x *SpillStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5651,7 +5935,7 @@ func (x *SpillStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
 func (*SpillStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *SpillStats) GetLocation() string {
@@ -5747,7 +6031,7 @@ type SpilledObject struct {
 
 func (x *SpilledObject) Reset() {
 	*x = SpilledObject{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5759,7 +6043,7 @@ func (x *SpilledObject) String() string {
 func (*SpilledObject) ProtoMessage() {}
 
 func (x *SpilledObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5772,7 +6056,7 @@ func (x *SpilledObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
 func (*SpilledObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *SpilledObject) GetObjectId() []byte {
@@ -5821,7 +6105,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5833,7 +6117,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5846,7 +6130,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -5864,7 +6148,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5876,7 +6160,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5889,7 +6173,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 type NodeView struct {
@@ -5901,13 +6185,16 @@ type NodeView struct {
 	Pending         []*PendingDemand       `protobuf:"bytes,5,rep,name=pending,proto3" json:"pending,omitempty"`
 	LastHeartbeatMs int64                  `protobuf:"varint,6,opt,name=last_heartbeat_ms,json=lastHeartbeatMs,proto3" json:"last_heartbeat_ms,omitempty"`
 	Spill           *SpillStats            `protobuf:"bytes,7,opt,name=spill,proto3" json:"spill,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The node drains before it is terminated (DrainNode): schedulers send
+	// it no new work.
+	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5919,7 +6206,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5932,7 +6219,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -5984,6 +6271,13 @@ func (x *NodeView) GetSpill() *SpillStats {
 	return nil
 }
 
+func (x *NodeView) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 type GetAllNodesReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         []*NodeView            `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -5993,7 +6287,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6005,7 +6299,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6018,7 +6312,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -6037,7 +6331,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6049,7 +6343,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6062,7 +6356,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -6080,7 +6374,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6092,7 +6386,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6105,7 +6399,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 type MarkJobFinishedRequest struct {
@@ -6117,7 +6411,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6129,7 +6423,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6142,7 +6436,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -6160,7 +6454,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6172,7 +6466,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6185,7 +6479,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 type GetAllJobsRequest struct {
@@ -6200,7 +6494,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6212,7 +6506,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6225,7 +6519,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *GetAllJobsRequest) GetIncludeEnv() bool {
@@ -6244,7 +6538,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6256,7 +6550,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6269,7 +6563,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -6288,7 +6582,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6300,7 +6594,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6313,7 +6607,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -6331,7 +6625,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6343,7 +6637,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6356,7 +6650,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{98}
 }
 
 type UpdateActorRequest struct {
@@ -6368,7 +6662,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6380,7 +6674,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6393,7 +6687,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{95}
+	return file_goray_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -6411,7 +6705,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6423,7 +6717,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6436,7 +6730,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{96}
+	return file_goray_proto_rawDescGZIP(), []int{100}
 }
 
 type GetActorRequest struct {
@@ -6457,7 +6751,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6469,7 +6763,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6482,7 +6776,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{97}
+	return file_goray_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -6522,7 +6816,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6534,7 +6828,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6547,7 +6841,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{98}
+	return file_goray_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -6565,7 +6859,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6577,7 +6871,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6590,7 +6884,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{99}
+	return file_goray_proto_rawDescGZIP(), []int{103}
 }
 
 type ListActorsReply struct {
@@ -6602,7 +6896,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6614,7 +6908,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6627,7 +6921,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{100}
+	return file_goray_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -6652,7 +6946,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6664,7 +6958,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6677,7 +6971,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{101}
+	return file_goray_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -6716,7 +7010,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6728,7 +7022,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6741,7 +7035,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{102}
+	return file_goray_proto_rawDescGZIP(), []int{106}
 }
 
 type KVPutRequest struct {
@@ -6756,7 +7050,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6768,7 +7062,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6781,7 +7075,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{103}
+	return file_goray_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -6821,7 +7115,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6833,7 +7127,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6846,7 +7140,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{104}
+	return file_goray_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -6866,7 +7160,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6878,7 +7172,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6891,7 +7185,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{105}
+	return file_goray_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -6918,7 +7212,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6930,7 +7224,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6943,7 +7237,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{106}
+	return file_goray_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -6971,7 +7265,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6983,7 +7277,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6996,7 +7290,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{107}
+	return file_goray_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -7029,7 +7323,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7041,7 +7335,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7054,7 +7348,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{108}
+	return file_goray_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -7074,7 +7368,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7086,7 +7380,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7099,7 +7393,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{109}
+	return file_goray_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -7125,7 +7419,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7137,7 +7431,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7150,7 +7444,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{110}
+	return file_goray_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -7173,7 +7467,7 @@ type Bundle struct {
 
 func (x *Bundle) Reset() {
 	*x = Bundle{}
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7185,7 +7479,7 @@ func (x *Bundle) String() string {
 func (*Bundle) ProtoMessage() {}
 
 func (x *Bundle) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7198,7 +7492,7 @@ func (x *Bundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bundle.ProtoReflect.Descriptor instead.
 func (*Bundle) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{111}
+	return file_goray_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *Bundle) GetIndex() int32 {
@@ -7253,7 +7547,7 @@ type PlacementGroupInfo struct {
 
 func (x *PlacementGroupInfo) Reset() {
 	*x = PlacementGroupInfo{}
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7265,7 +7559,7 @@ func (x *PlacementGroupInfo) String() string {
 func (*PlacementGroupInfo) ProtoMessage() {}
 
 func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7278,7 +7572,7 @@ func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementGroupInfo.ProtoReflect.Descriptor instead.
 func (*PlacementGroupInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{112}
+	return file_goray_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *PlacementGroupInfo) GetPlacementGroupId() []byte {
@@ -7390,7 +7684,7 @@ type CreatePlacementGroupRequest struct {
 
 func (x *CreatePlacementGroupRequest) Reset() {
 	*x = CreatePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7402,7 +7696,7 @@ func (x *CreatePlacementGroupRequest) String() string {
 func (*CreatePlacementGroupRequest) ProtoMessage() {}
 
 func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7415,7 +7709,7 @@ func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{113}
+	return file_goray_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *CreatePlacementGroupRequest) GetGroup() *PlacementGroupInfo {
@@ -7433,7 +7727,7 @@ type CreatePlacementGroupReply struct {
 
 func (x *CreatePlacementGroupReply) Reset() {
 	*x = CreatePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7445,7 +7739,7 @@ func (x *CreatePlacementGroupReply) String() string {
 func (*CreatePlacementGroupReply) ProtoMessage() {}
 
 func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7458,7 +7752,7 @@ func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{114}
+	return file_goray_proto_rawDescGZIP(), []int{118}
 }
 
 type RemovePlacementGroupRequest struct {
@@ -7470,7 +7764,7 @@ type RemovePlacementGroupRequest struct {
 
 func (x *RemovePlacementGroupRequest) Reset() {
 	*x = RemovePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7482,7 +7776,7 @@ func (x *RemovePlacementGroupRequest) String() string {
 func (*RemovePlacementGroupRequest) ProtoMessage() {}
 
 func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7495,7 +7789,7 @@ func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{115}
+	return file_goray_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *RemovePlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -7513,7 +7807,7 @@ type RemovePlacementGroupReply struct {
 
 func (x *RemovePlacementGroupReply) Reset() {
 	*x = RemovePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7525,7 +7819,7 @@ func (x *RemovePlacementGroupReply) String() string {
 func (*RemovePlacementGroupReply) ProtoMessage() {}
 
 func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7538,7 +7832,7 @@ func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{116}
+	return file_goray_proto_rawDescGZIP(), []int{120}
 }
 
 type GetPlacementGroupRequest struct {
@@ -7553,7 +7847,7 @@ type GetPlacementGroupRequest struct {
 
 func (x *GetPlacementGroupRequest) Reset() {
 	*x = GetPlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7565,7 +7859,7 @@ func (x *GetPlacementGroupRequest) String() string {
 func (*GetPlacementGroupRequest) ProtoMessage() {}
 
 func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7578,7 +7872,7 @@ func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{117}
+	return file_goray_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *GetPlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -7611,7 +7905,7 @@ type GetPlacementGroupReply struct {
 
 func (x *GetPlacementGroupReply) Reset() {
 	*x = GetPlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7623,7 +7917,7 @@ func (x *GetPlacementGroupReply) String() string {
 func (*GetPlacementGroupReply) ProtoMessage() {}
 
 func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7636,7 +7930,7 @@ func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{118}
+	return file_goray_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *GetPlacementGroupReply) GetGroup() *PlacementGroupInfo {
@@ -7654,7 +7948,7 @@ type ListPlacementGroupsRequest struct {
 
 func (x *ListPlacementGroupsRequest) Reset() {
 	*x = ListPlacementGroupsRequest{}
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7666,7 +7960,7 @@ func (x *ListPlacementGroupsRequest) String() string {
 func (*ListPlacementGroupsRequest) ProtoMessage() {}
 
 func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7679,7 +7973,7 @@ func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{119}
+	return file_goray_proto_rawDescGZIP(), []int{123}
 }
 
 type ListPlacementGroupsReply struct {
@@ -7691,7 +7985,7 @@ type ListPlacementGroupsReply struct {
 
 func (x *ListPlacementGroupsReply) Reset() {
 	*x = ListPlacementGroupsReply{}
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7703,7 +7997,7 @@ func (x *ListPlacementGroupsReply) String() string {
 func (*ListPlacementGroupsReply) ProtoMessage() {}
 
 func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7716,7 +8010,7 @@ func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsReply.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{120}
+	return file_goray_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *ListPlacementGroupsReply) GetGroups() []*PlacementGroupInfo {
@@ -7846,7 +8140,16 @@ const file_goray_proto_rawDesc = "" +
 	"\x0eListOwnedReply\x12'\n" +
 	"\x05owner\x18\x01 \x01(\v2\x11.goray.v1.AddressR\x05owner\x12)\n" +
 	"\x05tasks\x18\x02 \x03(\v2\x13.goray.v1.TaskStateR\x05tasks\x12/\n" +
-	"\aobjects\x18\x03 \x03(\v2\x15.goray.v1.ObjectStateR\aobjects\"q\n" +
+	"\aobjects\x18\x03 \x03(\v2\x15.goray.v1.ObjectStateR\aobjects\"D\n" +
+	"\x12DrainRayletRequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06cancel\x18\x02 \x01(\bR\x06cancel\"\xb6\x01\n" +
+	"\x10DrainRayletReply\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12)\n" +
+	"\x10rejection_reason\x18\x02 \x01(\tR\x0frejectionReason\x12\x18\n" +
+	"\adrained\x18\x03 \x01(\bR\adrained\x12%\n" +
+	"\x0eprimaries_left\x18\x04 \x01(\x03R\rprimariesLeft\x12\x1a\n" +
+	"\bprogress\x18\x05 \x01(\tR\bprogress\"q\n" +
 	"\x15PrepareBundlesRequest\x12,\n" +
 	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12*\n" +
 	"\abundles\x18\x02 \x03(\v2\x10.goray.v1.BundleR\abundles\"z\n" +
@@ -8111,7 +8414,17 @@ const file_goray_proto_rawDesc = "" +
 	"\fnum_restarts\x18\x0f \x01(\x05R\vnumRestarts\x12,\n" +
 	"\x12placement_group_id\x18\x10 \x01(\fR\x10placementGroupId\x12\x1f\n" +
 	"\vdeath_cause\x18\x11 \x01(\tR\n" +
-	"deathCause\"\x17\n" +
+	"deathCause\"[\n" +
+	"\x10DrainNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06cancel\x18\x03 \x01(\bR\x06cancel\"\xb4\x01\n" +
+	"\x0eDrainNodeReply\x12\x1a\n" +
+	"\baccepted\x18\x01 \x01(\bR\baccepted\x12)\n" +
+	"\x10rejection_reason\x18\x02 \x01(\tR\x0frejectionReason\x12\x18\n" +
+	"\adrained\x18\x03 \x01(\bR\adrained\x12%\n" +
+	"\x0eprimaries_left\x18\x04 \x01(\x03R\rprimariesLeft\x12\x1a\n" +
+	"\bprogress\x18\x05 \x01(\tR\bprogress\"\x17\n" +
 	"\x15GetClusterInfoRequest\"\xdc\x01\n" +
 	"\x13GetClusterInfoReply\x12\x1d\n" +
 	"\n" +
@@ -8133,7 +8446,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x15UnregisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x15\n" +
-	"\x13UnregisterNodeReply\"\x83\x02\n" +
+	"\x13UnregisterNodeReply\"\x9f\x02\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
@@ -8141,7 +8454,8 @@ const file_goray_proto_rawDesc = "" +
 	"store_used\x18\x03 \x01(\x03R\tstoreUsed\x12%\n" +
 	"\x0estore_capacity\x18\x04 \x01(\x03R\rstoreCapacity\x121\n" +
 	"\apending\x18\x05 \x03(\v2\x17.goray.v1.PendingDemandR\apending\x12*\n" +
-	"\x05spill\x18\x06 \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\"\x90\x03\n" +
+	"\x05spill\x18\x06 \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\x12\x1a\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\"\x90\x03\n" +
 	"\n" +
 	"SpillStats\x12\x1a\n" +
 	"\blocation\x18\x01 \x01(\tR\blocation\x12#\n" +
@@ -8164,7 +8478,7 @@ const file_goray_proto_rawDesc = "" +
 	"\tin_memory\x18\x05 \x01(\bR\binMemory\"$\n" +
 	"\x0eHeartbeatReply\x12\x12\n" +
 	"\x04dead\x18\x01 \x01(\bR\x04dead\"\x14\n" +
-	"\x12GetAllNodesRequest\"\xb6\x02\n" +
+	"\x12GetAllNodesRequest\"\xd2\x02\n" +
 	"\bNodeView\x12&\n" +
 	"\x04info\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04info\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
@@ -8173,7 +8487,8 @@ const file_goray_proto_rawDesc = "" +
 	"\x0estore_capacity\x18\x04 \x01(\x03R\rstoreCapacity\x121\n" +
 	"\apending\x18\x05 \x03(\v2\x17.goray.v1.PendingDemandR\apending\x12*\n" +
 	"\x11last_heartbeat_ms\x18\x06 \x01(\x03R\x0flastHeartbeatMs\x12*\n" +
-	"\x05spill\x18\a \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\"<\n" +
+	"\x05spill\x18\a \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\x12\x1a\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\"<\n" +
 	"\x10GetAllNodesReply\x12(\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x12.goray.v1.NodeViewR\x05nodes\"4\n" +
 	"\rAddJobRequest\x12#\n" +
@@ -8305,7 +8620,7 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12\x1b.goray.v1.CancelTaskRequest\x1a\x19.goray.v1.CancelTaskReply\x12J\n" +
 	"\fCancelObject\x12\x1d.goray.v1.CancelObjectRequest\x1a\x1b.goray.v1.CancelObjectReply\x12A\n" +
-	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xe8\f\n" +
+	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xb1\r\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
 	"\rDriverSession\x12\x17.goray.v1.DriverMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12B\n" +
@@ -8330,7 +8645,8 @@ const file_goray_proto_rawDesc = "" +
 	"\x16PrepareBundleResources\x12\x1f.goray.v1.PrepareBundlesRequest\x1a\x1d.goray.v1.PrepareBundlesReply\x12U\n" +
 	"\x15CommitBundleResources\x12\x1e.goray.v1.CommitBundlesRequest\x1a\x1c.goray.v1.CommitBundlesReply\x12U\n" +
 	"\x15CancelResourceReserve\x12\x1e.goray.v1.CancelReserveRequest\x1a\x1c.goray.v1.CancelReserveReply\x12b\n" +
-	"\x14ReleaseUnusedBundles\x12%.goray.v1.ReleaseUnusedBundlesRequest\x1a#.goray.v1.ReleaseUnusedBundlesReply2\xbe\f\n" +
+	"\x14ReleaseUnusedBundles\x12%.goray.v1.ReleaseUnusedBundlesRequest\x1a#.goray.v1.ReleaseUnusedBundlesReply\x12G\n" +
+	"\vDrainRaylet\x12\x1c.goray.v1.DrainRayletRequest\x1a\x1a.goray.v1.DrainRayletReply2\x81\r\n" +
 	"\x03Gcs\x12J\n" +
 	"\fRegisterNode\x12\x1d.goray.v1.RegisterNodeRequest\x1a\x1b.goray.v1.RegisterNodeReply\x12P\n" +
 	"\x0eUnregisterNode\x12\x1f.goray.v1.UnregisterNodeRequest\x1a\x1d.goray.v1.UnregisterNodeReply\x12G\n" +
@@ -8354,7 +8670,8 @@ const file_goray_proto_rawDesc = "" +
 	"\x14RemovePlacementGroup\x12%.goray.v1.RemovePlacementGroupRequest\x1a#.goray.v1.RemovePlacementGroupReply\x12Y\n" +
 	"\x11GetPlacementGroup\x12\".goray.v1.GetPlacementGroupRequest\x1a .goray.v1.GetPlacementGroupReply\x12_\n" +
 	"\x13ListPlacementGroups\x12$.goray.v1.ListPlacementGroupsRequest\x1a\".goray.v1.ListPlacementGroupsReply\x12P\n" +
-	"\x0eGetClusterInfo\x12\x1f.goray.v1.GetClusterInfoRequest\x1a\x1d.goray.v1.GetClusterInfoReplyB3Z1github.com/goray-dev/goray/internal/proto/gorayv1b\x06proto3"
+	"\x0eGetClusterInfo\x12\x1f.goray.v1.GetClusterInfoRequest\x1a\x1d.goray.v1.GetClusterInfoReply\x12A\n" +
+	"\tDrainNode\x12\x1a.goray.v1.DrainNodeRequest\x1a\x18.goray.v1.DrainNodeReplyB3Z1github.com/goray-dev/goray/internal/proto/gorayv1b\x06proto3"
 
 var (
 	file_goray_proto_rawDescOnce sync.Once
@@ -8369,7 +8686,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 123)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                       // 0: goray.v1.TaskKind
 	(ActorState)(0),                     // 1: goray.v1.ActorState
@@ -8401,109 +8718,113 @@ var file_goray_proto_goTypes = []any{
 	(*TaskState)(nil),                   // 27: goray.v1.TaskState
 	(*ObjectState)(nil),                 // 28: goray.v1.ObjectState
 	(*ListOwnedReply)(nil),              // 29: goray.v1.ListOwnedReply
-	(*PrepareBundlesRequest)(nil),       // 30: goray.v1.PrepareBundlesRequest
-	(*PrepareBundlesReply)(nil),         // 31: goray.v1.PrepareBundlesReply
-	(*CommitBundlesRequest)(nil),        // 32: goray.v1.CommitBundlesRequest
-	(*CommitBundlesReply)(nil),          // 33: goray.v1.CommitBundlesReply
-	(*ReleaseUnusedBundlesRequest)(nil), // 34: goray.v1.ReleaseUnusedBundlesRequest
-	(*BundleRef)(nil),                   // 35: goray.v1.BundleRef
-	(*ReleaseUnusedBundlesReply)(nil),   // 36: goray.v1.ReleaseUnusedBundlesReply
-	(*CancelReserveRequest)(nil),        // 37: goray.v1.CancelReserveRequest
-	(*CancelReserveReply)(nil),          // 38: goray.v1.CancelReserveReply
-	(*WorkerMessage)(nil),               // 39: goray.v1.WorkerMessage
-	(*DriverMessage)(nil),               // 40: goray.v1.DriverMessage
-	(*RayletCommand)(nil),               // 41: goray.v1.RayletCommand
-	(*StoreInfo)(nil),                   // 42: goray.v1.StoreInfo
-	(*LeaseRequest)(nil),                // 43: goray.v1.LeaseRequest
-	(*SchedulingStrategy)(nil),          // 44: goray.v1.SchedulingStrategy
-	(*CancelLeaseRequest)(nil),          // 45: goray.v1.CancelLeaseRequest
-	(*CancelLeaseReply)(nil),            // 46: goray.v1.CancelLeaseReply
-	(*TaskBlockedRequest)(nil),          // 47: goray.v1.TaskBlockedRequest
-	(*TaskBlockedReply)(nil),            // 48: goray.v1.TaskBlockedReply
-	(*TransportInvokeRequest)(nil),      // 49: goray.v1.TransportInvokeRequest
-	(*TransportInvokeReply)(nil),        // 50: goray.v1.TransportInvokeReply
-	(*LeaseReply)(nil),                  // 51: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),          // 52: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),            // 53: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),         // 54: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),           // 55: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),           // 56: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),             // 57: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),           // 58: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                 // 59: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),             // 60: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),       // 61: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),         // 62: goray.v1.ReleaseObjectsReply
-	(*PullObjectRequest)(nil),           // 63: goray.v1.PullObjectRequest
-	(*PullObjectReply)(nil),             // 64: goray.v1.PullObjectReply
-	(*FetchBinaryRequest)(nil),          // 65: goray.v1.FetchBinaryRequest
-	(*BinaryChunk)(nil),                 // 66: goray.v1.BinaryChunk
-	(*WorkersDiedRequest)(nil),          // 67: goray.v1.WorkersDiedRequest
-	(*WorkersDiedReply)(nil),            // 68: goray.v1.WorkersDiedReply
-	(*FreeObjectsRequest)(nil),          // 69: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),            // 70: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),         // 71: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                 // 72: goray.v1.WorkerStats
-	(*PendingDemand)(nil),               // 73: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),           // 74: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),                // 75: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),         // 76: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),           // 77: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                    // 78: goray.v1.NodeInfo
-	(*JobInfo)(nil),                     // 79: goray.v1.JobInfo
-	(*ActorInfo)(nil),                   // 80: goray.v1.ActorInfo
-	(*GetClusterInfoRequest)(nil),       // 81: goray.v1.GetClusterInfoRequest
-	(*GetClusterInfoReply)(nil),         // 82: goray.v1.GetClusterInfoReply
-	(*RegisterNodeRequest)(nil),         // 83: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),           // 84: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),       // 85: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),         // 86: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),            // 87: goray.v1.HeartbeatRequest
-	(*SpillStats)(nil),                  // 88: goray.v1.SpillStats
-	(*SpilledObject)(nil),               // 89: goray.v1.SpilledObject
-	(*HeartbeatReply)(nil),              // 90: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),          // 91: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                    // 92: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),            // 93: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),               // 94: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                 // 95: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),      // 96: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),        // 97: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),           // 98: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),             // 99: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),        // 100: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),          // 101: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),          // 102: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),            // 103: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),             // 104: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),               // 105: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),           // 106: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),             // 107: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil),  // 108: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),    // 109: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),                // 110: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                  // 111: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),                // 112: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                  // 113: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),                // 114: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                  // 115: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),               // 116: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                 // 117: goray.v1.KVKeysReply
-	(*Bundle)(nil),                      // 118: goray.v1.Bundle
-	(*PlacementGroupInfo)(nil),          // 119: goray.v1.PlacementGroupInfo
-	(*CreatePlacementGroupRequest)(nil), // 120: goray.v1.CreatePlacementGroupRequest
-	(*CreatePlacementGroupReply)(nil),   // 121: goray.v1.CreatePlacementGroupReply
-	(*RemovePlacementGroupRequest)(nil), // 122: goray.v1.RemovePlacementGroupRequest
-	(*RemovePlacementGroupReply)(nil),   // 123: goray.v1.RemovePlacementGroupReply
-	(*GetPlacementGroupRequest)(nil),    // 124: goray.v1.GetPlacementGroupRequest
-	(*GetPlacementGroupReply)(nil),      // 125: goray.v1.GetPlacementGroupReply
-	(*ListPlacementGroupsRequest)(nil),  // 126: goray.v1.ListPlacementGroupsRequest
-	(*ListPlacementGroupsReply)(nil),    // 127: goray.v1.ListPlacementGroupsReply
-	nil,                                 // 128: goray.v1.Resources.AmountsEntry
-	nil,                                 // 129: goray.v1.NodeInfo.LabelsEntry
+	(*DrainRayletRequest)(nil),          // 30: goray.v1.DrainRayletRequest
+	(*DrainRayletReply)(nil),            // 31: goray.v1.DrainRayletReply
+	(*PrepareBundlesRequest)(nil),       // 32: goray.v1.PrepareBundlesRequest
+	(*PrepareBundlesReply)(nil),         // 33: goray.v1.PrepareBundlesReply
+	(*CommitBundlesRequest)(nil),        // 34: goray.v1.CommitBundlesRequest
+	(*CommitBundlesReply)(nil),          // 35: goray.v1.CommitBundlesReply
+	(*ReleaseUnusedBundlesRequest)(nil), // 36: goray.v1.ReleaseUnusedBundlesRequest
+	(*BundleRef)(nil),                   // 37: goray.v1.BundleRef
+	(*ReleaseUnusedBundlesReply)(nil),   // 38: goray.v1.ReleaseUnusedBundlesReply
+	(*CancelReserveRequest)(nil),        // 39: goray.v1.CancelReserveRequest
+	(*CancelReserveReply)(nil),          // 40: goray.v1.CancelReserveReply
+	(*WorkerMessage)(nil),               // 41: goray.v1.WorkerMessage
+	(*DriverMessage)(nil),               // 42: goray.v1.DriverMessage
+	(*RayletCommand)(nil),               // 43: goray.v1.RayletCommand
+	(*StoreInfo)(nil),                   // 44: goray.v1.StoreInfo
+	(*LeaseRequest)(nil),                // 45: goray.v1.LeaseRequest
+	(*SchedulingStrategy)(nil),          // 46: goray.v1.SchedulingStrategy
+	(*CancelLeaseRequest)(nil),          // 47: goray.v1.CancelLeaseRequest
+	(*CancelLeaseReply)(nil),            // 48: goray.v1.CancelLeaseReply
+	(*TaskBlockedRequest)(nil),          // 49: goray.v1.TaskBlockedRequest
+	(*TaskBlockedReply)(nil),            // 50: goray.v1.TaskBlockedReply
+	(*TransportInvokeRequest)(nil),      // 51: goray.v1.TransportInvokeRequest
+	(*TransportInvokeReply)(nil),        // 52: goray.v1.TransportInvokeReply
+	(*LeaseReply)(nil),                  // 53: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),          // 54: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),            // 55: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),         // 56: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),           // 57: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),           // 58: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),             // 59: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),           // 60: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                 // 61: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),             // 62: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),       // 63: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),         // 64: goray.v1.ReleaseObjectsReply
+	(*PullObjectRequest)(nil),           // 65: goray.v1.PullObjectRequest
+	(*PullObjectReply)(nil),             // 66: goray.v1.PullObjectReply
+	(*FetchBinaryRequest)(nil),          // 67: goray.v1.FetchBinaryRequest
+	(*BinaryChunk)(nil),                 // 68: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),          // 69: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),            // 70: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),          // 71: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),            // 72: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),         // 73: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                 // 74: goray.v1.WorkerStats
+	(*PendingDemand)(nil),               // 75: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),           // 76: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),                // 77: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),         // 78: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),           // 79: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                    // 80: goray.v1.NodeInfo
+	(*JobInfo)(nil),                     // 81: goray.v1.JobInfo
+	(*ActorInfo)(nil),                   // 82: goray.v1.ActorInfo
+	(*DrainNodeRequest)(nil),            // 83: goray.v1.DrainNodeRequest
+	(*DrainNodeReply)(nil),              // 84: goray.v1.DrainNodeReply
+	(*GetClusterInfoRequest)(nil),       // 85: goray.v1.GetClusterInfoRequest
+	(*GetClusterInfoReply)(nil),         // 86: goray.v1.GetClusterInfoReply
+	(*RegisterNodeRequest)(nil),         // 87: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),           // 88: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),       // 89: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),         // 90: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),            // 91: goray.v1.HeartbeatRequest
+	(*SpillStats)(nil),                  // 92: goray.v1.SpillStats
+	(*SpilledObject)(nil),               // 93: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),              // 94: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),          // 95: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                    // 96: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),            // 97: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),               // 98: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                 // 99: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),      // 100: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),        // 101: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),           // 102: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),             // 103: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),        // 104: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),          // 105: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),          // 106: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),            // 107: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),             // 108: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),               // 109: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),           // 110: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),             // 111: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil),  // 112: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),    // 113: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),                // 114: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                  // 115: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),                // 116: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                  // 117: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),                // 118: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                  // 119: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),               // 120: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                 // 121: goray.v1.KVKeysReply
+	(*Bundle)(nil),                      // 122: goray.v1.Bundle
+	(*PlacementGroupInfo)(nil),          // 123: goray.v1.PlacementGroupInfo
+	(*CreatePlacementGroupRequest)(nil), // 124: goray.v1.CreatePlacementGroupRequest
+	(*CreatePlacementGroupReply)(nil),   // 125: goray.v1.CreatePlacementGroupReply
+	(*RemovePlacementGroupRequest)(nil), // 126: goray.v1.RemovePlacementGroupRequest
+	(*RemovePlacementGroupReply)(nil),   // 127: goray.v1.RemovePlacementGroupReply
+	(*GetPlacementGroupRequest)(nil),    // 128: goray.v1.GetPlacementGroupRequest
+	(*GetPlacementGroupReply)(nil),      // 129: goray.v1.GetPlacementGroupReply
+	(*ListPlacementGroupsRequest)(nil),  // 130: goray.v1.ListPlacementGroupsRequest
+	(*ListPlacementGroupsReply)(nil),    // 131: goray.v1.ListPlacementGroupsReply
+	nil,                                 // 132: goray.v1.Resources.AmountsEntry
+	nil,                                 // 133: goray.v1.NodeInfo.LabelsEntry
 }
 var file_goray_proto_depIdxs = []int32{
-	128, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	132, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	7,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	9,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	9,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -8521,65 +8842,65 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 15: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
 	27,  // 16: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
 	28,  // 17: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	118, // 18: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
+	122, // 18: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
 	8,   // 19: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
 	8,   // 20: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
-	35,  // 21: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
-	35,  // 22: goray.v1.ReleaseUnusedBundlesReply.released:type_name -> goray.v1.BundleRef
+	37,  // 21: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
+	37,  // 22: goray.v1.ReleaseUnusedBundlesReply.released:type_name -> goray.v1.BundleRef
 	8,   // 23: goray.v1.ReleaseUnusedBundlesReply.available:type_name -> goray.v1.Resources
 	8,   // 24: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
 	7,   // 25: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	79,  // 26: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	81,  // 26: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
 	7,   // 27: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
 	5,   // 28: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	78,  // 29: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	42,  // 30: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	80,  // 29: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	44,  // 30: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
 	8,   // 31: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	44,  // 32: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	46,  // 32: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
 	6,   // 33: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
 	7,   // 34: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
 	7,   // 35: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	59,  // 36: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	61,  // 36: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
 	7,   // 37: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
 	7,   // 38: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
 	8,   // 39: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	78,  // 40: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	80,  // 40: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
 	8,   // 41: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	72,  // 42: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	73,  // 43: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	59,  // 44: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	74,  // 42: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	75,  // 43: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	61,  // 44: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
 	7,   // 45: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	75,  // 46: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	88,  // 47: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	89,  // 48: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	77,  // 46: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	92,  // 47: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	93,  // 48: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
 	8,   // 49: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	129, // 50: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	133, // 50: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
 	1,   // 51: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
 	7,   // 52: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
 	7,   // 53: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
 	8,   // 54: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	78,  // 55: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	80,  // 55: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
 	8,   // 56: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	73,  // 57: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	88,  // 58: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	78,  // 59: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	75,  // 57: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	92,  // 58: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	80,  // 59: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
 	8,   // 60: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	73,  // 61: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	88,  // 62: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	92,  // 63: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	79,  // 64: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	79,  // 65: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	80,  // 66: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	80,  // 67: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	80,  // 68: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	80,  // 69: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	75,  // 61: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	92,  // 62: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	96,  // 63: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	81,  // 64: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	81,  // 65: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	82,  // 66: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	82,  // 67: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	82,  // 68: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	82,  // 69: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
 	8,   // 70: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
 	2,   // 71: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
-	118, // 72: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
+	122, // 72: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
 	3,   // 73: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
-	119, // 74: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
-	119, // 75: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
-	119, // 76: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
+	123, // 74: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
+	123, // 75: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
+	123, // 76: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
 	14,  // 77: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
 	16,  // 78: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
 	18,  // 79: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
@@ -8587,99 +8908,103 @@ var file_goray_proto_depIdxs = []int32{
 	22,  // 81: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
 	24,  // 82: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
 	26,  // 83: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	39,  // 84: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	40,  // 85: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	43,  // 86: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	52,  // 87: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	45,  // 88: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	47,  // 89: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	49,  // 90: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	54,  // 91: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	56,  // 92: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	58,  // 93: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	61,  // 94: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	69,  // 95: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	71,  // 96: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	63,  // 97: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	65,  // 98: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	67,  // 99: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	76,  // 100: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	30,  // 101: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
-	32,  // 102: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
-	37,  // 103: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
-	34,  // 104: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
-	83,  // 105: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	85,  // 106: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	87,  // 107: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	91,  // 108: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	94,  // 109: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	96,  // 110: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	98,  // 111: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	100, // 112: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	102, // 113: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	104, // 114: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	106, // 115: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	108, // 116: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	110, // 117: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	112, // 118: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	114, // 119: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	116, // 120: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	120, // 121: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
-	122, // 122: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
-	124, // 123: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
-	126, // 124: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
-	81,  // 125: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
-	15,  // 126: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	17,  // 127: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	19,  // 128: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	21,  // 129: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	23,  // 130: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	25,  // 131: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
-	29,  // 132: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	41,  // 133: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	41,  // 134: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	51,  // 135: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	53,  // 136: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	46,  // 137: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	48,  // 138: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	50,  // 139: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	55,  // 140: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	57,  // 141: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	60,  // 142: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	62,  // 143: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	70,  // 144: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	74,  // 145: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	64,  // 146: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	66,  // 147: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	68,  // 148: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	77,  // 149: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	31,  // 150: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
-	33,  // 151: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
-	38,  // 152: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
-	36,  // 153: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
-	84,  // 154: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	86,  // 155: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	90,  // 156: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	93,  // 157: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	95,  // 158: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	97,  // 159: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	99,  // 160: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	101, // 161: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	103, // 162: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	105, // 163: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	107, // 164: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	109, // 165: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	111, // 166: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	113, // 167: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	115, // 168: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	117, // 169: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	121, // 170: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
-	123, // 171: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
-	125, // 172: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
-	127, // 173: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
-	82,  // 174: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
-	126, // [126:175] is the sub-list for method output_type
-	77,  // [77:126] is the sub-list for method input_type
+	41,  // 84: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	42,  // 85: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	45,  // 86: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	54,  // 87: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	47,  // 88: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	49,  // 89: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	51,  // 90: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	56,  // 91: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	58,  // 92: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	60,  // 93: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	63,  // 94: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	71,  // 95: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	73,  // 96: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	65,  // 97: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	67,  // 98: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	69,  // 99: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	78,  // 100: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	32,  // 101: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
+	34,  // 102: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
+	39,  // 103: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
+	36,  // 104: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
+	30,  // 105: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
+	87,  // 106: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	89,  // 107: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	91,  // 108: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	95,  // 109: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	98,  // 110: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	100, // 111: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	102, // 112: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	104, // 113: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	106, // 114: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	108, // 115: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	110, // 116: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	112, // 117: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	114, // 118: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	116, // 119: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	118, // 120: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	120, // 121: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	124, // 122: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
+	126, // 123: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
+	128, // 124: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
+	130, // 125: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
+	85,  // 126: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
+	83,  // 127: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
+	15,  // 128: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	17,  // 129: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	19,  // 130: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	21,  // 131: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	23,  // 132: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	25,  // 133: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	29,  // 134: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	43,  // 135: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	43,  // 136: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	53,  // 137: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	55,  // 138: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	48,  // 139: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	50,  // 140: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	52,  // 141: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	57,  // 142: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	59,  // 143: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	62,  // 144: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	64,  // 145: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	72,  // 146: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	76,  // 147: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	66,  // 148: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	68,  // 149: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	70,  // 150: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	79,  // 151: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	33,  // 152: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
+	35,  // 153: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
+	40,  // 154: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
+	38,  // 155: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
+	31,  // 156: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
+	88,  // 157: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	90,  // 158: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	94,  // 159: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	97,  // 160: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	99,  // 161: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	101, // 162: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	103, // 163: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	105, // 164: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	107, // 165: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	109, // 166: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	111, // 167: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	113, // 168: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	115, // 169: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	117, // 170: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	119, // 171: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	121, // 172: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	125, // 173: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
+	127, // 174: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
+	129, // 175: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
+	131, // 176: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
+	86,  // 177: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
+	84,  // 178: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
+	128, // [128:179] is the sub-list for method output_type
+	77,  // [77:128] is the sub-list for method input_type
 	77,  // [77:77] is the sub-list for extension type_name
 	77,  // [77:77] is the sub-list for extension extendee
 	0,   // [0:77] is the sub-list for field type_name
@@ -8696,7 +9021,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   123,
+			NumMessages:   127,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -408,6 +408,7 @@ const (
 	Raylet_CommitBundleResources_FullMethodName  = "/goray.v1.Raylet/CommitBundleResources"
 	Raylet_CancelResourceReserve_FullMethodName  = "/goray.v1.Raylet/CancelResourceReserve"
 	Raylet_ReleaseUnusedBundles_FullMethodName   = "/goray.v1.Raylet/ReleaseUnusedBundles"
+	Raylet_DrainRaylet_FullMethodName            = "/goray.v1.Raylet/DrainRaylet"
 )
 
 // RayletClient is the client API for Raylet service.
@@ -471,6 +472,20 @@ type RayletClient interface {
 	// group creation prepared (or committed) before the restart, and that
 	// the restored GCS does not know as placed there, do not stay reserved.
 	ReleaseUnusedBundles(ctx context.Context, in *ReleaseUnusedBundlesRequest, opts ...grpc.CallOption) (*ReleaseUnusedBundlesReply, error)
+	// Drains the node before it is terminated (the GCS's DrainNode forwards
+	// here). The first call is accepted only when the node is idle (no
+	// worker lease granted, no lease request queued, no placement group
+	// bundle held, not the head) and every primary copy it holds can move:
+	// it holds none, or it spills to shared storage. A refused call changes
+	// nothing and says why. Once accepted, the node grants no new lease
+	// (requests go to other nodes, or wait), reports draining in its
+	// heartbeats (no other node sends it work) and spills every primary
+	// copy to its shared storage, recorded in the GCS, in the background.
+	// Later calls are idempotent and report progress: drained once no
+	// primary copy is left only on this node and no lease is granted.
+	// cancel ends the drain (cancelling a node that is not draining is no
+	// error).
+	DrainRaylet(ctx context.Context, in *DrainRayletRequest, opts ...grpc.CallOption) (*DrainRayletReply, error)
 }
 
 type rayletClient struct {
@@ -706,6 +721,16 @@ func (c *rayletClient) ReleaseUnusedBundles(ctx context.Context, in *ReleaseUnus
 	return out, nil
 }
 
+func (c *rayletClient) DrainRaylet(ctx context.Context, in *DrainRayletRequest, opts ...grpc.CallOption) (*DrainRayletReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainRayletReply)
+	err := c.cc.Invoke(ctx, Raylet_DrainRaylet_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // RayletServer is the server API for Raylet service.
 // All implementations must embed UnimplementedRayletServer
 // for forward compatibility.
@@ -767,6 +792,20 @@ type RayletServer interface {
 	// group creation prepared (or committed) before the restart, and that
 	// the restored GCS does not know as placed there, do not stay reserved.
 	ReleaseUnusedBundles(context.Context, *ReleaseUnusedBundlesRequest) (*ReleaseUnusedBundlesReply, error)
+	// Drains the node before it is terminated (the GCS's DrainNode forwards
+	// here). The first call is accepted only when the node is idle (no
+	// worker lease granted, no lease request queued, no placement group
+	// bundle held, not the head) and every primary copy it holds can move:
+	// it holds none, or it spills to shared storage. A refused call changes
+	// nothing and says why. Once accepted, the node grants no new lease
+	// (requests go to other nodes, or wait), reports draining in its
+	// heartbeats (no other node sends it work) and spills every primary
+	// copy to its shared storage, recorded in the GCS, in the background.
+	// Later calls are idempotent and report progress: drained once no
+	// primary copy is left only on this node and no lease is granted.
+	// cancel ends the drain (cancelling a node that is not draining is no
+	// error).
+	DrainRaylet(context.Context, *DrainRayletRequest) (*DrainRayletReply, error)
 	mustEmbedUnimplementedRayletServer()
 }
 
@@ -839,6 +878,9 @@ func (UnimplementedRayletServer) CancelResourceReserve(context.Context, *CancelR
 }
 func (UnimplementedRayletServer) ReleaseUnusedBundles(context.Context, *ReleaseUnusedBundlesRequest) (*ReleaseUnusedBundlesReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReleaseUnusedBundles not implemented")
+}
+func (UnimplementedRayletServer) DrainRaylet(context.Context, *DrainRayletRequest) (*DrainRayletReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainRaylet not implemented")
 }
 func (UnimplementedRayletServer) mustEmbedUnimplementedRayletServer() {}
 func (UnimplementedRayletServer) testEmbeddedByValue()                {}
@@ -1210,6 +1252,24 @@ func _Raylet_ReleaseUnusedBundles_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Raylet_DrainRaylet_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRayletRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).DrainRaylet(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_DrainRaylet_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).DrainRaylet(ctx, req.(*DrainRayletRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Raylet_ServiceDesc is the grpc.ServiceDesc for Raylet service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1289,6 +1349,10 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "ReleaseUnusedBundles",
 			Handler:    _Raylet_ReleaseUnusedBundles_Handler,
 		},
+		{
+			MethodName: "DrainRaylet",
+			Handler:    _Raylet_DrainRaylet_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -1334,6 +1398,7 @@ const (
 	Gcs_GetPlacementGroup_FullMethodName    = "/goray.v1.Gcs/GetPlacementGroup"
 	Gcs_ListPlacementGroups_FullMethodName  = "/goray.v1.Gcs/ListPlacementGroups"
 	Gcs_GetClusterInfo_FullMethodName       = "/goray.v1.Gcs/GetClusterInfo"
+	Gcs_DrainNode_FullMethodName            = "/goray.v1.Gcs/DrainNode"
 )
 
 // GcsClient is the client API for Gcs service.
@@ -1376,6 +1441,12 @@ type GcsClient interface {
 	// Describes the GCS itself: the cluster id, its storage and its health,
 	// when it started, and whether it restored an earlier GCS's state.
 	GetClusterInfo(ctx context.Context, in *GetClusterInfoRequest, opts ...grpc.CallOption) (*GetClusterInfoReply, error)
+	// Drains a node before it is terminated: forwarded to the node's raylet
+	// (its DrainRaylet, which says what is accepted and when the node is
+	// drained), whose reply comes back unchanged. An unknown or dead node is
+	// NotFound. An accepted drain shows in the node's view (draining) at
+	// once; a cancel clears it.
+	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeReply, error)
 }
 
 type gcsClient struct {
@@ -1596,6 +1667,16 @@ func (c *gcsClient) GetClusterInfo(ctx context.Context, in *GetClusterInfoReques
 	return out, nil
 }
 
+func (c *gcsClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainNodeReply)
+	err := c.cc.Invoke(ctx, Gcs_DrainNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GcsServer is the server API for Gcs service.
 // All implementations must embed UnimplementedGcsServer
 // for forward compatibility.
@@ -1636,6 +1717,12 @@ type GcsServer interface {
 	// Describes the GCS itself: the cluster id, its storage and its health,
 	// when it started, and whether it restored an earlier GCS's state.
 	GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoReply, error)
+	// Drains a node before it is terminated: forwarded to the node's raylet
+	// (its DrainRaylet, which says what is accepted and when the node is
+	// drained), whose reply comes back unchanged. An unknown or dead node is
+	// NotFound. An accepted drain shows in the node's view (draining) at
+	// once; a cancel clears it.
+	DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeReply, error)
 	mustEmbedUnimplementedGcsServer()
 }
 
@@ -1708,6 +1795,9 @@ func (UnimplementedGcsServer) ListPlacementGroups(context.Context, *ListPlacemen
 }
 func (UnimplementedGcsServer) GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetClusterInfo not implemented")
+}
+func (UnimplementedGcsServer) DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainNode not implemented")
 }
 func (UnimplementedGcsServer) mustEmbedUnimplementedGcsServer() {}
 func (UnimplementedGcsServer) testEmbeddedByValue()             {}
@@ -2108,6 +2198,24 @@ func _Gcs_GetClusterInfo_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gcs_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GcsServer).DrainNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gcs_DrainNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GcsServer).DrainNode(ctx, req.(*DrainNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gcs_ServiceDesc is the grpc.ServiceDesc for Gcs service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -2198,6 +2306,10 @@ var Gcs_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetClusterInfo",
 			Handler:    _Gcs_GetClusterInfo_Handler,
+		},
+		{
+			MethodName: "DrainNode",
+			Handler:    _Gcs_DrainNode_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -3,6 +3,11 @@
 // to pass a long-waiting request on to. The policies are pure functions of
 // a snapshot of the cluster (this node's resources and the view of the
 // other nodes); the caller owns the snapshot and any lock around it.
+//
+// A draining node (one that is about to be terminated) takes no new work:
+// no policy picks a draining peer, but for a hard affinity to it (the
+// request then waits there), and a draining node itself sends requests on
+// to a node that fits, keeping only those nothing else can take.
 package policy
 
 import (
@@ -38,7 +43,14 @@ type Node struct {
 	Total, Available resources.Set
 	// Alive is false once the GCS declared the node dead.
 	Alive bool
+	// Draining is set while the node drains before it is terminated: it
+	// takes no new work.
+	Draining bool
 }
+
+// schedulable reports whether new work may go to p: it is alive and not
+// draining.
+func (p *Node) schedulable() bool { return p.Alive && !p.Draining }
 
 // Cluster is what a decision looks at: this node and the other nodes.
 type Cluster struct {
@@ -50,6 +62,9 @@ type Cluster struct {
 	Peers []*Node
 	// ByID finds a peer by id.
 	ByID map[ids.ID]*Node
+	// Draining is set while this node drains: it keeps a request only
+	// when no other node can take it (or a hard affinity pins it here).
+	Draining bool
 }
 
 // Decision is where a lease request goes.
@@ -99,8 +114,8 @@ func Decide(c *Cluster, res resources.Set, st *gorayv1.SchedulingStrategy, spill
 			return Decision{Unschedulable: fmt.Sprintf("node affinity: invalid node id: %v", err)}
 		}
 		if target == c.Self {
-			if localFeasible {
-				return Decision{}
+			if localFeasible && (!c.Draining || !st.GetSoft()) {
+				return Decision{} // hard: waits here while the node drains
 			}
 			if !st.GetSoft() {
 				return Decision{Unschedulable: fmt.Sprintf("node affinity: node %s can never fit %s (it has %s)", target.Short(), res, c.Total)}
@@ -109,7 +124,7 @@ func Decide(c *Cluster, res resources.Set, st *gorayv1.SchedulingStrategy, spill
 		}
 		p := c.ByID[target]
 		switch {
-		case p != nil && p.Alive && p.Total.Fits(res):
+		case p != nil && p.Alive && p.Total.Fits(res) && (!p.Draining || !st.GetSoft()):
 			return Decision{Spill: p}
 		case st.GetSoft():
 			return hybrid(c, res, spilled)
@@ -121,7 +136,7 @@ func Decide(c *Cluster, res resources.Set, st *gorayv1.SchedulingStrategy, spill
 			return Decision{Unschedulable: fmt.Sprintf("node affinity: node %s can never fit %s (it has %s)", target.Short(), res, p.Total)}
 		}
 	case gorayv1.SchedulingStrategy_SPREAD:
-		if spilled > 0 && localFeasible {
+		if spilled > 0 && localFeasible && !c.Draining {
 			return Decision{}
 		}
 		return spread(c, res, spreadNext)
@@ -134,9 +149,11 @@ func Decide(c *Cluster, res resources.Set, st *gorayv1.SchedulingStrategy, spill
 // feasible and under SpreadThreshold utilization; else pick at random among
 // the top-k least loaded nodes that have the resources free now; else wait
 // on a feasible node (here first). A request that was already spilled back
-// stays here when this node can run it at all.
+// stays here when this node can run it at all. Draining nodes (this one
+// included) are never picked; a request only a draining node here could
+// run waits here.
 func hybrid(c *Cluster, res resources.Set, spilled int32) Decision {
-	localFeasible := c.Total.Fits(res)
+	localFeasible := c.Total.Fits(res) && !c.Draining
 	if localFeasible && (spilled > 0 || (c.Available.Fits(res) && Utilization(c.Total, c.Available, res) < SpreadThreshold)) {
 		return Decision{}
 	}
@@ -150,7 +167,7 @@ func hybrid(c *Cluster, res resources.Set, spilled int32) Decision {
 	}
 	var feasible []*Node
 	for _, p := range c.Peers {
-		if !p.Alive || !p.Total.Fits(res) {
+		if !p.schedulable() || !p.Total.Fits(res) {
 			continue
 		}
 		feasible = append(feasible, p)
@@ -166,7 +183,8 @@ func hybrid(c *Cluster, res resources.Set, spilled int32) Decision {
 	}
 	if localFeasible || len(feasible) == 0 {
 		// Wait here: busy but feasible, or infeasible everywhere (pending
-		// demand, until a node that fits joins).
+		// demand, until a node that fits joins; or, on a draining node,
+		// until the drain is cancelled or another node can take it).
 		return Decision{}
 	}
 	// Only other nodes can ever run it: wait on the least loaded one.
@@ -180,18 +198,18 @@ func hybrid(c *Cluster, res resources.Set, spilled int32) Decision {
 }
 
 // spread picks the feasible nodes round-robin, preferring those with the
-// resources free now.
+// resources free now; draining nodes are skipped.
 func spread(c *Cluster, res resources.Set, next *int) Decision {
 	type cand struct{ p *Node }
 	var free, feasible []cand
-	if c.Total.Fits(res) {
+	if c.Total.Fits(res) && !c.Draining {
 		feasible = append(feasible, cand{nil})
 		if c.Available.Fits(res) {
 			free = append(free, cand{nil})
 		}
 	}
 	for _, p := range c.Peers {
-		if !p.Alive || !p.Total.Fits(res) {
+		if !p.schedulable() || !p.Total.Fits(res) {
 			continue
 		}
 		feasible = append(feasible, cand{p})
@@ -204,7 +222,7 @@ func spread(c *Cluster, res resources.Set, next *int) Decision {
 		pool = feasible
 	}
 	if len(pool) == 0 {
-		return Decision{} // pending demand
+		return Decision{} // pending demand (or only this draining node fits)
 	}
 	id := func(p *Node) []byte {
 		if p == nil {
@@ -219,23 +237,27 @@ func spread(c *Cluster, res resources.Set, next *int) Decision {
 	return Decision{Spill: pick.p}
 }
 
-// aliveNodes counts alive nodes, this one included.
+// aliveNodes counts the nodes that take work (alive, not draining), this
+// one included unless it drains.
 func aliveNodes(c *Cluster) int {
 	n := 1
+	if c.Draining {
+		n = 0
+	}
 	for _, p := range c.Peers {
-		if p.Alive {
+		if p.schedulable() {
 			n++
 		}
 	}
 	return n
 }
 
-// LeastLoadedFree returns the alive peer with the resources free now whose
-// utilization for res is lowest, or nil.
+// LeastLoadedFree returns the alive, not draining peer with the resources
+// free now whose utilization for res is lowest, or nil.
 func LeastLoadedFree(peers []*Node, res resources.Set) *Node {
 	var target *Node
 	for _, p := range peers {
-		if p.Alive && p.Available.Fits(res) && (target == nil ||
+		if p.schedulable() && p.Available.Fits(res) && (target == nil ||
 			Utilization(p.Total, p.Available, res) < Utilization(target.Total, target.Available, res)) {
 			target = p
 		}

@@ -133,3 +133,64 @@ func TestNodeAffinityPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainingPolicy: no policy sends work to a draining node but a hard
+// affinity to it; a draining node sends its requests to a node that fits,
+// keeping only those no other node can take (or pinned to it).
+func TestDrainingPolicy(t *testing.T) {
+	draining := func(total, avail float64) *Node {
+		p := peer(total, avail, true)
+		p.Draining = true
+		return p
+	}
+	aff := func(n ids.ID, soft bool) *gorayv1.SchedulingStrategy {
+		return &gorayv1.SchedulingStrategy{Kind: gorayv1.SchedulingStrategy_NODE_AFFINITY, NodeId: n.Bytes(), Soft: soft}
+	}
+	spreadSt := &gorayv1.SchedulingStrategy{Kind: gorayv1.SchedulingStrategy_SPREAD}
+	idle, busy := peer(4, 4, true), peer(4, 0, true)
+	drainingIdle, drainingBig := draining(4, 4), draining(16, 16)
+	selfDraining := func(avail float64, peers ...*Node) *Cluster {
+		c := policyCluster(avail, peers...)
+		c.Draining = true
+		return c
+	}
+	affSelf := policyCluster(4, idle)
+	affSelf.Draining = true
+	tests := []struct {
+		name    string
+		c       *Cluster
+		st      *gorayv1.SchedulingStrategy
+		res     float64
+		spilled int32
+		want    *Node // nil: stay here
+	}{
+		{"a draining peer with room is not picked", policyCluster(0, drainingIdle), nil, 1, 0, nil},
+		{"the peer that does not drain is picked", policyCluster(0, drainingIdle, idle), nil, 1, 0, idle},
+		{"infeasible here, only a draining peer fits: wait here", policyCluster(4, drainingBig), nil, 8, 0, nil},
+		{"a draining node sends work to a peer with room", selfDraining(4, idle), nil, 1, 0, idle},
+		{"a draining node sends work to a busy peer that fits", selfDraining(4, busy), nil, 1, 0, busy},
+		{"a draining node sends on a request already spilled", selfDraining(4, idle), nil, 1, 1, idle},
+		{"a draining node keeps what nothing else fits", selfDraining(4, drainingIdle), nil, 1, 0, nil},
+		{"spread skips a draining peer", policyCluster(0, drainingIdle, idle), spreadSt, 1, 0, idle},
+		{"spread on a draining node skips it", selfDraining(4, idle), spreadSt, 1, 1, idle},
+		{"hard affinity to a draining peer goes there", policyCluster(4, drainingIdle), aff(drainingIdle.ID, false), 1, 0, drainingIdle},
+		{"soft affinity to a draining peer stays here", policyCluster(4, drainingIdle), aff(drainingIdle.ID, true), 1, 0, nil},
+		{"hard affinity to this draining node stays", affSelf, aff(affSelf.Self, false), 1, 0, nil},
+		{"soft affinity to this draining node goes elsewhere", affSelf, aff(affSelf.Self, true), 1, 0, idle},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var next int
+			d := Decide(tt.c, cpus(tt.res), tt.st, tt.spilled, &next)
+			if d.Unschedulable != "" || d.Spill != tt.want {
+				t.Fatalf("decision = %+v, want spill to %v", d, tt.want)
+			}
+		})
+	}
+	if got := LeastLoadedFree([]*Node{drainingIdle, busy}, cpus(1)); got != nil {
+		t.Fatalf("LeastLoadedFree picked %v, want none: the only node with room drains", got)
+	}
+	if got := LeastLoadedFree([]*Node{drainingIdle, idle}, cpus(1)); got != idle {
+		t.Fatalf("LeastLoadedFree picked %v, want the node that does not drain", got)
+	}
+}

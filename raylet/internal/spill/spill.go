@@ -3,7 +3,8 @@
 // when the store fills up, fusing small objects into files, restores them
 // when they are read, and, with shared storage, records each spilled
 // object in the GCS so that another node can restore it after this node
-// died.
+// died. A node that drains before it is terminated moves every primary
+// copy to shared storage (SpillAll) and keeps the files when it stops.
 package spill
 
 import (
@@ -176,8 +177,29 @@ type spilledObject struct {
 	meta         []byte
 	// inMemory is set while a restored copy is also in the store.
 	inMemory bool
-	// record is the object's GCS spill record key ("" for none).
+	// record is the object's GCS spill record key ("" for none): under
+	// this node, or under the dead node whose copy this node restored.
 	record string
+	// handover is the record a draining node made under its own id for a
+	// copy it restored from a dead node's record ("" for none).
+	handover string
+}
+
+// recordedHere reports whether so (object id) is recorded in the GCS
+// under node: another node restores it from storage once node is gone.
+func (so *spilledObject) recordedHere(node ids.ID, id ids.ObjectID) bool {
+	return so.handover != "" || so.record != "" && so.record == recordKey(node, id)
+}
+
+// records returns the GCS record keys of so.
+func (so *spilledObject) records() []string {
+	var out []string
+	for _, r := range []string{so.record, so.handover} {
+		if r != "" {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // restore is a restore of an object in flight.
@@ -192,6 +214,9 @@ type restore struct {
 // lastFreed and stats. The spiller asks its Objects which objects are
 // primary or still alive, and has them make room, only with mu released;
 // it calls the store, the storage and the GCS with mu released too.
+// round serialises spill rounds (Run's and SpillAll's), so that no object
+// is picked by two at once; it is held across the storage and GCS calls
+// of a round, and only spill rounds take it.
 type Spiller struct {
 	cfg     Config
 	nodeID  ids.ID
@@ -199,6 +224,10 @@ type Spiller struct {
 	objects Objects
 	gcs     gorayv1.GcsClient
 	log     hclog.Logger
+
+	round sync.Mutex
+	// draining: the node drains; DeleteAll keeps what other nodes need.
+	draining atomic.Bool
 
 	mu       sync.Mutex
 	objs     map[ids.ObjectID]*spilledObject
@@ -334,6 +363,8 @@ func (s *Spiller) candidates() []candidate {
 // copies whose bytes are still stored first (no write), then one file of
 // fused objects. It returns the bytes freed.
 func (s *Spiller) spillOnce(ctx context.Context, need int64) (int64, error) {
+	s.round.Lock()
+	defer s.round.Unlock()
 	// Copies of other nodes' objects go first: dropping them loses nothing.
 	freed := s.objects.EvictSecondaries(need)
 	if freed >= need {
@@ -375,16 +406,17 @@ func (s *Spiller) spillOnce(ctx context.Context, need int64) (int64, error) {
 	if len(batch) == 0 {
 		return freed, nil
 	}
-	n, err := s.writeFile(ctx, batch)
+	n, _, err := s.writeFile(ctx, batch)
 	return freed + n, err
 }
 
 // writeFile writes the objects into one stored file, then releases them
-// from memory. Objects freed meanwhile are not recorded.
-func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, error) {
+// from memory. Objects freed meanwhile are not recorded. It returns the
+// bytes written and how many objects left memory.
+func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int, error) {
 	st, err := s.cfg.Storage()
 	if err != nil {
-		return 0, fmt.Errorf("spill storage %s: %w", s.cfg.Location, err)
+		return 0, 0, fmt.Errorf("spill storage %s: %w", s.cfg.Location, err)
 	}
 	client := ids.New()
 	objs := make([]ids.ObjectID, len(batch))
@@ -407,7 +439,7 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, erro
 		pinned = append(pinned, batch[i])
 	}
 	if len(pinned) == 0 {
-		return 0, nil
+		return 0, 0, nil
 	}
 	s.mu.Lock()
 	s.seq++
@@ -428,7 +460,7 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, erro
 	defer cancel()
 	rep, err := st.Write(wctx, &storage.WriteRequest{Key: key, Size: total, Body: io.MultiReader(parts...)})
 	if err != nil {
-		return 0, fmt.Errorf("writing %d objects (%d bytes) to %s: %w", len(pinned), total, s.cfg.Location, err)
+		return 0, 0, fmt.Errorf("writing %d objects (%d bytes) to %s: %w", len(pinned), total, s.cfg.Location, err)
 	}
 	took := time.Since(start)
 	// Stored: tell the cluster where (shared storage), record, then let
@@ -472,7 +504,7 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, erro
 		go s.unpublish(unrecord)
 	}
 	s.log.Debug("objects spilled", "objects", len(release), "bytes", total, "url", rep.URL, "took", took)
-	return total, nil
+	return total, len(release), nil
 }
 
 // WaitForRoom makes room for a create of size bytes: it asks the spill
@@ -690,9 +722,7 @@ func (s *Spiller) Forget(objs []ids.ObjectID) {
 			continue
 		}
 		delete(s.objs, id)
-		if so.record != "" {
-			records = append(records, so.record)
-		}
+		records = append(records, so.records()...)
 		so.file.live--
 		if so.file.live == 0 && !so.file.foreign {
 			delete(s.files, so.file.key)
@@ -721,24 +751,44 @@ func (s *Spiller) deleteFiles(keys []string) {
 	}
 }
 
-// DeleteAll deletes every file this node stored (shutdown).
+// DeleteAll deletes every file this node stored (shutdown) and the GCS
+// records of its objects. A node that drains (SetDraining) keeps the
+// files holding objects recorded under it, and those records: other nodes
+// restore the objects from them once this node is gone (they stay until
+// the cluster stops, as a dead node's do).
 func (s *Spiller) DeleteAll(ctx context.Context) {
 	if !s.Enabled() || s.cfg.KeepFiles {
 		return
 	}
+	// After the round in flight (its context ends with the node's).
+	s.round.Lock()
+	defer s.round.Unlock()
 	s.mu.Lock()
 	var keys, records []string
+	keep := map[string]bool{} // file keys
+	if s.draining.Load() {
+		for id, so := range s.objs {
+			if so.recordedHere(s.nodeID, id) {
+				keep[so.file.key] = true
+			}
+		}
+	}
 	for k := range s.files {
-		keys = append(keys, k)
+		if !keep[k] {
+			keys = append(keys, k)
+		}
 	}
 	for _, so := range s.objs {
-		if so.record != "" {
-			records = append(records, so.record)
+		if !keep[so.file.key] {
+			records = append(records, so.records()...)
 		}
 	}
 	s.files = map[string]*spillFile{}
 	s.objs = map[ids.ObjectID]*spilledObject{}
 	s.mu.Unlock()
+	if len(keep) > 0 {
+		s.log.Info("the node drained: keeping its spilled files and their records in the GCS, from which other nodes restore its objects", "files", len(keep))
+	}
 	s.unpublish(records)
 	if len(keys) == 0 {
 		return
@@ -882,4 +932,189 @@ func (s *Spiller) List() []*gorayv1.SpilledObject {
 		out = append(out, &gorayv1.SpilledObject{ObjectId: id.Bytes(), Url: so.file.url, Offset: so.offset, Size: so.size, InMemory: so.inMemory})
 	}
 	return out
+}
+
+// ErrDisabled says spilling is off on the node (no storage configured).
+var ErrDisabled = errors.New("spilling is off")
+
+// Shared reports whether what this node spills outlives it: spilling is
+// on, to a storage plugin every node can read (Config.Shared), and each
+// spilled object is recorded in the GCS, from where another node restores
+// it after this node is gone. The in-process local-disk default is not
+// shared.
+func (s *Spiller) Shared() bool { return s.Enabled() && s.cfg.Shared != "" && s.gcs != nil }
+
+// Location names the storage for messages.
+func (s *Spiller) Location() string {
+	if !s.Enabled() {
+		return "no spill storage"
+	}
+	return s.cfg.Location
+}
+
+// SetDraining marks the node as draining (or not any more): a draining
+// node's DeleteAll keeps the files and GCS records other nodes need to
+// restore its objects.
+func (s *Spiller) SetDraining(on bool) {
+	if s != nil {
+		s.draining.Store(on)
+	}
+}
+
+// Draining reports whether the node is marked as draining (SetDraining).
+func (s *Spiller) Draining() bool { return s != nil && s.draining.Load() }
+
+// SpillAll moves every sealed primary copy no reader pins from memory to
+// storage, fused into files as Run does (each recorded in the GCS with
+// shared storage), and records under this node the stored objects that
+// have no such record yet (one whose record failed, or a copy restored
+// from a dead node's record): what a draining node does so that its
+// objects outlive it. Restored copies whose bytes are stored stay in
+// memory. It returns how many objects it wrote and the first error: ctx's,
+// the storage's, or ErrDisabled.
+func (s *Spiller) SpillAll(ctx context.Context) (int, error) {
+	if !s.Enabled() {
+		return 0, ErrDisabled
+	}
+	s.round.Lock()
+	defer s.round.Unlock()
+	if err := s.recordStored(ctx); err != nil {
+		return 0, err
+	}
+	moved := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return moved, err
+		}
+		var batch []candidate
+		var size int64
+		for _, c := range s.candidates() {
+			if c.stored {
+				continue
+			}
+			batch = append(batch, c)
+			size += c.size
+			if len(batch) == s.cfg.MaxObjectsPerFile || size >= s.cfg.MinFileSize {
+				break
+			}
+		}
+		if len(batch) == 0 {
+			return moved, nil
+		}
+		freed, n, err := s.writeFile(ctx, batch)
+		s.signal(freed, err)
+		if err != nil {
+			return moved, err
+		}
+		moved += n
+	}
+}
+
+// recordStored records in the GCS, under this node, every stored object
+// that has no such record (with shared storage; a no-op otherwise). It
+// returns the first error of ctx or the GCS.
+func (s *Spiller) recordStored(ctx context.Context) error {
+	if !s.Shared() {
+		return nil
+	}
+	type todo struct {
+		id ids.ObjectID
+		so *spilledObject
+		v  []byte
+	}
+	var list []todo
+	s.mu.Lock()
+	for id, so := range s.objs {
+		if so.recordedHere(s.nodeID, id) {
+			continue
+		}
+		v, err := json.Marshal(spillRecord{Storage: s.cfg.Shared, Key: so.file.key, URL: so.file.url, Offset: so.offset, Size: so.size, Meta: so.meta})
+		if err != nil {
+			s.mu.Unlock()
+			return fmt.Errorf("spill record of object %s: %w", id, err)
+		}
+		list = append(list, todo{id, so, v})
+	}
+	s.mu.Unlock()
+	for _, t := range list {
+		rk := recordKey(s.nodeID, t.id)
+		cctx, cancel := context.WithTimeout(ctx, gcsTimeout)
+		_, err := s.gcs.KVPut(cctx, &gorayv1.KVPutRequest{Ns: spillRecordNS, Key: rk, Value: t.v, Overwrite: true})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("recording spilled object %s in the GCS: %w", t.id, err)
+		}
+		s.mu.Lock()
+		live := s.objs[t.id] == t.so
+		if live {
+			if t.so.record == "" {
+				t.so.record = rk
+			} else {
+				t.so.handover = rk
+			}
+		}
+		s.mu.Unlock()
+		if !live {
+			s.unpublish([]string{rk}) // freed meanwhile
+		}
+	}
+	return nil
+}
+
+// Holdings says where a node's primary copies are, for its drain.
+type Holdings struct {
+	// Left and LeftBytes count the primary copies whose only copy is on
+	// this node: in memory with no stored copy recorded in the GCS under
+	// this node, or stored without such a record (node-local storage, or
+	// a record that failed).
+	Left      int
+	LeftBytes int64
+	// Busy counts those of Left that cannot be spilled now: pinned by a
+	// reader, or not sealed yet.
+	Busy int
+	// Moved counts the primary copies stored and recorded in the GCS under
+	// this node: other nodes restore them once it is gone.
+	Moved int
+}
+
+// Holdings reports where the node's primary copies are, given those in
+// memory (the store's entries that are primary copies, sealed or not).
+func (s *Spiller) Holdings(inMemory []Entry) Holdings {
+	var h Holdings
+	if s == nil {
+		for _, e := range inMemory {
+			h.Left++
+			h.LeftBytes += e.DataSize
+			if e.Pins > 0 || !e.Sealed {
+				h.Busy++
+			}
+		}
+		return h
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := make(map[ids.ObjectID]bool, len(inMemory))
+	for _, e := range inMemory {
+		seen[e.ID] = true
+		if so := s.objs[e.ID]; so != nil && so.recordedHere(s.nodeID, e.ID) {
+			h.Moved++
+			continue
+		}
+		h.Left++
+		h.LeftBytes += e.DataSize
+		if e.Pins > 0 || !e.Sealed {
+			h.Busy++
+		}
+	}
+	for id, so := range s.objs {
+		switch {
+		case seen[id]:
+		case so.recordedHere(s.nodeID, id):
+			h.Moved++
+		default:
+			h.Left++
+			h.LeftBytes += so.size
+		}
+	}
+	return h
 }
