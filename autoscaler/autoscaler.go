@@ -94,6 +94,8 @@ type Config struct {
 	Interval time.Duration
 	// Timeouts of the instance state machine (zero: its defaults).
 	Timeouts instance.Timeouts
+	// DrainTimeout bounds a drain (zero: DefaultDrainTimeout).
+	DrainTimeout time.Duration
 	// Backoff after launch failures: initial and maximum delay (zero:
 	// 10 s and 5 min).
 	BackoffInitial, BackoffMax time.Duration
@@ -126,6 +128,8 @@ type tracked struct {
 	// address is the instance's IP; node the node that joined from it.
 	address string
 	node    *pb.NodeView
+	// detail is the last drain's progress or why the node was kept.
+	detail string
 }
 
 // launch is a launch request sent to the provider.
@@ -257,8 +261,8 @@ func (a *Autoscaler) Reconcile(ctx context.Context) error {
 	for _, nt := range sortedKeys(plan.Launch) {
 		a.launch(ctx, nt, plan.Launch[nt], now)
 	}
-	if len(idle) > 0 {
-		a.terminate(ctx, idle, "idle for "+a.cfg.Cluster.IdleTimeout.String(), now)
+	if done := a.drain(ctx, idle, now); len(done) > 0 {
+		a.terminate(ctx, done, "idle for "+a.cfg.Cluster.IdleTimeout.String()+" and drained", now)
 	}
 	a.mu.Lock()
 	var failed []string
@@ -443,7 +447,7 @@ func (a *Autoscaler) plan(l *load, now time.Time) (binpack.Result, []Demand) {
 	// Capacity: running nodes' free resources, pending instances' totals.
 	var nodes []binpack.Node
 	for _, n := range l.nodes {
-		if n.GetInfo().GetState() != "ALIVE" {
+		if n.GetInfo().GetState() != "ALIVE" || n.GetDraining() { // a draining node takes no work
 			continue
 		}
 		nodes = append(nodes, binpack.Node{ID: hex.EncodeToString(n.GetInfo().GetNodeId()), Available: plain(n.GetAvailable().GetAmounts())})
@@ -597,7 +601,7 @@ func (a *Autoscaler) totals(l *load) []binpack.Node {
 	c := a.cfg.Cluster
 	var nodes []binpack.Node
 	for _, n := range l.nodes {
-		if n.GetInfo().GetState() != "ALIVE" {
+		if n.GetInfo().GetState() != "ALIVE" || n.GetDraining() {
 			continue
 		}
 		nodes = append(nodes, binpack.Node{ID: hex.EncodeToString(n.GetInfo().GetNodeId()), Available: plain(n.GetInfo().GetTotal().GetAmounts())})
@@ -637,14 +641,20 @@ func requestsFitWithout(nodes []binpack.Node, reqs []binpack.Demand, without map
 	return len(r.Infeasible) == 0 && len(r.Unplaced) == 0
 }
 
-// idleInstances returns the running worker instances idle for the idle
-// timeout that may go (above their type's min_workers); a.mu is held.
-// Idle: every resource available, nothing queued, no object in its store
-// (a primary copy there may be the only one: the node stays until it is
-// freed).
+// idleInstances returns the worker instances to drain this round: those
+// draining already, and the running ones idle for the idle timeout that
+// may go (above their type's min_workers, and not needed by a standing
+// request), which it moves to Draining; a.mu is held. Idle: every
+// resource available and nothing queued. Whether the node may go with the
+// objects it holds is the drain's answer (see drain).
 func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 	c := a.cfg.Cluster
 	total, _ := a.counts()
+	for _, t := range a.insts {
+		if t.inst.State() == instance.Draining {
+			total[t.inst.NodeType]-- // going already
+		}
+	}
 	alive := map[string]bool{}
 	var out []string
 	// Nodes the explicit requests need stay, idle or not.
@@ -656,6 +666,11 @@ func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 	sort.Strings(ids)
 	for _, id := range ids {
 		t := a.insts[id]
+		if t.inst.State() == instance.Draining {
+			going[t.inst.NodeID] = true
+			out = append(out, id)
+			continue
+		}
 		if t.inst.State() != instance.Running || t.node == nil || t.node.GetInfo().GetState() != "ALIVE" {
 			continue
 		}
@@ -664,6 +679,7 @@ func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 		n := t.node
 		if !isIdle(n) {
 			delete(a.idleSince, nodeID)
+			t.detail = ""
 			continue
 		}
 		since, ok := a.idleSince[nodeID]
@@ -682,7 +698,6 @@ func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 		}
 		total[t.inst.NodeType]--
 		a.apply(t, instance.Event{Kind: instance.Idle, Reason: "idle for " + now.Sub(since).Round(time.Second).String()}, now)
-		a.apply(t, instance.Event{Kind: instance.DrainDone}, now)
 		out = append(out, id)
 	}
 	for id := range a.idleSince {
@@ -693,10 +708,71 @@ func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 	return out
 }
 
+// DefaultDrainTimeout bounds a drain: a node not drained by then (its
+// objects cannot be spilled) is put back to work.
+const DefaultDrainTimeout = 10 * time.Minute
+
+// drain asks the GCS to drain each instance's node (Ray's DrainNode): the
+// node takes no new work and moves its primary copies of objects to
+// shared spill storage. It returns the instances whose node is drained,
+// which may be terminated. A node that refuses (it got work meanwhile, or
+// holds objects it has nowhere to move) goes back to Running and starts
+// its idle time again; one whose drain does not finish within the drain
+// timeout is put back too, as a failure.
+func (a *Autoscaler) drain(ctx context.Context, insts []string, now time.Time) []string {
+	var done []string
+	for _, id := range insts {
+		a.mu.Lock()
+		t := a.insts[id]
+		var nodeID []byte
+		var since time.Time
+		if t != nil {
+			nodeID, _ = hex.DecodeString(t.inst.NodeID)
+			since = t.inst.Since()
+		}
+		a.mu.Unlock()
+		if t == nil || len(nodeID) == 0 {
+			continue
+		}
+		timeout := a.cfg.DrainTimeout
+		if timeout <= 0 {
+			timeout = DefaultDrainTimeout
+		}
+		cancel := now.Sub(since) > timeout
+		rep, err := a.cfg.GCS.DrainNode(ctx, &pb.DrainNodeRequest{NodeId: nodeID, Reason: "idle for " + a.cfg.Cluster.IdleTimeout.String() + " (autoscaler)", Cancel: cancel})
+		a.mu.Lock()
+		switch {
+		case err != nil:
+			// The node may be dying (NodeDead comes from the GCS's list)
+			// or the GCS is away: ask again next round.
+			a.log.Debug("drain call failed", "instance", id, "error", err)
+			t.detail = "drain: " + err.Error()
+		case cancel:
+			a.recordFailure(t.inst.NodeType, fmt.Sprintf("instance %s: not drained within %s (%s); it goes back to work", id, timeout, t.detail), now)
+			a.apply(t, instance.Event{Kind: instance.DrainRejected, Reason: "drain timed out"}, now)
+			a.idleSince[t.inst.NodeID] = now
+			t.detail = ""
+		case !rep.GetAccepted():
+			a.log.Info("the node refused to drain; it stays", "instance", id, "reason", rep.GetRejectionReason())
+			a.apply(t, instance.Event{Kind: instance.DrainRejected, Reason: rep.GetRejectionReason()}, now)
+			a.idleSince[t.inst.NodeID] = now
+			t.detail = "kept: " + rep.GetRejectionReason()
+		case rep.GetDrained():
+			a.apply(t, instance.Event{Kind: instance.DrainDone, Reason: rep.GetProgress()}, now)
+			t.detail = ""
+			done = append(done, id)
+		default:
+			t.detail = rep.GetProgress()
+		}
+		a.mu.Unlock()
+	}
+	return done
+}
+
 // isIdle: nothing leased (available equals total but for the object
-// store), nothing queued, nothing stored.
+// store) and nothing queued.
 func isIdle(n *pb.NodeView) bool {
-	if len(n.GetPending()) > 0 || n.GetStoreUsed() > 0 {
+	if len(n.GetPending()) > 0 {
 		return false
 	}
 	total, avail := n.GetInfo().GetTotal().GetAmounts(), n.GetAvailable().GetAmounts()

@@ -38,6 +38,8 @@ type fakeCloud struct {
 	// provider that died does: before or after taking the request.
 	crashBefore, crashAfter int
 	launchIDs               []string // every Launch call's request id
+	drains                  int      // DrainNode calls
+	slowDrain               int      // accepted drains that report not drained yet
 	launches                int
 	seq                     int
 }
@@ -195,6 +197,34 @@ func (f *fakeCloud) KVGet(_ context.Context, r *pb.KVGetRequest, _ ...grpc.CallO
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return &pb.KVGetReply{Value: f.kv[r.Ns+"/"+r.Key]}, nil
+}
+
+// DrainNode drains a node at once unless it stores something, which
+// (without shared spill storage) it refuses; slowDrain makes a node take
+// that many calls to drain.
+func (f *fakeCloud) DrainNode(_ context.Context, r *pb.DrainNodeRequest, _ ...grpc.CallOption) (*pb.DrainNodeReply, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, n := range f.nodes {
+		if string(n.Info.NodeId) != string(r.NodeId) {
+			continue
+		}
+		f.drains++
+		if r.Cancel {
+			n.Draining = false
+			return &pb.DrainNodeReply{Accepted: true}, nil
+		}
+		if n.StoreUsed > 0 {
+			return &pb.DrainNodeReply{RejectionReason: "node holds 1 primary copies (1 MiB) and has no shared spill storage to move them to"}, nil
+		}
+		n.Draining = true
+		if f.slowDrain > 0 {
+			f.slowDrain--
+			return &pb.DrainNodeReply{Accepted: true, PrimariesLeft: 1, Progress: "spilled 0 of 1 primary copies"}, nil
+		}
+		return &pb.DrainNodeReply{Accepted: true, Drained: true}, nil
+	}
+	return nil, fmt.Errorf("node %x not found", r.NodeId)
 }
 
 func (f *fakeCloud) KVPut(_ context.Context, r *pb.KVPutRequest, _ ...grpc.CallOption) (*pb.KVPutReply, error) {
@@ -496,5 +526,77 @@ func TestExplicitRequestKeepsNodes(t *testing.T) {
 	reconcile(t, a)
 	if n := f.count(); n != 0 {
 		t.Fatalf("%d instances left after the request was cleared, want 0", n)
+	}
+}
+
+// TestIdleNodeIsDrainedFirst: an idle node is drained before it is
+// terminated, and terminated only once drained; one that refuses (it
+// holds objects it cannot move) stays, shown as kept; a drain that does
+// not finish in time is cancelled and the node goes back to work.
+func TestIdleNodeIsDrainedFirst(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, c := newAutoscalerFor(t, f, clk, `
+cluster_name   = "t"
+head_node_type = "head"
+idle_timeout   = "1m"
+provider "fake" {}
+node_type "head" {
+  resources = { CPU = 1 }
+}
+node_type "cpu" {
+  resources   = { CPU = 2 }
+  max_workers = 3
+}
+`)
+	a.cfg.DrainTimeout = 5 * time.Minute
+	f.queue(map[string]float64{"CPU": 2}, 3)
+	reconcile(t, a)
+	f.join(c)
+	reconcile(t, a)
+	f.queue(nil, 0)
+	f.busy("i-2", 0, 1<<20) // holds an object
+	f.slowDrain = 1         // the first accepted drain (i-1's) takes two calls
+	reconcile(t, a)         // idle from now
+	clk.add(61 * time.Second)
+	reconcile(t, a)
+	st := f.status(t)
+	if len(st.Draining) != 1 || st.Draining[0].ID != "i-1" || st.Draining[0].Detail != "spilled 0 of 1 primary copies" {
+		t.Fatalf("draining %+v: want i-1 with its progress", st.Draining)
+	}
+	if len(st.Kept) != 1 || st.Kept[0].ID != "i-2" || !strings.Contains(st.Kept[0].Detail, "no shared spill storage") {
+		t.Fatalf("kept %+v: want i-2 with why", st.Kept)
+	}
+	if f.count() != 2 {
+		t.Fatalf("%d instances, want 2: i-3 drained and terminated, i-1 draining, i-2 kept", f.count())
+	}
+	reconcile(t, a) // i-1 drained
+	if f.count() != 1 {
+		t.Fatalf("%d instances after the drains, want 1 (i-2 kept)", f.count())
+	}
+	// The kept node is asked again only after another idle timeout.
+	n := f.drains
+	reconcile(t, a)
+	if f.drains != n {
+		t.Fatal("the kept node was asked to drain again before its idle time was up")
+	}
+	// A drain that never finishes is cancelled after DrainTimeout.
+	f.busy("i-2", 0, 0)
+	f.slowDrain = 1000
+	clk.add(61 * time.Second)
+	reconcile(t, a)
+	if st := f.status(t); len(st.Draining) != 1 {
+		t.Fatalf("draining %+v: want i-2", st.Draining)
+	}
+	clk.add(6 * time.Minute)
+	reconcile(t, a)
+	st = f.status(t)
+	if len(st.Draining) != 0 || len(st.Failures) == 0 || !strings.Contains(st.Failures[len(st.Failures)-1].Message, "not drained within 5m0s") {
+		t.Fatalf("after the drain timeout: draining %+v, failures %+v", st.Draining, st.Failures)
+	}
+	f.mu.Lock()
+	draining := f.nodes["i-2"].Draining
+	f.mu.Unlock()
+	if draining || f.count() != 1 {
+		t.Fatalf("after the drain timeout the node is still draining (%v) or gone (%d instances)", draining, f.count())
 	}
 }

@@ -26,6 +26,12 @@ type Status struct {
 	// Pending are the instances launched but not running yet, and the
 	// launches not yet listed by the provider.
 	Pending []PendingInstance `json:"pending"`
+	// Draining are instances whose node is being drained before it is
+	// terminated (they count as active), with the drain's progress.
+	Draining []PendingInstance `json:"draining"`
+	// Kept are idle instances whose node refused to drain, with why (it
+	// holds objects it has nowhere to move, say); they stay.
+	Kept []PendingInstance `json:"kept,omitempty"`
 	// Terminating are instances being stopped.
 	Terminating []PendingInstance `json:"terminating"`
 	// Failures are the recent launch and terminate failures, newest last.
@@ -53,6 +59,8 @@ type PendingInstance struct {
 	Address string `json:"address,omitempty"`
 	// Since is when it entered the state.
 	Since time.Time `json:"since"`
+	// Detail is a drain's progress, or why the node was kept.
+	Detail string `json:"detail,omitempty"`
 }
 
 // Failure is one failed launch or terminate, or an instance that never
@@ -80,16 +88,22 @@ type Demand struct {
 // publish records the round's status and writes it to the GCS.
 func (a *Autoscaler) publish(ctx context.Context, l *load, plan binpack.Result, demands []Demand, now time.Time) error {
 	a.mu.Lock()
-	st := Status{Cluster: a.cfg.Cluster.Name, At: now, Active: map[string]int{}, Pending: []PendingInstance{}, Terminating: []PendingInstance{},
+	st := Status{Cluster: a.cfg.Cluster.Name, At: now, Active: map[string]int{}, Pending: []PendingInstance{}, Draining: []PendingInstance{}, Terminating: []PendingInstance{},
 		Failures: append([]Failure{}, a.failures...), Demands: demands, Launched: plan.Launch}
 	if st.Demands == nil {
 		st.Demands = []Demand{}
 	}
 	for _, t := range a.insts {
-		pi := PendingInstance{ID: t.inst.ID, NodeType: t.inst.NodeType, State: t.inst.State().String(), Address: t.address, Since: t.inst.Since()}
+		pi := PendingInstance{ID: t.inst.ID, NodeType: t.inst.NodeType, State: t.inst.State().String(), Address: t.address, Since: t.inst.Since(), Detail: t.detail}
 		switch s := t.inst.State(); {
-		case s == instance.Running || s == instance.Draining:
+		case s == instance.Draining:
 			st.Active[t.inst.NodeType]++
+			st.Draining = append(st.Draining, pi)
+		case s == instance.Running:
+			st.Active[t.inst.NodeType]++
+			if t.detail != "" {
+				st.Kept = append(st.Kept, pi)
+			}
 		case s == instance.Terminating || s.Failed():
 			st.Terminating = append(st.Terminating, pi)
 		case s != instance.Terminated:
@@ -118,6 +132,8 @@ func (a *Autoscaler) publish(ctx context.Context, l *load, plan binpack.Result, 
 		})
 	}
 	sortPending(st.Pending)
+	sortPending(st.Draining)
+	sortPending(st.Kept)
 	sortPending(st.Terminating)
 	a.status = st
 	a.mu.Unlock()

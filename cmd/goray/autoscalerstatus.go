@@ -137,6 +137,16 @@ func writeAutoscaler(w io.Writer, r statusReport) error {
 	if err := writeInstances(w, "Pending", st.Pending, now); err != nil {
 		return err
 	}
+	if len(st.Draining) > 0 {
+		if err := writeInstances(w, "Draining (no new work; objects moving to spill storage)", st.Draining, now); err != nil {
+			return err
+		}
+	}
+	if len(st.Kept) > 0 {
+		if err := writeInstances(w, "Idle but kept (the node refused to drain)", st.Kept, now); err != nil {
+			return err
+		}
+	}
 	if err := writeInstances(w, "Terminating", st.Terminating, now); err != nil {
 		return err
 	}
@@ -173,13 +183,25 @@ func writeInstances(w io.Writer, title string, ps []autoscaler.PendingInstance, 
 		return err
 	}
 	fmt.Fprintf(w, "  %s:\n", title)
-	t := newTable(w, "    NODE TYPE", "INSTANCE", "ADDRESS", "STATE", "FOR")
+	detail := false
+	for _, p := range ps {
+		detail = detail || p.Detail != ""
+	}
+	head := []string{"    NODE TYPE", "INSTANCE", "ADDRESS", "STATE", "FOR"}
+	if detail {
+		head = append(head, "DETAIL")
+	}
+	t := newTable(w, head...)
 	for _, p := range ps {
 		addr := p.Address
 		if addr == "" {
 			addr = "(no address yet)"
 		}
-		t.row("    "+p.NodeType, orDash(p.ID), addr, p.State, age(p.Since, now))
+		row := []string{"    " + p.NodeType, orDash(p.ID), addr, p.State, age(p.Since, now)}
+		if detail {
+			row = append(row, orDash(p.Detail))
+		}
+		t.row(row...)
 	}
 	return t.flush()
 }

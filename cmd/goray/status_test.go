@@ -320,6 +320,18 @@ func TestStatusAutoscaler(t *testing.T) {
 			},
 		},
 		{
+			name: "draining and kept",
+			value: published(autoscaler.Status{Cluster: "demo", At: at, Active: map[string]int{"cpu": 2},
+				Draining: []autoscaler.PendingInstance{{ID: "local-2", NodeType: "cpu", State: "draining", Address: "127.0.1.2", Since: ago(2 * time.Second), Detail: "spilled 1 of 3 primary copies"}},
+				Kept:     []autoscaler.PendingInstance{{ID: "local-4", NodeType: "cpu", State: "running", Address: "127.0.1.4", Since: ago(time.Minute), Detail: "kept: no shared spill storage"}}}),
+			want: []string{"  Active workers: 2 cpu\n", "  Draining (no new work; objects moving to spill storage):\n", "  Idle but kept (the node refused to drain):\n"},
+			lines: [][]string{
+				{"NODE", "TYPE", "INSTANCE", "ADDRESS", "STATE", "FOR", "DETAIL"},
+				{"cpu", "local-2", "127.0.1.2", "draining", "2s", "spilled", "1", "of", "3", "primary", "copies"},
+				{"cpu", "local-4", "127.0.1.4", "running", "1m0s", "kept:", "no", "shared", "spill", "storage"},
+			},
+		},
+		{
 			name: "failures and backoff",
 			value: published(autoscaler.Status{Cluster: "demo", At: at, Failures: failures,
 				BackingOff: map[string]time.Time{"cpu": now.Add(2 * time.Minute), "gpu": ago(time.Second)}}),

@@ -6,7 +6,7 @@ const (
 	KindTransport = "transport"
 	// KindStorage is a storage backend for spilled objects (sdk/storage).
 	KindStorage = "storage"
-	// KindProvider is an autoscaler cloud provider (planned: sdk/provider).
+	// KindProvider is a provider of the autoscaler's instances (sdk/provider).
 	KindProvider = "provider"
 )
 
