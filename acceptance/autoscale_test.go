@@ -436,3 +436,79 @@ node_type "cpu" {
 	}
 	wantLines(t, r.stdout, `Cluster "crash" has no instances.`)
 }
+
+// TestAutoscaleObjectOnIdleNode: a task that needs more CPUs than the
+// head has runs on a worker node the autoscaler launches for it, and its
+// 4 MiB result stays there, the only copy, owned by the driver. Idle, the
+// node is drained (the object goes to the shared spill storage, recorded
+// in the GCS) and only then terminated; the driver then reads the object
+// intact.
+func TestAutoscaleObjectOnIdleNode(t *testing.T) {
+	ctx := asCtx(t)
+	dir := shortTempDir(t)
+	worker := filepath.Join(dir, "worker.hcl")
+	spill := filepath.Join(dir, "spill")
+	if err := os.WriteFile(worker, []byte(fmt.Sprintf(`
+plugin_dir = %q
+plugin "storage" "fs" {
+  config {
+    directory = %q
+  }
+}
+spilling {
+  storage = "fs"
+}
+`, pluginDir, spill)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Every node, the head too, has the shared storage: the head's raylet
+	// restores the object from the worker's spilled file.
+	c := upCluster(t, ctx, "object", "127.0.1.61-127.0.1.80", 1, "2s", fmt.Sprintf(`
+plugin "storage" "fs" {
+  config {
+    directory = %q
+  }
+}
+spilling {
+  storage = "fs"
+}
+
+node_type "cpu" {
+  resources   = { CPU = 2 }
+  max_workers = 1
+  node_config {
+    extra_args = ["--config", %q]
+  }
+}
+`, spill, worker))
+	j := startJob(t, jobOptions{addr: c.addr, env: []string{"TESTJOB_TIMEOUT=150s"}}, testjobBin, "as-object", dir)
+	madeOn := waitFile(t, j, 90*time.Second, filepath.Join(dir, "made"))
+	_, s := c.autoscaler(ctx)
+	onWorker := false
+	for _, n := range s.Nodes {
+		onWorker = onWorker || n.NodeID == madeOn && !n.IsHead && n.State == "ALIVE"
+	}
+	if !onWorker {
+		t.Fatalf("the object was made on %s, not on an alive worker node: %+v", madeOn, s.Nodes)
+	}
+	c.waitInstances(ctx, 0, 90*time.Second, "the idle worker drained and terminated")
+	log := c.headLog()
+	if !strings.Contains(log, "and drained") {
+		t.Fatalf("the head's log does not say the worker was drained before it was terminated:\n%s", log)
+	}
+	files, _ := os.ReadDir(spill)
+	if len(files) == 0 {
+		t.Fatalf("nothing in the shared spill storage %s after the drain", spill)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "read"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("object job: exit %d\n%s", code, out)
+	}
+	wantLines(t, out, "object: read back intact", "PASS as-object")
+	if again, _ := os.ReadFile(filepath.Join(dir, "made")); string(again) != madeOn {
+		t.Fatalf("the task ran again (on %s): the object was rebuilt, not kept", again)
+	}
+}

@@ -11,9 +11,10 @@ package main
 //	testjob as-request N         ray.RequestResources of N CPUs (0 clears)
 //	testjob as-infeasible DIR    a task needing 64 CPUs; writes
 //	                             DIR/submitted and waits for DIR/release
-//	testjob as-object DIR        a 4 MiB object made on a worker node;
-//	                             writes DIR/made (the node's id) and, once
-//	                             DIR/read exists, reads it back and checks it
+//	testjob as-object DIR        a 4 MiB object made by a two-CPU task (on a
+//	                             worker node), which writes DIR/made (its
+//	                             node's id); once DIR/read exists the job
+//	                             reads the object back and checks it
 
 import (
 	"context"
@@ -123,43 +124,24 @@ func runASInfeasible(ctx context.Context, dir string) error {
 	return ray.Cancel(ctx, ref)
 }
 
-func asMake(ctx context.Context, size int) ([]byte, error) {
+func asMake(ctx context.Context, dir string, size int) ([]byte, error) {
 	b := make([]byte, size)
 	for i := range b {
 		b[i] = byte(i % 253)
 	}
-	return b, nil
+	return b, writeFile(filepath.Join(dir, "made"), ray.NodeID())
 }
 
-// AsMake makes the object on a worker node.
-var AsMake = ray.Task1(asMake)
+// AsMake makes the object; it needs two CPUs, more than the head has, so
+// it runs on a worker node the autoscaler launches for it. No retries: a
+// lost object cannot be rebuilt by running it again (lineage), so reading
+// it proves the copy survived.
+var AsMake = ray.Task2(asMake, ray.CPUs(2), ray.MaxRetries(0))
 
 func runASObject(ctx context.Context, dir string) error {
-	var worker string
-	for worker == "" {
-		nodes, err := ray.Nodes(ctx)
-		if err != nil {
-			return err
-		}
-		for _, n := range nodes {
-			if n.Alive && !n.Head {
-				worker = n.ID
-			}
-		}
-		if worker == "" {
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("no worker node joined: %w", ctx.Err())
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}
 	const size = 4 << 20
-	ref := AsMake.Options(ray.NodeAffinity(worker, false)).Remote(ctx, ray.V(size))
-	if _, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{ref}, 1, 30*time.Second); err != nil {
-		return err
-	}
-	if err := writeFile(filepath.Join(dir, "made"), worker); err != nil {
+	ref := AsMake.Remote(ctx, ray.V(dir), ray.V(size))
+	if _, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{ref}, 1, time.Minute); err != nil {
 		return err
 	}
 	if err := pollFile(ctx, filepath.Join(dir, "read")); err != nil {
@@ -167,7 +149,7 @@ func runASObject(ctx context.Context, dir string) error {
 	}
 	b, err := ray.Get(ctx, ref)
 	if err != nil {
-		return fmt.Errorf("reading the object made on %s: %w", worker[:8], err)
+		return fmt.Errorf("reading the object: %w", err)
 	}
 	if len(b) != size {
 		return fmt.Errorf("object of %d bytes, want %d", len(b), size)

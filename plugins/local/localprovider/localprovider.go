@@ -399,12 +399,12 @@ func (p *Provider) Launch(ctx context.Context, req *provider.LaunchRequest) (*pr
 			}
 			usedDirs[dir] = true
 			id := fmt.Sprintf("local-%s-%d", req.ClusterName, c.Next+1+i)
-			argv, config, err := nodeArgs(goray, req.Node, id, ip, dir, nc.ExtraArgs)
+			argv, err := nodeArgs(goray, req.Node, id, ip, dir, nc.ExtraArgs)
 			if err != nil {
 				return err
 			}
 			planned = append(planned, &instanceRecord{ID: id, NodeType: req.NodeType, RequestID: req.RequestID, State: provider.StatePending,
-				IP: ip, Dir: dir, LaunchedAt: now, Argv: argv, config: config})
+				IP: ip, Dir: dir, LaunchedAt: now, Argv: argv})
 		}
 		for i, in := range planned {
 			if err := prepareDir(in, req.Node.AuthToken); err != nil {

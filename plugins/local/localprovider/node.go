@@ -28,9 +28,6 @@ const (
 	// outputFileName takes the node's stdout and stderr until it serves
 	// (then it logs into its session dir), and the setup commands' output.
 	outputFileName = "node.out"
-	// configFileName is the node config file, for settings `goray start`
-	// has no flag for (the memory resource).
-	configFileName = "node.hcl"
 )
 
 // tokenFileName holds the cluster token (owner-only, as goray's own token
@@ -38,16 +35,11 @@ const (
 // starting its node can still start it. It goes with the instance's dir.
 const tokenFileName = ".token"
 
-// prepareDir creates the temp dir of a planned instance with its node
-// config file and token file.
+// prepareDir creates the temp dir of a planned instance with its token
+// file.
 func prepareDir(in *instanceRecord, token string) error {
 	if err := os.Mkdir(in.Dir, 0o700); err != nil {
 		return err
-	}
-	if in.config != nil {
-		if err := os.WriteFile(filepath.Join(in.Dir, configFileName), in.config, 0o600); err != nil {
-			return err
-		}
 	}
 	if token != "" {
 		return os.WriteFile(filepath.Join(in.Dir, tokenFileName), []byte(token), 0o600)
@@ -74,7 +66,7 @@ const envToken = "GORAY_AUTH_TOKEN"
 // (address ip, temp dir dir) for spec: `goray start ...`, behind a shell
 // that runs spec.SetupCommands first when there are any, and the content
 // of its config file (nil when it needs none). The token is not on it.
-func nodeArgs(goray string, spec provider.NodeSpec, id, ip, dir string, extra []string) (argv []string, config []byte, err error) {
+func nodeArgs(goray string, spec provider.NodeSpec, id, ip, dir string, extra []string) (argv []string, err error) {
 	args := []string{goray, "start",
 		"--address", spec.HeadAddress,
 		"--node-ip", ip,
@@ -87,7 +79,7 @@ func nodeArgs(goray string, spec provider.NodeSpec, id, ip, dir string, extra []
 	for _, name := range slices.Sorted(maps.Keys(spec.Resources)) {
 		v := spec.Resources[name]
 		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, nil, fmt.Errorf("%w: resource %q has amount %v; want a finite amount of at least 0", provider.ErrInvalidRequest, name, v)
+			return nil, fmt.Errorf("%w: resource %q has amount %v; want a finite amount of at least 0", provider.ErrInvalidRequest, name, v)
 		}
 		switch name {
 		case provider.ResourceCPU:
@@ -96,14 +88,14 @@ func nodeArgs(goray string, spec provider.NodeSpec, id, ip, dir string, extra []
 			args = append(args, "--num-gpus", strconv.FormatFloat(v, 'f', -1, 64))
 		case provider.ResourceObjectStoreMemory:
 			if v < 1 || v >= math.MaxInt64 {
-				return nil, nil, fmt.Errorf("%w: resource %q is %v bytes; the object store needs at least 1", provider.ErrInvalidRequest, name, v)
+				return nil, fmt.Errorf("%w: resource %q is %v bytes; the object store needs at least 1", provider.ErrInvalidRequest, name, v)
 			}
 			args = append(args, "--object-store-memory", strconv.FormatInt(int64(v), 10))
 		case provider.ResourceMemory:
 			if v >= math.MaxInt64 {
-				return nil, nil, fmt.Errorf("%w: resource %q is %v bytes: too large", provider.ErrInvalidRequest, name, v)
+				return nil, fmt.Errorf("%w: resource %q is %v bytes: too large", provider.ErrInvalidRequest, name, v)
 			}
-			config = fmt.Appendf(nil, "resources {\n  memory = %d\n}\n", int64(v))
+			args = append(args, "--memory", strconv.FormatInt(int64(v), 10))
 		default:
 			custom[name] = v
 		}
@@ -111,7 +103,7 @@ func nodeArgs(goray string, spec provider.NodeSpec, id, ip, dir string, extra []
 	if len(custom) > 0 {
 		b, err := json.Marshal(custom)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		args = append(args, "--resources", string(b))
 	}
@@ -122,18 +114,15 @@ func nodeArgs(goray string, spec provider.NodeSpec, id, ip, dir string, extra []
 	labels[provider.LabelInstanceID] = id
 	b, err := json.Marshal(labels)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	args = append(args, "--labels", string(b))
-	if config != nil {
-		args = append(args, "--config", filepath.Join(dir, configFileName))
-	}
 	args = append(args, extra...)
 	if len(spec.SetupCommands) == 0 {
-		return args, config, nil
+		return args, nil
 	}
 	script := "set -e\n" + strings.Join(spec.SetupCommands, "\n") + "\nexec \"$@\"\n"
-	return append([]string{"/bin/sh", "-c", script, setupArg0}, args...), config, nil
+	return append([]string{"/bin/sh", "-c", script, setupArg0}, args...), nil
 }
 
 // keptEnv are the goray variables of the provider's environment a node

@@ -14,12 +14,11 @@ func TestNodeArgs(t *testing.T) {
 	base := []string{"/bin/goray", "start", "--address", "10.0.0.1:6379", "--node-ip", ip, "--temp-dir", dir, "--block",
 		"--ready-file", dir + "/ready.json", "--node-name", id}
 	tests := []struct {
-		name   string
-		spec   provider.NodeSpec
-		extra  []string
-		want   []string // after base
-		config string
-		err    string
+		name  string
+		spec  provider.NodeSpec
+		extra []string
+		want  []string // after base
+		err   string
 	}{
 		{name: "bare", spec: provider.NodeSpec{},
 			want: []string{"--labels", `{"goray.io/instance-id":"local-c-1"}`}},
@@ -27,18 +26,17 @@ func TestNodeArgs(t *testing.T) {
 			Resources: map[string]float64{"CPU": 2, "GPU": 0.5, "object_store_memory": 64 << 20, "memory": 1 << 30, "disk": 3, "tpu": 1},
 			Labels:    map[string]string{provider.LabelNodeType: "cpu", provider.LabelInstanceID: "spoofed"},
 		}, extra: []string{"--log-level", "debug"},
-			want: []string{"--num-cpus", "2", "--num-gpus", "0.5", "--object-store-memory", "67108864",
+			want: []string{"--num-cpus", "2", "--num-gpus", "0.5", "--memory", "1073741824", "--object-store-memory", "67108864",
 				"--resources", `{"disk":3,"tpu":1}`,
 				"--labels", `{"goray.io/instance-id":"local-c-1","goray.io/node-type":"cpu"}`,
-				"--config", dir + "/node.hcl", "--log-level", "debug"},
-			config: "resources {\n  memory = 1073741824\n}\n"},
+				"--log-level", "debug"}},
 		{name: "negative", spec: provider.NodeSpec{Resources: map[string]float64{"CPU": -1}}, err: `resource "CPU" has amount -1`},
 		{name: "no store", spec: provider.NodeSpec{Resources: map[string]float64{"object_store_memory": 0}}, err: "the object store needs at least 1"},
 	}
 	for _, tc := range tests {
 		tc.spec.HeadAddress = "10.0.0.1:6379"
 		tc.spec.AuthToken = "secret-token-0123456789"
-		argv, config, err := nodeArgs("/bin/goray", tc.spec, id, ip, dir, tc.extra)
+		argv, err := nodeArgs("/bin/goray", tc.spec, id, ip, dir, tc.extra)
 		if tc.err != "" {
 			if !errors.Is(err, provider.ErrInvalidRequest) || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("%s: %v; want ErrInvalidRequest saying %q", tc.name, err, tc.err)
@@ -51,16 +49,13 @@ func TestNodeArgs(t *testing.T) {
 		if want := append(slices.Clone(base), tc.want...); !slices.Equal(argv, want) {
 			t.Errorf("%s:\n got %q\nwant %q", tc.name, argv, want)
 		}
-		if string(config) != tc.config {
-			t.Errorf("%s: config %q, want %q", tc.name, config, tc.config)
-		}
 		if strings.Contains(strings.Join(argv, " "), tc.spec.AuthToken) {
 			t.Errorf("%s: the token is on the command line", tc.name)
 		}
 	}
 	// Setup commands: a shell runs them, then execs goray with its
 	// arguments untouched.
-	argv, _, err := nodeArgs("/bin/goray", provider.NodeSpec{HeadAddress: "h:1", SetupCommands: []string{"apt-get install x", "echo 'a b'"}}, id, ip, dir, nil)
+	argv, err := nodeArgs("/bin/goray", provider.NodeSpec{HeadAddress: "h:1", SetupCommands: []string{"apt-get install x", "echo 'a b'"}}, id, ip, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,9 +84,6 @@ type instanceRecord struct {
 	// Argv is the node's command line (without the token, which only its
 	// environment holds), for a provider restarted before it started it.
 	Argv []string `json:"argv"`
-
-	// config is the node config file to write (when planned).
-	config []byte
 }
 
 // errorRecord is a provider.LaunchError in the state file.
