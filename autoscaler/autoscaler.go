@@ -684,11 +684,14 @@ func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 		}
 		since, ok := a.idleSince[nodeID]
 		if !ok {
+			since = now
 			a.idleSince[nodeID] = now
-			continue
 		}
+		// Above its type's or the cluster's max_workers (the file was
+		// changed, or the type is gone from it): idle goes at once.
 		nt, _ := c.NodeType(t.inst.NodeType)
-		if now.Sub(since) < c.IdleTimeout || nt == nil || total[t.inst.NodeType] <= nt.MinWorkers {
+		over := nt == nil || total[t.inst.NodeType] > nt.MaxWorkers || sum(total) > c.MaxWorkers
+		if !over && (now.Sub(since) < c.IdleTimeout || total[t.inst.NodeType] <= nt.MinWorkers) {
 			continue
 		}
 		going[nodeID] = true
@@ -697,7 +700,11 @@ func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 			continue
 		}
 		total[t.inst.NodeType]--
-		a.apply(t, instance.Event{Kind: instance.Idle, Reason: "idle for " + now.Sub(since).Round(time.Second).String()}, now)
+		why := "idle for " + now.Sub(since).Round(time.Second).String()
+		if over {
+			why = "idle and above max_workers (or of a node type the cluster file no longer has)"
+		}
+		a.apply(t, instance.Event{Kind: instance.Idle, Reason: why}, now)
 		out = append(out, id)
 	}
 	for id := range a.idleSince {

@@ -600,3 +600,30 @@ node_type "cpu" {
 		t.Fatalf("after the drain timeout the node is still draining (%v) or gone (%d instances)", draining, f.count())
 	}
 }
+
+// TestAboveMaxWorkersShrinks: after the cluster file lowers max_workers
+// (or drops a node type), a restarted autoscaler drains and terminates the
+// idle instances above it at once, without waiting for the idle timeout,
+// and keeps the busy ones.
+func TestAboveMaxWorkersShrinks(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, c := newTestAutoscaler(t, f, clk, 0)
+	f.queue(map[string]float64{"CPU": 2}, 3)
+	reconcile(t, a)
+	f.join(c)
+	reconcile(t, a)
+	f.queue(nil, 0)
+	f.busy("i-1", 2, 0)
+	b, _ := newAutoscalerFor(t, f, clk, strings.Replace(fmt.Sprintf(testCluster, 0), "max_workers = 3\n}", "max_workers = 1\n}", 1))
+	reconcile(t, b) // adopt, drain the idle ones above max at once
+	reconcile(t, b)
+	if n := f.count(); n != 1 {
+		t.Fatalf("%d instances after max_workers went from 3 to 1, want 1", n)
+	}
+	f.mu.Lock()
+	_, kept := f.instances["i-1"]
+	f.mu.Unlock()
+	if !kept {
+		t.Fatal("the busy instance i-1 was terminated; the idle ones should go")
+	}
+}
