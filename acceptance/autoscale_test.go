@@ -236,7 +236,7 @@ node_type "cpu" {
 	if high := stop(); high != 2 {
 		t.Fatalf("at most %d instance nodes ran at once; want max_workers = 2 (the burst wants more)", high)
 	}
-	if log := c.headLog(); !strings.Contains(log, `reason="idle for 3s"`) {
+	if log := c.headLog(); !strings.Contains(log, `reason="idle for 3s and drained"`) {
 		t.Fatalf("the head's log does not say the workers were idle:\n%s", log)
 	}
 	r := runGorayEnv(t, ctx, c.env, "down", c.file)
@@ -343,14 +343,20 @@ node_type "cpu" {
 }
 
 // TestAutoscaleProviderCrashAndHeadRestart: the provider plugin is killed
-// with SIGKILL while it launches the minimum workers; the head restarts
-// it and exactly min_workers instances come up. The head is then stopped
+// with SIGKILL while the minimum workers are being launched (their setup
+// commands hold them until the test lets them go); the head restarts it,
+// the restarted provider finds the instances in flight, and exactly
+// min_workers instances come up: the provider's instance counter says
+// none was launched twice. The head is then stopped
 // and started again with `goray up`: the new autoscaler adopts the
 // running instances and launches none. `goray down` leaves nothing.
 func TestAutoscaleProviderCrashAndHeadRestart(t *testing.T) {
 	ctx := asCtx(t)
 	shm := shmEntries(t)
+	gate := filepath.Join(shortTempDir(t), "go")
 	c := upCluster(t, ctx, "crash", "127.0.1.41-127.0.1.60", 2, "1m", `
+setup_commands = ["while [ ! -e `+gate+` ]; do sleep 0.05; done"]
+
 node_type "cpu" {
   resources   = { CPU = 2 }
   min_workers = 2
@@ -362,8 +368,25 @@ node_type "cpu" {
 			return len(p.cmdline) > 0 && filepath.Base(p.cmdline[0]) == "goray-provider-local" && p.hasEnv("GORAY_GCS_ADDRESS="+c.addr)
 		})
 	}
-	waitFor(t, 30*time.Second, "the autoscaler's first launch", func() bool {
-		return strings.Contains(c.headLog(), "launching instances")
+	state := filepath.Join(c.stateDir, "crash", "instances.json")
+	type stateFile struct {
+		Next      int `json:"next"`
+		Instances []struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		} `json:"instances"`
+	}
+	readState := func() stateFile {
+		var st stateFile
+		b, err := os.ReadFile(state)
+		if err == nil {
+			_ = json.Unmarshal(b, &st)
+		}
+		return st
+	}
+	waitFor(t, 30*time.Second, "both instances launched and held in their setup", func() bool {
+		st := readState()
+		return len(st.Instances) == 2 && st.Instances[0].State == "pending" && st.Instances[1].State == "pending"
 	})
 	ps := providerProcs()
 	if len(ps) != 1 {
@@ -372,7 +395,16 @@ node_type "cpu" {
 	if err := syscall.Kill(ps[0].pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, 30*time.Second, "the head to restart the provider", func() bool {
+		return strings.Contains(c.headLog(), "plugin restarted: plugin=provider/local")
+	})
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	c.waitInstances(ctx, 2, 60*time.Second, "min_workers after the provider crashed")
+	if st := readState(); st.Next != 2 {
+		t.Fatalf("the provider numbered %d instances for min_workers = 2: one was launched twice", st.Next)
+	}
 	waitFor(t, 30*time.Second, "a new provider process", func() bool {
 		ps := providerProcs()
 		return len(ps) == 1 && ps[0].pid != 0
@@ -387,10 +419,9 @@ node_type "cpu" {
 		t.Fatalf("status after the provider crash: %+v", a.Autoscaler)
 	}
 
-	if log := c.headLog(); !strings.Contains(log, "plugin restarted: plugin=provider/local") {
-		t.Fatalf("the head's log does not show the provider plugin restarted once:\n%s", log)
+	if n := strings.Count(c.headLog(), "launching instances"); n != 1 {
+		t.Fatalf("the autoscaler launched %d times for min_workers; want once:\n%s", n, c.headLog())
 	}
-	t.Logf("launches sent around the crash: %d", strings.Count(c.headLog(), "launching instances"))
 
 	// Restart the head: the workers keep running (the GCS comes back from
 	// its data dir) and the new autoscaler adopts them.

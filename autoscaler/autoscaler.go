@@ -14,8 +14,12 @@
 //     the cluster's max_workers and upscaling_speed; a shape no node type
 //     can hold is reported infeasible and launches nothing;
 //   - every node type's min_workers is kept;
-//   - a worker node with nothing leased and no object in its store for
-//     idle_timeout is terminated, never below min_workers;
+//   - a worker node with nothing leased or queued for idle_timeout is
+//     drained (the GCS's DrainNode: no new work, its primary copies of
+//     objects spilled to shared storage) and terminated once drained,
+//     never below min_workers nor while a standing request needs it; a
+//     node that refuses the drain (it holds objects it has nowhere to
+//     move) stays;
 //   - launch failures (reported by the provider, or an instance that never
 //     joins) are recorded and back off per node type.
 //
@@ -130,6 +134,8 @@ type tracked struct {
 	node    *pb.NodeView
 	// detail is the last drain's progress or why the node was kept.
 	detail string
+	// terminateSent says the provider was asked to terminate it.
+	terminateSent bool
 }
 
 // launch is a launch request sent to the provider.
@@ -143,6 +149,8 @@ type launch struct {
 	// sent again every round with the same id (the provider launches
 	// nothing twice for one id).
 	accepted bool
+	// failedOnce says a failed send was recorded.
+	failedOnce bool
 }
 
 // New returns an autoscaler; Run starts it.
@@ -237,6 +245,7 @@ func (a *Autoscaler) read(ctx context.Context) (*load, error) {
 func (a *Autoscaler) Reconcile(ctx context.Context) error {
 	l, err := a.read(ctx)
 	if err != nil {
+		a.publishError(ctx, err)
 		return err
 	}
 	now := a.now()
@@ -265,15 +274,23 @@ func (a *Autoscaler) Reconcile(ctx context.Context) error {
 		a.terminate(ctx, done, "idle for "+a.cfg.Cluster.IdleTimeout.String()+" and drained", now)
 	}
 	a.mu.Lock()
-	var failed []string
+	var failed, dead []string
 	for id, t := range a.insts {
-		if t.inst.State().Failed() {
+		switch s := t.inst.State(); {
+		case s.Failed():
 			failed = append(failed, id)
+		case s == instance.Terminating && !t.terminateSent: // its node died
+			dead = append(dead, id)
 		}
 	}
 	a.mu.Unlock()
+	sort.Strings(failed)
+	sort.Strings(dead)
 	if len(failed) > 0 {
 		a.terminate(ctx, failed, "failed", now)
+	}
+	if len(dead) > 0 {
+		a.terminate(ctx, dead, "its node died", now)
 	}
 	return a.publish(ctx, l, plan, demands, now)
 }
@@ -338,7 +355,13 @@ func (a *Autoscaler) observe(l *load, now time.Time) {
 		a.recordFailure(e.NodeType, fmt.Sprintf("%s failed: %s", e.Op, e.Message), e.At)
 		if e.Op == provider.ErrorOpLaunch {
 			a.backoff.Failed(e.NodeType, now)
-			delete(a.launches, e.RequestID)
+			// The failed part of the launch is not coming; the rest may.
+			if lr := a.launches[e.RequestID]; lr != nil {
+				lr.count -= max(e.Count, 1)
+				if lr.count <= len(lr.listed) {
+					delete(a.launches, e.RequestID)
+				}
+			}
 		}
 		if t := a.insts[e.InstanceID]; t != nil {
 			a.apply(t, instance.Event{Kind: instance.Error, Reason: e.Message}, now)
@@ -358,9 +381,13 @@ func (a *Autoscaler) observe(l *load, now time.Time) {
 	for _, t := range a.insts {
 		before := t.inst.State()
 		a.apply(t, instance.Event{Kind: instance.Tick}, now)
-		if after := t.inst.State(); after != before && after.Failed() {
+		switch after := t.inst.State(); {
+		case after == before:
+		case after == instance.AllocationFailed || after == instance.InstallFailed:
 			a.recordFailure(t.inst.NodeType, fmt.Sprintf("instance %s: %s (it never joined the cluster)", t.inst.ID, after), now)
 			a.backoff.Failed(t.inst.NodeType, now)
+		case after == instance.TerminationFailed:
+			a.recordFailure(t.inst.NodeType, fmt.Sprintf("instance %s: %s (the provider still lists it; terminating it again)", t.inst.ID, after), now)
 		}
 	}
 }
@@ -389,6 +416,7 @@ func (a *Autoscaler) recordFailure(nodeType, msg string, at time.Time) {
 	if at.IsZero() {
 		at = a.now()
 	}
+	msg = provider.RedactToken(msg, a.cfg.AuthToken)
 	a.log.Warn("autoscaler failure", "node_type", nodeType, "error", msg)
 	a.failures = append(a.failures, Failure{NodeType: nodeType, Message: msg, At: at})
 	if len(a.failures) > maxFailures {
@@ -422,6 +450,13 @@ func (a *Autoscaler) counts() (total, pending map[string]int) {
 func (a *Autoscaler) plan(l *load, now time.Time) (binpack.Result, []Demand) {
 	c := a.cfg.Cluster
 	total, pending := a.counts()
+	// Instances on their way out still run (and cost) until the provider
+	// no longer lists them: they count toward max_workers, not capacity.
+	for _, t := range a.insts {
+		if s := t.inst.State(); s == instance.Terminating || s.Failed() {
+			total[t.inst.NodeType]++
+		}
+	}
 	workers, pendingAll := 0, 0
 	for _, n := range total {
 		workers += n
@@ -625,20 +660,56 @@ func (a *Autoscaler) totals(l *load) []binpack.Node {
 	return nodes
 }
 
-// requestsFitWithout reports whether the explicit requests still fit the
-// cluster's totals without the given nodes (hex ids).
-func requestsFitWithout(nodes []binpack.Node, reqs []binpack.Demand, without map[string]bool) bool {
+// requestsFitWithout reports whether the explicit requests lose nothing
+// when the nodes in without (hex ids) go: as many of their bundles fit
+// the other nodes' totals as fit with node kept. Bundles that fit nowhere
+// anyway (larger than any node) hold no node.
+func requestsFitWithout(nodes []binpack.Node, reqs []binpack.Demand, without map[string]bool, node string) bool {
 	if len(reqs) == 0 {
 		return true
 	}
 	var rest []binpack.Node
 	for _, n := range nodes {
-		if !without[n.ID] {
+		if !without[n.ID] || n.ID == node {
 			rest = append(rest, n)
 		}
 	}
-	r := binpack.Plan(binpack.Input{Nodes: rest, Demands: reqs})
-	return len(r.Infeasible) == 0 && len(r.Unplaced) == 0
+	with := fitCount(rest, reqs)
+	rest = slices.DeleteFunc(rest, func(n binpack.Node) bool { return n.ID == node })
+	return fitCount(rest, reqs) >= with
+}
+
+// fitCount returns how many of the requested bundles fit the nodes'
+// resources at once, placing the largest first, each on the first node
+// with room (first fit decreasing: deterministic, and what matters here is
+// whether removing a node lowers it).
+func fitCount(nodes []binpack.Node, reqs []binpack.Demand) int {
+	free := make([]resources.Set, len(nodes))
+	for i, n := range nodes {
+		free[i] = n.Available.Clone()
+	}
+	order := slices.Clone(reqs)
+	size := func(s resources.Set) int64 {
+		var n int64
+		for _, v := range s {
+			n += v
+		}
+		return n
+	}
+	sort.SliceStable(order, func(i, j int) bool { return size(order[i].Shape) > size(order[j].Shape) })
+	placed := 0
+	for _, d := range order {
+		for range d.Count {
+			for _, f := range free {
+				if f.Fits(d.Shape) {
+					f.Sub(d.Shape)
+					placed++
+					break
+				}
+			}
+		}
+	}
+	return placed
 }
 
 // idleInstances returns the worker instances to drain this round: those
@@ -690,12 +761,12 @@ func (a *Autoscaler) idleInstances(l *load, now time.Time) []string {
 		// Above its type's or the cluster's max_workers (the file was
 		// changed, or the type is gone from it): idle goes at once.
 		nt, _ := c.NodeType(t.inst.NodeType)
-		over := nt == nil || total[t.inst.NodeType] > nt.MaxWorkers || sum(total) > c.MaxWorkers
+		over := nt == nil || total[t.inst.NodeType] > nt.MaxWorkers || sum(total) > c.MaxWorkers && total[t.inst.NodeType] > nt.MinWorkers
 		if !over && (now.Sub(since) < c.IdleTimeout || total[t.inst.NodeType] <= nt.MinWorkers) {
 			continue
 		}
 		going[nodeID] = true
-		if !requestsFitWithout(totals, reqs, going) {
+		if !requestsFitWithout(totals, reqs, going, nodeID) {
 			delete(going, nodeID)
 			continue
 		}
@@ -837,12 +908,15 @@ func (a *Autoscaler) send(ctx context.Context, id string, now time.Time) {
 	switch {
 	case err == nil:
 		lr.accepted = true
-	case errors.Is(err, provider.ErrInvalidRequest) || errors.Is(err, provider.ErrQuotaExceeded):
+	case errors.Is(err, provider.ErrInvalidRequest) || errors.Is(err, provider.ErrQuotaExceeded) || errors.Is(err, provider.ErrNotFound):
 		delete(a.launches, id)
 		a.recordFailure(lr.nodeType, fmt.Sprintf("launch of %d: %v", lr.count, err), now)
 		a.backoff.Failed(lr.nodeType, now)
 	default:
-		a.recordFailure(lr.nodeType, fmt.Sprintf("launch %s of %d: %v (sending the same request again)", id, lr.count, err), now)
+		if !lr.failedOnce { // once per request: the list keeps room for other causes
+			lr.failedOnce = true
+			a.recordFailure(lr.nodeType, fmt.Sprintf("launch %s of %d: %v (sending the same request again)", id, lr.count, err), now)
+		}
 	}
 }
 
@@ -861,6 +935,7 @@ func (a *Autoscaler) terminate(ctx context.Context, ids []string, why string, no
 			a.apply(t, instance.Event{Kind: instance.Error, Reason: err.Error()}, now)
 			continue
 		}
+		t.terminateSent = true
 		a.apply(t, instance.Event{Kind: instance.TerminateSent, Reason: why}, now)
 	}
 	if err != nil {

@@ -627,3 +627,124 @@ func TestAboveMaxWorkersShrinks(t *testing.T) {
 		t.Fatal("the busy instance i-1 was terminated; the idle ones should go")
 	}
 }
+
+// TestUnmeetableRequestHoldsNothing: a standing request no node can hold
+// (4 GPUs) keeps no idle CPU worker alive.
+func TestUnmeetableRequestHoldsNothing(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, c := newTestAutoscaler(t, f, clk, 0)
+	f.queue(map[string]float64{"CPU": 2}, 2)
+	reconcile(t, a)
+	f.join(c)
+	reconcile(t, a)
+	f.queue(nil, 0)
+	b, _ := json.Marshal([]Request{{Resources: map[string]float64{"GPU": 4}, Count: 1}})
+	f.kv[StatusNamespace+"/"+RequestsKey] = b
+	reconcile(t, a)
+	clk.add(2 * time.Minute)
+	reconcile(t, a)
+	if n := f.count(); n != 0 {
+		t.Fatalf("%d idle instances kept by a request none of them can hold, want 0", n)
+	}
+	if d := f.status(t).Demands; len(d) != 1 || !d[0].Infeasible || !d[0].Request {
+		t.Fatalf("demands %+v: want the 4-GPU request infeasible", d)
+	}
+}
+
+// TestDeadNodeIsTerminated: an instance whose node dies is terminated at
+// once (the provider still lists it), counted toward max_workers until it
+// is gone, and backs nothing off.
+func TestDeadNodeIsTerminated(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, c := newTestAutoscaler(t, f, clk, 0)
+	f.queue(map[string]float64{"CPU": 2}, 3)
+	reconcile(t, a)
+	f.join(c)
+	reconcile(t, a)
+	f.mu.Lock()
+	f.nodes["i-1"].Info.State = "DEAD"
+	f.mu.Unlock()
+	reconcile(t, a)
+	f.mu.Lock()
+	_, listed := f.instances["i-1"]
+	f.mu.Unlock()
+	if listed {
+		t.Fatal("the instance of a dead node was not terminated")
+	}
+	st := f.status(t)
+	if !st.BackingOff["cpu"].IsZero() {
+		t.Fatalf("a dead node backed its type off: %+v", st)
+	}
+	reconcile(t, a) // the demand is still there: a replacement
+	if n := f.count(); n != 3 {
+		t.Fatalf("%d instances after the replacement, want 3 (max_workers)", n)
+	}
+}
+
+// TestLowerMaxKeepsMin: lowering the cluster's max_workers drains idle
+// instances above it, but never a type below its min_workers.
+func TestLowerMaxKeepsMin(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	src := `
+cluster_name   = "t"
+head_node_type = "head"
+max_workers    = %d
+provider "fake" {}
+node_type "head" {
+  resources = { CPU = 1 }
+}
+node_type "a" {
+  resources   = { CPU = 2 }
+  min_workers = 2
+  max_workers = 2
+}
+node_type "b" {
+  resources   = { CPU = 4 }
+  max_workers = 2
+}
+`
+	a, c := newAutoscalerFor(t, f, clk, fmt.Sprintf(src, 4))
+	f.queue(map[string]float64{"CPU": 4}, 2)
+	reconcile(t, a)
+	f.join(c)
+	reconcile(t, a)
+	f.queue(nil, 0)
+	if f.launchedOf("a") != 2 || f.launchedOf("b") != 2 {
+		t.Fatalf("launched a=%d b=%d, want 2 and 2", f.launchedOf("a"), f.launchedOf("b"))
+	}
+	b, _ := newAutoscalerFor(t, f, clk, fmt.Sprintf(src, 2))
+	for range 3 {
+		reconcile(t, b)
+	}
+	if f.launchedOf("a") != 2 || f.launchedOf("b") != 0 {
+		t.Fatalf("after max_workers 4 → 2: a=%d b=%d, want a kept at its min (2) and b gone", f.launchedOf("a"), f.launchedOf("b"))
+	}
+}
+
+// TestPartialLaunchFailure: a launch of 3 of which one fails keeps the
+// other two as pending capacity: nothing more is launched for them.
+func TestPartialLaunchFailure(t *testing.T) {
+	f, clk := newFakeCloud(), newClock()
+	a, _ := newTestAutoscaler(t, f, clk, 0)
+	f.queue(map[string]float64{"CPU": 2}, 3)
+	reconcile(t, a)
+	f.mu.Lock()
+	// One instance of the three failed; the other two are not listed yet.
+	var req string
+	for id, i := range f.instances {
+		req = i.RequestID
+		delete(f.instances, id)
+	}
+	f.errs = append(f.errs, provider.LaunchError{Op: provider.ErrorOpLaunch, RequestID: req, NodeType: "cpu", Count: 1, Message: "capacity", At: time.Now()})
+	f.mu.Unlock()
+	reconcile(t, a)
+	n := 0
+	for _, p := range f.status(t).Pending {
+		if p.State == "requested ("+req+")" {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d instances of the partly failed launch still pending, want 2: %+v", n, f.status(t).Pending)
+	}
+}

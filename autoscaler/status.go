@@ -10,6 +10,7 @@ import (
 	"github.com/goray-dev/goray/autoscaler/internal/binpack"
 	"github.com/goray-dev/goray/autoscaler/internal/instance"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/sdk/provider"
 )
 
 // Status is the autoscaler's view of the cluster, as `goray status` shows
@@ -20,6 +21,14 @@ type Status struct {
 	Cluster string `json:"cluster"`
 	// At is when the round that made it ran.
 	At time.Time `json:"at"`
+	// Interval is how often the autoscaler runs a round (a status older
+	// than a few of them is stale).
+	Interval time.Duration `json:"interval"`
+	// LastError is why the latest round failed, when it did (the provider
+	// or the GCS could not be read), and LastErrorAt when; the rest is
+	// the last good round's.
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 	// Active counts the running worker nodes by node type (the head is
 	// not counted).
 	Active map[string]int `json:"active"`
@@ -88,7 +97,7 @@ type Demand struct {
 // publish records the round's status and writes it to the GCS.
 func (a *Autoscaler) publish(ctx context.Context, l *load, plan binpack.Result, demands []Demand, now time.Time) error {
 	a.mu.Lock()
-	st := Status{Cluster: a.cfg.Cluster.Name, At: now, Active: map[string]int{}, Pending: []PendingInstance{}, Draining: []PendingInstance{}, Terminating: []PendingInstance{},
+	st := Status{Cluster: a.cfg.Cluster.Name, At: now, Interval: a.cfg.Interval, Active: map[string]int{}, Pending: []PendingInstance{}, Draining: []PendingInstance{}, Terminating: []PendingInstance{},
 		Failures: append([]Failure{}, a.failures...), Demands: demands, Launched: plan.Launch}
 	if st.Demands == nil {
 		st.Demands = []Demand{}
@@ -145,4 +154,23 @@ func (a *Autoscaler) publish(ctx context.Context, l *load, plan binpack.Result, 
 		return fmt.Errorf("autoscaler: publishing the status: %w", err)
 	}
 	return nil
+}
+
+// publishError records that a round failed and publishes the last good
+// status with the error (best effort: the GCS may be what failed).
+func (a *Autoscaler) publishError(ctx context.Context, err error) {
+	a.mu.Lock()
+	st := a.status
+	if st.Cluster == "" {
+		st = Status{Cluster: a.cfg.Cluster.Name, Interval: a.cfg.Interval, Active: map[string]int{}, Pending: []PendingInstance{},
+			Draining: []PendingInstance{}, Terminating: []PendingInstance{}, Failures: []Failure{}, Demands: []Demand{}}
+	}
+	st.LastError, st.LastErrorAt = provider.RedactToken(err.Error(), a.cfg.AuthToken), a.now()
+	a.status = st
+	a.mu.Unlock()
+	b, jerr := json.Marshal(st)
+	if jerr != nil {
+		return
+	}
+	_, _ = a.cfg.GCS.KVPut(ctx, &pb.KVPutRequest{Ns: StatusNamespace, Key: StatusKey, Value: b, Overwrite: true})
 }

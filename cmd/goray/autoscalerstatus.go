@@ -18,7 +18,16 @@ import (
 
 // autoscalerStaleAfter is the age past which `goray status` marks the
 // autoscaler's status stale: three rounds missed.
+// (Of a status that says its interval: three of those.)
 const autoscalerStaleAfter = 3 * autoscaler.DefaultInterval
+
+// intervalOf is how often the autoscaler that published st runs.
+func intervalOf(st *autoscaler.Status) time.Duration {
+	if st.Interval > 0 {
+		return st.Interval
+	}
+	return autoscaler.DefaultInterval
+}
 
 // autoscalerFailuresShown bounds the recent failures the text shows
 // (--json has every one the autoscaler kept).
@@ -74,7 +83,7 @@ func (r *statusReport) addAutoscaler(value []byte, found bool, readErr error) {
 		return
 	}
 	r.Autoscaler = &st
-	r.AutoscalerStale = r.asOf.Sub(st.At) > autoscalerStaleAfter
+	r.AutoscalerStale = r.asOf.Sub(st.At) > max(autoscalerStaleAfter, 3*intervalOf(&st))
 }
 
 // age formats how long before now t was, in whole seconds ("0s" for a
@@ -130,9 +139,12 @@ func writeAutoscaler(w io.Writer, r statusReport) error {
 	}
 	stale := ""
 	if r.AutoscalerStale {
-		stale = fmt.Sprintf("; STALE: it publishes every %s, is it running?", autoscaler.DefaultInterval)
+		stale = fmt.Sprintf("; STALE: it publishes every %s, is it running?", intervalOf(st))
 	}
 	fmt.Fprintf(w, "Autoscaler%s: status of %s (%s ago%s)\n", name, formatTime(st.At.UnixMilli()), age(st.At, now), stale)
+	if st.LastError != "" {
+		fmt.Fprintf(w, "  LAST ROUND FAILED (%s ago): %s\n", age(st.LastErrorAt, now), st.LastError)
+	}
 	fmt.Fprintf(w, "  Active workers: %s\n", countsText(st.Active))
 	if err := writeInstances(w, "Pending", st.Pending, now); err != nil {
 		return err

@@ -332,6 +332,12 @@ func TestStatusAutoscaler(t *testing.T) {
 			},
 		},
 		{
+			name: "last round failed",
+			value: published(autoscaler.Status{Cluster: "demo", At: at, Interval: time.Second, Active: map[string]int{},
+				LastError: "autoscaler: listing the instances of cluster \"demo\": plugin provider \"local\" is restarting", LastErrorAt: ago(time.Second)}),
+			want: []string{"  LAST ROUND FAILED (1s ago): autoscaler: listing the instances of cluster \"demo\": plugin provider \"local\" is restarting\n"},
+		},
+		{
 			name: "failures and backoff",
 			value: published(autoscaler.Status{Cluster: "demo", At: at, Failures: failures,
 				BackingOff: map[string]time.Time{"cpu": now.Add(2 * time.Minute), "gpu": ago(time.Second)}}),

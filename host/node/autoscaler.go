@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"google.golang.org/grpc"
 
 	"github.com/goray-dev/goray/autoscaler"
 	"github.com/goray-dev/goray/config"
@@ -38,18 +40,30 @@ func ProviderBlock(c *config.Cluster) config.Plugin {
 type hostProvider struct {
 	m    *host.Manager
 	name string
+
+	mu     sync.Mutex
+	conn   *grpc.ClientConn // of the plugin process client talks to
+	cached provider.Provider
 }
 
-func (p hostProvider) client() (provider.Provider, error) {
+// client returns the provider client of the plugin's live connection: one
+// per plugin process, so the client remembers the tokens it sent (and
+// redacts them from what that process answers).
+func (p *hostProvider) client() (provider.Provider, error) {
 	conn, v, err := p.m.Client(plugin.KindProvider, p.name)
 	if err != nil {
 		return nil, err
 	}
-	return provider.NewClient(conn, v), nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn != conn {
+		p.conn, p.cached = conn, provider.NewClient(conn, v)
+	}
+	return p.cached, nil
 }
 
 // NodeConfigSchema asks the plugin.
-func (p hostProvider) NodeConfigSchema(ctx context.Context, req *provider.NodeConfigSchemaRequest) (*provider.NodeConfigSchemaResponse, error) {
+func (p *hostProvider) NodeConfigSchema(ctx context.Context, req *provider.NodeConfigSchemaRequest) (*provider.NodeConfigSchemaResponse, error) {
 	c, err := p.client()
 	if err != nil {
 		return nil, err
@@ -58,7 +72,7 @@ func (p hostProvider) NodeConfigSchema(ctx context.Context, req *provider.NodeCo
 }
 
 // Launch asks the plugin.
-func (p hostProvider) Launch(ctx context.Context, req *provider.LaunchRequest) (*provider.LaunchResponse, error) {
+func (p *hostProvider) Launch(ctx context.Context, req *provider.LaunchRequest) (*provider.LaunchResponse, error) {
 	c, err := p.client()
 	if err != nil {
 		return nil, err
@@ -67,7 +81,7 @@ func (p hostProvider) Launch(ctx context.Context, req *provider.LaunchRequest) (
 }
 
 // Terminate asks the plugin.
-func (p hostProvider) Terminate(ctx context.Context, req *provider.TerminateRequest) (*provider.TerminateResponse, error) {
+func (p *hostProvider) Terminate(ctx context.Context, req *provider.TerminateRequest) (*provider.TerminateResponse, error) {
 	c, err := p.client()
 	if err != nil {
 		return nil, err
@@ -76,7 +90,7 @@ func (p hostProvider) Terminate(ctx context.Context, req *provider.TerminateRequ
 }
 
 // List asks the plugin.
-func (p hostProvider) List(ctx context.Context, req *provider.ListRequest) (*provider.ListResponse, error) {
+func (p *hostProvider) List(ctx context.Context, req *provider.ListRequest) (*provider.ListResponse, error) {
 	c, err := p.client()
 	if err != nil {
 		return nil, err
@@ -85,7 +99,7 @@ func (p hostProvider) List(ctx context.Context, req *provider.ListRequest) (*pro
 }
 
 // PollErrors asks the plugin.
-func (p hostProvider) PollErrors(ctx context.Context, req *provider.PollErrorsRequest) (*provider.PollErrorsResponse, error) {
+func (p *hostProvider) PollErrors(ctx context.Context, req *provider.PollErrorsRequest) (*provider.PollErrorsResponse, error) {
 	c, err := p.client()
 	if err != nil {
 		return nil, err
@@ -96,7 +110,7 @@ func (p hostProvider) PollErrors(ctx context.Context, req *provider.PollErrorsRe
 // ProviderOf returns the provider plugin a plugin host runs under the
 // name, for callers without a node (goray down).
 func ProviderOf(m *host.Manager, name string) provider.Provider {
-	return hostProvider{m: m, name: name}
+	return &hostProvider{m: m, name: name}
 }
 
 // DecodeNodeConfigs decodes every node type's node_config block against
@@ -136,7 +150,7 @@ func DecodeNodeConfigs(ctx context.Context, p provider.Provider, c *config.Clust
 // goroutine until the node stops.
 func (n *Node) startAutoscaler(ctx context.Context) error {
 	c := n.opts.Cluster
-	p := hostProvider{m: n.plugins, name: c.Provider.Name}
+	p := &hostProvider{m: n.plugins, name: c.Provider.Name}
 	cfgs, diags := DecodeNodeConfigs(ctx, p, c)
 	if diags.HasErrors() {
 		return config.NewDiagnosticsError(diags, c.Files())
@@ -158,10 +172,12 @@ func (n *Node) startAutoscaler(ctx context.Context) error {
 		return err
 	}
 	n.autoscaler = a
+	actx, cancel := context.WithCancel(n.ctx)
+	n.asCancel = cancel
 	n.asWG.Add(1)
 	go func() {
 		defer n.asWG.Done()
-		_ = a.Run(n.ctx)
+		_ = a.Run(actx)
 	}()
 	n.log.Info("autoscaler started", "cluster", c.Name, "provider", c.Provider.Name, "interval", interval)
 	return nil

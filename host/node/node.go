@@ -132,7 +132,8 @@ type Node struct {
 	rayletGRPC *grpc.Server
 	dataLis    net.Listener // the raylet's object data plane
 	autoscaler *autoscaler.Autoscaler
-	asWG       sync.WaitGroup // the autoscaler's goroutine
+	asCancel   context.CancelFunc // stops the autoscaler
+	asWG       sync.WaitGroup     // the autoscaler's goroutine
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -652,13 +653,17 @@ func (n *Node) Done() <-chan struct{} { return n.done }
 // its session directory. Idempotent.
 func (n *Node) Stop(ctx context.Context) error {
 	n.signalDone()
+	if n.asCancel != nil {
+		// First: a stopping head launches, drains and terminates nothing.
+		n.asCancel()
+		n.asWG.Wait()
+	}
 	if n.raylet != nil {
 		if err := n.raylet.Shutdown(ctx); err != nil {
 			n.log.Warn("raylet shutdown", "error", err)
 		}
 	}
 	n.cancel()
-	n.asWG.Wait()
 	if n.dataLis != nil {
 		_ = n.dataLis.Close()
 	}

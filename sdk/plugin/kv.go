@@ -29,7 +29,7 @@ const EnvNodeID = "GORAY_NODE_ID"
 const EnvNodeIP = "GORAY_NODE_IP"
 
 // EnvGorayBinary holds the path of the goray binary running the node
-// whose host started the plugin, when it is one (unset in embedded nodes):
+// whose host started the plugin, when it is one (empty in embedded nodes):
 // a provider that starts nodes on this machine runs that binary.
 const EnvGorayBinary = "GORAY_BINARY"
 

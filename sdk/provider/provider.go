@@ -23,8 +23,10 @@ type Provider interface {
 	// as JSON in LaunchRequest.NodeConfig. It must be cheap and constant.
 	NodeConfigSchema(ctx context.Context, req *NodeConfigSchemaRequest) (*NodeConfigSchemaResponse, error)
 	// Launch starts Count instances of NodeType, asynchronously: it returns
-	// once the request is accepted; the instances then show in List
-	// (StatePending, later StateRunning) and failures in PollErrors. It is
+	// once the request is accepted and recorded, and from then on List
+	// shows its instances (StatePending, later StateRunning; an autoscaler
+	// restarted right after Launch returned must see them, or it launches
+	// again) and failures show in PollErrors. It is
 	// idempotent by RequestID: a repeated request (same id) launches
 	// nothing more, even across a restart of the provider. A request that
 	// breaks the rules (see LaunchRequest.Validate) or whose NodeConfig does

@@ -21,11 +21,11 @@ import (
 // The request stands until the next call: each call replaces the previous
 // request (of any driver or task in the cluster; there is one request per
 // cluster), and RequestResources(ctx) with nothing clears it. The
-// autoscaler treats the bundles as demand, as it does queued work: every
-// round it packs them, with the rest of the demand, onto the free capacity
-// of running and pending nodes, launches nodes for what does not fit
-// (within the cluster file's max_workers), and reports a bundle no node
-// type can hold as infeasible. `goray status` lists the request among the
+// autoscaler packs the bundles every round onto the total resources of
+// the running and pending nodes (the room is asked for whether or not
+// work uses it), launches nodes for what does not fit (within the cluster
+// file's max_workers), keeps the idle nodes the request needs, and
+// reports a bundle no node type can hold as infeasible. `goray status` lists the request among the
 // autoscaler's demands. The call only records the request in the GCS and
 // returns: it does not wait for nodes.
 //

@@ -155,6 +155,12 @@ func TestConfigure(t *testing.T) {
 		}
 	}
 	// No state_dir: $TMPDIR/goray-local, within the length limit or not.
+	short, err := os.MkdirTemp("/tmp", "l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(short) })
+	dir = short
 	t.Setenv("TMPDIR", dir)
 	if p, err := localprovider.Open(context.Background(), localprovider.Config{GorayBinary: gorayBin, StopTimeout: time.Second}); err != nil {
 		t.Errorf("no state_dir, TMPDIR %s: %v", dir, err)
@@ -188,7 +194,7 @@ func TestConfigure(t *testing.T) {
 	}
 	_ = p.Close()
 	// Unconfigured, it is unavailable.
-	_, err := localprovider.New().List(context.Background(), &provider.ListRequest{ClusterName: "c"})
+	_, err = localprovider.New().List(context.Background(), &provider.ListRequest{ClusterName: "c"})
 	if !errors.Is(err, provider.ErrUnavailable) {
 		t.Errorf("List before Configure: %v; want ErrUnavailable", err)
 	}

@@ -40,6 +40,20 @@ func testLaunch(e *env) {
 	c, id := e.cluster(), e.requestID("launch")
 	start := time.Now()
 	e.launch(e.launchRequest(c, id, 2))
+	// Accepted means recorded: List shows the instances at once (pending
+	// or running), so that an autoscaler restarted right after Launch
+	// returned sees them and does not launch again.
+	{
+		ctx, cancel := e.ctx()
+		r, err := e.p.List(ctx, &provider.ListRequest{ClusterName: c})
+		cancel()
+		if err != nil {
+			e.t.Fatalf("List right after Launch: %v", err)
+		}
+		if n := len(ofRequest(r.Instances, id)); n != 2 {
+			e.t.Fatalf("List right after Launch returned shows %d instances of the request; want 2 (pending or running): %s", n, show(r.Instances))
+		}
+	}
 	ins := e.waitList(c, "showing the 2 instances of the launch, running", func(ins []provider.Instance) bool {
 		if len(ins) > 2 {
 			e.t.Fatalf("a launch of 2 instances shows %d: %s", len(ins), show(ins))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -95,6 +96,9 @@ var bugs = map[string]bug{
 	// Echoes the cluster token in its errors.
 	"leaks-token": {wrap: func(m *memprovider.Provider) provider.Provider { return &leaksToken{m} },
 		run: "BadRequests", want: "shows the cluster token"},
+	// Lists a launch's instances only a while after Launch returned.
+	"lists-late": {wrap: func(m *memprovider.Provider) provider.Provider { return &listsLate{m} },
+		run: "Launch", want: "List right after Launch returned shows 0 instances of the request; want 2"},
 	// Launches its instances but never reports them running.
 	"never-running": {wrap: func(m *memprovider.Provider) provider.Provider { return &neverRunning{m} },
 		run: "Launch", want: "still not showing the 2 instances of the launch, running"},
@@ -373,5 +377,16 @@ func (p *neverRunning) List(ctx context.Context, req *provider.ListRequest) (*pr
 			r.Instances[i].State = provider.StatePending
 		}
 	}
+	return r, nil
+}
+
+type listsLate struct{ *memprovider.Provider }
+
+func (p *listsLate) List(ctx context.Context, req *provider.ListRequest) (*provider.ListResponse, error) {
+	r, err := p.Provider.List(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	r.Instances = slices.DeleteFunc(r.Instances, func(in provider.Instance) bool { return time.Since(in.LaunchedAt) < 500*time.Millisecond })
 	return r, nil
 }
