@@ -13,6 +13,9 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 # The S3 server the storage tests run (internal/testservers/miniotest); about 3 minutes
 # to build the first time, then reused from ./.tools.
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
+# The EC2 API emulator the AWS provider's tests run (moto's server, from
+# PyPI, in a virtualenv under ./.tools/moto; internal/testservers/mototest).
+MOTO_VERSION := 5.2.5
 
 TEST_TIMEOUT ?= 25m
 TEST_FLAGS ?=
@@ -30,7 +33,7 @@ private-tmp = tmp=$$(mktemp -d /tmp/gXXX) || exit 1; \
 		echo "FAIL: left behind in the tests' TMPDIR $$tmp:"; ls -lA $$tmp; rc=1; fi; \
 	rm -rf $$tmp; exit $$rc
 
-.PHONY: all build test go-test race redis bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
+.PHONY: all build test go-test race redis sshd moto bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
 
 all: build
 
@@ -43,7 +46,10 @@ build:
 ## and a few seconds of each fuzz target.
 test: fmt-check vet generate-check go-test race bench-smoke fuzz-smoke
 
-go-test: $(TOOLS)/minio redis
+# The servers the tests start: MinIO, Redis, sshd, moto.
+SERVERS := $(TOOLS)/minio redis sshd $(TOOLS)/moto/bin/moto_server
+
+go-test: $(SERVERS)
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS))
 
 # The packages with the most shared state (the raylet's components, the core
@@ -88,10 +94,10 @@ bench: bin/goray
 
 FORCE:
 
-unit: $(TOOLS)/minio redis
+unit: $(SERVERS)
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $$($(GO) list ./... | grep -v /acceptance))
 
-acceptance: $(TOOLS)/minio redis
+acceptance: $(SERVERS)
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v $(TEST_FLAGS) ./acceptance/...)
 
 vet:
@@ -110,7 +116,7 @@ generate-check: generate
 	@if ! git diff --quiet -- '*.go'; then \
 		echo "generated code is out of date; run 'make generate' and commit:"; git diff --stat -- '*.go'; exit 1; fi
 
-tools: protoc redis $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc $(TOOLS)/minio
+tools: protoc $(SERVERS) $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
 
 # redis-server comes from Debian's redis-server package: the GCS storage
 # tests run a real one on loopback (internal/testservers/redistest).
@@ -122,6 +128,24 @@ redis:
 		$$SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true; }
 # (The tests start their own servers; the package's system service, where
 # systemd starts one, is stopped so that nothing answers on port 6379.)
+
+# sshd comes from Debian's openssh-server package: the SSH provider's tests
+# run their own on loopback ports, with their own host and user keys
+# (internal/testservers/sshdtest); the package's system service is stopped.
+sshd:
+	@test -x /usr/sbin/sshd || { \
+		echo "installing openssh-server (Debian)"; \
+		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openssh-server >/dev/null; \
+		$$SUDO systemctl disable --now ssh >/dev/null 2>&1 || true; }
+
+## moto: the pinned EC2 API emulator, into .tools/moto (a Python virtualenv).
+moto: $(TOOLS)/moto/bin/moto_server
+
+$(TOOLS)/moto/bin/moto_server:
+	@mkdir -p $(TOOLS)
+	python3 -m venv $(TOOLS)/moto
+	$(TOOLS)/moto/bin/pip install -q 'moto[server]==$(MOTO_VERSION)'
 
 # protoc comes from Debian's protobuf-compiler package.
 protoc:

@@ -96,7 +96,8 @@ type Config struct {
 	AuthToken string
 	// Interval between reconciliations (default DefaultInterval).
 	Interval time.Duration
-	// Timeouts of the instance state machine (zero: its defaults).
+	// Timeouts of the instance state machine (zero: its defaults; the
+	// install timeout's is the cluster file's install_timeout).
 	Timeouts instance.Timeouts
 	// DrainTimeout bounds a drain (zero: DefaultDrainTimeout).
 	DrainTimeout time.Duration
@@ -160,6 +161,9 @@ func New(cfg Config) (*Autoscaler, error) {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
+	}
+	if cfg.Timeouts.InstallTimeout <= 0 {
+		cfg.Timeouts.InstallTimeout = cfg.Cluster.InstallTimeout // install_timeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()

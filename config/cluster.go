@@ -21,6 +21,9 @@ const (
 	// DefaultIdleTimeout is how long a worker node may sit idle before the
 	// autoscaler drains and terminates it (idle_timeout).
 	DefaultIdleTimeout = 5 * time.Minute
+	// DefaultInstallTimeout is how long a launched instance may take to
+	// join the cluster before it is terminated as failed (install_timeout).
+	DefaultInstallTimeout = 10 * time.Minute
 	// DefaultUpscalingSpeed is the cluster's upscaling_speed.
 	DefaultUpscalingSpeed = 1.0
 )
@@ -54,6 +57,10 @@ type Cluster struct {
 	// IdleTimeout is how long a worker node may sit idle (nothing leased)
 	// before it is drained and terminated (idle_timeout, default 5m).
 	IdleTimeout time.Duration
+	// InstallTimeout is how long a launched instance may take to join the
+	// cluster (boot, setup commands, goray start) before the autoscaler
+	// terminates it and counts a failure (install_timeout, default 10m).
+	InstallTimeout time.Duration
 	// UpscalingSpeed scales how many nodes may be launching at once
 	// (upscaling_speed, default 1.0, > 0), as Ray's does.
 	UpscalingSpeed float64
@@ -123,6 +130,7 @@ func ParseCluster(src []byte, filename string) (*Cluster, hcl.Diagnostics) {
 func newCluster(filename string) *Cluster {
 	return &Cluster{
 		IdleTimeout:    DefaultIdleTimeout,
+		InstallTimeout: DefaultInstallTimeout,
 		UpscalingSpeed: DefaultUpscalingSpeed,
 		Filename:       filename,
 		Head:           Default(),
@@ -193,6 +201,7 @@ func (c *Cluster) Validate() hcl.Diagnostics {
 const (
 	keyClMaxWorkers  = "cluster.max_workers"
 	keyClIdleTimeout = "cluster.idle_timeout"
+	keyClInstall     = "cluster.install_timeout"
 	keyClUpscaling   = "cluster.upscaling_speed"
 	keyClHeadType    = "cluster.head_node_type"
 	keyClSetup       = "cluster.setup_commands"
@@ -208,6 +217,7 @@ var clusterSchema = func() *hcl.BodySchema {
 	s.Attributes = append(s.Attributes,
 		hcl.AttributeSchema{Name: "max_workers"},
 		hcl.AttributeSchema{Name: "idle_timeout"},
+		hcl.AttributeSchema{Name: "install_timeout"},
 		hcl.AttributeSchema{Name: "upscaling_speed"},
 		hcl.AttributeSchema{Name: "head_node_type"},
 		hcl.AttributeSchema{Name: "setup_commands"},
@@ -237,6 +247,7 @@ func (d *decoder) cluster(body hcl.Body, c *hcl.BodyContent) {
 	cl.Name = d.n.ClusterName
 	d.intVal(c.Attributes["max_workers"], keyClMaxWorkers, &cl.MaxWorkers)
 	d.duration(c.Attributes["idle_timeout"], keyClIdleTimeout, &cl.IdleTimeout)
+	d.duration(c.Attributes["install_timeout"], keyClInstall, &cl.InstallTimeout)
 	d.float(c.Attributes["upscaling_speed"], keyClUpscaling, &cl.UpscalingSpeed)
 	if a := c.Attributes["head_node_type"]; a != nil {
 		d.str(a, keyClHeadType, &cl.HeadNodeType)
@@ -371,6 +382,10 @@ func (v *validator) cluster(c *Cluster) {
 	if c.IdleTimeout <= 0 {
 		v.errorf(keyClIdleTimeout, "Invalid duration",
 			"idle_timeout must be positive, got %s: it is how long a worker node may sit idle before it is drained and terminated. Use for example idle_timeout = \"5m\" (the default).", c.IdleTimeout)
+	}
+	if c.InstallTimeout <= 0 {
+		v.errorf(keyClInstall, "Invalid duration",
+			"install_timeout must be positive, got %s: it is how long a launched instance may take to join the cluster before it is terminated as failed. Use for example install_timeout = \"10m\" (the default).", c.InstallTimeout)
 	}
 	if !(c.UpscalingSpeed > 0) || math.IsInf(c.UpscalingSpeed, 0) {
 		v.errorf(keyClUpscaling, "Invalid upscaling_speed",

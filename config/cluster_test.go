@@ -218,6 +218,8 @@ func TestParseClusterDiagnostics(t *testing.T) {
 		// Validation.
 		{name: "idle_timeout zero", src: clBase + "idle_timeout = \"0s\"\n",
 			line: 11, col: 16, want: []string{"Invalid duration", "idle_timeout must be positive", `"5m"`}},
+		{name: "install_timeout zero", src: clBase + "install_timeout = \"0s\"\n",
+			line: 11, col: 19, want: []string{"Invalid duration", "install_timeout must be positive", `"10m"`}},
 		{name: "upscaling_speed zero", src: clBase + "upscaling_speed = 0\n",
 			line: 11, col: 19, want: []string{"Invalid upscaling_speed", "greater than 0, got 0", "1.0"}},
 		{name: "upscaling_speed negative", src: clBase + "upscaling_speed = -0.5\n",
@@ -408,7 +410,7 @@ func TestClusterValidateWithoutFile(t *testing.T) {
 	head := Default()
 	head.Head, head.Address = true, DefaultHeadAddress
 	c = Cluster{
-		Name: "demo", MaxWorkers: 1, IdleTimeout: time.Minute, UpscalingSpeed: 1, HeadNodeType: "h",
+		Name: "demo", MaxWorkers: 1, IdleTimeout: time.Minute, InstallTimeout: time.Minute, UpscalingSpeed: 1, HeadNodeType: "h",
 		Provider: &ProviderBlock{Name: "local"}, Head: head,
 		NodeTypes: []NodeType{
 			{Name: "h", Resources: map[string]float64{"CPU": 0}},

@@ -2,18 +2,13 @@ package localprovider
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"io/fs"
-	"maps"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -63,61 +58,15 @@ const setupArg0 = "goray-local-setup"
 const envToken = "GORAY_AUTH_TOKEN"
 
 // nodeArgs returns the command line that runs the node of instance id
-// (address ip, temp dir dir) for spec: `goray start ...`, behind a shell
-// that runs spec.SetupCommands first when there are any, and the content
-// of its config file (nil when it needs none). The token is not on it.
+// (address ip, temp dir dir) for spec: `goray start ... --block`, behind a
+// shell that runs spec.SetupCommands first when there are any. The token
+// is not on it (the node gets it in its environment).
 func nodeArgs(goray string, spec provider.NodeSpec, id, ip, dir string, extra []string) (argv []string, err error) {
-	args := []string{goray, "start",
-		"--address", spec.HeadAddress,
-		"--node-ip", ip,
-		"--temp-dir", dir,
-		"--block",
-		"--ready-file", filepath.Join(dir, readyFileName),
-		"--node-name", id,
-	}
-	custom := map[string]float64{}
-	for _, name := range slices.Sorted(maps.Keys(spec.Resources)) {
-		v := spec.Resources[name]
-		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("%w: resource %q has amount %v; want a finite amount of at least 0", provider.ErrInvalidRequest, name, v)
-		}
-		switch name {
-		case provider.ResourceCPU:
-			args = append(args, "--num-cpus", strconv.FormatFloat(v, 'f', -1, 64))
-		case provider.ResourceGPU:
-			args = append(args, "--num-gpus", strconv.FormatFloat(v, 'f', -1, 64))
-		case provider.ResourceObjectStoreMemory:
-			if v < 1 || v >= math.MaxInt64 {
-				return nil, fmt.Errorf("%w: resource %q is %v bytes; the object store needs at least 1", provider.ErrInvalidRequest, name, v)
-			}
-			args = append(args, "--object-store-memory", strconv.FormatInt(int64(v), 10))
-		case provider.ResourceMemory:
-			if v >= math.MaxInt64 {
-				return nil, fmt.Errorf("%w: resource %q is %v bytes: too large", provider.ErrInvalidRequest, name, v)
-			}
-			args = append(args, "--memory", strconv.FormatInt(int64(v), 10))
-		default:
-			custom[name] = v
-		}
-	}
-	if len(custom) > 0 {
-		b, err := json.Marshal(custom)
-		if err != nil {
-			return nil, err
-		}
-		args = append(args, "--resources", string(b))
-	}
-	labels := make(map[string]string, len(spec.Labels)+1)
-	for k, v := range spec.Labels {
-		labels[k] = v
-	}
-	labels[provider.LabelInstanceID] = id
-	b, err := json.Marshal(labels)
+	args, err := spec.StartArgs(provider.StartOptions{Goray: goray, NodeIP: ip, TempDir: dir, InstanceID: id,
+		Block: true, ReadyFile: filepath.Join(dir, readyFileName), Extra: extra})
 	if err != nil {
 		return nil, err
 	}
-	args = append(args, "--labels", string(b))
-	args = append(args, extra...)
 	if len(spec.SetupCommands) == 0 {
 		return args, nil
 	}
