@@ -209,7 +209,15 @@ func TestSourceKilledMidRead(t *testing.T) {
 	}
 
 	// The next agent of the node cleans up after the dead one: its owned
-	// segment, its rendezvous file, its metadata.
+	// segment, its rendezvous file, its metadata. It comes after the old
+	// one is gone: until its host reaps it, a killed process still exists
+	// and its resources are rightly left alone.
+	for deadline := time.Now().Add(10 * time.Second); !errors.Is(syscall.Kill(srcPid, 0), syscall.ESRCH); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the killed source agent (pid %d) was not reaped within 10s", srcPid)
+		}
+		time.Sleep(5 * time.Millisecond) // polling, not synchronisation
+	}
 	kv, closeKV, err := plugin.DialKV(gcsAddr, onesided.DefaultKVNamespace)
 	if err != nil {
 		t.Fatal(err)
