@@ -263,7 +263,8 @@ func checkNoSockets(t *testing.T, dir string) {
 // TestAutoscaleDemands: min_workers are kept without demand; a shape no
 // node type can hold is reported infeasible and launches nothing; actors
 // that do not fit launch nodes; an explicit request launches nodes with no
-// work and, cleared, lets them go back to the minimum.
+// work and, cleared, lets them go back to the minimum; a pending
+// STRICT_SPREAD placement group gets a node per bundle.
 func TestAutoscaleDemands(t *testing.T) {
 	ctx := asCtx(t)
 	c := upCluster(t, ctx, "demands", "127.0.1.21-127.0.1.40", 3, "3s", `
@@ -340,6 +341,16 @@ node_type "cpu" {
 		t.Fatalf("clearing the request: exit %d\n%s", code, out)
 	}
 	c.waitInstances(ctx, 1, 60*time.Second, "back to min_workers after the request was cleared")
+
+	// A pending STRICT_SPREAD group of three {CPU: 2} bundles: one node
+	// per bundle, and the head has 1 CPU, so two more workers.
+	pg := startJob(t, jobOptions{addr: c.addr, env: []string{"TESTJOB_TIMEOUT=150s"}}, testjobBin, "as-pg", "3")
+	code, out := pg.wait(ctx)
+	if code != 0 {
+		t.Fatalf("placement group job: exit %d\n%s", code, out)
+	}
+	wantLines(t, out, "pg-nodes: 3", "PASS as-pg")
+	c.waitInstances(ctx, 1, 60*time.Second, "back to min_workers after the group was removed")
 }
 
 // TestAutoscaleProviderCrashAndHeadRestart: the provider plugin is killed

@@ -11,6 +11,8 @@ package main
 //	testjob as-request N         ray.RequestResources of N CPUs (0 clears)
 //	testjob as-infeasible DIR    a task needing 64 CPUs; writes
 //	                             DIR/submitted and waits for DIR/release
+//	testjob as-pg N              a STRICT_SPREAD group of N {CPU: 2} bundles;
+//	                             prints "pg-nodes: K" once it is placed
 //	testjob as-object DIR        a 4 MiB object made by a two-CPU task (on a
 //	                             worker node), which writes DIR/made (its
 //	                             node's id); once DIR/read exists the job
@@ -161,4 +163,34 @@ func runASObject(ctx context.Context, dir string) error {
 	}
 	fmt.Println("object: read back intact")
 	return nil
+}
+
+// runASPG creates a STRICT_SPREAD group of n {CPU: 2} bundles, waits until
+// it is placed, prints on how many distinct nodes, and removes it.
+func runASPG(ctx context.Context, nArg string) error {
+	n, err := strconv.Atoi(nArg)
+	if err != nil {
+		return err
+	}
+	bundles := make([]ray.Bundle, n)
+	for i := range bundles {
+		bundles[i] = ray.Bundle{"CPU": 2}
+	}
+	pg, err := ray.CreatePlacementGroup(ctx, bundles, ray.StrictSpread)
+	if err != nil {
+		return err
+	}
+	if err := pg.Wait(ctx); err != nil {
+		return fmt.Errorf("waiting for the group: %w", err)
+	}
+	info, err := pg.Info(ctx)
+	if err != nil {
+		return err
+	}
+	nodes := map[string]bool{}
+	for _, id := range info.BundleNodes {
+		nodes[id] = true
+	}
+	fmt.Println("pg-nodes:", len(nodes))
+	return ray.RemovePlacementGroup(ctx, pg)
 }

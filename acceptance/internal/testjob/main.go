@@ -226,6 +226,8 @@ func main() {
 		runErr = runASRequest(ctx, arg(rt, args, 0))
 	case "as-infeasible":
 		runErr = runASInfeasible(ctx, arg(rt, args, 0))
+	case "as-pg":
+		runErr = runASPG(ctx, arg(rt, args, 0))
 	case "as-object":
 		runErr = runASObject(ctx, arg(rt, args, 0))
 	default:
