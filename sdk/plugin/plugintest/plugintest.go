@@ -1,8 +1,10 @@
 // Package plugintest is what the conformance suites of every plugin kind
-// (sdk/transport/transporttest, sdk/storage/storagetest) share: serving a
-// kind's gRPC services in-process, through the same bridge its Serve uses,
-// so a plugin can run its kind's suite across the plugin boundary without
-// building its binary (which the real-binary tests, with host.Launch, do).
+// (sdk/transport/transporttest, sdk/storage/storagetest,
+// sdk/provider/providertest) share: serving a kind's gRPC services
+// in-process, through the same bridge its Serve uses, so a plugin can run
+// its kind's suite across the plugin boundary without building its binary
+// (which the real-binary tests, with host.Launch, do); and Within, the
+// check that a call returns in time.
 package plugintest
 
 import (

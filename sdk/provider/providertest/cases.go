@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/provider"
 )
 
@@ -346,7 +347,7 @@ func testContext(e *env) {
 			}
 			for _, call := range calls {
 				what := fmt.Sprintf("%s with a %s context", call.name, tc.name)
-				err := within(t, promptly, what, call.call)
+				err := plugintest.Within(t, promptly, what, call.call)
 				e.noToken(call.name, err)
 				wantErr(t, what, err, tc.want)
 			}

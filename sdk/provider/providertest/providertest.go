@@ -410,23 +410,3 @@ func wantErr(t *testing.T, what string, err, target error) {
 // promptly bounds how long a call may take to return once its context
 // has ended.
 const promptly = 5 * time.Second
-
-// errHung is what within returns for a call that did not return.
-var errHung = errors.New("hung")
-
-// within runs fn and fails the test if it does not return within d. It
-// returns fn's error (or one matching errHung).
-func within(t *testing.T, d time.Duration, what string, fn func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-timer.C:
-		t.Errorf("%s did not return within %v", what, d)
-		return fmt.Errorf("%w: %s: still running after %v", errHung, what, d)
-	}
-}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/storage"
 	"golang.org/x/sys/unix"
 )
@@ -541,7 +542,7 @@ func testCancel(e *env) {
 		// The body cancels the write half way and keeps yielding bytes: the
 		// storage must notice the context, not only a failing body.
 		body := &hookBody{r: newPattern(3, size), n: size / 2, hook: cancel}
-		err := within(t, e.o.Timeout, "a cancelled Write", func() error {
+		err := plugintest.Within(t, e.o.Timeout, "a cancelled Write", func() error {
 			_, err := e.s.Write(ctx, &storage.WriteRequest{Key: key, Size: size, Body: body})
 			return err
 		})
@@ -582,7 +583,7 @@ func testCancel(e *env) {
 			t.Fatalf("reading the first chunk: %v", err)
 		}
 		cancel()
-		err = within(t, promptly, "reading a cancelled body", func() error {
+		err = plugintest.Within(t, promptly, "reading a cancelled body", func() error {
 			_, err := io.Copy(io.Discard, r.Body)
 			return err
 		})
@@ -597,7 +598,7 @@ func testDeadline(e *env) {
 	defer cancel()
 	// The body stalls until the deadline has passed, then yields the rest.
 	body := &hookBody{r: newPattern(2, size), n: storage.ChunkSize + 100, hook: func() { <-ctx.Done() }}
-	err := within(e.t, 300*time.Millisecond+promptly, "a Write past its deadline", func() error {
+	err := plugintest.Within(e.t, 300*time.Millisecond+promptly, "a Write past its deadline", func() error {
 		_, err := e.s.Write(ctx, &storage.WriteRequest{Key: key, Size: size, Body: body})
 		return err
 	})
@@ -675,8 +676,8 @@ func testBroken(e *env) {
 		ctx, cancel := context.WithTimeout(context.Background(), e.o.BrokenTimeout)
 		defer cancel()
 		start := time.Now()
-		err := within(e.t, e.o.BrokenTimeout+promptly, what+" on a broken backend", func() error { return fn(ctx) })
-		if errors.Is(err, errHung) {
+		err := plugintest.Within(e.t, e.o.BrokenTimeout+promptly, what+" on a broken backend", func() error { return fn(ctx) })
+		if errors.Is(err, plugintest.ErrHung) {
 			e.t.FailNow() // the rest would hang too
 		}
 		e.t.Logf("%s took %v", what, time.Since(start).Round(time.Millisecond))

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -218,25 +217,5 @@ func wantErr(t *testing.T, what string, err, target error) {
 	}
 	if !errors.Is(err, target) {
 		t.Errorf("%s: got error %q, want one matching %v", what, err, target)
-	}
-}
-
-// errHung is what within returns for a call that did not return.
-var errHung = errors.New("hung")
-
-// within runs fn and fails the test if it does not return within d. It
-// returns fn's error (or a timeout error).
-func within(t *testing.T, d time.Duration, what string, fn func() error) error {
-	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-timer.C:
-		t.Errorf("%s did not return within %v", what, d)
-		return fmt.Errorf("%w: %s: still running after %v", errHung, what, d)
 	}
 }
