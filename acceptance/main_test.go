@@ -75,6 +75,7 @@ func runMain(m *testing.M) int {
 		{filepath.Join(pluginDir, "goray-transport-collective"), "./plugins/collective"},
 		{filepath.Join(pluginDir, "goray-transport-onesided"), "./plugins/onesided"},
 		{filepath.Join(pluginDir, "goray-provider-local"), "./plugins/local"},
+		{filepath.Join(pluginDir, "goray-provider-aws"), "./plugins/aws"},
 		{filepath.Join(pluginDir, "goray-storage-fs"), "./plugins/fs"},
 		{allreduceBin, "./examples/allreduce"},
 		{weightSyncBin, "./examples/weight-sync"},
