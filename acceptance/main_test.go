@@ -76,6 +76,7 @@ func runMain(m *testing.M) int {
 		{filepath.Join(pluginDir, "goray-transport-onesided"), "./plugins/onesided"},
 		{filepath.Join(pluginDir, "goray-provider-local"), "./plugins/local"},
 		{filepath.Join(pluginDir, "goray-provider-aws"), "./plugins/aws"},
+		{filepath.Join(pluginDir, "goray-provider-ssh"), "./plugins/ssh"},
 		{filepath.Join(pluginDir, "goray-storage-fs"), "./plugins/fs"},
 		{allreduceBin, "./examples/allreduce"},
 		{weightSyncBin, "./examples/weight-sync"},
