@@ -144,6 +144,10 @@ moto: $(TOOLS)/moto/bin/moto_server
 
 $(TOOLS)/moto/bin/moto_server:
 	@mkdir -p $(TOOLS)
+	@python3 -c 'import venv, ensurepip' 2>/dev/null || { \
+		echo "installing python3-venv (Debian)"; \
+		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq python3 python3-venv >/dev/null; }
 	python3 -m venv $(TOOLS)/moto
 	$(TOOLS)/moto/bin/pip install -q 'moto[server]==$(MOTO_VERSION)'
 
@@ -170,7 +174,7 @@ $(TOOLS)/minio:
 	cd /tmp && GOBIN=$(TOOLS) $(GO) install github.com/minio/minio@$(MINIO_VERSION)
 
 ## plugins: the plugin binaries, where plugin_dir = "./bin/plugins" finds them.
-plugins: bin/plugins/goray-transport-shm bin/plugins/goray-transport-collective bin/plugins/goray-transport-onesided bin/plugins/goray-storage-fs bin/plugins/goray-storage-s3 bin/plugins/goray-provider-local
+plugins: bin/plugins/goray-transport-shm bin/plugins/goray-transport-collective bin/plugins/goray-transport-onesided bin/plugins/goray-storage-fs bin/plugins/goray-storage-s3 bin/plugins/goray-provider-local bin/plugins/goray-provider-aws bin/plugins/goray-provider-ssh
 bin/plugins/goray-transport-%: FORCE
 	@mkdir -p bin/plugins
 	$(GO) build -o $@ ./plugins/$*
