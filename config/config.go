@@ -64,6 +64,12 @@ type Node struct {
 	Spilling    Spilling
 	// GCS configures the cluster's GCS (the gcs block).
 	GCS GCS
+	// Metrics configures the node's Prometheus endpoint (the metrics
+	// block).
+	Metrics Metrics
+	// Dashboard configures the head's dashboard and job API (the
+	// dashboard block).
+	Dashboard Dashboard
 
 	// Labels are attached to the node and shown in status.
 	Labels map[string]string

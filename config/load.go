@@ -153,6 +153,8 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "auth"},
 		{Type: "tls"},
 		{Type: "gcs"},
+		{Type: "metrics"},
+		{Type: "dashboard"},
 		{Type: "plugin", LabelNames: []string{"kind", "name"}},
 		{Type: "node_type", LabelNames: []string{"name"}},
 	},
@@ -306,9 +308,11 @@ func (d *decoder) root(body hcl.Body) {
 		}
 	}
 
-	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls", "gcs")
+	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls", "gcs", "metrics", "dashboard")
 	d.security(single["auth"], single["tls"])
 	d.gcs(single["gcs"])
+	d.metrics(single["metrics"])
+	d.dashboard(single["dashboard"])
 
 	topAddr := c.Attributes["address"]
 	if hb := single["head"]; hb != nil {

@@ -94,6 +94,7 @@ func (v *validator) node() {
 	v.address()
 	v.security()
 	v.gcs()
+	v.observability()
 	v.port(keyPort, "port", n.Port)
 	v.port(keyRayletPort, "raylet_port", n.RayletPort)
 	if n.NodeIP != "" && net.ParseIP(n.NodeIP) == nil {

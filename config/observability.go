@@ -1,0 +1,95 @@
+package config
+
+import (
+	"github.com/hashicorp/hcl/v2"
+)
+
+// DefaultDashboardPort is the port of the head's dashboard and job API
+// (Ray's 8265).
+const DefaultDashboardPort = 8265
+
+// Metrics configures the node's Prometheus endpoint (the metrics block):
+//
+//	metrics {
+//	  port = 9100   # default 0: a free port, written to the session's node.json and the head's discovery file
+//	  enabled = true
+//	}
+//
+// Every node serves /metrics on node_ip unless enabled is false.
+type Metrics struct {
+	// Disabled turns the endpoint off (enabled = false).
+	Disabled bool
+	// Port is the TCP port of the endpoint; 0 picks a free one.
+	Port int
+}
+
+// Dashboard configures the head's dashboard and job API (the dashboard
+// block), on the head only:
+//
+//	dashboard {
+//	  host = "127.0.0.1"   # default: 127.0.0.1, this machine only (as Ray's dashboard_host)
+//	  port = 8265
+//	  enabled = true
+//	}
+type Dashboard struct {
+	// Disabled turns the dashboard and the job API off (enabled = false).
+	Disabled bool
+	// Host is the address the dashboard listens on ("" means 127.0.0.1).
+	Host string
+	// Port is its TCP port (0 means DefaultDashboardPort; -1 a free one).
+	Port int
+}
+
+const (
+	keyMetricsEnabled   = "metrics.enabled"
+	keyMetricsPort      = "metrics.port"
+	keyDashboardEnabled = "dashboard.enabled"
+	keyDashboardHost    = "dashboard.host"
+	keyDashboardPort    = "dashboard.port"
+)
+
+var metricsSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "enabled"}, {Name: "port"}},
+}
+
+var dashboardSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "enabled"}, {Name: "host"}, {Name: "port"}},
+}
+
+// metrics decodes the metrics block (b may be nil).
+func (d *decoder) metrics(b *hcl.Block) {
+	if b == nil {
+		return
+	}
+	c := d.content(b.Body, metricsSchema)
+	enabled := true
+	if d.boolVal(c.Attributes["enabled"], keyMetricsEnabled, &enabled) {
+		d.n.Metrics.Disabled = !enabled
+	}
+	d.intVal(c.Attributes["port"], keyMetricsPort, &d.n.Metrics.Port)
+}
+
+// dashboard decodes the dashboard block (b may be nil).
+func (d *decoder) dashboard(b *hcl.Block) {
+	if b == nil {
+		return
+	}
+	c := d.content(b.Body, dashboardSchema)
+	enabled := true
+	if d.boolVal(c.Attributes["enabled"], keyDashboardEnabled, &enabled) {
+		d.n.Dashboard.Disabled = !enabled
+	}
+	d.str(c.Attributes["host"], keyDashboardHost, &d.n.Dashboard.Host)
+	d.intVal(c.Attributes["port"], keyDashboardPort, &d.n.Dashboard.Port)
+}
+
+// observability checks the metrics and dashboard blocks: ports in range.
+func (v *validator) observability() {
+	n := v.n
+	if p := n.Metrics.Port; p < 0 || p > 65535 {
+		v.errorf(keyMetricsPort, "Invalid port", "metrics.port must be 0 (a free port) to 65535, got %d.", p)
+	}
+	if p := n.Dashboard.Port; p < -1 || p > 65535 {
+		v.errorf(keyDashboardPort, "Invalid port", "dashboard.port must be -1 (a free port), 0 (the default, %d) or a port up to 65535, got %d.", DefaultDashboardPort, p)
+	}
+}
