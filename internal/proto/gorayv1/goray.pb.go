@@ -4881,7 +4881,13 @@ type NodeInfo struct {
 	Hostname    string            `protobuf:"bytes,14,opt,name=hostname,proto3" json:"hostname,omitempty"`
 	// host:port of the raylet's object data plane (raw TCP; see
 	// raylet/dataplane.go), where other nodes read objects.
-	ObjectAddr    string `protobuf:"bytes,15,opt,name=object_addr,json=objectAddr,proto3" json:"object_addr,omitempty"`
+	ObjectAddr string `protobuf:"bytes,15,opt,name=object_addr,json=objectAddr,proto3" json:"object_addr,omitempty"`
+	// host:port of the node's Prometheus endpoint (/metrics over HTTP, or
+	// HTTPS with TLS); "" when it serves none.
+	MetricsAddr string `protobuf:"bytes,16,opt,name=metrics_addr,json=metricsAddr,proto3" json:"metrics_addr,omitempty"`
+	// On the head: host:port of the dashboard and job API; "" elsewhere or
+	// when it is off.
+	DashboardAddr string `protobuf:"bytes,17,opt,name=dashboard_addr,json=dashboardAddr,proto3" json:"dashboard_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5017,6 +5023,20 @@ func (x *NodeInfo) GetHostname() string {
 func (x *NodeInfo) GetObjectAddr() string {
 	if x != nil {
 		return x.ObjectAddr
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetMetricsAddr() string {
+	if x != nil {
+		return x.MetricsAddr
+	}
+	return ""
+}
+
+func (x *NodeInfo) GetDashboardAddr() string {
+	if x != nil {
+		return x.DashboardAddr
 	}
 	return ""
 }
@@ -8354,7 +8374,7 @@ const file_goray_proto_rawDesc = "" +
 	" \x01(\tR\x06sha256\"-\n" +
 	"\x13ShutdownNodeRequest\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x13\n" +
-	"\x11ShutdownNodeReply\"\xa4\x04\n" +
+	"\x11ShutdownNodeReply\"\xee\x04\n" +
 	"\bNodeInfo\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x1f\n" +
@@ -8375,7 +8395,9 @@ const file_goray_proto_rawDesc = "" +
 	"sessionDir\x12\x1a\n" +
 	"\bhostname\x18\x0e \x01(\tR\bhostname\x12\x1f\n" +
 	"\vobject_addr\x18\x0f \x01(\tR\n" +
-	"objectAddr\x1a9\n" +
+	"objectAddr\x12!\n" +
+	"\fmetrics_addr\x18\x10 \x01(\tR\vmetricsAddr\x12%\n" +
+	"\x0edashboard_addr\x18\x11 \x01(\tR\rdashboardAddr\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x02\n" +
