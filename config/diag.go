@@ -77,10 +77,10 @@ func (e *DiagnosticsError) Is(target error) bool {
 	return errors.As(target, &t)
 }
 
-// suggestion returns the option closest to given (ignoring case) when it is
+// Suggest returns the option closest to given (ignoring case) when it is
 // close enough to be a likely typo, or "" when none is. A prefix match of at
 // least three characters counts too, so "warning" suggests "warn".
-func suggestion(given string, options []string) string {
+func Suggest(given string, options []string) string {
 	g := strings.ToLower(given)
 	for _, o := range options {
 		if levenshtein.Distance(g, strings.ToLower(o), nil) < 3 {
@@ -101,7 +101,7 @@ func suggestion(given string, options []string) string {
 // didYouMean formats a suggestion as a sentence to append to a detail, or ""
 // when there is none.
 func didYouMean(given string, options []string) string {
-	if s := suggestion(given, options); s != "" {
+	if s := Suggest(given, options); s != "" {
 		return fmt.Sprintf(" Did you mean %q?", s)
 	}
 	return ""

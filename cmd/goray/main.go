@@ -79,6 +79,7 @@ type app struct {
 func run(args []string, stdout, stderr io.Writer) int {
 	a := &app{args: args, stdout: stdout, stderr: stderr, getenv: os.Getenv, procRoot: "/proc", log: hclog.NewNullLogger()}
 	root := a.rootCmd()
+	addSuggestions(root)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -171,9 +172,7 @@ func (a *app) rootCmd() *cobra.Command {
 			return nil
 		},
 	}
-	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return &usageError{msg: err.Error()}
-	})
+	root.SetFlagErrorFunc(flagError)
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: trace, debug, info, warn or error (for start: the node's log)")
 	root.AddCommand(a.startCmd(), a.stopCmd(), a.upCmd(), a.downCmd(), a.statusCmd(), a.listCmd(), a.versionCmd(), a.microbenchmarkCmd(), a.pluginsCmd(), a.authCmd(), a.certCmd(), a.gcsServerCmd())
 	return root
