@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/host"
-	"github.com/goray-dev/goray/plugins/local/internal/localtest"
+	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/provider"
 	"github.com/goray-dev/goray/sdk/provider/providertest"
+	"github.com/goray-dev/goray/sdk/provider/providertest/headtest"
 )
 
 // Binaries built once by TestMain.
@@ -31,7 +32,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if gorayBin, err = localtest.BuildGoray(dir); err != nil {
+	if gorayBin, err = headtest.BuildGoray(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -43,17 +44,7 @@ func run(m *testing.M) int {
 // removed.
 func stateDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "gl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if left := localtest.KillAll(dir); len(left) > 0 {
-			t.Errorf("processes left under %s: %v", dir, left)
-		}
-		_ = os.RemoveAll(dir)
-	})
-	return dir
+	return headtest.LeakCheckedDir(t, "gl")
 }
 
 // launch starts the plugin binary through a real plugin host on stateDir
@@ -73,10 +64,10 @@ func launch(t *testing.T, stateDir string) (provider.Provider, int) {
 func TestConformancePlugin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	head := localtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	dir := stateDir(t)
 	p, _ := launch(t, dir)
-	failing := localtest.FailingGoray(t, localtest.ShortTempDir(t, "glf"))
+	failing := headtest.FailingGoray(t, headtest.ShortTempDir(t, "glf"))
 	providertest.Run(t, func(*testing.T) provider.Provider { return p }, providertest.Options{
 		Node: provider.NodeSpec{
 			HeadAddress: head.Addr,
@@ -96,7 +87,7 @@ func TestConformancePlugin(t *testing.T) {
 func TestPluginKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	head := localtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	dir := stateDir(t)
 	p, pid := launch(t, dir)
 	req := &provider.LaunchRequest{RequestID: "r1", ClusterName: "killed", NodeType: "cpu", Count: 1,
@@ -115,7 +106,7 @@ func TestPluginKilled(t *testing.T) {
 		}
 		return nil
 	}
-	if err := localtest.Eventually(ctx, func() error { return running(p) }); err != nil {
+	if err := plugintest.Eventually(ctx, func() error { return running(p) }); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -128,7 +119,7 @@ func TestPluginKilled(t *testing.T) {
 	} else if !errors.Is(err, provider.ErrUnavailable) {
 		t.Errorf("List on a killed plugin: %v; want ErrUnavailable", err)
 	}
-	err = localtest.Eventually(ctx, func() error {
+	err = plugintest.Eventually(ctx, func() error {
 		s, err := head.Status(ctx)
 		if err != nil {
 			return err
@@ -158,12 +149,12 @@ func TestPluginKilled(t *testing.T) {
 	if _, err := p2.Terminate(ctx, &provider.TerminateRequest{ClusterName: "killed", InstanceIDs: []string{l.Instances[0].ID}}); err != nil {
 		t.Fatal(err)
 	}
-	err = localtest.Eventually(ctx, func() error {
+	err = plugintest.Eventually(ctx, func() error {
 		l, err := p2.List(ctx, &provider.ListRequest{ClusterName: "killed"})
 		if err != nil || len(l.Instances) > 0 {
 			return fmt.Errorf("List: %+v, %v", l, err)
 		}
-		if left := localtest.Processes(dir); len(left) > 0 {
+		if left := headtest.Processes(dir); len(left) > 0 {
 			return fmt.Errorf("processes left: %v", left)
 		}
 		return nil

@@ -11,8 +11,10 @@ import (
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/testservers/sshdtest"
 	"github.com/goray-dev/goray/plugins/ssh/internal/sshtest"
+	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/provider"
 	"github.com/goray-dev/goray/sdk/provider/providertest"
+	"github.com/goray-dev/goray/sdk/provider/providertest/headtest"
 )
 
 // Binaries built once by TestMain.
@@ -31,7 +33,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if gorayBin, err = sshtest.BuildGoray(dir); err != nil {
+	if gorayBin, err = headtest.BuildGoray(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -56,10 +58,10 @@ func TestConformancePlugin(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hosts, _ := startHosts(t, "127.0.5.1", "127.0.5.2", "127.0.5.3", "127.0.5.4", "127.0.5.5", "127.0.5.6")
-	head := sshtest.StartHead(ctx, t, gorayBin)
-	dir := sshtest.ShortTempDir(t, "gss")
+	head := headtest.StartHead(ctx, t, gorayBin)
+	dir := headtest.ShortTempDir(t, "gss")
 	p, _ := launch(t, hosts, dir)
-	failing := sshtest.FailingGoray(t, sshtest.ShortTempDir(t, "gsf"))
+	failing := headtest.FailingGoray(t, headtest.ShortTempDir(t, "gsf"))
 	providertest.Run(t, func(*testing.T) provider.Provider { return p }, providertest.Options{
 		Node: provider.NodeSpec{
 			HeadAddress: head.Addr,
@@ -81,10 +83,10 @@ func TestPluginKilledMidLaunch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	hosts, _ := startHosts(t, "127.0.5.7")
-	head := sshtest.StartHead(ctx, t, gorayBin)
-	dir := sshtest.ShortTempDir(t, "gss")
+	head := headtest.StartHead(ctx, t, gorayBin)
+	dir := headtest.ShortTempDir(t, "gss")
 	p, pid := launch(t, hosts, dir)
-	gate := sshtest.ShortTempDir(t, "gsg")
+	gate := headtest.ShortTempDir(t, "gsg")
 	node := provider.NodeSpec{HeadAddress: head.Addr, AuthToken: head.Token,
 		Resources:     map[string]float64{provider.ResourceCPU: 1, provider.ResourceObjectStoreMemory: 32 << 20},
 		SetupCommands: []string{"touch " + gate + "/waiting", "while [ ! -e " + gate + "/go ]; do sleep 0.05; done"}}
@@ -92,7 +94,7 @@ func TestPluginKilledMidLaunch(t *testing.T) {
 	if _, err := p.Launch(ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	err := sshtest.Eventually(ctx, func() error {
+	err := plugintest.Eventually(ctx, func() error {
 		_, err := os.Stat(gate + "/waiting")
 		return err
 	})
@@ -107,7 +109,7 @@ func TestPluginKilledMidLaunch(t *testing.T) {
 		t.Fatal(err)
 	}
 	var id string
-	err = sshtest.Eventually(ctx, func() error {
+	err = plugintest.Eventually(ctx, func() error {
 		l, err := p2.List(ctx, &provider.ListRequest{ClusterName: "killed"})
 		if err != nil {
 			return err
@@ -134,12 +136,12 @@ func TestPluginKilledMidLaunch(t *testing.T) {
 	if _, err := p2.Terminate(ctx, &provider.TerminateRequest{ClusterName: "killed", InstanceIDs: []string{id}}); err != nil {
 		t.Fatal(err)
 	}
-	err = sshtest.Eventually(ctx, func() error {
+	err = plugintest.Eventually(ctx, func() error {
 		l, err := p2.List(ctx, &provider.ListRequest{ClusterName: "killed"})
 		if err != nil || len(l.Instances) > 0 {
 			return fmt.Errorf("List: %+v, %v", l, err)
 		}
-		if left := sshtest.Processes(hosts.Root); len(left) > 0 {
+		if left := headtest.Processes(hosts.Root); len(left) > 0 {
 			return fmt.Errorf("processes left: %v", left)
 		}
 		return nil

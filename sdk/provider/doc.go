@@ -51,7 +51,9 @@
 // ErrQuotaExceeded and ErrNotFound keep their identity across the plugin
 // boundary, and *ProviderError names the operation, cluster and request.
 // The SDK's server checks each request (LaunchRequest.Validate, ...)
-// before the provider sees it.
+// before the provider sees it; a provider that names files or ids after
+// the cluster also calls CheckClusterName. A provider that keeps its state
+// on its own machine does it with package statedir.
 //
 // NodeSpec.AuthToken is the cluster token and is sensitive: a provider
 // hands it to the node through its environment (GORAY_AUTH_TOKEN) or an

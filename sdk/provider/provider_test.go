@@ -295,6 +295,37 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestCheckClusterName(t *testing.T) {
+	tests := []struct {
+		name string
+		ok   bool
+	}{
+		{"demo", true},
+		{"a", true},
+		{"9.x_y-z", true},
+		{strings.Repeat("a", 64), true},
+		{strings.Repeat("a", 65), false},
+		{"", false},
+		{"-demo", false},
+		{".demo", false},
+		{"_demo", false},
+		{"a/b", false},
+		{"..", false},
+		{"a b", false},
+		{"dém", false},
+		{"demo\n", false},
+	}
+	for _, tc := range tests {
+		err := provider.CheckClusterName(tc.name)
+		switch {
+		case tc.ok && err != nil:
+			t.Errorf("%q: %v", tc.name, err)
+		case !tc.ok && (!errors.Is(err, provider.ErrInvalidRequest) || !strings.Contains(fmt.Sprint(err), "cluster name")):
+			t.Errorf("%q: %v; want ErrInvalidRequest naming the cluster name", tc.name, err)
+		}
+	}
+}
+
 func TestDecodeNodeConfig(t *testing.T) {
 	type NodeConfig struct {
 		Machine string        `hcl:"machine,required"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"regexp"
 
 	"github.com/goray-dev/goray/sdk/plugin"
 )
@@ -68,6 +69,26 @@ func (r *ListRequest) Validate() error {
 func (r *PollErrorsRequest) Validate() error {
 	if r == nil || r.ClusterName == "" {
 		return invalid("the cluster name is empty")
+	}
+	return nil
+}
+
+// maxClusterNameLen is the longest cluster name CheckClusterName takes,
+// in bytes: goray's cluster files allow no longer (cluster_name).
+const maxClusterNameLen = 64
+
+// clusterName is what CheckClusterName takes.
+var clusterName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// CheckClusterName checks the rule goray's cluster files impose on
+// cluster_name: 1 to 64 letters, digits, '.', '_' and '-', starting with a
+// letter or digit. A provider that names files, directories or instance
+// ids after the cluster calls it on every request; the error matches
+// ErrInvalidRequest. Validate does not call it: a provider with no such
+// use (one whose cloud keeps the name in a tag) may take other names.
+func CheckClusterName(name string) error {
+	if len(name) > maxClusterNameLen || !clusterName.MatchString(name) {
+		return invalid("cluster name %q: use 1 to %d letters, digits, '.', '_' and '-', starting with a letter or digit", name, maxClusterNameLen)
 	}
 	return nil
 }

@@ -16,7 +16,9 @@ import (
 	"github.com/goray-dev/goray/internal/testservers/mototest"
 	"github.com/goray-dev/goray/plugins/aws/awsprovider"
 	"github.com/goray-dev/goray/plugins/aws/internal/awstest"
+	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/provider"
+	"github.com/goray-dev/goray/sdk/provider/providertest/headtest"
 )
 
 // gorayBin is the goray CLI, built once by TestMain.
@@ -31,7 +33,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if gorayBin, err = awstest.Build(dir, "./cmd/goray", "goray"); err != nil {
+	if gorayBin, err = headtest.BuildGoray(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -79,19 +81,12 @@ func TestUserDataJoins(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	moto := mototest.Start(t)
-	head := awstest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	files := awstest.ServeFile(t, gorayBin, "goray")
 	sum := fileSHA256(t, gorayBin)
-	dir := awstest.ShortTempDir(t, "gau")
+	dir := headtest.LeakCheckedDir(t, "gau")
 	// instance_dir, as short as can be: at most 27 bytes.
-	instDir := awstest.ShortTempDir(t, "g")
-	t.Cleanup(func() {
-		for _, d := range []string{dir, instDir} {
-			if left := awstest.KillAll(d); len(left) > 0 {
-				t.Errorf("processes left under %s: %v", d, left)
-			}
-		}
-	})
+	instDir := headtest.LeakCheckedDir(t, "g")
 	goray := filepath.Join(dir, "bin", "goray")
 	p := open(t, moto.Endpoint, func(cfg *awsprovider.Config) {
 		cfg.GorayURL, cfg.GoraySHA256, cfg.GorayPath, cfg.InstanceDir = files.URL, sum, goray, instDir
@@ -122,8 +117,8 @@ func TestUserDataJoins(t *testing.T) {
 		if _, err := head.Run(ctx, "stop", "--temp-dir", filepath.Join(instDir, "t")); err != nil {
 			t.Fatal(err)
 		}
-		if err := awstest.Eventually(ctx, func() error {
-			if left := append(awstest.Processes(dir), awstest.Processes(instDir)...); len(left) > 0 {
+		if err := plugintest.Eventually(ctx, func() error {
+			if left := append(headtest.Processes(dir), headtest.Processes(instDir)...); len(left) > 0 {
 				return fmt.Errorf("processes left: %v", left)
 			}
 			s, err := head.Status(ctx)
@@ -139,10 +134,10 @@ func TestUserDataJoins(t *testing.T) {
 		}
 	}
 	// joined waits for the instance's node to be alive in the cluster.
-	joined := func() awstest.Node {
+	joined := func() headtest.Node {
 		t.Helper()
-		var node awstest.Node
-		err := awstest.Eventually(ctx, func() error {
+		var node headtest.Node
+		err := plugintest.Eventually(ctx, func() error {
 			s, err := head.Status(ctx)
 			if err != nil {
 				return err
@@ -240,7 +235,7 @@ func TestUserDataJoins(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "bin2", "goray")); err == nil {
 		t.Error("the download with the wrong sha256 was kept")
 	}
-	if left := append(awstest.Processes(dir), awstest.Processes(instDir)...); len(left) > 0 {
+	if left := append(headtest.Processes(dir), headtest.Processes(instDir)...); len(left) > 0 {
 		t.Errorf("a node started from a download with the wrong sha256: %v", left)
 	}
 }

@@ -23,14 +23,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/provider"
+	"github.com/goray-dev/goray/sdk/provider/statedir"
 )
 
 // Name is the provider's name: the binary is goray-provider-local.
@@ -72,9 +73,6 @@ type NodeConfig struct {
 // about 78 bytes more, and socket paths must stay within 107 bytes.
 const maxStateDir = 107 - 78
 
-// clusterName is what a cluster name must look like: it names a directory.
-var clusterName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
-
 // Provider is the local provider. Create it with New and configure it
 // (Configure, or Open) before use. Methods may be called concurrently.
 type Provider struct {
@@ -82,7 +80,7 @@ type Provider struct {
 	// that waiting for it honours the caller's context); it guards the
 	// fields below. The state_dir lock serialises them with other
 	// providers on the same state_dir.
-	sem chan struct{}
+	sem *semaphore.Weighted
 	log hclog.Logger
 	cfg *settings
 
@@ -106,7 +104,7 @@ type settings struct {
 	goray       string // "" when none was found: launches without NodeSpec.GorayBinary fail
 	ips         ipRange
 	stopTimeout time.Duration
-	lock        *os.File
+	state       *statedir.Dir
 }
 
 // child is a node process this Provider started; exited is closed once it
@@ -120,7 +118,7 @@ type child struct {
 // New returns an unconfigured Provider.
 func New() *Provider {
 	return &Provider{
-		sem:        make(chan struct{}, 1),
+		sem:        semaphore.NewWeighted(1),
 		log:        hclog.NewNullLogger(),
 		children:   map[string]*child{},
 		stopping:   map[string]bool{},
@@ -143,9 +141,9 @@ func (p *Provider) Name() string { return Name }
 
 // SetLogger implements plugin.LoggerSetter.
 func (p *Provider) SetLogger(l hclog.Logger) {
-	p.sem <- struct{}{}
+	_ = p.sem.Acquire(context.Background(), 1)
 	p.log = l
-	<-p.sem
+	p.sem.Release(1)
 }
 
 // ConfigSpec implements plugin.Configurable: the block is Config.
@@ -158,29 +156,29 @@ func (p *Provider) Configure(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := p.acquire(ctx); err != nil {
-		_ = s.lock.Close()
+	if err := p.sem.Acquire(ctx, 1); err != nil {
+		_ = s.state.Close()
 		return err
 	}
 	old := p.cfg
 	if old != nil && old.stateDir != s.stateDir {
 		// Another state_dir: let the terminations in progress finish on
 		// the old one first (they need the semaphore at their end).
-		p.release()
+		p.sem.Release(1)
 		p.stops.Wait()
-		if err := p.acquire(ctx); err != nil {
-			_ = s.lock.Close()
+		if err := p.sem.Acquire(ctx, 1); err != nil {
+			_ = s.state.Close()
 			return err
 		}
 		old = p.cfg
 	}
-	defer p.release()
+	defer p.sem.Release(1)
 	if old != nil {
 		if old.stateDir == s.stateDir {
-			_ = s.lock.Close()
-			s.lock = old.lock // terminations in progress hold it
+			_ = s.state.Close()
+			s.state = old.state // terminations in progress hold it
 		} else {
-			_ = old.lock.Close()
+			_ = old.state.Close()
 		}
 	}
 	p.cfg = s
@@ -217,14 +215,11 @@ func newSettings(cfg Config) (*settings, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("state_dir: %w", err)
-	}
-	lock, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	state, err := statedir.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("state_dir: %w", err)
 	}
-	return &settings{stateDir: dir, goray: goray, ips: ips, stopTimeout: cfg.StopTimeout, lock: lock}, nil
+	return &settings{stateDir: dir, goray: goray, ips: ips, stopTimeout: cfg.StopTimeout, state: state}, nil
 }
 
 // findGoray returns the goray binary: configured (which must exist), else
@@ -259,15 +254,15 @@ func findGoray(configured string) (string, error) {
 // Health implements plugin.HealthChecker: the provider is configured and
 // its state_dir is there.
 func (p *Provider) Health(ctx context.Context) error {
-	if err := p.acquire(ctx); err != nil {
+	if err := p.sem.Acquire(ctx, 1); err != nil {
 		return err
 	}
 	cfg := p.cfg
-	p.release()
+	p.sem.Release(1)
 	if cfg == nil {
 		return errors.New("the local provider is not configured yet")
 	}
-	if _, err := os.Stat(filepath.Join(cfg.stateDir, ".lock")); err != nil {
+	if _, err := os.Stat(filepath.Join(cfg.stateDir, statedir.LockFile)); err != nil {
 		return fmt.Errorf("state_dir: %w", err)
 	}
 	return nil
@@ -278,26 +273,15 @@ func (p *Provider) Health(ctx context.Context) error {
 // them.
 func (p *Provider) Close() error {
 	p.stops.Wait()
-	p.sem <- struct{}{}
-	defer func() { <-p.sem }()
+	_ = p.sem.Acquire(context.Background(), 1)
+	defer p.sem.Release(1)
 	if p.cfg != nil {
-		err := p.cfg.lock.Close()
+		err := p.cfg.state.Close()
 		p.cfg = nil
 		return err
 	}
 	return nil
 }
-
-func (p *Provider) acquire(ctx context.Context) error {
-	select {
-	case p.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (p *Provider) release() { <-p.sem }
 
 // withState runs fn on the state of state_dir under its lock and saves
 // what fn changed (also when fn fails).
@@ -305,35 +289,15 @@ func (p *Provider) withState(ctx context.Context, fn func(cfg *settings, st *sta
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := p.acquire(ctx); err != nil {
+	if err := p.sem.Acquire(ctx, 1); err != nil {
 		return err
 	}
-	defer p.release()
+	defer p.sem.Release(1)
 	cfg := p.cfg
 	if cfg == nil {
 		return fmt.Errorf("%w: the local provider is not configured yet", provider.ErrUnavailable)
 	}
-	if err := lockFile(ctx, cfg.lock); err != nil {
-		return err
-	}
-	defer unlockFile(cfg.lock)
-	st, err := loadState(cfg.stateDir)
-	if err != nil {
-		return err
-	}
-	err = fn(cfg, st)
-	if serr := st.save(); serr != nil {
-		err = errors.Join(err, serr)
-	}
-	return err
-}
-
-// checkCluster refuses a cluster name that cannot name a directory.
-func checkCluster(name string) error {
-	if !clusterName.MatchString(name) {
-		return fmt.Errorf("%w: cluster name %q: the local provider takes 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit", provider.ErrInvalidRequest, name)
-	}
-	return nil
+	return statedir.Update(ctx, cfg.state, loadState, (*state).save, func(st *state) error { return fn(cfg, st) })
 }
 
 // NodeConfigSchema implements provider.Provider: the block is NodeConfig.
@@ -355,7 +319,7 @@ func (p *Provider) Launch(ctx context.Context, req *provider.LaunchRequest) (*pr
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkCluster(req.ClusterName); err != nil {
+	if err := provider.CheckClusterName(req.ClusterName); err != nil {
 		return nil, err
 	}
 	nc, err := provider.DecodeNodeConfig[NodeConfig](req.NodeConfig)
@@ -572,8 +536,8 @@ func (p *Provider) stop(cfg *settings, cluster string, in *instanceRecord) {
 			err = os.RemoveAll(dir)
 		}
 		// Record the outcome; a later call retries a failed stop.
-		_ = p.acquire(ctx)
-		defer p.release()
+		_ = p.sem.Acquire(ctx, 1)
+		defer p.sem.Release(1)
 		delete(p.stopping, dir)
 		if err == nil {
 			delete(p.children, dir)
@@ -581,28 +545,21 @@ func (p *Provider) stop(cfg *settings, cluster string, in *instanceRecord) {
 		} else {
 			p.stopFailed[dir] = time.Now()
 		}
-		if lerr := lockFile(ctx, cfg.lock); lerr != nil {
-			p.log.Error("recording a terminated instance", "instance", id, "error", lerr)
-			return
-		}
-		defer unlockFile(cfg.lock)
-		st, lerr := loadState(cfg.stateDir)
-		if lerr != nil {
-			p.log.Error("recording a terminated instance", "instance", id, "error", lerr)
-			return
-		}
-		c := st.cluster(cluster)
-		if err != nil {
-			p.log.Error("terminating an instance failed", "instance", id, "pid", pid, "error", err)
-			c.addError(errorRecord{Op: provider.ErrorOpTerminate, RequestID: reqID, NodeType: nodeType, Count: 1, InstanceID: id,
-				Message: fmt.Sprintf("stopping the node of instance %s (pid %d, temp dir %s): %v", id, pid, dir, err), At: time.Now()})
-		} else {
-			p.log.Info("terminated an instance", "instance", id, "pid", pid, "how", how)
-			if c.instance(id) != nil {
-				c.remove(id)
+		lerr := statedir.Update(ctx, cfg.state, loadState, (*state).save, func(st *state) error {
+			c := st.cluster(cluster)
+			if err != nil {
+				p.log.Error("terminating an instance failed", "instance", id, "pid", pid, "error", err)
+				c.addError(errorRecord{Op: provider.ErrorOpTerminate, RequestID: reqID, NodeType: nodeType, Count: 1, InstanceID: id,
+					Message: fmt.Sprintf("stopping the node of instance %s (pid %d, temp dir %s): %v", id, pid, dir, err), At: time.Now()})
+			} else {
+				p.log.Info("terminated an instance", "instance", id, "pid", pid, "how", how)
+				if c.instance(id) != nil {
+					c.remove(id)
+				}
 			}
-		}
-		if lerr := st.save(); lerr != nil {
+			return nil
+		})
+		if lerr != nil {
 			p.log.Error("recording a terminated instance", "instance", id, "error", lerr)
 		}
 	}()
@@ -614,7 +571,7 @@ func (p *Provider) Terminate(ctx context.Context, req *provider.TerminateRequest
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkCluster(req.ClusterName); err != nil {
+	if err := provider.CheckClusterName(req.ClusterName); err != nil {
 		return nil, err
 	}
 	err := p.withState(ctx, func(cfg *settings, st *state) error {
@@ -654,7 +611,7 @@ func (p *Provider) List(ctx context.Context, req *provider.ListRequest) (*provid
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkCluster(req.ClusterName); err != nil {
+	if err := provider.CheckClusterName(req.ClusterName); err != nil {
 		return nil, err
 	}
 	out := &provider.ListResponse{}
@@ -682,7 +639,7 @@ func (p *Provider) PollErrors(ctx context.Context, req *provider.PollErrorsReque
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkCluster(req.ClusterName); err != nil {
+	if err := provider.CheckClusterName(req.ClusterName); err != nil {
 		return nil, err
 	}
 	out := &provider.PollErrorsResponse{}

@@ -14,8 +14,10 @@ import (
 
 	"github.com/goray-dev/goray/plugins/local/internal/localtest"
 	"github.com/goray-dev/goray/plugins/local/localprovider"
+	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/provider"
 	"github.com/goray-dev/goray/sdk/provider/providertest"
+	"github.com/goray-dev/goray/sdk/provider/providertest/headtest"
 )
 
 // gorayBin is the goray CLI, built once by TestMain.
@@ -30,7 +32,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if gorayBin, err = localtest.BuildGoray(dir); err != nil {
+	if gorayBin, err = headtest.BuildGoray(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -64,17 +66,7 @@ func open(t *testing.T, stateDir string, mod ...func(*localprovider.Config)) *lo
 // removed.
 func stateDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "gl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if left := localtest.KillAll(dir); len(left) > 0 {
-			t.Errorf("processes left under %s: %v", dir, left)
-		}
-		_ = os.RemoveAll(dir)
-	})
-	return dir
+	return headtest.LeakCheckedDir(t, "gl")
 }
 
 // terminateAll terminates every instance of cluster in stateDir when the
@@ -89,7 +81,7 @@ func terminateAll(t *testing.T, stateDir, cluster string) {
 			return
 		}
 		defer p.Close()
-		err = localtest.Eventually(ctx, func() error {
+		err = plugintest.Eventually(ctx, func() error {
 			l, err := p.List(ctx, &provider.ListRequest{ClusterName: cluster})
 			if err != nil || len(l.Instances) == 0 {
 				return err
@@ -205,10 +197,10 @@ func TestConfigure(t *testing.T) {
 func TestConformance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	head := localtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	dir := stateDir(t)
 	p := open(t, dir)
-	failing := localtest.FailingGoray(t, localtest.ShortTempDir(t, "glf"))
+	failing := headtest.FailingGoray(t, headtest.ShortTempDir(t, "glf"))
 	providertest.Run(t, func(*testing.T) provider.Provider { return p }, providertest.Options{
 		Node: provider.NodeSpec{
 			HeadAddress: head.Addr,
@@ -223,7 +215,7 @@ func TestConformance(t *testing.T) {
 	if left := instanceDirs(t, dir); len(left) > 0 {
 		t.Errorf("instance dirs left in state_dir: %v", left)
 	}
-	if left := localtest.Processes(dir); len(left) > 0 {
+	if left := headtest.Processes(dir); len(left) > 0 {
 		t.Errorf("processes left: %v", left)
 	}
 }
@@ -235,7 +227,7 @@ func TestConformance(t *testing.T) {
 func TestRealNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	head := localtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	dir := stateDir(t)
 	// The provider's own token file must not reach the node.
 	t.Setenv("GORAY_AUTH_TOKEN_PATH", filepath.Join(dir, "no-such-token"))
@@ -255,7 +247,7 @@ func TestRealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	var in provider.Instance
-	err := localtest.Eventually(ctx, func() error {
+	err := plugintest.Eventually(ctx, func() error {
 		l, err := p.List(ctx, &provider.ListRequest{ClusterName: cluster})
 		if err != nil {
 			return err
@@ -275,8 +267,8 @@ func TestRealNode(t *testing.T) {
 	if in.ID != "local-real-1" || in.RequestID != "launch-1" || in.NodeType != "cpu" || !strings.HasPrefix(in.Address, "127.0.3.") {
 		t.Errorf("instance %+v", in)
 	}
-	var node localtest.Node
-	err = localtest.Eventually(ctx, func() error {
+	var node headtest.Node
+	err = plugintest.Eventually(ctx, func() error {
 		s, err := head.Status(ctx)
 		if err != nil {
 			return err
@@ -353,7 +345,7 @@ func TestRealNode(t *testing.T) {
 	if _, err := p2.Terminate(ctx, &provider.TerminateRequest{RequestID: "t1", ClusterName: cluster, InstanceIDs: []string{in.ID}}); err != nil {
 		t.Fatal(err)
 	}
-	err = localtest.Eventually(ctx, func() error {
+	err = plugintest.Eventually(ctx, func() error {
 		l, err := p2.List(ctx, &provider.ListRequest{ClusterName: cluster})
 		if err != nil {
 			return err
@@ -374,10 +366,10 @@ func TestRealNode(t *testing.T) {
 	if _, err := os.Stat(instanceDir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the instance's temp dir %s: %v; want it removed", instanceDir, err)
 	}
-	if left := localtest.Processes(dir); len(left) > 0 {
+	if left := headtest.Processes(dir); len(left) > 0 {
 		t.Errorf("processes left: %v", left)
 	}
-	err = localtest.Eventually(ctx, func() error {
+	err = plugintest.Eventually(ctx, func() error {
 		s, err := head.Status(ctx)
 		if err != nil {
 			return err
@@ -400,10 +392,10 @@ func TestRealNode(t *testing.T) {
 func TestConformanceOverGRPC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	head := localtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	dir := stateDir(t)
 	c := providertest.OverGRPC(t, open(t, dir))
-	failing := localtest.FailingGoray(t, localtest.ShortTempDir(t, "glf"))
+	failing := headtest.FailingGoray(t, headtest.ShortTempDir(t, "glf"))
 	providertest.Run(t, func(*testing.T) provider.Provider { return c }, providertest.Options{
 		Node: provider.NodeSpec{
 			HeadAddress: head.Addr,
@@ -430,7 +422,7 @@ func fakeSpec(bin string) provider.NodeSpec {
 func waitInstances(ctx context.Context, t *testing.T, p provider.Provider, cluster string, n int, want provider.InstanceState) []provider.Instance {
 	t.Helper()
 	var ins []provider.Instance
-	err := localtest.Eventually(ctx, func() error {
+	err := plugintest.Eventually(ctx, func() error {
 		l, err := p.List(ctx, &provider.ListRequest{ClusterName: cluster})
 		if err != nil {
 			return err
@@ -464,7 +456,7 @@ func TestEarlyExit(t *testing.T) {
 		name, bin string
 		want      []string
 	}{
-		{"exits", localtest.FailingGoray(t, localtest.ShortTempDir(t, "glf")),
+		{"exits", headtest.FailingGoray(t, headtest.ShortTempDir(t, "glf")),
 			[]string{"exit status 3", "before it served", "goray-test: the node cannot start", "local-early-1"}},
 		{"missing", "/nonexistent/goray", []string{"starting the node of instance local-early-2", "no such file or directory"}},
 	}
@@ -474,7 +466,7 @@ func TestEarlyExit(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		var got []provider.LaunchError
-		err := localtest.Eventually(ctx, func() error {
+		err := plugintest.Eventually(ctx, func() error {
 			r, err := p.PollErrors(ctx, &provider.PollErrorsRequest{ClusterName: "early"})
 			if err != nil {
 				return err
@@ -520,7 +512,7 @@ func TestSetupCommands(t *testing.T) {
 	dir := stateDir(t)
 	p := open(t, dir)
 	terminateAll(t, dir, "setup")
-	bin := localtest.SleepingGoray(t, localtest.ShortTempDir(t, "gls"), false)
+	bin := localtest.SleepingGoray(t, headtest.ShortTempDir(t, "gls"), false)
 	spec := fakeSpec(bin)
 	spec.SetupCommands = []string{"echo one > setup.txt", `echo "two $GORAY_AUTH_TOKEN" >> setup.txt`}
 	if _, err := p.Launch(ctx, &provider.LaunchRequest{RequestID: "ok", ClusterName: "setup", NodeType: "cpu", Count: 1, Node: spec}); err != nil {
@@ -536,7 +528,7 @@ func TestSetupCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got []provider.LaunchError
-	err = localtest.Eventually(ctx, func() error {
+	err = plugintest.Eventually(ctx, func() error {
 		r, err := p.PollErrors(ctx, &provider.PollErrorsRequest{ClusterName: "setup"})
 		if err != nil {
 			return err
@@ -564,7 +556,7 @@ func TestTerminateEscalates(t *testing.T) {
 	dir := stateDir(t)
 	p := open(t, dir, func(c *localprovider.Config) { c.StopTimeout = 300 * time.Millisecond })
 	terminateAll(t, dir, "stubborn")
-	bin := localtest.SleepingGoray(t, localtest.ShortTempDir(t, "gls"), true)
+	bin := localtest.SleepingGoray(t, headtest.ShortTempDir(t, "gls"), true)
 	if _, err := p.Launch(ctx, &provider.LaunchRequest{RequestID: "r", ClusterName: "stubborn", NodeType: "cpu", Count: 2, Node: fakeSpec(bin)}); err != nil {
 		t.Fatal(err)
 	}
@@ -572,7 +564,7 @@ func TestTerminateEscalates(t *testing.T) {
 	if ins[0].Address == ins[1].Address {
 		t.Errorf("two instances share address %s", ins[0].Address)
 	}
-	if len(localtest.Processes(dir)) == 0 {
+	if len(headtest.Processes(dir)) == 0 {
 		t.Fatal("no node processes")
 	}
 	start := time.Now()
@@ -592,7 +584,7 @@ func TestTerminateEscalates(t *testing.T) {
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Errorf("the nodes, which ignore SIGTERM, were gone after %v, before stop_timeout", d)
 	}
-	if left := localtest.Processes(dir); len(left) > 0 {
+	if left := headtest.Processes(dir); len(left) > 0 {
 		t.Errorf("processes left: %v", left)
 	}
 	if left := instanceDirs(t, dir); len(left) > 0 {
@@ -632,7 +624,7 @@ func TestCrashMidLaunch(t *testing.T) {
 	defer cancel()
 	dir := stateDir(t)
 	terminateAll(t, dir, "crash")
-	bin := localtest.SleepingGoray(t, localtest.ShortTempDir(t, "gls"), false)
+	bin := localtest.SleepingGoray(t, headtest.ShortTempDir(t, "gls"), false)
 	spec := fakeSpec(bin)
 	p := open(t, dir)
 	if _, err := p.Launch(ctx, &provider.LaunchRequest{RequestID: "r", ClusterName: "crash", NodeType: "cpu", Count: 2, Node: spec}); err != nil {
@@ -645,13 +637,20 @@ func TestCrashMidLaunch(t *testing.T) {
 	// Instance 1: its node runs, but the pid was never recorded.
 	// Instance 2: recorded, never started.
 	node2 := filepath.Join(dir, "_2")
-	pids := localtest.Processes(node2)
-	if len(pids) != 1 {
-		t.Fatalf("processes of instance 2: %v", pids)
+	// One process each; the node's shell may show twice for a moment
+	// (forked for a sleep, before the exec).
+	oneProcess := func(d string) error {
+		if procs := headtest.Processes(d); len(procs) != 1 {
+			return fmt.Errorf("instance dir %s has %d processes, want 1: %v", filepath.Base(d), len(procs), procs)
+		}
+		return nil
 	}
-	localtest.KillAll(node2)
-	if err := localtest.Eventually(ctx, func() error {
-		if left := localtest.Processes(node2); len(left) > 0 {
+	if err := plugintest.Eventually(ctx, func() error { return oneProcess(node2) }); err != nil {
+		t.Fatal(err)
+	}
+	headtest.KillAll(node2)
+	if err := plugintest.Eventually(ctx, func() error {
+		if left := headtest.Processes(node2); len(left) > 0 {
 			return fmt.Errorf("still running: %v", left)
 		}
 		return nil
@@ -671,14 +670,13 @@ func TestCrashMidLaunch(t *testing.T) {
 		t.Errorf("after the crash: %+v; want %+v", again, ins)
 	}
 	for _, d := range []string{"_1", "_2"} {
-		procs := localtest.Processes(filepath.Join(dir, d))
-		if len(procs) != 1 {
-			t.Errorf("instance dir %s has %d processes, want 1: %v", d, len(procs), procs)
+		if err := plugintest.Eventually(ctx, func() error { return oneProcess(filepath.Join(dir, d)) }); err != nil {
+			t.Error(err)
 		}
 	}
 	// The restarted node got the token from the instance's token file.
 	var pid int
-	if _, err := fmt.Sscanf(localtest.Processes(node2)[0], "%d:", &pid); err != nil {
+	if _, err := fmt.Sscanf(headtest.Processes(node2)[0], "%d:", &pid); err != nil {
 		t.Fatal(err)
 	}
 	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
@@ -708,7 +706,7 @@ func TestAddressesAndQuota(t *testing.T) {
 	p := open(t, dir, func(c *localprovider.Config) { c.IPRange = "127.0.3.10-127.0.3.12" })
 	terminateAll(t, dir, "a")
 	terminateAll(t, dir, "b")
-	bin := localtest.SleepingGoray(t, localtest.ShortTempDir(t, "gls"), false)
+	bin := localtest.SleepingGoray(t, headtest.ShortTempDir(t, "gls"), false)
 	spec := fakeSpec(bin)
 	spec.HeadAddress = "127.0.3.11:6379" // in the range: skipped
 	if _, err := p.Launch(ctx, &provider.LaunchRequest{RequestID: "a1", ClusterName: "a", NodeType: "cpu", Count: 1, Node: spec}); err != nil {

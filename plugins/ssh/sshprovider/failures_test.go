@@ -17,8 +17,10 @@ import (
 	"github.com/goray-dev/goray/internal/leaktest"
 	"github.com/goray-dev/goray/plugins/ssh/internal/sshtest"
 	"github.com/goray-dev/goray/plugins/ssh/sshprovider"
+	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/provider"
 	"github.com/goray-dev/goray/sdk/provider/providertest"
+	"github.com/goray-dev/goray/sdk/provider/providertest/headtest"
 )
 
 // fakeNode is a node spec for launches that fail before a node starts.
@@ -103,7 +105,7 @@ func TestUnreachableHost(t *testing.T) {
 	launchFails(ctx, t, p, "unreachable", fakeNode(), `{"hosts": ["`+dead+`"]}`, "host "+dead, "connecting", "connection refused")
 
 	// A host that goes away while its node runs.
-	head := sshtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	if _, err := p.Launch(ctx, launchReq("r1", "outage", 1, conformanceNode(head), `{"hosts": ["`+hosts.Addrs[0]+`"]}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestUnreachableHost(t *testing.T) {
 	// Every List shows the instance as last seen, until (and after) a
 	// scan finds the host gone and PollErrors reports it, once.
 	var reported []provider.LaunchError
-	err := sshtest.Eventually(ctx, func() error {
+	err := plugintest.Eventually(ctx, func() error {
 		l, err := p.List(ctx, &provider.ListRequest{ClusterName: "outage"})
 		if err != nil {
 			t.Fatalf("List with a host away: %v", err)
@@ -152,7 +154,7 @@ func TestUnreachableHost(t *testing.T) {
 	srv.Restart()
 	waitInstances(ctx, t, p, "outage", 1, provider.StateRunning)
 	terminateAll(ctx, t, p, "outage")
-	if left := sshtest.Processes(hosts.Root); len(left) > 0 {
+	if left := headtest.Processes(hosts.Root); len(left) > 0 {
 		t.Fatalf("processes left: %v", left)
 	}
 }
@@ -181,7 +183,7 @@ func TestRestartFromHosts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	hosts, _ := startHosts(t, "127.0.2.1", "127.0.2.2", "127.0.2.3")
-	head := sshtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	first := open(t, hosts.Config(gorayBin, stateDir(t)))
 	if _, err := first.Launch(ctx, launchReq("r1", "adopt", 2, conformanceNode(head), "")); err != nil {
 		t.Fatal(err)
@@ -219,7 +221,7 @@ func TestRestartFromHosts(t *testing.T) {
 		}
 	}
 	terminateAll(ctx, t, second, "adopt")
-	if left := sshtest.Processes(hosts.Root); len(left) > 0 {
+	if left := headtest.Processes(hosts.Root); len(left) > 0 {
 		t.Fatalf("processes left: %v", left)
 	}
 }
@@ -229,10 +231,10 @@ func TestConformanceOverGRPC(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hosts, _ := startHosts(t, testIPs...)
-	head := sshtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	cfg := hosts.Config(gorayBin, stateDir(t))
 	c := providertest.OverGRPC(t, open(t, cfg))
-	failing := sshtest.FailingGoray(t, sshtest.ShortTempDir(t, "gsf"))
+	failing := headtest.FailingGoray(t, headtest.ShortTempDir(t, "gsf"))
 	providertest.Run(t, func(*testing.T) provider.Provider { return c }, providertest.Options{
 		Node:          conformanceNode(head),
 		FailingLaunch: func(r *provider.LaunchRequest) { r.Node.GorayBinary = failing },

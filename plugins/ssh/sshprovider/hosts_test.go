@@ -13,8 +13,9 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/leaktest"
-	"github.com/goray-dev/goray/plugins/ssh/internal/sshtest"
+	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/provider"
+	"github.com/goray-dev/goray/sdk/provider/providertest/headtest"
 )
 
 // fileID is a file's device and inode: a file replaced has another.
@@ -42,7 +43,7 @@ func TestLaunchJoinsAndTerminates(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	hosts, _ := startHosts(t, "127.0.2.1", "127.0.2.2")
-	head := sshtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	p := open(t, hosts.Config(gorayBin, stateDir(t)))
 	log := filepath.Join(hosts.Root, "setup.log")
 	node := conformanceNode(head)
@@ -71,7 +72,7 @@ func TestLaunchJoinsAndTerminates(t *testing.T) {
 		t.Fatalf("the token file on the host: %v, %v; want mode 0600", st, err)
 	}
 	var nodePid int
-	err = sshtest.Eventually(ctx, func() error {
+	err = plugintest.Eventually(ctx, func() error {
 		s, err := head.Status(ctx)
 		if err != nil {
 			return err
@@ -86,7 +87,7 @@ func TestLaunchJoinsAndTerminates(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the node of instance %s never joined the head: %v", in.ID, err)
 	}
-	for _, proc := range sshtest.Processes(dirA) {
+	for _, proc := range headtest.Processes(dirA) {
 		if strings.Contains(proc, head.Token) {
 			t.Errorf("a process on the host has the token on its command line: %s", proc)
 		}
@@ -96,7 +97,7 @@ func TestLaunchJoinsAndTerminates(t *testing.T) {
 	}
 
 	terminateAll(ctx, t, p, "join")
-	if left := sshtest.Processes(dirA); len(left) > 0 {
+	if left := headtest.Processes(dirA); len(left) > 0 {
 		t.Fatalf("processes left on host %s after terminate: %v", a, left)
 	}
 	for _, f := range []string{"n", "token", "instance.json", "node.pid"} {
@@ -153,7 +154,7 @@ func TestLaunchJoinsAndTerminates(t *testing.T) {
 		t.Errorf("a launch of 2 with one host free launched %d", n)
 	}
 	terminateAll(ctx, t, p, "join")
-	if left := sshtest.Processes(hosts.Root); len(left) > 0 {
+	if left := headtest.Processes(hosts.Root); len(left) > 0 {
 		t.Fatalf("processes left on the hosts: %v", left)
 	}
 }
@@ -165,7 +166,7 @@ func TestNodeDies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	hosts, _ := startHosts(t, "127.0.2.1")
-	head := sshtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	p := open(t, hosts.Config(gorayBin, stateDir(t)))
 	if _, err := p.Launch(ctx, launchReq("r1", "dies", 1, conformanceNode(head), "")); err != nil {
 		t.Fatal(err)
@@ -189,7 +190,7 @@ func TestNodeDies(t *testing.T) {
 			t.Errorf("%s left on the host of a node that died: %v", f, err)
 		}
 	}
-	if left := sshtest.Processes(dir); len(left) > 0 {
+	if left := headtest.Processes(dir); len(left) > 0 {
 		t.Errorf("processes left on the host of a node that died: %v", left)
 	}
 	if _, err := p.Launch(ctx, launchReq("r2", "dies", 1, conformanceNode(head), "")); err != nil {

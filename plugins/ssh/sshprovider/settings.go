@@ -20,6 +20,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/goray-dev/goray/sdk/plugin"
+	"github.com/goray-dev/goray/sdk/provider/statedir"
 )
 
 // Config is the provider's config block:
@@ -98,7 +99,7 @@ type settings struct {
 	goray       string // "" when none was found: launches without NodeSpec.GorayBinary fail
 	stateDir    string
 	stopTimeout time.Duration
-	lock        *os.File
+	state       *statedir.Dir
 	// conns are the SSH connections made with these settings.
 	conns *conns
 }
@@ -215,10 +216,7 @@ func newSettings(cfg Config) (*settings, error) {
 		return nil, fmt.Errorf("state_dir %q is not an absolute path", cfg.StateDir)
 	}
 	s.stateDir = filepath.Clean(dir)
-	if err := os.MkdirAll(s.stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state_dir: %w", err)
-	}
-	if s.lock, err = os.OpenFile(filepath.Join(s.stateDir, ".lock"), os.O_CREATE|os.O_RDWR, 0o600); err != nil {
+	if s.state, err = statedir.Open(s.stateDir); err != nil {
 		return nil, fmt.Errorf("state_dir: %w", err)
 	}
 	return s, nil

@@ -32,24 +32,22 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"regexp"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/provider"
+	"github.com/goray-dev/goray/sdk/provider/statedir"
 )
 
 // Name is the provider's name: the binary is goray-provider-ssh.
 const Name = "ssh"
-
-// clusterName is what a cluster name must look like: it names a
-// directory of state_dir and is part of instance ids.
-var clusterName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 
 // scanInterval is how long a host scan is reused by List before the host
 // is asked again.
@@ -74,7 +72,7 @@ type Provider struct {
 	// that waiting for it honours the caller's context); it guards log and
 	// cfg. The state_dir lock serialises them with other providers on the
 	// same state_dir.
-	sem chan struct{}
+	sem *semaphore.Weighted
 	log hclog.Logger
 	cfg *settings
 	me  worker
@@ -105,7 +103,7 @@ func New() *Provider {
 	me := worker{Pid: os.Getpid(), Owner: hex.EncodeToString(b)}
 	me.Start, _ = procStart(me.Pid)
 	p := &Provider{
-		sem:        make(chan struct{}, 1),
+		sem:        semaphore.NewWeighted(1),
 		log:        hclog.NewNullLogger(),
 		me:         me,
 		drivers:    map[string]context.CancelFunc{},
@@ -132,9 +130,9 @@ func (p *Provider) Name() string { return Name }
 
 // SetLogger implements plugin.LoggerSetter.
 func (p *Provider) SetLogger(l hclog.Logger) {
-	p.sem <- struct{}{}
+	_ = p.sem.Acquire(context.Background(), 1)
 	p.log = l
-	<-p.sem
+	p.sem.Release(1)
 }
 
 // ConfigSpec implements plugin.Configurable: the block is Config.
@@ -156,14 +154,14 @@ func (p *Provider) Configure(ctx context.Context, cfg Config) error {
 	p.cancel()
 	p.mu.Unlock()
 	p.wg.Wait()
-	if err := p.acquire(ctx); err != nil {
-		_ = s.lock.Close()
+	if err := p.sem.Acquire(ctx, 1); err != nil {
+		_ = s.state.Close()
 		return err
 	}
-	defer p.release()
+	defer p.sem.Release(1)
 	if old := p.cfg; old != nil {
 		old.conns.closeAll()
-		_ = old.lock.Close()
+		_ = old.state.Close()
 	}
 	p.mu.Lock()
 	p.ctx, p.cancel = context.WithCancel(context.Background())
@@ -177,15 +175,15 @@ func (p *Provider) Configure(ctx context.Context, cfg Config) error {
 // Health implements plugin.HealthChecker: the provider is configured and
 // its state_dir is there.
 func (p *Provider) Health(ctx context.Context) error {
-	if err := p.acquire(ctx); err != nil {
+	if err := p.sem.Acquire(ctx, 1); err != nil {
 		return err
 	}
 	cfg := p.cfg
-	p.release()
+	p.sem.Release(1)
 	if cfg == nil {
 		return errors.New("the ssh provider is not configured yet")
 	}
-	if _, err := os.Stat(cfg.lock.Name()); err != nil {
+	if _, err := os.Stat(filepath.Join(cfg.stateDir, statedir.LockFile)); err != nil {
 		return fmt.Errorf("state_dir: %w", err)
 	}
 	return nil
@@ -200,37 +198,26 @@ func (p *Provider) Close() error {
 	p.mu.Unlock()
 	p.wg.Wait()
 	liveOwners.Delete(p.me.Owner)
-	p.sem <- struct{}{}
-	defer func() { <-p.sem }()
+	_ = p.sem.Acquire(context.Background(), 1)
+	defer p.sem.Release(1)
 	if p.cfg != nil {
 		p.cfg.conns.closeAll()
-		err := p.cfg.lock.Close()
+		err := p.cfg.state.Close()
 		p.cfg = nil
 		return err
 	}
 	return nil
 }
 
-func (p *Provider) acquire(ctx context.Context) error {
-	select {
-	case p.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (p *Provider) release() { <-p.sem }
-
 // settings returns the current settings (nil before Configure).
 func (p *Provider) settings(ctx context.Context) (*settings, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := p.acquire(ctx); err != nil {
+	if err := p.sem.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
-	defer p.release()
+	defer p.sem.Release(1)
 	if p.cfg == nil {
 		return nil, fmt.Errorf("%w: the ssh provider is not configured yet", provider.ErrUnavailable)
 	}
@@ -243,35 +230,15 @@ func (p *Provider) withState(ctx context.Context, fn func(cfg *settings, st *sta
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := p.acquire(ctx); err != nil {
+	if err := p.sem.Acquire(ctx, 1); err != nil {
 		return err
 	}
-	defer p.release()
+	defer p.sem.Release(1)
 	cfg := p.cfg
 	if cfg == nil {
 		return fmt.Errorf("%w: the ssh provider is not configured yet", provider.ErrUnavailable)
 	}
-	if err := lockFile(ctx, cfg.lock); err != nil {
-		return err
-	}
-	defer unlockFile(cfg.lock)
-	st, err := loadState(cfg.stateDir)
-	if err != nil {
-		return err
-	}
-	err = fn(cfg, st)
-	if serr := st.save(); serr != nil {
-		err = errors.Join(err, serr)
-	}
-	return err
-}
-
-// checkCluster refuses a cluster name that cannot name a directory.
-func checkCluster(name string) error {
-	if !clusterName.MatchString(name) {
-		return fmt.Errorf("%w: cluster name %q: the ssh provider takes 1 to 64 letters, digits, '.', '_' and '-', starting with a letter or digit", provider.ErrInvalidRequest, name)
-	}
-	return nil
+	return statedir.Update(ctx, cfg.state, loadState, (*state).save, func(st *state) error { return fn(cfg, st) })
 }
 
 // NodeConfigSchema implements provider.Provider: the block is NodeConfig.
@@ -294,7 +261,7 @@ func (p *Provider) Launch(ctx context.Context, req *provider.LaunchRequest) (*pr
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkCluster(req.ClusterName); err != nil {
+	if err := provider.CheckClusterName(req.ClusterName); err != nil {
 		return nil, err
 	}
 	nc, err := provider.DecodeNodeConfig[NodeConfig](req.NodeConfig)
@@ -462,7 +429,7 @@ func (p *Provider) Terminate(ctx context.Context, req *provider.TerminateRequest
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkCluster(req.ClusterName); err != nil {
+	if err := provider.CheckClusterName(req.ClusterName); err != nil {
 		return nil, err
 	}
 	err := p.withState(ctx, func(cfg *settings, st *state) error {
@@ -503,7 +470,7 @@ func (p *Provider) List(ctx context.Context, req *provider.ListRequest) (*provid
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkCluster(req.ClusterName); err != nil {
+	if err := provider.CheckClusterName(req.ClusterName); err != nil {
 		return nil, err
 	}
 	cfg, err := p.settings(ctx)
@@ -545,7 +512,7 @@ func (p *Provider) PollErrors(ctx context.Context, req *provider.PollErrorsReque
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	if err := checkCluster(req.ClusterName); err != nil {
+	if err := provider.CheckClusterName(req.ClusterName); err != nil {
 		return nil, err
 	}
 	out := &provider.PollErrorsResponse{}

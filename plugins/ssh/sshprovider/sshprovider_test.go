@@ -12,8 +12,10 @@ import (
 	"github.com/goray-dev/goray/internal/testservers/sshdtest"
 	"github.com/goray-dev/goray/plugins/ssh/internal/sshtest"
 	"github.com/goray-dev/goray/plugins/ssh/sshprovider"
+	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/provider"
 	"github.com/goray-dev/goray/sdk/provider/providertest"
+	"github.com/goray-dev/goray/sdk/provider/providertest/headtest"
 )
 
 // gorayBin is the goray CLI, built once by TestMain.
@@ -28,7 +30,7 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	if gorayBin, err = sshtest.BuildGoray(dir); err != nil {
+	if gorayBin, err = headtest.BuildGoray(dir); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -51,7 +53,7 @@ var testIPs = []string{"127.0.2.1", "127.0.2.2", "127.0.2.3", "127.0.2.4", "127.
 // stateDir returns a fresh state_dir, removed when the test ends.
 func stateDir(t *testing.T) string {
 	t.Helper()
-	return sshtest.ShortTempDir(t, "gss")
+	return headtest.ShortTempDir(t, "gss")
 }
 
 // open returns a provider with cfg, closed when the test ends.
@@ -68,7 +70,7 @@ func open(t *testing.T, cfg sshprovider.Config) *sshprovider.Provider {
 }
 
 // conformanceNode is the node spec of the conformance runs.
-func conformanceNode(head *sshtest.Head) provider.NodeSpec {
+func conformanceNode(head *headtest.Head) provider.NodeSpec {
 	return provider.NodeSpec{
 		HeadAddress: head.Addr,
 		AuthToken:   head.Token,
@@ -83,10 +85,10 @@ func TestConformance(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	hosts, _ := startHosts(t, testIPs...)
-	head := sshtest.StartHead(ctx, t, gorayBin)
+	head := headtest.StartHead(ctx, t, gorayBin)
 	cfg := hosts.Config(gorayBin, stateDir(t))
 	p := open(t, cfg)
-	failing := sshtest.FailingGoray(t, sshtest.ShortTempDir(t, "gsf"))
+	failing := headtest.FailingGoray(t, headtest.ShortTempDir(t, "gsf"))
 	providertest.Run(t, func(*testing.T) provider.Provider { return p }, providertest.Options{
 		Node:          conformanceNode(head),
 		FailingLaunch: func(r *provider.LaunchRequest) { r.Node.GorayBinary = failing },
@@ -100,7 +102,7 @@ func TestConformance(t *testing.T) {
 func waitInstances(ctx context.Context, t *testing.T, p provider.Provider, cluster string, n int, want provider.InstanceState) []provider.Instance {
 	t.Helper()
 	var ins []provider.Instance
-	err := sshtest.Eventually(ctx, func() error {
+	err := plugintest.Eventually(ctx, func() error {
 		l, err := p.List(ctx, &provider.ListRequest{ClusterName: cluster})
 		if err != nil {
 			return err
@@ -126,7 +128,7 @@ func waitInstances(ctx context.Context, t *testing.T, p provider.Provider, clust
 func waitErrors(ctx context.Context, t *testing.T, p provider.Provider, cluster string, n int) []provider.LaunchError {
 	t.Helper()
 	var got []provider.LaunchError
-	err := sshtest.Eventually(ctx, func() error {
+	err := plugintest.Eventually(ctx, func() error {
 		r, err := p.PollErrors(ctx, &provider.PollErrorsRequest{ClusterName: cluster})
 		if err != nil {
 			return err
@@ -147,7 +149,7 @@ func waitErrors(ctx context.Context, t *testing.T, p provider.Provider, cluster 
 // shows none.
 func terminateAll(ctx context.Context, t *testing.T, p provider.Provider, cluster string) {
 	t.Helper()
-	err := sshtest.Eventually(ctx, func() error {
+	err := plugintest.Eventually(ctx, func() error {
 		l, err := p.List(ctx, &provider.ListRequest{ClusterName: cluster})
 		if err != nil || len(l.Instances) == 0 {
 			return err

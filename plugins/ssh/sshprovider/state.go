@@ -1,8 +1,6 @@
 package sshprovider
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,12 +11,11 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/goray-dev/goray/sdk/provider"
+	"github.com/goray-dev/goray/sdk/provider/statedir"
 )
 
-// The provider's local state lives in its state_dir:
+// The provider's local state lives in its state_dir (a statedir.Dir):
 //
 //	state_dir/.lock                 flock'ed around every change
 //	state_dir/<cluster>/state.json  one cluster's requests, instances and unpolled errors
@@ -235,39 +232,23 @@ func (s *state) hostsInUse() map[string]string {
 
 // loadState reads every cluster's state file under dir.
 func loadState(dir string) (*state, error) {
-	s := &state{dir: dir, clusters: map[string]*clusterState{}}
-	ents, err := os.ReadDir(dir)
+	clusters, err := statedir.ReadSubdirs[clusterState](dir, stateFile)
 	if err != nil {
 		return nil, fmt.Errorf("reading state_dir: %w", err)
 	}
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		path := filepath.Join(dir, e.Name(), stateFile)
-		b, err := os.ReadFile(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading the state of cluster %q: %w", e.Name(), err)
-		}
-		var c clusterState
-		if err := json.Unmarshal(b, &c); err != nil {
-			return nil, fmt.Errorf("the state file %s is corrupt: %v", path, err)
-		}
+	for name, c := range clusters {
+		path := filepath.Join(dir, name, stateFile)
 		if c.Version != stateVersion {
 			return nil, fmt.Errorf("the state file %s has version %d; this provider reads version %d", path, c.Version, stateVersion)
 		}
-		if c.Cluster != e.Name() {
+		if c.Cluster != name {
 			return nil, fmt.Errorf("the state file %s is of cluster %q", path, c.Cluster)
 		}
 		if c.Requests == nil {
 			c.Requests = map[string]requestRecord{}
 		}
-		s.clusters[c.Cluster] = &c
 	}
-	return s, nil
+	return &state{dir: dir, clusters: clusters}, nil
 }
 
 // save writes the state files of the clusters that changed, atomically.
@@ -276,7 +257,7 @@ func (s *state) save() error {
 		if !c.dirty {
 			continue
 		}
-		if err := writeAtomic(filepath.Join(s.dir, name), stateFile, c, 0o600); err != nil {
+		if err := statedir.WriteJSON(filepath.Join(s.dir, name, stateFile), c, 0o600); err != nil {
 			return fmt.Errorf("writing the state of cluster %q: %w", name, err)
 		}
 		c.dirty = false
@@ -297,7 +278,7 @@ func (s *state) saveToken(cluster, token string) error {
 	if b, err := os.ReadFile(path); err == nil && string(b) == token {
 		return nil
 	}
-	return writeAtomic(filepath.Join(s.dir, cluster), tokenFile, []byte(token), 0o600)
+	return statedir.WriteFile(path, []byte(token), 0o600)
 }
 
 // readToken returns the cluster's token ("" when it has none).
@@ -308,72 +289,6 @@ func (s *state) readToken(cluster string) (string, error) {
 	}
 	return strings.TrimSpace(string(b)), err
 }
-
-// writeAtomic writes v (bytes as they are, anything else as JSON) to
-// dir/name through a temporary file, fsynced and renamed into place.
-func writeAtomic(dir, name string, v any, perm os.FileMode) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	b, ok := v.([]byte)
-	if !ok {
-		j, err := json.MarshalIndent(v, "", "  ")
-		if err != nil {
-			return err
-		}
-		b = append(j, '\n')
-	}
-	f, err := os.CreateTemp(dir, "."+name+".tmp-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	err = f.Chmod(perm)
-	if err == nil {
-		_, err = f.Write(b)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
-	}
-	return nil
-}
-
-// lockPollInterval is how often a locked state_dir is tried again.
-const lockPollInterval = 10 * time.Millisecond
-
-// lockFile takes the exclusive flock of f, giving up when ctx ends.
-func lockFile(ctx context.Context, f *os.File) error {
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			return fmt.Errorf("locking %s: %w", f.Name(), err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the lock of %s: %w", f.Name(), ctx.Err())
-		case <-time.After(lockPollInterval):
-		}
-	}
-}
-
-func unlockFile(f *os.File) { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN) }
 
 // procStart returns the start time of process pid (field 22 of
 // /proc/<pid>/stat), or false when it is gone or a zombie.

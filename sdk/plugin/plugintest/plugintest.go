@@ -3,8 +3,9 @@
 // sdk/provider/providertest) share: serving a kind's gRPC services
 // in-process, through the same bridge its Serve uses, so a plugin can run
 // its kind's suite across the plugin boundary without building its binary
-// (which the real-binary tests, with host.Launch, do); and Within, the
-// check that a call returns in time.
+// (which the real-binary tests, with host.Launch, do); Within, the check
+// that a call returns in time; and Eventually, polling a condition until
+// it holds.
 package plugintest
 
 import (
