@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/testservers/testbin"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
@@ -33,40 +33,8 @@ const readyTimeout = 60 * time.Second
 // <module root>/.tools/minio (`make tools` installs it there). The error
 // says how to get it.
 func Binary() (string, error) {
-	if p := os.Getenv(EnvBinary); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("the MinIO server binary named by $%s: %w", EnvBinary, err)
-		}
-		return p, nil
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		return "", fmt.Errorf("finding the MinIO server binary: %w (set $%s to its path)", err, EnvBinary)
-	}
-	p := filepath.Join(root, ".tools", "minio")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("the MinIO server binary %s is missing: run `make tools` in %s to install it (or set $%s)", p, root, EnvBinary)
-	}
-	return p, nil
-}
-
-// moduleRoot walks up from the working directory to the directory holding
-// go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return testbin.Find(testbin.Spec{What: "the MinIO server binary", Env: EnvBinary, Tools: "minio",
+		Install: "run `make tools` in the module root (it installs the pinned MinIO server into .tools)"})
 }
 
 // Options configures Start.

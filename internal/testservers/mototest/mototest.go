@@ -19,7 +19,6 @@ package mototest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -36,6 +35,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/testservers/testbin"
 )
 
 // EnvBinary names the environment variable that overrides where moto's
@@ -66,40 +66,8 @@ const startTimeout = time.Minute
 // <module root>/.tools/moto/bin/moto_server. The error says how to install
 // it.
 func Binary() (string, error) {
-	if p := os.Getenv(EnvBinary); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("the moto server named by $%s: %w", EnvBinary, err)
-		}
-		return p, nil
-	}
-	root, err := moduleRoot()
-	if err != nil {
-		return "", fmt.Errorf("finding the moto server: %w (set $%s to its path)", err, EnvBinary)
-	}
-	p := filepath.Join(root, ".tools", "moto", "bin", "moto_server")
-	if _, err := os.Stat(p); err != nil {
-		return "", fmt.Errorf("the moto server %s is missing: run `make moto` in %s to install it (or set $%s)", p, root, EnvBinary)
-	}
-	return p, nil
-}
-
-// moduleRoot walks up from the working directory to the directory holding
-// go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return testbin.Find(testbin.Spec{What: "the moto server", Env: EnvBinary, Tools: "moto/bin/moto_server",
+		Install: "run `make moto` in the module root (it installs the pinned moto into .tools/moto)"})
 }
 
 // Server is a running moto server of a test.

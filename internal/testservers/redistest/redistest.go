@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/testservers/testbin"
 )
 
 // EnvBinary names the environment variable that overrides where the
@@ -31,17 +32,8 @@ const startTimeout = 30 * time.Second
 // Binary returns the redis-server binary: $GORAY_REDIS_SERVER, else
 // redis-server on $PATH. The error says how to install it.
 func Binary() (string, error) {
-	if p := os.Getenv(EnvBinary); p != "" {
-		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("the redis-server named by $%s: %w", EnvBinary, err)
-		}
-		return p, nil
-	}
-	p, err := exec.LookPath("redis-server")
-	if err != nil {
-		return "", fmt.Errorf("redis-server is not installed: run `make tools` (it installs Debian's redis-server package) or set $%s", EnvBinary)
-	}
-	return p, nil
+	return testbin.Find(testbin.Spec{What: "redis-server", Env: EnvBinary, Commands: []string{"redis-server"},
+		Install: "run `make tools` (it installs Debian's redis-server package)"})
 }
 
 // Server is a running redis-server of a test.

@@ -35,6 +35,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/testservers/testbin"
 )
 
 // EnvBinary names the environment variable that overrides where the sshd
@@ -50,17 +51,8 @@ const startTimeout = 30 * time.Second
 // Binary returns the sshd binary: $GORAY_SSHD, else /usr/sbin/sshd. The
 // error says how to install it.
 func Binary() (string, error) {
-	p := DefaultBinary
-	if env := os.Getenv(EnvBinary); env != "" {
-		p = env
-	}
-	if !filepath.IsAbs(p) {
-		return "", fmt.Errorf("sshd %q is not an absolute path (sshd re-executes itself, so it needs one)", p)
-	}
-	if st, err := os.Stat(p); err != nil || st.Mode()&0o111 == 0 {
-		return "", fmt.Errorf("sshd is not installed at %s: run `make sshd` (it installs Debian's openssh-server package) or set $%s", p, EnvBinary)
-	}
-	return p, nil
+	return testbin.Find(testbin.Spec{What: "sshd", Env: EnvBinary, Abs: DefaultBinary, Absolute: "sshd re-executes itself",
+		Install: "run `make sshd` (it installs Debian's openssh-server package)"})
 }
 
 // Server is a running sshd of a test.
