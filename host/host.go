@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -115,6 +116,11 @@ type Options struct {
 	// Env is added to every plugin's environment ("NAME=value"), for
 	// example plugin.EnvGCSAddress, plugin.EnvNodeID and plugin.EnvNodeIP.
 	Env []string
+	// LogDir, when set, is where each plugin's raw output (its hclog JSON
+	// lines on stderr and anything it prints) is appended as well, to
+	// plugin-<kind>-<name>.log, across restarts; the lines also reach
+	// Logger.
+	LogDir string
 	// SocketDir is where go-plugin creates the plugins' unix sockets
 	// (default: the system's temporary directory). Keep it short: socket
 	// paths are limited to 107 bytes.
@@ -316,6 +322,7 @@ type instance struct {
 	cfg      map[string]any
 
 	mu        sync.Mutex
+	logFile   *os.File // LogDir's file of this plugin, or nil
 	state     string
 	proc      *proc
 	version   string
@@ -428,6 +435,15 @@ func (in *instance) start(ctx context.Context) hcl.Diagnostics {
 	in.mu.Lock()
 	in.path = path
 	in.mu.Unlock()
+	if m.opts.LogDir != "" {
+		f, err := os.OpenFile(filepath.Join(m.opts.LogDir, LogFileName(b.Kind, b.Name)), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return in.fail(in.errDiag("Plugin log file", err))
+		}
+		in.mu.Lock()
+		in.logFile = f
+		in.mu.Unlock()
+	}
 	if b.SHA256 != "" {
 		if err := checkPin(path, b.SHA256); err != nil {
 			return in.fail(in.errDiag("Plugin checksum mismatch", err))
@@ -498,7 +514,24 @@ func (in *instance) spec() launchSpec {
 		socketDir:    in.m.opts.SocketDir,
 		startTimeout: in.m.opts.StartTimeout,
 		env:          in.m.opts.Env,
+		output:       in.output(),
 	}
+}
+
+// output is where the plugin's raw output is copied (nil: nowhere).
+func (in *instance) output() io.Writer {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.logFile == nil {
+		return nil
+	}
+	return in.logFile
+}
+
+// LogFileName is the name, in Options.LogDir, of the log file of the
+// plugin of the given kind and name.
+func LogFileName(kind, name string) string {
+	return "plugin-" + kind + "-" + name + ".log"
 }
 
 // identify asks a freshly started plugin who it is and checks its kind.
@@ -767,6 +800,14 @@ func (m *Manager) Stop(ctx context.Context) error {
 			}
 		}
 		wg.Wait()
+		for _, in := range list {
+			in.mu.Lock()
+			if in.logFile != nil {
+				_ = in.logFile.Close()
+				in.logFile = nil
+			}
+			in.mu.Unlock()
+		}
 		err = ctx.Err()
 		close(m.stopDone)
 	})

@@ -652,3 +652,20 @@ func TestOrphanedPluginExits(t *testing.T) {
 		})
 	}
 }
+
+func TestPluginLogFile(t *testing.T) {
+	ctx := testCtx(t)
+	dir := t.TempDir()
+	n := nodeConfig(t, pluginDir(t, "goray-transport-test"), greetingBody)
+	m, _ := newManager(t, n, Options{LogDir: dir})
+	mustStart(t, ctx, m)
+	path := filepath.Join(dir, LogFileName(n.Plugins[0].Kind, n.Plugins[0].Name))
+	// The plugin's own hclog lines land in its file, as it wrote them.
+	waitFor(t, 5*time.Second, "the plugin's log line in "+path, func() bool {
+		b, _ := os.ReadFile(path)
+		return strings.Contains(string(b), "testplugin configured") && strings.Contains(string(b), `"greeting":"hello"`)
+	})
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("plugin log file: %v, mode %v; want 0600", err, fi.Mode())
+	}
+}

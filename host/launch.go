@@ -32,7 +32,8 @@ type launchSpec struct {
 	log          hclog.Logger
 	socketDir    string
 	startTimeout time.Duration
-	env          []string // added to the plugin's environment
+	env          []string  // added to the plugin's environment
+	output       io.Writer // also gets the plugin's raw stdout and stderr (nil: none)
 }
 
 // proc is one running plugin process and the gRPC connection to it.
@@ -96,7 +97,10 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 		aborted bool
 		r       *procRunner
 	)
-	stdio := s.log.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true})
+	var stdio, stderr io.Writer = s.log.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true}), tail
+	if s.output != nil {
+		stdio, stderr = io.MultiWriter(stdio, s.output), io.MultiWriter(tail, s.output)
+	}
 	client := goplugin.NewClient(&goplugin.ClientConfig{
 		HandshakeConfig:  plugin.Handshake,
 		VersionedPlugins: sets,
@@ -119,7 +123,7 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 		AutoMTLS:     true,
 		Logger:       s.log,
 		StartTimeout: s.startTimeout,
-		Stderr:       tail,
+		Stderr:       stderr,
 		SyncStdout:   stdio,
 		SyncStderr:   stdio,
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(

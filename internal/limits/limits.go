@@ -5,6 +5,8 @@
 // in internal/resources.
 package limits
 
+import "unicode/utf8"
+
 // MaxMessageSize is the gRPC message limit, in bytes, on both sides of
 // every goray connection (internal/rpc.MaxMessageSize is this value).
 const MaxMessageSize = 256 << 20
@@ -27,3 +29,29 @@ const (
 	// MaxLabelValueLen is the longest label value, in bytes.
 	MaxLabelValueLen = 1024
 )
+
+// Bounds on the strings of a task event (the GCS cuts longer ones; core
+// workers cut them before sending, so one long error message cannot make
+// a report too large to send): a full task event store holds at most
+// about 200 MB of them.
+const (
+	// MaxTaskNameLen bounds a task's function, name and actor class.
+	MaxTaskNameLen = 256
+	// MaxTaskErrorTypeLen bounds a failed task's error type.
+	MaxTaskErrorTypeLen = 128
+	// MaxTaskErrorMessageLen bounds a failed task's error message.
+	MaxTaskErrorMessageLen = 1024
+)
+
+// Truncate cuts s to at most n bytes, plus a mark ("…") when it cut, at a
+// rune boundary, so the result stays valid UTF-8 (protobuf refuses to send
+// anything else).
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
