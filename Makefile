@@ -33,7 +33,7 @@ private-tmp = tmp=$$(mktemp -d /tmp/gXXX) || exit 1; \
 		echo "FAIL: left behind in the tests' TMPDIR $$tmp:"; ls -lA $$tmp; rc=1; fi; \
 	rm -rf $$tmp; exit $$rc
 
-.PHONY: all build test go-test race redis sshd moto bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
+.PHONY: all build test go-test race redis sshd prometheus chromium moto bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
 
 all: build
 
@@ -46,8 +46,9 @@ build:
 ## and a few seconds of each fuzz target.
 test: fmt-check vet generate-check go-test race bench-smoke fuzz-smoke
 
-# The servers the tests start: MinIO, Redis, sshd, moto.
-SERVERS := $(TOOLS)/minio redis sshd $(TOOLS)/moto/bin/moto_server
+# The servers and tools the tests start: MinIO, Redis, sshd, Prometheus,
+# Chromium, moto.
+SERVERS := $(TOOLS)/minio redis sshd prometheus chromium $(TOOLS)/moto/bin/moto_server
 
 go-test: $(SERVERS)
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS))
@@ -138,6 +139,26 @@ sshd:
 		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq openssh-server >/dev/null; \
 		$$SUDO systemctl disable --now ssh >/dev/null 2>&1 || true; }
+
+# prometheus comes from Debian's prometheus package (without the node
+# exporter it recommends): the metrics tests run their own on a loopback
+# port with a temp dir (internal/testservers/promtest); the package's
+# system service is stopped.
+prometheus:
+	@command -v prometheus >/dev/null || { \
+		echo "installing prometheus (Debian)"; \
+		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+		$$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; }
+
+# chromium comes from Debian's chromium package: the dashboard's browser
+# test (acceptance/dashboard_test.go) drives it headless with chromedp,
+# with its own temp profile.
+chromium:
+	@command -v chromium >/dev/null || { \
+		echo "installing chromium (Debian)"; \
+		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 
 ## moto: the pinned EC2 API emulator, into .tools/moto (a Python virtualenv).
 moto: $(TOOLS)/moto/bin/moto_server

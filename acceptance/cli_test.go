@@ -160,13 +160,17 @@ func TestListWhileJobRuns(t *testing.T) {
 		t.Errorf("actor row %+v: want ALIVE main.Holder in live pid %d", a, st.ActorPid)
 	}
 
-	tasks := list[taskRow](h, ctx, "tasks")
-	var running []taskRow
-	for _, k := range tasks {
-		if k.Function == "main.waitForFile" && k.State == "RUNNING" {
-			running = append(running, k)
+	// Task states come from the task events processes report every 500 ms.
+	var tasks, running []taskRow
+	waitFor(t, 10*time.Second, "main.waitForFile RUNNING in goray list tasks", func() bool {
+		tasks, running = list[taskRow](h, ctx, "tasks"), nil
+		for _, k := range tasks {
+			if k.Function == "main.waitForFile" && k.State == "RUNNING" {
+				running = append(running, k)
+			}
 		}
-	}
+		return len(running) > 0
+	})
 	if len(running) != 1 {
 		t.Errorf("goray list tasks: want main.waitForFile RUNNING once, got %+v", tasks)
 	}

@@ -30,7 +30,7 @@ import (
 // test runs and that is not listed with the reason why.
 //
 // What a test changes, and only that: a fixed port of a cluster walk-
-// through (6380, 6379) becomes a free one (docRun.run), so that tests and
+// through (6380, 6379, the dashboard's 8265) becomes a free one (docRun.run), so that tests and
 // other users' clusters on the machine never collide; the MinIO of the S3
 // walk-through is the same pinned server started by internal/testservers/miniotest on a
 // free port, and the AWS variables the documents export get that server's
@@ -76,6 +76,10 @@ var documented = []docEntry{
 	{file: "examples/weight-sync/main.go", first: "make plugins", test: "TestDocTransportExamples"},
 	{file: "README.md", first: "goray cert ca --dir certs", test: "TestDocCerts"},
 	{file: "docs/security.md", first: "goray cert ca --dir certs", test: "TestDocCerts"},
+	{file: "docs/jobs.md", first: "goray start --head --port 6380 --dashboard-port 8265", test: "TestDocJobs"},
+	{file: "docs/state.md", first: "goray start --head --port 6380", test: "TestDocState"},
+	{file: "docs/logs.md", first: "goray start --head --port 6380", test: "TestDocLogs"},
+	{file: "docs/dashboard.md", first: "goray start --head --port 6380 --dashboard-port 8265", test: "TestDocDashboard"},
 	{file: "docs/benchmarks.md", first: "make bench", test: "TestDocMicrobenchmark", skip: map[string]string{
 		"make bench":                        "it rewrites docs/benchmarks.md from a full run, which takes minutes",
 		"go run ./cmd/goray microbenchmark": whyFullBench,
@@ -338,6 +342,9 @@ func newDocRun(t *testing.T, ctx context.Context) *docRun {
 		p := strconv.Itoa(freePort(t))
 		pairs = append(pairs, ":"+fixed, ":"+p, "--port "+fixed, "--port "+p)
 	}
+	// The dashboard's default port too (docs/jobs.md).
+	dash := strconv.Itoa(freePort(t))
+	pairs = append(pairs, ":8265", ":"+dash, "--dashboard-port 8265", "--dashboard-port "+dash)
 	d.ports = strings.NewReplacer(pairs...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -199,7 +200,8 @@ func startHeadEnv(t *testing.T, ctx context.Context, env []string, extra ...stri
 			t.Logf("cleanup: goray stop: %s", r)
 		}
 	})
-	r := runGorayEnv(t, ctx, env, append([]string{"start", "--head", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir}, extra...)...)
+	// The dashboard on a free port, never 8265 (extra may name another).
+	r := runGorayEnv(t, ctx, env, append([]string{"start", "--head", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir, "--dashboard-port", "-1"}, extra...)...)
 	if r.code != 0 {
 		t.Fatalf("goray start --head: %s", r)
 	}
@@ -326,6 +328,8 @@ type jobOptions struct {
 	tmpDir string
 	// env is added to the job's environment.
 	env []string
+	// stdout, when set, also receives the job's stdout alone.
+	stdout io.Writer
 }
 
 // startJob starts bin with args in the background. The job and whatever it
@@ -342,6 +346,9 @@ func startJob(t *testing.T, o jobOptions, bin string, args ...string) *job {
 		j.cmd.Env = append(j.cmd.Env, "TMPDIR="+o.tmpDir)
 	}
 	j.cmd.Stdout, j.cmd.Stderr = &j.out, &j.out
+	if o.stdout != nil {
+		j.cmd.Stdout = io.MultiWriter(&j.out, o.stdout)
+	}
 	if err := j.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
 	}

@@ -680,6 +680,26 @@ object_store {
 			},
 		},
 		{
+			name:  "metrics flags",
+			src:   "metrics {\n  port = 9100\n}\n",
+			flags: Flags{MetricsPort: ptr(0), NoMetrics: true},
+			check: func(t *testing.T, n *Node) {
+				if n.Metrics.Port != 0 || !n.Metrics.Disabled {
+					t.Errorf("Metrics = %+v, want port 0 (--metrics-port 0) and disabled (--no-metrics)", n.Metrics)
+				}
+			},
+		},
+		{
+			name:  "metrics port flag",
+			src:   "metrics {\n  enabled = true\n}\n",
+			flags: Flags{MetricsPort: ptr(9200)},
+			check: func(t *testing.T, n *Node) {
+				if n.Metrics.Port != 9200 || n.Metrics.Disabled {
+					t.Errorf("Metrics = %+v, want port 9200, enabled", n.Metrics)
+				}
+			},
+		},
+		{
 			name:  "memory flag",
 			src:   file,
 			flags: Flags{Memory: 3 << 30},

@@ -30,6 +30,8 @@ type Metrics struct {
 //	  host = "127.0.0.1"   # default: 127.0.0.1, this machine only (as Ray's dashboard_host)
 //	  port = 8265
 //	  enabled = true
+//	  max_binary_size = "2GiB"   # the largest job binary the job API accepts
+//	  max_running_jobs = 16      # job drivers running at once; later jobs wait in PENDING
 //	}
 type Dashboard struct {
 	// Disabled turns the dashboard and the job API off (enabled = false).
@@ -38,6 +40,10 @@ type Dashboard struct {
 	Host string
 	// Port is its TCP port (0 means DefaultDashboardPort; -1 a free one).
 	Port int
+	// MaxBinaryBytes bounds an uploaded job binary (0: 2 GiB).
+	MaxBinaryBytes int64
+	// MaxRunningJobs bounds the job drivers running at once (0: 16).
+	MaxRunningJobs int
 }
 
 const (
@@ -46,6 +52,8 @@ const (
 	keyDashboardEnabled = "dashboard.enabled"
 	keyDashboardHost    = "dashboard.host"
 	keyDashboardPort    = "dashboard.port"
+	keyDashboardMaxBin  = "dashboard.max_binary_size"
+	keyDashboardMaxJobs = "dashboard.max_running_jobs"
 )
 
 var metricsSchema = &hcl.BodySchema{
@@ -53,7 +61,7 @@ var metricsSchema = &hcl.BodySchema{
 }
 
 var dashboardSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "enabled"}, {Name: "host"}, {Name: "port"}},
+	Attributes: []hcl.AttributeSchema{{Name: "enabled"}, {Name: "host"}, {Name: "port"}, {Name: "max_binary_size"}, {Name: "max_running_jobs"}},
 }
 
 // metrics decodes the metrics block (b may be nil).
@@ -81,6 +89,8 @@ func (d *decoder) dashboard(b *hcl.Block) {
 	}
 	d.str(c.Attributes["host"], keyDashboardHost, &d.n.Dashboard.Host)
 	d.intVal(c.Attributes["port"], keyDashboardPort, &d.n.Dashboard.Port)
+	d.size(c.Attributes["max_binary_size"], keyDashboardMaxBin, &d.n.Dashboard.MaxBinaryBytes)
+	d.intVal(c.Attributes["max_running_jobs"], keyDashboardMaxJobs, &d.n.Dashboard.MaxRunningJobs)
 }
 
 // observability checks the metrics and dashboard blocks: ports in range.
@@ -91,5 +101,11 @@ func (v *validator) observability() {
 	}
 	if p := n.Dashboard.Port; p < -1 || p > 65535 {
 		v.errorf(keyDashboardPort, "Invalid port", "dashboard.port must be -1 (a free port), 0 (the default, %d) or a port up to 65535, got %d.", DefaultDashboardPort, p)
+	}
+	if b := n.Dashboard.MaxBinaryBytes; b < 0 || b > 1<<40 {
+		v.errorf(keyDashboardMaxBin, "Invalid size", "dashboard.max_binary_size must be from 1 byte to 1 TiB (0: the default, 2 GiB), got %d.", b)
+	}
+	if j := n.Dashboard.MaxRunningJobs; j < 0 || j > 4096 {
+		v.errorf(keyDashboardMaxJobs, "Invalid count", "dashboard.max_running_jobs must be from 1 to 4096 (0: the default, 16), got %d.", j)
 	}
 }

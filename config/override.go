@@ -32,6 +32,16 @@ type Flags struct {
 	// DataDir is where the head keeps state that outlives its session
 	// (data_dir; --data-dir).
 	DataDir string
+	// MetricsPort is metrics.port (--metrics-port; nil: the file's).
+	MetricsPort *int
+	// NoMetrics turns the metrics endpoint off (--no-metrics).
+	NoMetrics bool
+	// DashboardHost and DashboardPort are dashboard.host and .port
+	// (--dashboard-host, --dashboard-port; ""/nil: the file's);
+	// NoDashboard turns the dashboard off (--include-dashboard=false).
+	DashboardHost string
+	DashboardPort *int
+	NoDashboard   bool
 }
 
 // Override applies f on top of n. A value set by a flag no longer points at
@@ -74,6 +84,26 @@ func (n *Node) Override(f Flags) {
 	if f.DataDir != "" {
 		n.DataDir = f.DataDir
 		drop(keyDataDir)
+	}
+	if f.MetricsPort != nil {
+		n.Metrics.Port = *f.MetricsPort
+		drop(keyMetricsPort)
+	}
+	if f.NoMetrics {
+		n.Metrics.Disabled = true
+		drop(keyMetricsEnabled)
+	}
+	if f.DashboardHost != "" {
+		n.Dashboard.Host = f.DashboardHost
+		drop(keyDashboardHost)
+	}
+	if f.DashboardPort != nil {
+		n.Dashboard.Port = *f.DashboardPort
+		drop(keyDashboardPort)
+	}
+	if f.NoDashboard {
+		n.Dashboard.Disabled = true
+		drop(keyDashboardEnabled)
 	}
 	if f.LogLevel != "" {
 		n.LogLevel = f.LogLevel

@@ -198,6 +198,9 @@ func checkNodeInfo(info *gorayv1.NodeInfo) error {
 	if err := checkAddr("node.object_addr", info.GetObjectAddr()); err != nil {
 		return err
 	}
+	if err := checkAddr("node.metrics_addr", info.GetMetricsAddr()); err != nil {
+		return err
+	}
 	if info.GetPid() < 0 {
 		return &InvalidArgumentError{Field: "node.pid", Problem: fmt.Sprintf("%d is negative", info.GetPid())}
 	}

@@ -233,6 +233,8 @@ func TestRegisterNodeValidation(t *testing.T) {
 			[]string{"invalid node.raylet_tcp", `the port "0" is not a number from 1 to 65535`}},
 		{"data plane without host", func(n *gorayv1.NodeInfo) { n.ObjectAddr = ":7000" },
 			[]string{"invalid node.object_addr", "names no host"}},
+		{"metrics address without port", func(n *gorayv1.NodeInfo) { n.MetricsAddr = "127.0.0.2" },
+			[]string{"invalid node.metrics_addr", `"127.0.0.2" is not a host:port address`}},
 		{"node name too long", func(n *gorayv1.NodeInfo) { n.NodeName = long },
 			[]string{"invalid node.node_name", "300 bytes long"}},
 		{"negative pid", func(n *gorayv1.NodeInfo) { n.Pid = -5 },

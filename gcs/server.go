@@ -81,6 +81,8 @@ type Options struct {
 	// Storage is where Open keeps the tables (New keeps them in memory
 	// only).
 	Storage Storage
+	// TaskEvents bounds the task event store (taskevents.go).
+	TaskEvents TaskEventLimits
 }
 
 // Server is the GCS. Create it with New, expose it with Register and run the
@@ -118,6 +120,9 @@ type Server struct {
 	pgs *placementGroups
 	// drainer forwards DrainNode to raylets (nil: none).
 	drainer NodeDrainer
+	// taskEvents keeps the task events processes report, with its own
+	// lock (taskevents.go).
+	taskEvents *taskEventStore
 
 	// storage and journal keep the tables across restarts (nil without
 	// storage); clusterID is kept there too.
@@ -161,13 +166,15 @@ func New(opts Options) *Server {
 		clusterID: ids.New().String(),
 	}
 	s.pgs = newPlacementGroups(s, opts.Reserver, opts.Logger, opts.HeartbeatPeriod)
+	s.taskEvents = newTaskEventStore(opts.TaskEvents)
 	s.drainer = drainerOf(opts)
 	return s
 }
 
-// Register registers the Gcs service on g.
+// Register registers the Gcs and TaskEventService services on g.
 func (s *Server) Register(g *grpc.Server) {
 	gorayv1.RegisterGcsServer(g, s)
+	gorayv1.RegisterTaskEventServiceServer(g, &taskEventService{store: s.taskEvents})
 }
 
 // Run checks node health once per heartbeat period, and places placement

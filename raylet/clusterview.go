@@ -145,17 +145,27 @@ func (cv *clusterView) peer(id ids.ID) *policy.Node { return cv.view.Load().byID
 
 // conn returns a cached connection to another node's raylet.
 func (cv *clusterView) conn(addr string) (gorayv1.RayletClient, error) {
+	c, err := cv.clientConn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return gorayv1.NewRayletClient(c), nil
+}
+
+// clientConn returns the cached connection to the raylet at addr, for the
+// services it serves besides Raylet.
+func (cv *clusterView) clientConn(addr string) (*grpc.ClientConn, error) {
 	cv.connMu.Lock()
 	defer cv.connMu.Unlock()
 	if c, ok := cv.conns[addr]; ok {
-		return gorayv1.NewRayletClient(c), nil
+		return c, nil
 	}
 	c, err := grpc.NewClient(addr, dialOptions(addr, cv.auth)...)
 	if err != nil {
 		return nil, err
 	}
 	cv.conns[addr] = c
-	return gorayv1.NewRayletClient(c), nil
+	return c, nil
 }
 
 // client returns a client for the raylet of p, when p is alive.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -72,6 +73,7 @@ type objectManager struct {
 	peers   peerDirectory
 	spill   *spill.Spiller
 	data    *dataplane.Server
+	pulled  atomic.Int64 // object bytes pulled from other nodes (metrics)
 
 	mu         sync.Mutex
 	creates    map[ids.ObjectID]ids.ID              // unsealed object -> creating client
@@ -505,6 +507,7 @@ func (om *objectManager) runPull(oid ids.ObjectID, node ids.ID, owner *gorayv1.A
 		return err
 	}
 	ok = true
+	om.pulled.Add(size)
 	om.track(oid, owner, true)
 	if d := time.Since(start); size > 0 {
 		om.log.Debug("object pulled", "object_id", oid, "from", node, "bytes", size, "took", d,

@@ -322,6 +322,7 @@ func (r *Raylet) endJob(j *job) {
 	}
 	r.sched.failJob(j, &JobFinishedError{Job: j.id})
 	r.pool.endJob(j)
+	r.logs.endJob(j.id)
 	if !j.driverID.IsNil() {
 		aborts, frees := r.objects.objectsOf(j.driverID)
 		if j.ready.Load() {

@@ -30,6 +30,11 @@
 //     (DrainRaylet): whether it drains and its background loop spilling
 //     every primary copy to shared storage; the scheduler stops granting
 //     leases while it drains.
+//   - logForwarder (logforward.go) and logHub (loghub.go): workers'
+//     stdout and stderr, read from their pipes into their log files and
+//     pushed to the raylet of their job's driver; the batches waiting for
+//     this node's drivers (logs.go serves WorkerLogs, logfiles.go
+//     LogFiles; see docs/logs.md).
 //
 // Raylet (raylet.go) composes them and runs the node's lifecycle (New, Run,
 // Shutdown, registration, heartbeats); the few operations that span
@@ -184,7 +189,9 @@ type Config struct {
 	// LogLevel is passed to workers as GORAY_LOG_LEVEL.
 	LogLevel string
 	// WorkerOutput, when set, also receives every line workers print on
-	// stdout and stderr, prefixed with "(worker <short id> pid=N) ".
+	// stdout and stderr, prefixed with "(worker <short id> pid=N) " (a
+	// copy for tests; drivers get their workers' lines by subscribing,
+	// see docs/logs.md).
 	WorkerOutput io.Writer
 	// Plugins reports the node's plugins for GetNodeStats (nil: none).
 	Plugins func() []*gorayv1.PluginStatus
@@ -198,6 +205,12 @@ type Config struct {
 	// Spill configures spilling objects to storage (off when
 	// Spill.Storage is nil).
 	Spill SpillConfig
+	// MetricsAddress is the node's Prometheus endpoint (host:port), told
+	// to the GCS when the node registers ("": metrics are off).
+	MetricsAddress string
+	// DashboardAddress is the head's dashboard and job API (host:port),
+	// told to the GCS when the node registers ("" elsewhere).
+	DashboardAddress string
 }
 
 // Raylet is the node's local scheduler, worker pool and object store front.
@@ -241,6 +254,8 @@ type Raylet struct {
 	objects *objectManager
 	cluster *clusterView
 	drainer *drainer
+	logs    *logForwarder // workers' output, to their drivers (logforward.go)
+	logHub  *logHub       // the output of this node's drivers' jobs (loghub.go)
 }
 
 // New validates cfg, creates the session's sockets and logs directories and
@@ -304,6 +319,9 @@ func New(cfg Config) (*Raylet, error) {
 	r.sched = newScheduler(cfg.NodeID, cfg.Resources, r.log, r.pool)
 	r.objects = newObjectManager(cfg, r.log, r.closing, r)
 	r.drainer = newDrainer(r.closing)
+	r.logHub = newLogHub()
+	r.logs = newLogForwarder(cfg, r.log, r)
+	r.pool.output = r.logs
 	return r, nil
 }
 
@@ -318,7 +336,10 @@ func nodeIP(cfg Config) string {
 func (r *Raylet) NodeID() ids.ID { return r.cfg.NodeID }
 
 // Register registers the Raylet service on g.
-func (r *Raylet) Register(g *grpc.Server) { gorayv1.RegisterRayletServer(g, r) }
+func (r *Raylet) Register(g *grpc.Server) {
+	gorayv1.RegisterRayletServer(g, r)
+	r.registerLogServices(g)
+}
 
 // Done is closed when the node is asked to stop: by the ShutdownNode RPC,
 // or by the node itself when the GCS declared it dead, refuses it (another
@@ -469,6 +490,7 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 		r.pool.sigkill(w)
 	}
 	r.pool.stop()
+	r.logs.close()
 	r.drainer.close() // before DeleteAll: a drain's spilling is over
 	r.objects.spill.DeleteAll(ctx)
 	if _, err := recvseg.SweepAll(r.cfg.SessionDir); err != nil {
@@ -505,19 +527,21 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 
 func (r *Raylet) nodeInfo() *gorayv1.NodeInfo {
 	return &gorayv1.NodeInfo{
-		NodeId:      r.cfg.NodeID.Bytes(),
-		NodeName:    r.cfg.NodeName,
-		RayletUnix:  r.cfg.SocketPath,
-		RayletTcp:   r.cfg.TCPAddress,
-		ObjectAddr:  r.cfg.ObjectAddress,
-		Total:       resourcesProto(r.cfg.Resources),
-		Labels:      r.cfg.Labels,
-		State:       "ALIVE",
-		StartTimeMs: r.startTime.UnixMilli(),
-		IsHead:      r.cfg.IsHead,
-		Pid:         int32(os.Getpid()),
-		SessionDir:  r.cfg.SessionDir,
-		Hostname:    r.hostname,
+		NodeId:        r.cfg.NodeID.Bytes(),
+		NodeName:      r.cfg.NodeName,
+		RayletUnix:    r.cfg.SocketPath,
+		RayletTcp:     r.cfg.TCPAddress,
+		ObjectAddr:    r.cfg.ObjectAddress,
+		Total:         resourcesProto(r.cfg.Resources),
+		Labels:        r.cfg.Labels,
+		State:         "ALIVE",
+		StartTimeMs:   r.startTime.UnixMilli(),
+		IsHead:        r.cfg.IsHead,
+		Pid:           int32(os.Getpid()),
+		SessionDir:    r.cfg.SessionDir,
+		Hostname:      r.hostname,
+		MetricsAddr:   r.cfg.MetricsAddress,
+		DashboardAddr: r.cfg.DashboardAddress,
 	}
 }
 

@@ -417,7 +417,8 @@ func (r *Raylet) FreeObjects(ctx context.Context, req *gorayv1.FreeObjectsReques
 }
 
 // GetNodeStats reports the node, its available resources, store usage and
-// objects, workers, pending lease demand and connected clients.
+// objects, workers, pending lease demand and connected clients; with
+// include_owned also what each client owns (owned.go).
 func (r *Raylet) GetNodeStats(ctx context.Context, req *gorayv1.GetNodeStatsRequest) (*gorayv1.GetNodeStatsReply, error) {
 	reply := &gorayv1.GetNodeStatsReply{Node: r.nodeInfo()}
 	reply.Available = resourcesProto(r.sched.availableResources())
@@ -434,6 +435,9 @@ func (r *Raylet) GetNodeStats(ctx context.Context, req *gorayv1.GetNodeStatsRequ
 		reply.Plugins = r.cfg.Plugins()
 	}
 	reply.Spill, reply.Spilled = r.objects.spill.Stats(), r.objects.spill.List()
+	if req.GetIncludeOwned() {
+		reply.Owned, reply.OwnedErrors = r.ownedOfClients(ctx, reply.Clients)
+	}
 	return reply, nil
 }
 

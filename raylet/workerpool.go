@@ -1,11 +1,9 @@
 package raylet
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -173,6 +171,12 @@ type workerDeath struct {
 	closed bool
 }
 
+// outputReader reads a worker's stdout and stderr pipes (rd) into its log
+// files and to its job's driver (logForwarder.attach).
+type outputReader interface {
+	attach(job, driverNode, worker ids.ID, pid int, rd, files [2]*os.File) (*workerStreams, error)
+}
+
 type spawnRequest struct {
 	cmd  *exec.Cmd
 	done chan error
@@ -198,8 +202,10 @@ type workerPool struct {
 	spawnStop chan struct{}
 	spawnDone chan struct{}
 
-	wg    sync.WaitGroup // worker goroutines and kill timers
-	outMu sync.Mutex     // serialises WorkerOutput writes
+	wg sync.WaitGroup // worker goroutines and kill timers
+	// output reads workers' stdout and stderr (logForwarder; set once
+	// before the first worker starts; nil: straight to the log files).
+	output outputReader
 
 	mu       sync.Mutex
 	closed   bool
@@ -574,13 +580,24 @@ func (p *workerPool) runWorker(w *worker) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	p.log.Debug("worker started", "worker_id", w.id, "job_id", w.job.id, "pid", pid)
-	out.startCopiers(p, w.id, pid)
+	var streams *workerStreams
+	if p.output != nil {
+		driverNode, _ := ids.FromBytes(w.job.info.GetDriverNodeId())
+		streams, err = p.output.attach(w.job.id, driverNode, w.id, pid, [2]*os.File(out.readers), [2]*os.File(out.files))
+		if err != nil {
+			p.log.Warn("worker output is not read", "worker_id", w.id, "error", err)
+		}
+		out.readers, out.files = nil, nil // attach owns them now
+	}
 
 	waitErr := cmd.Wait()
 	p.mu.Lock()
 	w.reaped = true
 	p.mu.Unlock()
-	out.finish()
+	if streams != nil {
+		streams.finish()
+	}
+	out.closeAll()
 
 	status := "exit status 0"
 	if waitErr != nil {
@@ -589,13 +606,12 @@ func (p *workerPool) runWorker(w *worker) {
 	p.workerDied(w, "worker process exited: "+status, nil)
 }
 
-// workerOutput holds a worker's log files and, with Config.WorkerOutput,
-// the pipes copied to both.
+// workerOutput holds a worker's log files and the pipes of its stdout
+// and stderr until the pool's output reader takes them.
 type workerOutput struct {
-	files    []*os.File // log files
-	child    []*os.File // pipe write ends given to the child
-	readers  []*os.File // pipe read ends
-	copiesWG sync.WaitGroup
+	files   []*os.File // log files
+	child   []*os.File // pipe write ends given to the child
+	readers []*os.File // pipe read ends
 }
 
 func (o *workerOutput) closeChildEnds() {
@@ -613,48 +629,7 @@ func (o *workerOutput) closeAll() {
 	for _, f := range o.files {
 		f.Close()
 	}
-}
-
-func (o *workerOutput) startCopiers(p *workerPool, id ids.ID, pid int) {
-	prefix := fmt.Sprintf("(worker %s pid=%d) ", id.Short(), pid)
-	for i, rd := range o.readers {
-		o.copiesWG.Add(1)
-		go func(rd *os.File, file *os.File) {
-			defer o.copiesWG.Done()
-			br := bufio.NewReader(rd)
-			for {
-				line, err := br.ReadString('\n')
-				if line != "" {
-					_, _ = io.WriteString(file, line)
-					if !strings.HasSuffix(line, "\n") {
-						line += "\n"
-					}
-					p.outMu.Lock()
-					_, _ = io.WriteString(p.cfg.WorkerOutput, prefix+line)
-					p.outMu.Unlock()
-				}
-				if err != nil {
-					return
-				}
-			}
-		}(rd, o.files[i])
-	}
-}
-
-// finish waits briefly for the output copiers (a grandchild may hold the
-// pipes open), then closes everything.
-func (o *workerOutput) finish() {
-	done := make(chan struct{})
-	go func() { o.copiesWG.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		for _, f := range o.readers {
-			f.Close() // unblocks the copiers
-		}
-		<-done
-	}
-	o.closeAll()
+	o.readers, o.files = nil, nil
 }
 
 // buildCmd prepares the worker's command line, environment and output.
@@ -691,7 +666,7 @@ func (p *workerPool) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 		}
 		out.files = append(out.files, f)
 	}
-	if p.cfg.WorkerOutput == nil {
+	if p.output == nil {
 		cmd.Stdout, cmd.Stderr = out.files[0], out.files[1]
 		return cmd, out, nil
 	}

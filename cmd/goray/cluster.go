@@ -14,6 +14,7 @@ import (
 	"github.com/goray-dev/goray/internal/auth"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/state"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -120,10 +121,9 @@ type cluster interface {
 	PlacementGroups(ctx context.Context) ([]*pb.PlacementGroupInfo, error)
 	// ClusterInfo describes the GCS: storage, health, uptime.
 	ClusterInfo(ctx context.Context) (*pb.GetClusterInfoReply, error)
-	// NodeStats asks the raylet at socket (a unix path).
-	NodeStats(ctx context.Context, socket string) (*pb.GetNodeStatsReply, error)
-	// ListOwned asks the core worker at socket (a unix path).
-	ListOwned(ctx context.Context, socket string) (*pb.ListOwnedReply, error)
+	// NodeStats (state.Source) asks a node's raylet at its TCP address;
+	// ListTasks queries the GCS's task events.
+	state.Source
 }
 
 // grpcCluster is a cluster reached over gRPC.
@@ -131,6 +131,7 @@ type grpcCluster struct {
 	addr  string
 	creds *auth.Credentials
 	gcs   pb.GcsClient
+	tasks pb.TaskEventServiceClient
 	conn  interface{ Close() error }
 }
 
@@ -139,7 +140,7 @@ func dialCluster(addr string, creds *auth.Credentials) (*grpcCluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to the GCS at %s: %w", addr, err)
 	}
-	return &grpcCluster{addr: addr, creds: creds, gcs: pb.NewGcsClient(cc), conn: cc}, nil
+	return &grpcCluster{addr: addr, creds: creds, gcs: pb.NewGcsClient(cc), tasks: pb.NewTaskEventServiceClient(cc), conn: cc}, nil
 }
 
 // Close closes the GCS connection.
@@ -191,30 +192,22 @@ func (c *grpcCluster) ClusterInfo(ctx context.Context) (*pb.GetClusterInfoReply,
 	return r, nil
 }
 
-// NodeStats asks the raylet at socket for its stats.
-func (c *grpcCluster) NodeStats(ctx context.Context, socket string) (*pb.GetNodeStatsReply, error) {
-	if err := checkSocket(socket); err != nil {
-		return nil, err
-	}
-	cc, err := rpc.Dial(socket, c.creds)
-	if err != nil {
-		return nil, err
-	}
-	defer cc.Close()
-	return pb.NewRayletClient(cc).GetNodeStats(ctx, &pb.GetNodeStatsRequest{})
+// NodeStats asks the raylet of node for its stats, at its TCP address
+// (token-authenticated), so it works from any machine.
+func (c *grpcCluster) NodeStats(ctx context.Context, node *pb.NodeInfo, includeOwned bool) (*pb.GetNodeStatsReply, error) {
+	return state.RayletStats(ctx, node, c.creds, includeOwned)
 }
 
-// ListOwned asks the core worker at socket what it owns.
-func (c *grpcCluster) ListOwned(ctx context.Context, socket string) (*pb.ListOwnedReply, error) {
-	if err := checkSocket(socket); err != nil {
-		return nil, err
-	}
-	cc, err := rpc.Dial(socket, c.creds)
+// ListTasks queries the task events the GCS keeps.
+func (c *grpcCluster) ListTasks(ctx context.Context, req *pb.ListTasksRequest) (*pb.ListTasksReply, error) {
+	r, err := c.tasks.ListTasks(ctx, req)
 	if err != nil {
-		return nil, err
+		if status.Code(err) == codes.InvalidArgument {
+			return nil, fmt.Errorf("the GCS refused the query: %s", status.Convert(err).Message())
+		}
+		return nil, c.gcsErr("tasks", err)
 	}
-	defer cc.Close()
-	return pb.NewCoreWorkerClient(cc).ListOwned(ctx, &pb.ListOwnedRequest{})
+	return r, nil
 }
 
 // checkSocket fails fast for a unix socket that is not on this machine.

@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/dustin/go-humanize"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/state"
 	"github.com/spf13/cobra"
 )
 
@@ -49,48 +54,6 @@ type jobRow struct {
 	EndTimeMs    int64  `json:"end_time_ms,omitempty"`
 }
 
-// taskRow is one task of `list tasks`.
-type taskRow struct {
-	TaskID        string `json:"task_id"`
-	Name          string `json:"name"`
-	Function      string `json:"function"`
-	State         string `json:"state"`
-	Attempt       int32  `json:"attempt"`
-	NodeID        string `json:"node_id"`
-	WorkerID      string `json:"worker_id"`
-	ActorID       string `json:"actor_id,omitempty"`
-	Error         string `json:"error,omitempty"`
-	OwnerWorkerID string `json:"owner_worker_id"`
-	OwnerNodeID   string `json:"owner_node_id"`
-}
-
-// Where an object's value lives.
-const (
-	whereInline = "inline" // in the owner's memory
-	whereStore  = "store"  // in the shared-memory store of StoreNodes
-)
-
-// objectRow is one object of `list objects`.
-type objectRow struct {
-	ObjectID string `json:"object_id"`
-	// State is PENDING, READY or FAILED; "" when no owner reported it.
-	State string `json:"state"`
-	Size  int64  `json:"size"`
-	// Where is "inline" or "store".
-	Where string `json:"where"`
-	// StoreNodes are the nodes whose store holds the object.
-	StoreNodes []string `json:"store_nodes"`
-	// Spilled is where the object's bytes are stored when it was spilled
-	// ("s3://bucket/prefix/file.spill@offset", one per node).
-	Spilled       []string `json:"spilled,omitempty"`
-	OwnerWorkerID string   `json:"owner_worker_id"`
-	OwnerNodeID   string   `json:"owner_node_id"`
-	LocalRefs     int64    `json:"local_refs"`
-	SubmittedRefs int64    `json:"submitted_refs"`
-	Borrowers     int64    `json:"borrowers"`
-	CallSite      string   `json:"call_site,omitempty"`
-}
-
 func actorRows(as []*pb.ActorInfo) []actorRow {
 	out := []actorRow{}
 	for _, a := range as {
@@ -107,7 +70,6 @@ func actorRows(as []*pb.ActorInfo) []actorRow {
 	})
 	return out
 }
-
 func jobRows(js []*pb.JobInfo) []jobRow {
 	out := []jobRow{}
 	for _, j := range js {
@@ -123,211 +85,6 @@ func jobRows(js []*pb.JobInfo) []jobRow {
 	return out
 }
 
-// ownedData is what the fan-out to raylets and core workers collected.
-type ownedData struct {
-	// Owned are the ListOwned replies, sorted by owner node and worker.
-	Owned []*pb.ListOwnedReply
-	// Stores maps a node id (hex) to its store's objects.
-	Stores map[string][]*pb.StoreObject
-	// Spilled maps a node id (hex) to the objects it spilled.
-	Spilled map[string][]*pb.SpilledObject
-}
-
-// maxFanout bounds concurrent fan-out RPCs.
-const maxFanout = 16
-
-// gatherOwned asks the raylet of every alive node for its stats and every
-// client of those raylets for what it owns. Unreachable raylets and clients
-// are reported to warn and skipped.
-func gatherOwned(ctx context.Context, c cluster, views []*pb.NodeView, warn func(string)) ownedData {
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		sem  = make(chan struct{}, maxFanout)
-		data = ownedData{Stores: map[string][]*pb.StoreObject{}}
-		seen = map[string]bool{}
-	)
-	call := func(f func()) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			f()
-		}()
-	}
-	askOwner := func(node string, addr *pb.Address) {
-		cctx, cancel := context.WithTimeout(ctx, fanoutTimeout)
-		defer cancel()
-		r, err := c.ListOwned(cctx, addr.GetUnixPath())
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil {
-			warn(fmt.Sprintf("skipping process %s on node %s: ListOwned at %s: %v", shortID(addr.GetWorkerId()), shortHex(node), orDash(addr.GetUnixPath()), err))
-			return
-		}
-		if r.GetOwner() == nil {
-			r.Owner = addr
-		}
-		data.Owned = append(data.Owned, r)
-	}
-	for _, v := range views {
-		in := v.GetInfo()
-		if in.GetState() != stateAlive {
-			continue
-		}
-		nodeID := hexID(in.GetNodeId())
-		call(func() {
-			cctx, cancel := context.WithTimeout(ctx, fanoutTimeout)
-			defer cancel()
-			st, err := c.NodeStats(cctx, in.GetRayletUnix())
-			if err != nil {
-				mu.Lock()
-				warn(fmt.Sprintf("skipping node %s (%s): GetNodeStats at %s: %v", shortHex(nodeID), in.GetNodeName(), orDash(in.GetRayletUnix()), err))
-				mu.Unlock()
-				return
-			}
-			mu.Lock()
-			data.Stores[nodeID] = st.GetStoreObjectsList()
-			if sp := st.GetSpilled(); len(sp) > 0 {
-				if data.Spilled == nil {
-					data.Spilled = map[string][]*pb.SpilledObject{}
-				}
-				data.Spilled[nodeID] = sp
-			}
-			var todo []*pb.Address
-			for _, a := range st.GetClients() {
-				key := a.GetUnixPath()
-				if key == "" {
-					key = hexID(a.GetWorkerId())
-				}
-				if seen[key] {
-					continue
-				}
-				seen[key] = true
-				todo = append(todo, a)
-			}
-			mu.Unlock()
-			for _, a := range todo {
-				call(func() { askOwner(nodeID, a) })
-			}
-		})
-	}
-	wg.Wait()
-	slices.SortStableFunc(data.Owned, func(a, b *pb.ListOwnedReply) int {
-		return cmp.Or(
-			cmp.Compare(hexID(a.GetOwner().GetNodeId()), hexID(b.GetOwner().GetNodeId())),
-			cmp.Compare(hexID(a.GetOwner().GetWorkerId()), hexID(b.GetOwner().GetWorkerId())))
-	})
-	return data
-}
-
-func taskRows(d ownedData) []taskRow {
-	out := []taskRow{}
-	seen := map[string]bool{}
-	for _, r := range d.Owned {
-		// Task ids end in a per-owner counter: sorting them gives
-		// submission order.
-		tasks := slices.Clone(r.GetTasks())
-		slices.SortStableFunc(tasks, func(a, b *pb.TaskState) int { return bytes.Compare(a.GetTaskId(), b.GetTaskId()) })
-		for _, t := range tasks {
-			id := hexID(t.GetTaskId())
-			if seen[id] {
-				continue
-			}
-			seen[id] = true
-			out = append(out, taskRow{
-				TaskID: id, Name: t.GetName(), Function: t.GetFunction(), State: t.GetState(), Attempt: t.GetAttempt(),
-				NodeID: hexID(t.GetNodeId()), WorkerID: hexID(t.GetWorkerId()), ActorID: hexID(t.GetActorId()), Error: t.GetError(),
-				OwnerWorkerID: hexID(r.GetOwner().GetWorkerId()), OwnerNodeID: hexID(r.GetOwner().GetNodeId()),
-			})
-		}
-	}
-	return out
-}
-
-// objectRows merges what owners report with what the stores hold. Objects
-// in a store that no owner reported come last.
-func objectRows(d ownedData) []objectRow {
-	inStore := map[string][]string{} // object id → node ids
-	sizes := map[string]int64{}
-	for _, node := range slices.Sorted(maps.Keys(d.Stores)) {
-		for _, o := range d.Stores[node] {
-			if !o.GetFound() && len(o.GetObjectId()) == 0 {
-				continue
-			}
-			id := hexID(o.GetObjectId())
-			inStore[id] = append(inStore[id], node)
-			sizes[id] = o.GetDataSize()
-		}
-	}
-	spilled := map[string][]string{} // object id → file@offset
-	for _, node := range slices.Sorted(maps.Keys(d.Spilled)) {
-		for _, o := range d.Spilled[node] {
-			id := hexID(o.GetObjectId())
-			spilled[id] = append(spilled[id], fmt.Sprintf("%s@%d", o.GetUrl(), o.GetOffset()))
-			if _, ok := sizes[id]; !ok {
-				sizes[id] = o.GetSize()
-			}
-		}
-	}
-	out := []objectRow{}
-	reported := map[string]bool{}
-	for _, r := range d.Owned {
-		objs := slices.Clone(r.GetObjects())
-		slices.SortStableFunc(objs, func(a, b *pb.ObjectState) int { return bytes.Compare(a.GetObjectId(), b.GetObjectId()) })
-		for _, o := range objs {
-			id := hexID(o.GetObjectId())
-			if reported[id] {
-				continue
-			}
-			reported[id] = true
-			row := objectRow{
-				ObjectID: id, State: o.GetState(), Size: o.GetSize(), Where: whereInline, StoreNodes: []string{},
-				OwnerWorkerID: hexID(r.GetOwner().GetWorkerId()), OwnerNodeID: hexID(r.GetOwner().GetNodeId()),
-				LocalRefs: o.GetLocalRefs(), SubmittedRefs: o.GetSubmittedRefs(), Borrowers: o.GetBorrowers(), CallSite: o.GetCallSite(),
-			}
-			row.Spilled = spilled[id]
-			if nodes, ok := inStore[id]; ok {
-				row.Where, row.StoreNodes = whereStore, nodes
-			} else if o.GetInStore() {
-				row.Where = whereStore
-				if len(o.GetNodeId()) > 0 {
-					row.StoreNodes = []string{hexID(o.GetNodeId())}
-				}
-			}
-			out = append(out, row)
-		}
-	}
-	for _, id := range slices.Sorted(maps.Keys(inStore)) {
-		if reported[id] {
-			continue
-		}
-		reported[id] = true
-		out = append(out, objectRow{ObjectID: id, Size: sizes[id], Where: whereStore, StoreNodes: inStore[id], Spilled: spilled[id]})
-	}
-	for _, id := range slices.Sorted(maps.Keys(spilled)) {
-		if reported[id] {
-			continue
-		}
-		out = append(out, objectRow{ObjectID: id, Size: sizes[id], Where: whereStore, StoreNodes: []string{}, Spilled: spilled[id]})
-	}
-	return out
-}
-
-func writeNodes(w io.Writer, ns []nodeStatus) error {
-	t := newTable(w, "NODE ID", "NAME", "STATE", "HEAD", "PID", "RAYLET", "RESOURCES", "STARTED", "DEATH REASON")
-	for _, n := range ns {
-		head := ""
-		if n.IsHead {
-			head = "*"
-		}
-		t.row(n.NodeID, orDash(n.NodeName), n.State, head, strconv.Itoa(int(n.Pid)), orDash(n.RayletSocket),
-			formatSet(n.ResourcesTotal), formatTime(n.StartTimeMs), orDash(n.DeathReason))
-	}
-	return t.flush()
-}
-
 func writeActors(w io.Writer, as []actorRow) error {
 	t := newTable(w, "ACTOR ID", "CLASS", "NAME", "STATE", "JOB", "NODE", "PID", "RESOURCES", "DEATH REASON")
 	for _, a := range as {
@@ -336,7 +93,6 @@ func writeActors(w io.Writer, as []actorRow) error {
 	}
 	return t.flush()
 }
-
 func writeJobs(w io.Writer, js []jobRow) error {
 	t := newTable(w, "JOB ID", "STATE", "DRIVER PID", "DRIVER NODE", "BINARY", "STARTED", "ENDED")
 	for _, j := range js {
@@ -344,47 +100,6 @@ func writeJobs(w io.Writer, js []jobRow) error {
 	}
 	return t.flush()
 }
-
-func writeTasks(w io.Writer, ts []taskRow) error {
-	t := newTable(w, "TASK ID", "NAME", "STATE", "ATTEMPT", "NODE", "WORKER", "ACTOR", "OWNER", "ERROR")
-	for _, k := range ts {
-		name := k.Name
-		if name == "" {
-			name = k.Function
-		}
-		t.row(k.TaskID, orDash(name), k.State, strconv.Itoa(int(k.Attempt)), shortHex(k.NodeID), shortHex(k.WorkerID),
-			shortHex(k.ActorID), shortHex(k.OwnerWorkerID), orDash(k.Error))
-	}
-	return t.flush()
-}
-
-func writeObjects(w io.Writer, objs []objectRow) error {
-	t := newTable(w, "OBJECT ID", "STATE", "SIZE", "WHERE", "OWNER", "REFS (LOCAL/SUBMITTED/BORROWERS)", "CALL SITE")
-	for _, o := range objs {
-		where := "inline in owner"
-		if o.Where == whereStore {
-			nodes := make([]string, len(o.StoreNodes))
-			for i, n := range o.StoreNodes {
-				nodes[i] = shortHex(n)
-			}
-			where = "store on node " + orDash(strings.Join(nodes, ","))
-			if len(nodes) == 0 && len(o.Spilled) > 0 {
-				where = "spilled"
-			}
-		}
-		if len(o.Spilled) > 0 {
-			where += " (spilled to " + strings.Join(o.Spilled, ", ") + ")"
-		}
-		owner, refs := "-", "-"
-		if o.OwnerWorkerID != "" {
-			owner = shortHex(o.OwnerWorkerID) + "@" + shortHex(o.OwnerNodeID)
-			refs = fmt.Sprintf("%d/%d/%d", o.LocalRefs, o.SubmittedRefs, o.Borrowers)
-		}
-		t.row(o.ObjectID, orDash(o.State), humanize.IBytes(uint64(max(o.Size, 0))), where, owner, refs, orDash(o.CallSite))
-	}
-	return t.flush()
-}
-
 func pidCell(pid int32) string {
 	if pid <= 0 {
 		return "-"
@@ -392,74 +107,299 @@ func pidCell(pid int32) string {
 	return strconv.Itoa(int(pid))
 }
 
+// nodeIP is the host of a node's raylet TCP address ("-" when none).
+func nodeIP(n nodeStatus) string {
+	if host, _, err := net.SplitHostPort(n.RayletTCP); err == nil {
+		return host
+	}
+	return "-"
+}
+
+// writeNodes writes the nodes in columns that fit about 120 characters:
+// short ids, no socket paths (those are in --detail).
+func writeNodes(w io.Writer, ns []nodeStatus) error {
+	anyDead := slices.ContainsFunc(ns, func(n nodeStatus) bool { return n.State != stateAlive })
+	header := []string{"NODE ID", "NAME", "STATE", "HEAD", "IP", "PID", "CPU", "GPU", "MEMORY", "STARTED"}
+	if anyDead {
+		header = append(header, "DEATH REASON")
+	}
+	t := newTable(w, header...)
+	for _, n := range ns {
+		head := ""
+		if n.IsHead {
+			head = "*"
+		}
+		row := []string{shortHex(n.NodeID), orDash(n.NodeName), n.State, head, nodeIP(n), pidCell(n.Pid),
+			formatAmount(resources.CPU, n.ResourcesTotal[resources.CPU]), formatAmount(resources.GPU, n.ResourcesTotal[resources.GPU]),
+			formatAmount(resources.Memory, n.ResourcesTotal[resources.Memory]), formatTime(n.StartTimeMs)}
+		if anyDead {
+			row = append(row, orDash(n.DeathReason))
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+func writeTasks(w io.Writer, ts []state.TaskRow) error {
+	t := newTable(w, "TASK ID", "ATTEMPT", "NAME", "STATE", "JOB", "NODE", "WORKER", "PID", "ERROR")
+	for _, k := range ts {
+		name := k.Name
+		if name == "" {
+			name = k.Function
+		}
+		if k.ActorClass != "" && k.Kind == "ACTOR_METHOD" {
+			name = k.ActorClass + "." + name
+		}
+		errCell := k.ErrorType
+		if k.ErrorMessage != "" {
+			errCell = strings.TrimPrefix(errCell+": "+k.ErrorMessage, ": ")
+		}
+		// The whole id: a task id starts with its owner's prefix and ends
+		// in a counter, so a short one would not tell tasks apart.
+		t.row(k.TaskID, strconv.Itoa(int(k.Attempt)), orDash(name), k.State, shortHex(k.JobID), shortHex(k.NodeID),
+			shortHex(k.WorkerID), pidCell(k.Pid), orDash(truncateCell(errCell, 60)))
+	}
+	return t.flush()
+}
+
+func writeObjects(w io.Writer, objs []state.ObjectRow) error {
+	t := newTable(w, "OBJECT ID", "STATE", "SIZE", "WHERE", "OWNER", "REFS (LOCAL/SUBMITTED/BORROWERS)", "CALL SITE")
+	for _, o := range objs {
+		t.row(o.ObjectID, orDash(o.State), humanize.IBytes(uint64(max(o.Size, 0))), whereCell(o), ownerCell(o.OwnerWorkerID, o.OwnerNodeID), refsCell(o), orDash(o.CallSite))
+	}
+	return t.flush()
+}
+
+func whereCell(o state.ObjectRow) string {
+	where := "inline in owner"
+	if o.Where != state.WhereInline {
+		nodes := make([]string, len(o.StoreNodes))
+		for i, n := range o.StoreNodes {
+			nodes[i] = shortHex(n)
+		}
+		where = "store on node " + orDash(strings.Join(nodes, ","))
+		if len(nodes) == 0 && len(o.Spilled) > 0 {
+			where = "spilled"
+		}
+	}
+	if len(o.Spilled) > 0 {
+		where += " (spilled to " + strings.Join(o.Spilled, ", ") + ")"
+	}
+	return where
+}
+
+func ownerCell(worker, node string) string {
+	if worker == "" {
+		return "-"
+	}
+	return shortHex(worker) + "@" + shortHex(node)
+}
+
+func refsCell(o state.ObjectRow) string {
+	if o.OwnerWorkerID == "" {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d/%d", o.LocalRefs, o.SubmittedRefs, o.Borrowers)
+}
+
+func writeWorkers(w io.Writer, ws []state.WorkerRow) error {
+	t := newTable(w, "WORKER ID", "TYPE", "NODE", "PID", "JOB", "STATE", "ACTOR")
+	for _, r := range ws {
+		t.row(shortHex(r.WorkerID), r.Type, shortHex(r.NodeID), pidCell(r.Pid), shortHex(r.JobID), r.State, shortHex(r.ActorID))
+	}
+	return t.flush()
+}
+
+// truncateCell cuts s to n characters, marking the cut.
+func truncateCell(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// writeDetail writes each row as a block of "field: value" lines (the
+// row's JSON fields, in order), blocks separated by a blank line.
+func writeDetail(w io.Writer, rows any) error {
+	v := reflect.ValueOf(rows)
+	for i := range v.Len() {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		b, err := json.Marshal(v.Index(i).Interface())
+		if err != nil {
+			return err
+		}
+		d := json.NewDecoder(bytes.NewReader(b))
+		d.UseNumber()
+		if _, err := d.Token(); err != nil { // {
+			return err
+		}
+		for d.More() {
+			key, err := d.Token()
+			if err != nil {
+				return err
+			}
+			var raw json.RawMessage
+			if err := d.Decode(&raw); err != nil {
+				return err
+			}
+			val := string(raw)
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				val = s
+			}
+			if _, err := fmt.Fprintf(w, "%s: %s\n", key, val); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // listKinds are the things `goray list` shows.
-var listKinds = []string{"nodes", "actors", "tasks", "objects", "jobs", "placement-groups"}
+var listKinds = []string{"nodes", "jobs", "actors", "tasks", "objects", "placement-groups", "workers"}
+
+// listOptions are the flags every list kind takes.
+type listOptions struct {
+	filters []string
+	limit   int
+	detail  bool
+	asJSON  bool
+}
+
+func (o *listOptions) register(cmd *cobra.Command) {
+	cmd.Flags().StringArrayVar(&o.filters, "filter", nil, "keep rows whose field (a JSON field name) equals a value: key=value, repeatable, case-insensitive")
+	cmd.Flags().IntVar(&o.limit, "limit", state.DefaultLimit, "show at most this many rows (0: all)")
+	cmd.Flags().BoolVar(&o.detail, "detail", false, "show every field, one block per row")
+}
+
+// listed is the result of one list: the rows and how to print them.
+type listed struct {
+	rows      any
+	total     int
+	truncated bool
+	write     func() error
+}
+
+// page applies the filters and the limit to rows and prepares writing
+// them.
+func page[T any](rows []T, fs []state.Filter, limit int, write func([]T) error) (listed, error) {
+	p, err := state.Apply(rows, fs, limit)
+	if err != nil {
+		return listed{}, err
+	}
+	return listed{rows: p.Rows, total: p.Total, truncated: p.Truncated, write: func() error { return write(p.Rows) }}, nil
+}
 
 // list runs `goray list <kind>` against c and writes the result.
-func (a *app) list(ctx context.Context, c cluster, kind string, asJSON bool) error {
+func (a *app) list(ctx context.Context, c cluster, kind string, o listOptions) error {
+	fs, err := state.ParseFilters(o.filters)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if o.limit < 0 {
+		return usagef("--limit %d: want 0 (all) or more", o.limit)
+	}
 	gctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 	defer cancel()
-	var rows any
-	var write func() error
+	warn := func(msg string) { fmt.Fprintln(a.stderr, "warning: "+msg) }
+	var l listed
 	switch kind {
-	case "nodes", "tasks", "objects":
+	case "nodes":
 		views, err := c.Nodes(gctx)
 		if err != nil {
 			return err
 		}
-		if kind == "nodes" {
-			ns := []nodeStatus{}
-			for _, v := range views {
-				ns = append(ns, nodeStatusOf(v))
-			}
-			sortNodes(ns)
-			rows, write = ns, func() error { return writeNodes(a.stdout, ns) }
-			break
+		ns := []nodeStatus{}
+		for _, v := range views {
+			ns = append(ns, nodeStatusOf(v))
 		}
-		d := gatherOwned(ctx, c, views, func(msg string) { fmt.Fprintln(a.stderr, "warning: "+msg) })
-		if kind == "tasks" {
-			ts := taskRows(d)
-			rows, write = ts, func() error { return writeTasks(a.stdout, ts) }
+		sortNodes(ns)
+		l, err = page(ns, fs, o.limit, func(r []nodeStatus) error { return writeNodes(a.stdout, r) })
+		if err != nil {
+			return usagef("%v", err)
+		}
+	case "tasks":
+		tp, err := state.Tasks(gctx, c, fs, o.limit)
+		if err != nil {
+			var fe *state.FilterError
+			if errors.As(err, &fe) {
+				return usagef("%v", err)
+			}
+			return err
+		}
+		l = listed{rows: tp.Rows, total: tp.Total, truncated: tp.Truncated, write: func() error { return writeTasks(a.stdout, tp.Rows) }}
+		if tp.Evicted > 0 {
+			warn(fmt.Sprintf("the GCS evicted %d finished tasks to stay within its bound; they are not listed", tp.Evicted))
+		}
+		for _, job := range slices.Sorted(maps.Keys(tp.DroppedEvents)) {
+			warn(fmt.Sprintf("processes of job %s dropped %d task events (their buffers were full or the GCS was unreachable); states may be behind", shortHex(job), tp.DroppedEvents[job]))
+		}
+	case "objects", "workers":
+		if err := state.CheckFilters[state.ObjectRow](fs); err != nil && kind == "objects" {
+			return usagef("%v", err)
+		}
+		if err := state.CheckFilters[state.WorkerRow](fs); err != nil && kind == "workers" {
+			return usagef("%v", err)
+		}
+		d, err := state.GatherNodes(ctx, c, kind == "objects", warn)
+		if err != nil {
+			return err
+		}
+		if kind == "objects" {
+			l, err = page(state.ObjectRows(d), fs, o.limit, func(r []state.ObjectRow) error { return writeObjects(a.stdout, r) })
 		} else {
-			objs := objectRows(d)
-			rows, write = objs, func() error { return writeObjects(a.stdout, objs) }
+			l, err = page(state.WorkerRows(d), fs, o.limit, func(r []state.WorkerRow) error { return writeWorkers(a.stdout, r) })
+		}
+		if err != nil {
+			return err
 		}
 	case "actors":
 		as, err := c.Actors(gctx)
 		if err != nil {
 			return err
 		}
-		ar := actorRows(as)
-		rows, write = ar, func() error { return writeActors(a.stdout, ar) }
+		if l, err = page(actorRows(as), fs, o.limit, func(r []actorRow) error { return writeActors(a.stdout, r) }); err != nil {
+			return usagef("%v", err)
+		}
 	case "jobs":
 		js, err := c.Jobs(gctx)
 		if err != nil {
 			return err
 		}
-		jr := jobRows(js)
-		rows, write = jr, func() error { return writeJobs(a.stdout, jr) }
+		if l, err = page(jobRows(js), fs, o.limit, func(r []jobRow) error { return writeJobs(a.stdout, r) }); err != nil {
+			return usagef("%v", err)
+		}
 	case "placement-groups":
 		gs, err := c.PlacementGroups(gctx)
 		if err != nil {
 			return err
 		}
-		gr := placementGroupRows(gs)
-		rows, write = gr, func() error { return writePlacementGroups(a.stdout, gr) }
+		if l, err = page(placementGroupRows(gs), fs, o.limit, func(r []placementGroupRow) error { return writePlacementGroups(a.stdout, r) }); err != nil {
+			return usagef("%v", err)
+		}
 	default:
 		return usagef("cannot list %q: use one of %s", kind, strings.Join(listKinds, ", "))
 	}
-	if asJSON {
-		return writeJSON(a.stdout, map[string]any{strings.ReplaceAll(kind, "-", "_"): rows})
+	if l.truncated {
+		fmt.Fprintf(a.stderr, "note: showing %d of %d %s; use --limit to see more, --filter to narrow\n", reflect.ValueOf(l.rows).Len(), l.total, kind)
 	}
-	return write()
+	switch {
+	case o.asJSON:
+		return writeJSON(a.stdout, map[string]any{strings.ReplaceAll(kind, "-", "_"): l.rows})
+	case o.detail:
+		return writeDetail(a.stdout, l.rows)
+	}
+	return l.write()
 }
 
 func (a *app) listCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "list nodes|actors|tasks|objects|jobs|placement-groups",
-		Short: "List the cluster's nodes, actors, tasks, objects, jobs or placement groups",
-		Long: "List nodes, actors, jobs and placement groups from the GCS. Tasks and objects are collected from every\n" +
-			"driver and worker of the alive nodes of this machine (through each node's raylet).",
+		Use:   "list " + strings.Join(listKinds, "|"),
+		Short: "List the cluster's nodes, jobs, actors, tasks, objects, placement groups or workers",
+		Long: "List nodes, jobs, actors and placement groups from the GCS, tasks from the task events the GCS keeps, and\n" +
+			"objects and workers from every alive node's raylet (over its TCP address, so any machine sees every node).",
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			return usagef("say what to list: %s", strings.Join(listKinds, ", "))
@@ -467,6 +407,7 @@ func (a *app) listCmd() *cobra.Command {
 	}
 	for _, kind := range listKinds {
 		var f clusterFlags
+		var o listOptions
 		sub := &cobra.Command{
 			Use:   kind,
 			Short: "List " + kind,
@@ -477,10 +418,12 @@ func (a *app) listCmd() *cobra.Command {
 					return err
 				}
 				defer c.Close()
-				return a.list(cmd.Context(), c, kind, f.asJSON)
+				o.asJSON = f.asJSON
+				return a.list(cmd.Context(), c, kind, o)
 			}),
 		}
 		f.register(sub)
+		o.register(sub)
 		cmd.AddCommand(sub)
 	}
 	return cmd

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"strings"
@@ -13,6 +14,8 @@ import (
 
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/state"
+	"google.golang.org/protobuf/proto"
 )
 
 // fakeCluster serves fixed replies; sockets missing from its maps are
@@ -24,6 +27,7 @@ type fakeCluster struct {
 	groups []*pb.PlacementGroupInfo
 	stats  map[string]*pb.GetNodeStatsReply
 	owned  map[string]*pb.ListOwnedReply
+	tasks  []*pb.TaskStatus
 
 	mu    sync.Mutex
 	calls map[string]int
@@ -49,20 +53,54 @@ func (f *fakeCluster) ClusterInfo(context.Context) (*pb.GetClusterInfoReply, err
 	return &pb.GetClusterInfoReply{ClusterId: "c1a55e5", Storage: "bolt /data/gcs.db", StartedAtMs: 1000, NowMs: 61000}, nil
 }
 
-func (f *fakeCluster) NodeStats(_ context.Context, socket string) (*pb.GetNodeStatsReply, error) {
-	f.count(socket)
-	if r, ok := f.stats[socket]; ok {
-		return r, nil
+// NodeStats answers as the raylet of node would: its stats, and with
+// includeOwned what each of its clients answered (as the raylet asks
+// them over their unix sockets).
+func (f *fakeCluster) NodeStats(_ context.Context, node *pb.NodeInfo, includeOwned bool) (*pb.GetNodeStatsReply, error) {
+	f.count(node.GetRayletUnix())
+	r, ok := f.stats[node.GetRayletUnix()]
+	if !ok {
+		return nil, errors.New("connection refused")
 	}
-	return nil, errors.New("connection refused")
+	r = proto.Clone(r).(*pb.GetNodeStatsReply)
+	r.Node = node
+	if includeOwned {
+		for _, a := range r.Clients {
+			f.count(a.GetUnixPath())
+			o, ok := f.owned[a.GetUnixPath()]
+			if !ok {
+				r.OwnedErrors = append(r.OwnedErrors, fmt.Sprintf("process %x at %s: ListOwned: connection refused", a.GetWorkerId()[:4], a.GetUnixPath()))
+				continue
+			}
+			o = proto.Clone(o).(*pb.ListOwnedReply)
+			if o.Owner == nil {
+				o.Owner = a
+			}
+			r.Owned = append(r.Owned, o)
+		}
+	}
+	return r, nil
 }
 
-func (f *fakeCluster) ListOwned(_ context.Context, socket string) (*pb.ListOwnedReply, error) {
-	f.count(socket)
-	if r, ok := f.owned[socket]; ok {
-		return r, nil
+// ListTasks answers from the fake's task events, newest limit last.
+func (f *fakeCluster) ListTasks(_ context.Context, req *pb.ListTasksRequest) (*pb.ListTasksReply, error) {
+	var out []*pb.TaskStatus
+	for _, t := range f.tasks {
+		ok := true
+		for _, fl := range req.GetFilters() {
+			if fl.GetKey() == "state" && !strings.EqualFold(t.GetState(), fl.GetValue()) {
+				ok = false
+			}
+		}
+		if ok {
+			out = append(out, t)
+		}
 	}
-	return nil, errors.New("connection refused")
+	total := len(out)
+	if l := int(req.GetLimit()); l > 0 && len(out) > l {
+		out = out[len(out)-l:]
+	}
+	return &pb.ListTasksReply{Tasks: out, Total: int64(total), Evicted: 2}, nil
 }
 
 func objID(b byte) []byte { return append(id(b, 16), 0, 0, 0, 1) }
@@ -86,18 +124,17 @@ func newFakeCluster() *fakeCluster {
 			},
 			"/tmp/s2/sockets/raylet.sock": {
 				// The driver is listed twice (also connected here); it is asked once.
-				Clients:          []*pb.Address{worker, lost, driver},
+				Clients: []*pb.Address{worker, lost, driver},
+				Workers: []*pb.WorkerStats{
+					{WorkerId: worker.WorkerId, Pid: 31, JobId: id(0x01, 4), State: "LEASED", Address: worker},
+					{WorkerId: lost.WorkerId, Pid: 32, JobId: id(0x01, 4), State: "IDLE", Address: lost},
+				},
 				StoreObjectsList: []*pb.StoreObject{{ObjectId: objID(0x52), Found: true, DataSize: 4 << 20}},
 			},
 		},
 		owned: map[string]*pb.ListOwnedReply{
 			driver.UnixPath: {
 				Owner: driver,
-				// Out of order: rows come sorted by id (submission order).
-				Tasks: []*pb.TaskState{
-					{TaskId: id(0x72, 16), Name: "slow one", Function: "main.slow", State: "RUNNING", Attempt: 1, NodeId: id(0xbb, 16), WorkerId: id(0xe1, 16)},
-					{TaskId: id(0x71, 16), Function: "main.add", State: "FINISHED", NodeId: id(0xbb, 16), WorkerId: id(0xe1, 16)},
-				},
 				Objects: []*pb.ObjectState{
 					{ObjectId: objID(0x51), Size: 8, State: "READY", LocalRefs: 1, CallSite: "main.go:10"},
 					{ObjectId: objID(0x52), Size: 4 << 20, InStore: true, NodeId: id(0xaa, 16), State: "READY", LocalRefs: 2, SubmittedRefs: 1, Borrowers: 1},
@@ -106,28 +143,32 @@ func newFakeCluster() *fakeCluster {
 			},
 			worker.UnixPath: {
 				// No owner in the reply: the address asked is used.
-				Tasks: []*pb.TaskState{{TaskId: id(0x73, 16), Function: "main.nested", State: "FAILED", Error: "boom\nstack"}},
+				Objects: []*pb.ObjectState{{ObjectId: objID(0x54), Size: 3, State: "READY", LocalRefs: 1}},
 			},
+		},
+		tasks: []*pb.TaskStatus{
+			{TaskId: id(0x71, 16), Function: "main.add", State: "FINISHED", NodeId: id(0xbb, 16), WorkerId: id(0xe1, 16), OwnerWorkerId: driver.WorkerId},
+			{TaskId: id(0x72, 16), Name: "slow one", Function: "main.slow", State: "RUNNING", Attempt: 1, NodeId: id(0xbb, 16), WorkerId: id(0xe1, 16), OwnerWorkerId: driver.WorkerId},
+			{TaskId: id(0x73, 16), Function: "main.nested", State: "FAILED", ErrorType: "*errors.errorString", ErrorMessage: "boom\nstack", NodeId: id(0xaa, 16)},
 		},
 	}
 }
 
-func TestGatherOwned(t *testing.T) {
+func TestGatherNodes(t *testing.T) {
 	c := newFakeCluster()
 	var warnings []string
-	d := gatherOwned(context.Background(), c, c.views, func(s string) { warnings = append(warnings, s) })
-
+	d, err := state.GatherNodes(context.Background(), c, true, func(s string) { warnings = append(warnings, s) })
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(d.Owned) != 2 {
-		t.Fatalf("owned replies %d, want 2", len(d.Owned))
+		t.Fatalf("owned replies %d, want 2 (the driver, listed by two raylets, once)", len(d.Owned))
 	}
 	if got := hexID(d.Owned[0].GetOwner().GetWorkerId()); got != strings.Repeat("d1", 16) {
 		t.Errorf("first owner %s, want the driver (sorted by node)", got)
 	}
 	if got := hexID(d.Owned[1].GetOwner().GetWorkerId()); got != strings.Repeat("e1", 16) {
 		t.Errorf("second owner %s, want the worker, filled in from the address asked", got)
-	}
-	if c.calls["/tmp/s1/sockets/driver.sock"] != 1 {
-		t.Errorf("driver asked %d times, want once", c.calls["/tmp/s1/sockets/driver.sock"])
 	}
 	if c.calls["/tmp/s1/sockets/raylet.sock"] != 1 || c.calls["/tmp/s2/sockets/raylet.sock"] != 1 || c.calls["/nowhere.sock"] != 1 {
 		t.Errorf("raylet calls %v, want each alive node's raylet once", c.calls)
@@ -136,51 +177,56 @@ func TestGatherOwned(t *testing.T) {
 		t.Error("the dead node's raylet was asked")
 	}
 	slices.Sort(warnings)
-	if len(warnings) != 2 || !strings.Contains(warnings[0], "node dddddddd (far)") || !strings.Contains(warnings[1], "process e2e2e2e2") {
+	if len(warnings) != 2 || !strings.Contains(warnings[0], "node bbbbbbbb: skipping process e2e2e2e2") || !strings.Contains(warnings[1], "skipping node dddddddd (far)") {
 		t.Errorf("warnings %q, want the unreachable raylet and process", warnings)
 	}
-	if len(d.Stores) != 2 {
-		t.Errorf("stores of %d nodes, want 2", len(d.Stores))
+	if len(d.Stats) != 2 {
+		t.Errorf("stats of %d nodes, want 2", len(d.Stats))
 	}
 }
 
 func TestTaskAndObjectRows(t *testing.T) {
 	c := newFakeCluster()
-	d := gatherOwned(context.Background(), c, c.views, func(string) {})
-
-	tasks := taskRows(d)
+	tp, err := state.Tasks(context.Background(), c, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ids []string
-	for _, r := range tasks {
+	for _, r := range tp.Rows {
 		ids = append(ids, shortHex(r.TaskID))
 	}
 	if want := []string{"71717171", "72727272", "73737373"}; !reflect.DeepEqual(ids, want) {
 		t.Errorf("tasks %v, want %v", ids, want)
 	}
-	if r := tasks[1]; r.Name != "slow one" || r.State != "RUNNING" || r.Attempt != 1 || r.OwnerWorkerID != strings.Repeat("d1", 16) {
+	if r := tp.Rows[1]; r.Name != "slow one" || r.State != "RUNNING" || r.Attempt != 1 || r.OwnerWorkerID != strings.Repeat("d1", 16) {
 		t.Errorf("task row %+v", r)
 	}
 
-	objs := objectRows(d)
-	byID := map[string]objectRow{}
+	d, err := state.GatherNodes(context.Background(), c, true, func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := state.ObjectRows(d)
+	byID := map[string]state.ObjectRow{}
 	var order []string
 	for _, o := range objs {
 		byID[o.ObjectID[:2]] = o
 		order = append(order, o.ObjectID[:2])
 	}
-	if want := []string{"51", "52", "53", "60"}; !reflect.DeepEqual(order, want) {
+	if want := []string{"51", "52", "53", "54", "60"}; !reflect.DeepEqual(order, want) {
 		t.Fatalf("objects %v, want owned ones first then store-only", order)
 	}
-	if o := byID["51"]; o.Where != whereInline || len(o.StoreNodes) != 0 || o.CallSite != "main.go:10" {
+	if o := byID["51"]; o.Where != state.WhereInline || len(o.StoreNodes) != 0 || o.CallSite != "main.go:10" {
 		t.Errorf("inline object %+v", o)
 	}
-	if o := byID["52"]; o.Where != whereStore || !reflect.DeepEqual(o.StoreNodes, []string{strings.Repeat("aa", 16), strings.Repeat("bb", 16)}) ||
+	if o := byID["52"]; o.Where != state.WhereStore || !reflect.DeepEqual(o.StoreNodes, []string{strings.Repeat("aa", 16), strings.Repeat("bb", 16)}) ||
 		o.LocalRefs != 2 || o.SubmittedRefs != 1 || o.Borrowers != 1 {
 		t.Errorf("stored object %+v, want both stores listed with its refs", o)
 	}
-	if o := byID["53"]; o.Where != whereStore || !reflect.DeepEqual(o.StoreNodes, []string{strings.Repeat("bb", 16)}) {
+	if o := byID["53"]; o.Where != state.WhereStore || !reflect.DeepEqual(o.StoreNodes, []string{strings.Repeat("bb", 16)}) {
 		t.Errorf("object in a store not listed %+v, want the owner's node", o)
 	}
-	if o := byID["60"]; o.Where != whereStore || o.OwnerWorkerID != "" || o.Size != 100 || o.State != "" {
+	if o := byID["60"]; o.Where != state.WhereStore || o.OwnerWorkerID != "" || o.Size != 100 || o.State != "" {
 		t.Errorf("store-only object %+v", o)
 	}
 }
@@ -192,11 +238,12 @@ func TestListCommands(t *testing.T) {
 		jsonLen  int
 		contains []string
 	}{
-		{"nodes", "nodes", 4, []string{"NODE ID", strings.Repeat("aa", 16) + "  head", "missed 5 heartbeats", "CPU: 4, GPU: 1, memory: 8.0 GiB"}},
+		{"nodes", "nodes", 4, []string{"NODE ID", "aaaaaaaa  head", "missed 5 heartbeats", "8.0 GiB"}},
 		{"actors", "actors", 4, []string{"ACTOR ID", strings.Repeat("10", 16) + "  main.Counter  c1", "ALIVE", "killed", "PENDING", "RESTARTING"}},
 		{"jobs", "jobs", 2, []string{"JOB ID", "RUNNING", "/bin/app", "FINISHED"}},
-		{"tasks", "tasks", 3, []string{"TASK ID", "main.add", "slow one", "boom stack"}},
-		{"objects", "objects", 4, []string{"OBJECT ID", "inline in owner", "store on node aaaaaaaa,bbbbbbbb", "4.0 MiB", "2/1/1", "d1d1d1d1@aaaaaaaa"}},
+		{"tasks", "tasks", 3, []string{"TASK ID", "main.add", "slow one", "*errors.errorString: boom stack"}},
+		{"objects", "objects", 5, []string{"OBJECT ID", "inline in owner", "store on node aaaaaaaa,bbbbbbbb", "4.0 MiB", "2/1/1", "d1d1d1d1@aaaaaaaa"}},
+		{"workers", "workers", 3, []string{"WORKER ID", "d1d1d1d1   DRIVER  aaaaaaaa", "e1e1e1e1   WORKER  bbbbbbbb  31", "LEASED", "IDLE"}},
 		{"placement-groups", "placement_groups", 4, []string{"PLACEMENT GROUP ID", strings.Repeat("70", 16) + "  gang (detached)  CREATED       STRICT_SPREAD",
 			"{CPU: 1} {CPU: 1}", "0@aaaaaaaa 1@bbbbbbbb", "PENDING", "infeasible: bundle 0 {CPU: 64} fits no node", "1@-", "RESCHEDULING", "node bbbbbbbb died", "REMOVED", "removed by its owner"}},
 	}
@@ -204,7 +251,7 @@ func TestListCommands(t *testing.T) {
 		t.Run(tt.kind, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
 			a := &app{stdout: &stdout, stderr: &stderr}
-			if err := a.list(context.Background(), newFakeCluster(), tt.kind, false); err != nil {
+			if err := a.list(context.Background(), newFakeCluster(), tt.kind, listOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, want := range tt.contains {
@@ -215,12 +262,15 @@ func TestListCommands(t *testing.T) {
 			if lines := strings.Count(stdout.String(), "\n"); lines != tt.jsonLen+1 {
 				t.Errorf("table has %d lines, want header + %d:\n%s", lines, tt.jsonLen, stdout.String())
 			}
-			if tt.kind == "tasks" && !strings.Contains(stderr.String(), "warning: skipping node dddddddd") {
+			if tt.kind == "objects" && !strings.Contains(stderr.String(), "warning: skipping node dddddddd") {
 				t.Errorf("stderr lacks the skipped node warning: %q", stderr.String())
+			}
+			if tt.kind == "tasks" && !strings.Contains(stderr.String(), "evicted 2 finished tasks") {
+				t.Errorf("stderr lacks the evictions: %q", stderr.String())
 			}
 
 			stdout.Reset()
-			if err := a.list(context.Background(), newFakeCluster(), tt.kind, true); err != nil {
+			if err := a.list(context.Background(), newFakeCluster(), tt.kind, listOptions{asJSON: true}); err != nil {
 				t.Fatal(err)
 			}
 			var doc map[string][]map[string]any
@@ -235,7 +285,7 @@ func TestListCommands(t *testing.T) {
 	var stdout bytes.Buffer
 	a := &app{stdout: &stdout, stderr: &stdout}
 	var ue *usageError
-	if err := a.list(context.Background(), newFakeCluster(), "widgets", false); !errors.As(err, &ue) {
+	if err := a.list(context.Background(), newFakeCluster(), "widgets", listOptions{}); !errors.As(err, &ue) {
 		t.Errorf("list widgets: %v, want a usage error", err)
 	}
 }
@@ -243,7 +293,7 @@ func TestListCommands(t *testing.T) {
 func TestListJSONFields(t *testing.T) {
 	var stdout bytes.Buffer
 	a := &app{stdout: &stdout, stderr: &bytes.Buffer{}}
-	if err := a.list(context.Background(), newFakeCluster(), "objects", true); err != nil {
+	if err := a.list(context.Background(), newFakeCluster(), "objects", listOptions{asJSON: true}); err != nil {
 		t.Fatal(err)
 	}
 	var doc struct {

@@ -3,8 +3,10 @@
 //	goray start --head              start a head node in the background
 //	goray start --address HOST:PORT join a cluster
 //	goray status                    show the cluster
-//	goray list nodes|actors|tasks|objects|jobs
+//	goray list nodes|jobs|actors|tasks|objects|placement-groups|workers
+//	goray summary tasks|actors|objects, goray memory, goray timeline -o trace.json
 //	goray stop                      stop every node under the temp dir
+//	goray job submit -- ./driver    run a driver on the head (job status|logs|stop|list)
 //	goray version
 //
 // Exit codes: 0 success, 1 error, 2 usage error.
@@ -174,6 +176,7 @@ func (a *app) rootCmd() *cobra.Command {
 	}
 	root.SetFlagErrorFunc(flagError)
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: trace, debug, info, warn or error (for start: the node's log)")
-	root.AddCommand(a.startCmd(), a.stopCmd(), a.upCmd(), a.downCmd(), a.statusCmd(), a.listCmd(), a.versionCmd(), a.microbenchmarkCmd(), a.pluginsCmd(), a.authCmd(), a.certCmd(), a.gcsServerCmd())
+	root.AddCommand(a.startCmd(), a.stopCmd(), a.upCmd(), a.downCmd(), a.statusCmd(), a.listCmd(), a.versionCmd(), a.microbenchmarkCmd(), a.pluginsCmd(), a.authCmd(), a.certCmd(), a.gcsServerCmd(), a.logsCmd(), a.jobCmd())
+	root.AddCommand(a.summaryCmd(), a.memoryCmd(), a.timelineCmd()) // cluster-wide state (statecmds.go)
 	return root
 }

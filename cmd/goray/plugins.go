@@ -17,6 +17,7 @@ import (
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
+	"github.com/goray-dev/goray/state"
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 )
@@ -33,7 +34,7 @@ func (a *app) pluginsCmd() *cobra.Command {
 	var f clusterFlags
 	list := &cobra.Command{
 		Use:   "list",
-		Short: "List the plugins of this machine's alive nodes (name, kind, version, state, restarts)",
+		Short: "List the plugins of every alive node of the cluster (name, kind, version, state, restarts)",
 		Args:  cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			c, err := a.connect(&f)
@@ -88,26 +89,16 @@ type pluginRow struct {
 	SHA256 string `json:"sha256,omitempty"`
 }
 
+// pluginRows lists the plugins of every alive node, asked of each node's
+// raylet at its TCP address.
 func pluginRows(ctx context.Context, c cluster, warn func(string)) ([]pluginRow, error) {
-	views, err := c.Nodes(ctx)
+	d, err := state.GatherNodes(ctx, c, false, warn)
 	if err != nil {
 		return nil, err
 	}
 	rows := []pluginRow{}
-	for _, v := range views {
-		n := v.GetInfo()
-		if n.GetState() != "ALIVE" {
-			continue
-		}
-		if err := checkSocket(n.GetRayletUnix()); err != nil {
-			warn(fmt.Sprintf("node %s: not on this machine (%v)", shortID(n.GetNodeId()), err))
-			continue
-		}
-		st, err := c.NodeStats(ctx, n.GetRayletUnix())
-		if err != nil {
-			warn(fmt.Sprintf("node %s: %v", shortID(n.GetNodeId()), err))
-			continue
-		}
+	for _, n := range d.Nodes {
+		st := d.Stats[hexID(n.GetNodeId())]
 		for _, p := range st.GetPlugins() {
 			rows = append(rows, pluginRowOf(n.GetNodeId(), p))
 		}

@@ -49,6 +49,11 @@ type startOptions struct {
 	authTokenFile     string
 	dataDir           string
 	fresh             bool
+	metricsPort       int
+	noMetrics         bool
+	dashboardHost     string
+	dashboardPort     int
+	includeDashboard  bool
 }
 
 func (o *startOptions) register(fs *pflag.FlagSet) {
@@ -70,6 +75,11 @@ func (o *startOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file holding the cluster token (default $GORAY_AUTH_TOKEN_PATH, else ~/.goray/auth_token; a head creates it)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "head: where the GCS keeps the cluster's state across restarts (default <temp-dir>/data)")
 	fs.BoolVar(&o.fresh, "fresh", false, "head: start a new cluster, discarding the one stored in the data directory or Redis (default: resume it)")
+	fs.IntVar(&o.metricsPort, "metrics-port", 0, "port of the node's Prometheus endpoint on its node IP (default: the config's metrics.port, else any free port)")
+	fs.BoolVar(&o.noMetrics, "no-metrics", false, "serve no Prometheus metrics (metrics { enabled = false })")
+	fs.StringVar(&o.dashboardHost, "dashboard-host", "", "head: address the dashboard and job API listen on (default 127.0.0.1, this machine only)")
+	fs.IntVar(&o.dashboardPort, "dashboard-port", 0, "head: port of the dashboard and job API (default 8265; -1: a free port)")
+	fs.BoolVar(&o.includeDashboard, "include-dashboard", true, "head: serve the dashboard and job API (dashboard { enabled })")
 	fs.StringVar(&o.readyFile, "ready-file", "", "write the node's info as JSON to this file once it serves")
 	_ = fs.MarkHidden("ready-file")
 }
@@ -88,6 +98,17 @@ func (o *startOptions) configFlags(fs *pflag.FlagSet, logLevel string) (config.F
 		RayletPort:    o.rayletPort,
 		AuthTokenFile: o.authTokenFile,
 		DataDir:       o.dataDir,
+		NoMetrics:     o.noMetrics,
+		DashboardHost: o.dashboardHost,
+		NoDashboard:   !o.includeDashboard,
+	}
+	if fs.Changed("dashboard-port") {
+		p := o.dashboardPort
+		f.DashboardPort = &p
+	}
+	if fs.Changed("metrics-port") {
+		p := o.metricsPort
+		f.MetricsPort = &p
 	}
 	if fs.Changed("head") {
 		h := o.head
@@ -434,6 +455,16 @@ func writeStarted(w io.Writer, info node.Info, pid int, na nodeAuth) {
 	}
 	t.row("  raylet socket:", info.RayletSocket)
 	t.row("  raylet address:", info.RayletAddress)
+	if info.DashboardAddress != "" {
+		t.row("  dashboard:", dashboardURL(info.DashboardAddress, na.creds.TLS())+" (job API: goray job submit)")
+	}
+	if info.MetricsAddress != "" {
+		metrics := info.MetricsAddress + " (Prometheus, /metrics"
+		if info.MetricsDiscoveryFile != "" {
+			metrics += "; every node's: " + info.MetricsDiscoveryFile
+		}
+		t.row("  metrics:", metrics+")")
+	}
 	t.row("  session dir:", info.SessionDir)
 	t.row("  log file:", orDash(info.LogFile))
 	authRow, authNotes := "", []string(nil)
@@ -505,7 +536,9 @@ func (a *app) startDaemon(ctx context.Context, cfg *config.Node, na nodeAuth) er
 
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	_, stopSpin := a.spinner("starting the node (pid " + strconv.Itoa(child.Process.Pid) + ")")
 	info, err := waitReady(ctx, readyPath, exited, startTimeout)
+	stopSpin()
 	if err == nil {
 		writeStarted(a.stdout, info, child.Process.Pid, na)
 		return nil

@@ -115,6 +115,8 @@ type nodeStatus struct {
 	ObjectStoreCapacity int64             `json:"object_store_capacity"`
 	PendingDemand       []demand          `json:"pending_demand"`
 	Spill               *spillStatus      `json:"spill,omitempty"`
+	// MetricsAddress is the node's Prometheus endpoint ("": off).
+	MetricsAddress string `json:"metrics_address,omitempty"`
 }
 
 // spillStatus is a node's spilling to storage.
@@ -192,7 +194,7 @@ func nodeStatusOf(v *pb.NodeView) nodeStatus {
 		RayletSocket: in.GetRayletUnix(), RayletTCP: in.GetRayletTcp(), SessionDir: in.GetSessionDir(),
 		Labels: in.GetLabels(), StartTimeMs: in.GetStartTimeMs(), EndTimeMs: in.GetEndTimeMs(),
 		LastHeartbeatMs: v.GetLastHeartbeatMs(), ResourcesTotal: amountsOf(in.GetTotal()),
-		ResourcesAvailable: amounts{}, PendingDemand: []demand{},
+		ResourcesAvailable: amounts{}, PendingDemand: []demand{}, MetricsAddress: in.GetMetricsAddr(),
 	}
 	if ns.State == stateAlive {
 		ns.ResourcesAvailable = amountsOf(v.GetAvailable())
@@ -409,6 +411,7 @@ func writeStatus(w io.Writer, r statusReport) error {
 	if _, err := fmt.Fprintf(w, "Placement groups: %d (%d created, %d pending%s, %d removed)\n", g.Total, g.Created, g.Pending, rescheduling, g.Removed); err != nil {
 		return err
 	}
+	writeMetricsLine(w, r)
 	return writeAutoscaler(w, r)
 }
 

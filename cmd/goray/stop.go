@@ -308,7 +308,9 @@ func (a *app) stopCmd() *cobra.Command {
 				a.log.Debug("no credentials for the shutdown request; nodes get SIGTERM", "error", err)
 			}
 			s := &stopper{proc: procFS{a.procRoot}, root: root, opts: o, log: a.log, skip: []int{os.Getpid(), os.Getppid()}, creds: creds}
+			_, stopSpin := a.spinner("stopping the nodes under " + root)
 			res, err := s.run(cmd.Context())
+			stopSpin()
 			writeStopResult(a.stdout, root, res)
 			return err
 		}),

@@ -226,10 +226,15 @@ func (a *app) terminateInstances(ctx context.Context, c *config.Cluster) error {
 	}
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
+	setSpin, stopSpin := a.spinner(fmt.Sprintf("waiting for %s to terminate", plural(len(ids), "instance", "instances")))
+	defer stopSpin()
 	for {
 		list, err := p.List(ctx, &provider.ListRequest{ClusterName: c.Name})
 		if err == nil && len(list.Instances) == 0 {
 			break
+		}
+		if err == nil {
+			setSpin(fmt.Sprintf("waiting for %s to terminate", plural(len(list.Instances), "instance", "instances")))
 		}
 		select {
 		case <-ctx.Done():
@@ -248,6 +253,7 @@ func (a *app) terminateInstances(ctx context.Context, c *config.Cluster) error {
 			}
 		}
 	}
+	stopSpin()
 	fmt.Fprintf(a.stdout, "All instances of cluster %q are terminated.\n", c.Name)
 	return nil
 }

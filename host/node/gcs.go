@@ -15,6 +15,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/metrics"
 	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -101,8 +102,9 @@ type gcsServer struct {
 // openGCS listens on addr and opens the GCS's storage (serve serves them);
 // errors name the address taken, or the storage's path or address.
 // Listening comes first so that a second head on the same port says so,
-// rather than that the first one holds the storage.
-func openGCS(ctx context.Context, addr string, st gcs.Storage, cfg *config.Node, creds *auth.Credentials, log hclog.Logger) (*gcsServer, error) {
+// rather than that the first one holds the storage. reg (nil: none) times
+// the GCS's calls and reads its tables when Prometheus scrapes.
+func openGCS(ctx context.Context, addr string, st gcs.Storage, cfg *config.Node, creds *auth.Credentials, log hclog.Logger, reg *metrics.Registry) (*gcsServer, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
@@ -127,8 +129,11 @@ func openGCS(ctx context.Context, addr string, st gcs.Storage, cfg *config.Node,
 	// No GCS message comes near the 256 MiB other servers accept (a KV
 	// value is at most 8 MiB), so an authenticated but misbehaving peer
 	// cannot make the head read more than this per call.
-	g := grpc.NewServer(append(rpc.ServerOptions(creds), grpc.MaxRecvMsgSize(gcsMaxMessage))...)
+	g := grpc.NewServer(append(append(rpc.ServerOptions(creds), grpc.MaxRecvMsgSize(gcsMaxMessage)), reg.GRPCServerOptions()...)...)
 	srv.Register(g)
+	if err := reg.Register(metrics.ClusterCollector(srv.MetricsStats)); err != nil {
+		log.Warn("GCS metrics", "error", err)
+	}
 	return &gcsServer{srv: srv, grpc: g, lis: lis, res: reserver, done: make(chan struct{})}, nil
 }
 
@@ -174,6 +179,9 @@ type GCSSpec struct {
 	// ReadyFile is where RunGCS writes a GCSReady once it serves, or the
 	// error that stopped it.
 	ReadyFile string `json:"ready_file"`
+	// MetricsSocket, when set, is the unix socket the GCS serves its
+	// metrics on, for the head's node host to serve with its own.
+	MetricsSocket string `json:"metrics_socket,omitempty"`
 }
 
 // EnvGCSSpec holds a GCSSpec as JSON in a GCS process's environment.
@@ -222,7 +230,11 @@ func RunGCS(ctx context.Context, spec GCSSpec, creds *auth.Credentials) error {
 	}
 	creds.SetLogger(log.Named("auth"))
 	cfg := &config.Node{HealthCheck: config.HealthCheck{Period: spec.HeartbeatPeriod, FailureThreshold: spec.FailureThreshold}}
-	s, err := openGCS(ctx, spec.Address, spec.Storage, cfg, creds, log)
+	var reg *metrics.Registry
+	if spec.MetricsSocket != "" {
+		reg = metrics.NewRegistry("gcs")
+	}
+	s, err := openGCS(ctx, spec.Address, spec.Storage, cfg, creds, log, reg)
 	ready := GCSReady{Pid: os.Getpid()}
 	if err != nil {
 		log.Error("the GCS cannot start", "error", err)
@@ -235,6 +247,14 @@ func RunGCS(ctx context.Context, spec GCSSpec, creds *auth.Credentials) error {
 	ready.Address, ready.ClusterID, ready.Restored = s.Addr(), s.srv.ClusterID(), s.srv.Restored()
 	ready.Storage = spec.Storage.String()
 	go s.serve(ctx)
+	if spec.MetricsSocket != "" {
+		stop, err := serveGCSMetrics(spec.MetricsSocket, reg, creds, log.Named("metrics"))
+		if err != nil {
+			log.Warn("the GCS serves no metrics", "error", err)
+		} else {
+			defer stop()
+		}
+	}
 	log.Info("GCS serving", "address", ready.Address, "cluster", ready.ClusterID, "storage", ready.Storage, "restored", ready.Restored)
 	if err := writeJSON(spec.ReadyFile, ready); err != nil {
 		log.Error("writing the ready file", "error", err)

@@ -28,6 +28,7 @@ import (
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/gpu"
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/metrics"
 	"github.com/goray-dev/goray/internal/objstore"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
@@ -109,6 +110,14 @@ type Info struct {
 	// TLS names the node's TLS files (paths, no secrets), so that commands
 	// on this machine speak TLS to the cluster without being told.
 	TLS *auth.TLSFiles `json:"tls,omitempty"`
+	// MetricsAddress is the node's Prometheus endpoint (host:port; ""
+	// when metrics are off); MetricsDiscoveryFile, on the head, the
+	// Prometheus file_sd file listing every node's (docs/metrics.md).
+	MetricsAddress       string `json:"metrics_address,omitempty"`
+	MetricsDiscoveryFile string `json:"metrics_discovery_file,omitempty"`
+	// DashboardAddress, on a head, is its dashboard and job API
+	// (host:port; https when the node has TLS).
+	DashboardAddress string `json:"dashboard_address,omitempty"`
 }
 
 // Node is a running node.
@@ -134,6 +143,8 @@ type Node struct {
 	autoscaler *autoscaler.Autoscaler
 	asCancel   context.CancelFunc // stops the autoscaler
 	asWG       sync.WaitGroup     // the autoscaler's goroutine
+	metrics    *nodeMetrics       // the Prometheus endpoint (nil: off; metrics.go)
+	dash       *nodeDashboard     // the head's dashboard and job API (nil: none; dashboard.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -190,6 +201,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if !n.auth.Enabled() {
 		n.log.Warn("authentication is disabled: anyone who can reach this node's ports can run code on it as this user; use it only on a trusted network")
 	}
+	if err := n.listenMetrics(); err != nil {
+		return nil, err
+	}
 
 	total, storeCap, err := n.resources()
 	if err != nil {
@@ -225,6 +239,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.gcsCC, err = rpc.Dial(gcsAddr, n.auth); err != nil {
 		return nil, fmt.Errorf("connecting to GCS %s: %w", gcsAddr, err)
 	}
+	if err := n.listenDashboard(ctx); err != nil {
+		return nil, err
+	}
 
 	n.info.RayletSocket = filepath.Join(n.info.SessionDir, "sockets", "raylet.sock")
 	name := cfg.NodeName
@@ -249,6 +266,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		_ = tcpLis.Close()
 		return nil, err
 	}
+	spill.Observer = n.spillObserver()
 	n.raylet, err = raylet.New(raylet.Config{
 		Spill:      spill,
 		TCPAddress: n.info.RayletAddress, ObjectAddress: dataLis.Addr().String(), NodeIP: nodeIP, BinaryCacheDir: filepath.Join(cfg.TempDir, "binaries"),
@@ -257,6 +275,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
 		HeartbeatPeriod: cfg.HealthCheck.Period, GCSReconnectTimeout: cfg.GCS.ReconnectTimeout, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
 		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn, Auth: n.auth,
+		MetricsAddress: n.info.MetricsAddress, DashboardAddress: n.info.DashboardAddress,
 	})
 	if err != nil {
 		_ = tcpLis.Close()
@@ -267,7 +286,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		_ = tcpLis.Close()
 		return nil, fmt.Errorf("listening on %s: %w", n.info.RayletSocket, err)
 	}
-	n.rayletGRPC = grpc.NewServer(rpc.ServerOptions(n.auth)...)
+	n.rayletGRPC = grpc.NewServer(append(rpc.ServerOptions(n.auth), n.registry().GRPCServerOptions()...)...)
 	n.raylet.Register(n.rayletGRPC)
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); _ = n.rayletGRPC.Serve(lis) }()
@@ -299,6 +318,10 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.waitRegistered(ctx); err != nil {
 		return nil, err
 	}
+	if err := n.serveMetrics(); err != nil {
+		return nil, err
+	}
+	n.serveDashboard()
 	if opts.Cluster != nil {
 		n.info.ClusterName = opts.Cluster.Name
 		if err := n.startAutoscaler(ctx); err != nil {
@@ -378,7 +401,7 @@ func (n *Node) startPlugins(ctx context.Context) error {
 	}
 	n.plugins = host.New(host.Options{
 		PluginDir: PluginDir(n.cfg), Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
-		SocketDir: filepath.Join(n.info.SessionDir, "sockets"),
+		SocketDir: filepath.Join(n.info.SessionDir, "sockets"), LogDir: filepath.Join(n.info.SessionDir, "logs"),
 		Env: append([]string{plugin.EnvGCSAddress + "=" + n.info.GCSAddress, plugin.EnvNodeID + "=" + n.id.String(),
 			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg), plugin.EnvGorayBinary + "=" + n.opts.GorayBinary}, n.auth.Env()...),
 		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}, plugin.KindStorage: {storage.APIVersion}, plugin.KindProvider: {provider.APIVersion}},
@@ -565,7 +588,7 @@ func (n *Node) startGCS(ctx context.Context) (string, error) {
 	}
 	addr := gcsAddress(n.cfg)
 	if len(n.opts.GCSCommand) == 0 || n.opts.Embedded {
-		s, err := openGCS(ctx, addr, st, n.cfg, n.auth, n.log.Named("gcs"))
+		s, err := openGCS(ctx, addr, st, n.cfg, n.auth, n.log.Named("gcs"), n.registry())
 		if err != nil {
 			return "", err
 		}
@@ -581,6 +604,10 @@ func (n *Node) startGCS(ctx context.Context) (string, error) {
 		Address: addr, Storage: st,
 		HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold,
 		LogFile: n.info.GCSLogFile, LogLevel: n.cfg.LogLevel, ReadyFile: filepath.Join(n.info.SessionDir, "gcs.json"),
+		MetricsSocket: n.gcsMetricsSocketPath(),
+	}
+	if spec.MetricsSocket != "" {
+		n.metrics.reg.AddGatherer(metrics.UnixGatherer(spec.MetricsSocket, n.auth))
 	}
 	p, ready, err := startGCSProcess(ctx, n.opts.GCSCommand, spec, n.auth, nil, n.log.Named("gcs"), n.gcsRestarted, n.gcsLost)
 	if err != nil {
@@ -653,6 +680,8 @@ func (n *Node) Done() <-chan struct{} { return n.done }
 // its session directory. Idempotent.
 func (n *Node) Stop(ctx context.Context) error {
 	n.signalDone()
+	n.stopMetrics(ctx)
+	n.stopDashboard(ctx)
 	if n.asCancel != nil {
 		// First: a stopping head launches, drains and terminates nothing.
 		n.asCancel()

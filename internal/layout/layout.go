@@ -21,6 +21,12 @@
 //   - autoscaler/ (its logic under autoscaler/internal/): the head's
 //     autoscaler, which reaches the GCS over gRPC and the provider
 //     through the provider SDK, never by importing the runtime's servers.
+//   - dashboard/ (the job API under dashboard/jobs, its client under
+//     dashboard/jobclient): the head's HTTP server, run by host/node; it
+//     reaches the GCS over gRPC and imports no server of the runtime.
+//   - state/: the cluster-wide state rows (list, summary, memory,
+//     timeline) the CLI prints and the dashboard serves, gathered over
+//     gRPC from the GCS and the raylets; it imports no server.
 //   - sdk/ray: the application API, with the core worker under
 //     sdk/ray/internal/core. It starts embedded nodes through host/node and
 //     never reaches into the raylet or the GCS.
@@ -60,7 +66,7 @@ var pluginTier = []string{"sdk/plugin/...", "sdk/transport/...", "sdk/storage/..
 
 // runtime is the part of goray that is not public API and that plugins and
 // plugin SDKs must not link.
-var runtime = []string{"gcs/...", "raylet/...", "host/...", "autoscaler/...", "sdk/ray/...", "cmd/...", "config/...", "internal/..."}
+var runtime = []string{"gcs/...", "raylet/...", "host/...", "autoscaler/...", "dashboard/...", "state/...", "sdk/ray/...", "cmd/...", "config/...", "internal/..."}
 
 // Rules are goray's import rules.
 var Rules = []Rule{
@@ -77,6 +83,14 @@ var Rules = []Rule{
 	{
 		Why:  "the autoscaler talks to the GCS over gRPC and to providers through sdk/provider; it imports no server of the runtime",
 		From: []string{"autoscaler/..."}, Deny: []string{"gcs/...", "raylet/...", "host/...", "sdk/ray/...", "cmd/...", "plugins/..."},
+	},
+	{
+		Why:  "the dashboard (the head's HTTP server and job API) talks to the GCS over gRPC and runs drivers as processes; it imports no server of the runtime",
+		From: []string{"dashboard/..."}, Deny: []string{"gcs/...", "raylet/...", "host/...", "autoscaler/...", "sdk/...", "cmd/...", "plugins/..."},
+	},
+	{
+		Why:  "state gathers the cluster's state over gRPC (GCS and raylets) for the CLI and the dashboard; it imports no server of the runtime",
+		From: []string{"state/..."}, Deny: []string{"gcs/...", "raylet/...", "host/...", "autoscaler/...", "dashboard/...", "sdk/...", "cmd/...", "plugins/..."},
 	},
 	{
 		Why:  "sdk/ray starts nodes through host/node and talks to the raylet and the GCS over gRPC; it never imports them",
@@ -98,7 +112,7 @@ var Rules = []Rule{
 	{
 		Why:  "internal/ holds the shared libraries at the bottom; they import nothing above them",
 		From: []string{"internal/...", "config/..."},
-		Deny: []string{"gcs/...", "raylet/...", "host/...", "sdk/...", "cmd/...", "plugins/...", "examples/...", "acceptance/..."},
+		Deny: []string{"gcs/...", "raylet/...", "host/...", "dashboard/...", "sdk/...", "cmd/...", "plugins/...", "examples/...", "acceptance/..."},
 		// The segment helpers are a leaf library the plugin SDK exports; the
 		// plugin kinds, the size parser and the HCL type names are the plugin
 		// SDK's, which config validates node files with.

@@ -56,6 +56,9 @@ type initOptions struct {
 	transfer   time.Duration
 	forward    []string
 	tokenFile  string
+
+	// logToDriver is LogToDriver's (nil: $GORAY_LOG_TO_DRIVER, else on).
+	logToDriver *bool
 }
 
 // Address connects to the cluster whose head (GCS) listens at addr
@@ -91,8 +94,10 @@ func Resources(r map[string]float64) InitOption { return func(o *initOptions) { 
 // ObjectStoreMemory sets the embedded node's object store capacity.
 func ObjectStoreMemory(bytes int64) InitOption { return func(o *initOptions) { o.storeBytes = bytes } }
 
-// WorkerOutput sets where worker stdout and stderr lines are copied in
-// embedded mode (default os.Stderr; nil to keep them in log files only).
+// WorkerOutput sets where the driver prints the lines its workers write
+// on stdout and stderr, on every node (default: stdout lines on
+// os.Stdout, stderr lines on os.Stderr; see LogToDriver). nil turns that
+// off, as LogToDriver(false): the lines stay in the workers' log files.
 func WorkerOutput(w io.Writer) InitOption {
 	return func(o *initOptions) { o.output = w; o.quiet = w == nil }
 }
@@ -168,6 +173,10 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	logStdout, logStderr, err := driverOutput(&o, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	rt := &Runtime{log: o.logger}
 	if rt.log == nil {
 		level := o.logLevel
@@ -183,11 +192,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		if err != nil {
 			return nil, err
 		}
-		out := o.output
-		if out == nil && !o.quiet {
-			out = os.Stderr
-		}
-		nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true, WorkerOutput: out})
+		nd, err := node.Start(ctx, node.Options{Config: cfg, Embedded: true})
 		if err != nil {
 			return nil, fmt.Errorf("goray: starting the embedded node: %w", err)
 		}
@@ -219,7 +224,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 	}
 	cw, err := core.Start(ctx, core.Config{
 		Mode: core.ModeDriver, RayletSocket: rayletSock, SessionDir: sessionDir, NodeIP: nodeIP, Job: job, Logger: rt.log, TransferTimeout: o.transfer,
-		Auth:         creds,
+		Auth: creds, LogStdout: logStdout, LogStderr: logStderr,
 		OnRayletLost: func(err error) { rt.log.Error("lost the connection to the raylet", "error", err) },
 	})
 	if err != nil {
@@ -404,6 +409,7 @@ func (rt *Runtime) Shutdown(ctx context.Context) error {
 	var err error
 	rt.shutdown.Do(func() {
 		if rt.cw != nil {
+			rt.flushLogs(ctx)
 			rt.cw.Close()
 		}
 		err = rt.stopNode()

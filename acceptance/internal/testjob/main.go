@@ -13,6 +13,11 @@
 //	                         until DIR/release exists
 //	testjob env NAME...      a task on every node reports its worker's NAME
 //	                         variables (env.go)
+//	testjob job-exit CODE    exits with CODE (jobs.go)
+//	testjob job-hold NODE    an actor and a task on NODE, held until stopped
+//	testjob logs NODE DIR M  a task and an actor on NODE print M (logs.go)
+//	testjob metrics NODE DIR N SIZE  N tasks here and N on NODE, then a put
+//	                         of SIZE bytes held until DIR/release (metrics.go)
 //
 // and the multi-node jobs of cluster.go and restart.go, and the
 // autoscaler's of autoscale.go. $TESTJOB_TIMEOUT bounds the job (default
@@ -127,7 +132,10 @@ func main() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	opts := []ray.InitOption{ray.WorkerOutput(os.Stderr)}
+	var opts []ray.InitOption
+	if len(os.Args) < 2 || os.Args[1] != "logs" {
+		opts = append(opts, ray.WorkerOutput(os.Stderr))
+	}
 	if d, err := time.ParseDuration(os.Getenv("TESTJOB_TRANSFER_TIMEOUT")); err == nil {
 		opts = append(opts, ray.TensorTransferTimeout(d))
 	}
@@ -172,6 +180,8 @@ func main() {
 		runErr = runEnv(ctx, args)
 	case "where":
 		runErr = runWhere(ctx, arg(rt, args, 0))
+	case "state":
+		runErr = runState(ctx, arg(rt, args, 0))
 	case "pending":
 		runErr = runPending(ctx, arg(rt, args, 0))
 	case "spill":
@@ -230,6 +240,14 @@ func main() {
 		runErr = runASPG(ctx, arg(rt, args, 0))
 	case "as-object":
 		runErr = runASObject(ctx, arg(rt, args, 0))
+	case "metrics":
+		runErr = runMetrics(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2), arg(rt, args, 3))
+	case "logs":
+		runErr = runLogs(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
+	case "job-exit":
+		runErr = runJobExit(arg(rt, args, 0))
+	case "job-hold":
+		runErr = runJobHold(ctx, arg(rt, args, 0))
 	default:
 		runErr = fmt.Errorf("unknown mode %q", mode)
 	}

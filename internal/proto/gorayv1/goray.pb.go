@@ -4349,7 +4349,11 @@ func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
 }
 
 type GetNodeStatsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also ask every driver and worker of the node what it owns (ListOwned,
+	// over their unix sockets) and return the answers in owned, so a caller
+	// on another machine needs only the raylet's TCP address.
+	IncludeOwned  bool `protobuf:"varint,1,opt,name=include_owned,json=includeOwned,proto3" json:"include_owned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4382,6 +4386,13 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
 	return file_goray_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *GetNodeStatsRequest) GetIncludeOwned() bool {
+	if x != nil {
+		return x.IncludeOwned
+	}
+	return false
 }
 
 type WorkerStats struct {
@@ -4544,8 +4555,12 @@ type GetNodeStatsReply struct {
 	// The node's plugins.
 	Plugins []*PluginStatus `protobuf:"bytes,10,rep,name=plugins,proto3" json:"plugins,omitempty"`
 	// Spilling to storage.
-	Spill         *SpillStats      `protobuf:"bytes,11,opt,name=spill,proto3" json:"spill,omitempty"`
-	Spilled       []*SpilledObject `protobuf:"bytes,12,rep,name=spilled,proto3" json:"spilled,omitempty"`
+	Spill   *SpillStats      `protobuf:"bytes,11,opt,name=spill,proto3" json:"spill,omitempty"`
+	Spilled []*SpilledObject `protobuf:"bytes,12,rep,name=spilled,proto3" json:"spilled,omitempty"`
+	// With include_owned: each local client's ListOwned answer, and why the
+	// clients that did not answer were skipped.
+	Owned         []*ListOwnedReply `protobuf:"bytes,13,rep,name=owned,proto3" json:"owned,omitempty"`
+	OwnedErrors   []string          `protobuf:"bytes,14,rep,name=owned_errors,json=ownedErrors,proto3" json:"owned_errors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4660,6 +4675,20 @@ func (x *GetNodeStatsReply) GetSpill() *SpillStats {
 func (x *GetNodeStatsReply) GetSpilled() []*SpilledObject {
 	if x != nil {
 		return x.Spilled
+	}
+	return nil
+}
+
+func (x *GetNodeStatsReply) GetOwned() []*ListOwnedReply {
+	if x != nil {
+		return x.Owned
+	}
+	return nil
+}
+
+func (x *GetNodeStatsReply) GetOwnedErrors() []string {
+	if x != nil {
+		return x.OwnedErrors
 	}
 	return nil
 }
@@ -8328,8 +8357,9 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"object_ids\x18\x01 \x03(\fR\tobjectIds\x12\x1c\n" +
 	"\tbroadcast\x18\x02 \x01(\bR\tbroadcast\"\x12\n" +
-	"\x10FreeObjectsReply\"\x15\n" +
-	"\x13GetNodeStatsRequest\"\xb1\x01\n" +
+	"\x10FreeObjectsReply\":\n" +
+	"\x13GetNodeStatsRequest\x12#\n" +
+	"\rinclude_owned\x18\x01 \x01(\bR\fincludeOwned\"\xb1\x01\n" +
 	"\vWorkerStats\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\fR\bworkerId\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x15\n" +
@@ -8342,7 +8372,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x1e\n" +
 	"\n" +
 	"infeasible\x18\x03 \x01(\bR\n" +
-	"infeasible\"\xc0\x04\n" +
+	"infeasible\"\x93\x05\n" +
 	"\x11GetNodeStatsReply\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
@@ -8357,7 +8387,9 @@ const file_goray_proto_rawDesc = "" +
 	"\aplugins\x18\n" +
 	" \x03(\v2\x16.goray.v1.PluginStatusR\aplugins\x12*\n" +
 	"\x05spill\x18\v \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\x121\n" +
-	"\aspilled\x18\f \x03(\v2\x17.goray.v1.SpilledObjectR\aspilled\"\x80\x02\n" +
+	"\aspilled\x18\f \x03(\v2\x17.goray.v1.SpilledObjectR\aspilled\x12.\n" +
+	"\x05owned\x18\r \x03(\v2\x18.goray.v1.ListOwnedReplyR\x05owned\x12!\n" +
+	"\fowned_errors\x18\x0e \x03(\tR\vownedErrors\"\x80\x02\n" +
 	"\fPluginStatus\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -8895,141 +8927,142 @@ var file_goray_proto_depIdxs = []int32{
 	77,  // 46: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
 	92,  // 47: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
 	93,  // 48: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
-	8,   // 49: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	133, // 50: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
-	1,   // 51: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
-	7,   // 52: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
-	7,   // 53: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
-	8,   // 54: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	80,  // 55: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	8,   // 56: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	75,  // 57: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	92,  // 58: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	80,  // 59: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	8,   // 60: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	75,  // 61: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	92,  // 62: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	96,  // 63: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	81,  // 64: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	81,  // 65: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	82,  // 66: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	82,  // 67: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	82,  // 68: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	82,  // 69: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	8,   // 70: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
-	2,   // 71: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
-	122, // 72: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
-	3,   // 73: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
-	123, // 74: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
-	123, // 75: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
-	123, // 76: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
-	14,  // 77: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	16,  // 78: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	18,  // 79: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	20,  // 80: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	22,  // 81: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
-	24,  // 82: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
-	26,  // 83: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	41,  // 84: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	42,  // 85: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	45,  // 86: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	54,  // 87: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	47,  // 88: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	49,  // 89: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	51,  // 90: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	56,  // 91: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	58,  // 92: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	60,  // 93: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	63,  // 94: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	71,  // 95: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	73,  // 96: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	65,  // 97: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	67,  // 98: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	69,  // 99: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	78,  // 100: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	32,  // 101: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
-	34,  // 102: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
-	39,  // 103: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
-	36,  // 104: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
-	30,  // 105: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
-	87,  // 106: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	89,  // 107: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	91,  // 108: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	95,  // 109: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	98,  // 110: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	100, // 111: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	102, // 112: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	104, // 113: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	106, // 114: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	108, // 115: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	110, // 116: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	112, // 117: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	114, // 118: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	116, // 119: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	118, // 120: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	120, // 121: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	124, // 122: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
-	126, // 123: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
-	128, // 124: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
-	130, // 125: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
-	85,  // 126: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
-	83,  // 127: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
-	15,  // 128: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	17,  // 129: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	19,  // 130: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	21,  // 131: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	23,  // 132: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	25,  // 133: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
-	29,  // 134: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	43,  // 135: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	43,  // 136: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	53,  // 137: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	55,  // 138: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	48,  // 139: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	50,  // 140: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	52,  // 141: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	57,  // 142: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	59,  // 143: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	62,  // 144: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	64,  // 145: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	72,  // 146: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	76,  // 147: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	66,  // 148: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	68,  // 149: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	70,  // 150: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	79,  // 151: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	33,  // 152: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
-	35,  // 153: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
-	40,  // 154: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
-	38,  // 155: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
-	31,  // 156: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
-	88,  // 157: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	90,  // 158: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	94,  // 159: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	97,  // 160: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	99,  // 161: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	101, // 162: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	103, // 163: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	105, // 164: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	107, // 165: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	109, // 166: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	111, // 167: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	113, // 168: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	115, // 169: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	117, // 170: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	119, // 171: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	121, // 172: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	125, // 173: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
-	127, // 174: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
-	129, // 175: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
-	131, // 176: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
-	86,  // 177: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
-	84,  // 178: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
-	128, // [128:179] is the sub-list for method output_type
-	77,  // [77:128] is the sub-list for method input_type
-	77,  // [77:77] is the sub-list for extension type_name
-	77,  // [77:77] is the sub-list for extension extendee
-	0,   // [0:77] is the sub-list for field type_name
+	29,  // 49: goray.v1.GetNodeStatsReply.owned:type_name -> goray.v1.ListOwnedReply
+	8,   // 50: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
+	133, // 51: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	1,   // 52: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
+	7,   // 53: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
+	7,   // 54: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
+	8,   // 55: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
+	80,  // 56: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	8,   // 57: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	75,  // 58: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	92,  // 59: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	80,  // 60: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	8,   // 61: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	75,  // 62: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	92,  // 63: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	96,  // 64: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	81,  // 65: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	81,  // 66: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	82,  // 67: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	82,  // 68: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	82,  // 69: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	82,  // 70: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	8,   // 71: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
+	2,   // 72: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
+	122, // 73: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
+	3,   // 74: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
+	123, // 75: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
+	123, // 76: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
+	123, // 77: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
+	14,  // 78: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	16,  // 79: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	18,  // 80: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	20,  // 81: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	22,  // 82: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
+	24,  // 83: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
+	26,  // 84: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	41,  // 85: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	42,  // 86: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	45,  // 87: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	54,  // 88: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	47,  // 89: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	49,  // 90: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	51,  // 91: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	56,  // 92: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	58,  // 93: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	60,  // 94: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	63,  // 95: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	71,  // 96: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	73,  // 97: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	65,  // 98: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	67,  // 99: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	69,  // 100: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	78,  // 101: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	32,  // 102: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
+	34,  // 103: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
+	39,  // 104: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
+	36,  // 105: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
+	30,  // 106: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
+	87,  // 107: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	89,  // 108: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	91,  // 109: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	95,  // 110: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	98,  // 111: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	100, // 112: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	102, // 113: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	104, // 114: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	106, // 115: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	108, // 116: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	110, // 117: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	112, // 118: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	114, // 119: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	116, // 120: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	118, // 121: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	120, // 122: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	124, // 123: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
+	126, // 124: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
+	128, // 125: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
+	130, // 126: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
+	85,  // 127: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
+	83,  // 128: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
+	15,  // 129: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	17,  // 130: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	19,  // 131: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	21,  // 132: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	23,  // 133: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	25,  // 134: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	29,  // 135: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	43,  // 136: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	43,  // 137: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	53,  // 138: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	55,  // 139: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	48,  // 140: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	50,  // 141: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	52,  // 142: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	57,  // 143: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	59,  // 144: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	62,  // 145: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	64,  // 146: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	72,  // 147: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	76,  // 148: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	66,  // 149: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	68,  // 150: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	70,  // 151: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	79,  // 152: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	33,  // 153: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
+	35,  // 154: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
+	40,  // 155: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
+	38,  // 156: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
+	31,  // 157: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
+	88,  // 158: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	90,  // 159: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	94,  // 160: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	97,  // 161: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	99,  // 162: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	101, // 163: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	103, // 164: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	105, // 165: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	107, // 166: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	109, // 167: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	111, // 168: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	113, // 169: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	115, // 170: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	117, // 171: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	119, // 172: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	121, // 173: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	125, // 174: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
+	127, // 175: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
+	129, // 176: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
+	131, // 177: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
+	86,  // 178: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
+	84,  // 179: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
+	129, // [129:180] is the sub-list for method output_type
+	78,  // [78:129] is the sub-list for method input_type
+	78,  // [78:78] is the sub-list for extension type_name
+	78,  // [78:78] is the sub-list for extension extendee
+	0,   // [0:78] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }

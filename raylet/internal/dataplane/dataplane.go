@@ -26,6 +26,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -240,7 +241,12 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
+
+	sent atomic.Int64 // object bytes served (SentBytes)
 }
+
+// SentBytes returns the object bytes the server has sent to clients.
+func (s *Server) SentBytes() int64 { return s.sent.Load() }
 
 // NewServer returns a server of src's objects that requires creds of its
 // clients (nil: none).
@@ -343,5 +349,8 @@ func (s *Server) serveRange(c net.Conn, oid ids.ObjectID, off, length int64) err
 	copy(hdr[13:], meta)
 	bufs := net.Buffers{hdr, data[off : off+length]}
 	_, err = bufs.WriteTo(c)
+	if err == nil {
+		s.sent.Add(length)
+	}
 	return err
 }

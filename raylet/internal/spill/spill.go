@@ -139,6 +139,17 @@ type Config struct {
 	// after this node dies another node spilling to the same plugin
 	// restores the object from storage instead of losing it.
 	Shared string
+	// Observer, when set, is told of each file spilled and each object
+	// restored (the node's metrics).
+	Observer Observer
+}
+
+// Observer is told how long spills and restores take.
+type Observer interface {
+	// ObserveSpill: a file of bytes was written in took.
+	ObserveSpill(bytes int64, took time.Duration)
+	// ObserveRestore: an object of bytes was restored in took.
+	ObserveRestore(bytes int64, took time.Duration)
 }
 
 // spillRecordNS is the GCS KV namespace of the spill records; keys are
@@ -491,6 +502,9 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int,
 	s.stats.SpilledBytes += total
 	s.stats.SpilledObjects += int64(len(pinned))
 	s.stats.SpillSeconds += took.Seconds()
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.ObserveSpill(total, took)
+	}
 	empty := f.live == 0
 	if empty {
 		delete(s.files, key)
@@ -638,8 +652,12 @@ func (s *Spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta
 	s.mu.Lock()
 	s.stats.RestoredBytes += size
 	s.stats.RestoredObjects++
-	s.stats.RestoreSeconds += time.Since(start).Seconds()
+	took := time.Since(start)
+	s.stats.RestoreSeconds += took.Seconds()
 	s.mu.Unlock()
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.ObserveRestore(size, took)
+	}
 	return nil
 }
 

@@ -594,6 +594,7 @@ func (c *actorClient) send(rec *taskRecord) error {
 		c.mu.Unlock()
 		cw.submitter.mu.Lock()
 		rec.state, rec.worker, rec.node = stateRunning, addr.WorkerId, addr.NodeId
+		cw.taskDispatched(rec, time.Now(), addr.NodeId, addr.WorkerId)
 		cw.submitter.mu.Unlock()
 		c.sendMu.Lock()
 		err = st.Send(&pb.TaskRequest{Spec: rec.spec})
@@ -677,10 +678,12 @@ func (c *actorClient) recvLoop(st pb.CoreWorker_PushTasksClient) {
 			cw.objects.dropTensorReply(rep.Ret)
 			continue
 		}
+		errType, errMsg := cw.noteReplyError(rep)
 		cw.submitter.mu.Lock()
 		state := stateFinished
 		if rep.AppError || rep.SystemError {
 			state = stateFailed
+			rec.errType, rec.errMsg = errType, errMsg
 		}
 		cw.submitter.finishLocked(rec, state)
 		cw.submitter.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -56,6 +57,10 @@ type Config struct {
 	// process makes and required of every caller of its CoreWorker service
 	// (nil: none, for tests of a cluster without authentication).
 	Auth *auth.Credentials
+	// LogStdout and LogStderr, in a driver, receive the lines its job's
+	// workers print on stdout and stderr, prefixed (logs.go); nil
+	// LogStdout turns that off, nil LogStderr sends both to LogStdout.
+	LogStdout, LogStderr io.Writer
 }
 
 // CoreWorker is the per-process runtime.
@@ -95,8 +100,11 @@ type CoreWorker struct {
 	submitter *submitter
 	actors    *actorManager
 	exec      *executor
+	// events buffers task events for the GCS (nil without a GCS).
+	events *taskEventBuffer
 
 	nodeDir nodeDirectory
+	logs    *logPrinter // a driver's printer of its workers' output
 
 	connsMu sync.Mutex
 	conns   map[string]*grpc.ClientConn
@@ -194,6 +202,9 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 	}
 	cw.rayletCC = cc
 	cw.raylet = pb.NewRayletClient(cc)
+	if err := cw.subscribeLogs(ctx); err != nil {
+		return err
+	}
 
 	reg, err := cw.openSession(ctx)
 	if err != nil {
@@ -216,6 +227,7 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 		cw.gcsCC = gcc
 		cw.gcs = pb.NewGcsClient(gcc)
 	}
+	cw.startTaskEvents(os.Getpid())
 	if fs := reg.Store.GetFdSocket(); fs != "" {
 		m, err := objstore.Map(ctx, fs)
 		if err != nil {
@@ -470,6 +482,7 @@ func (cw *CoreWorker) Close() {
 		}
 		cw.releaseSegments()
 		cw.cancel()
+		cw.stopLogs()
 		if cw.submitter != nil {
 			cw.submitter.close()
 		}
@@ -496,6 +509,7 @@ func (cw *CoreWorker) Close() {
 		}
 		cw.conns = map[string]*grpc.ClientConn{}
 		cw.connsMu.Unlock()
+		cw.stopTaskEvents(2 * time.Second) // the last events, before the GCS connection goes
 		if cw.gcsCC != nil {
 			_ = cw.gcsCC.Close()
 		}

@@ -199,14 +199,32 @@ func (e *executor) loadArgs(ctx context.Context, spec *pb.TaskSpec) ([]ArgValue,
 	return args, release, nil
 }
 
-// run executes one task or method call and builds its reply.
+// run executes one task or method call and builds its reply, recording
+// its task events.
 func (e *executor) run(ctx context.Context, spec *pb.TaskSpec, self any) *pb.TaskReply {
+	var t execTimes
+	t.fetchStart = e.cw.taskStarted(spec)
+	rep := e.runTask(ctx, spec, self, &t)
+	class := ""
+	if self != nil {
+		e.mu.Lock()
+		class = e.actorRef.Class
+		e.mu.Unlock()
+	}
+	e.cw.taskExecuted(spec, &t, class, rep)
+	return rep
+}
+
+// runTask executes one task or method call and builds its reply; t gets
+// the times of its phases.
+func (e *executor) runTask(ctx context.Context, spec *pb.TaskSpec, self any, t *execTimes) *pb.TaskReply {
 	fn := Lookup(spec.Function)
 	if fn == nil || (self == nil && fn.Task == nil) || (self != nil && fn.Method == nil) {
 		exe, _ := os.Executable()
 		return e.systemError(spec, KindFunctionNotFound, fmt.Sprintf("%q is not registered in worker binary %s; register it at package level (var X = ray.TaskN(fn)) so that the driver and its workers agree", spec.Function, exe))
 	}
 	args, release, err := e.loadArgs(ctx, spec)
+	t.fetchEnd = nowUs()
 	if err != nil {
 		kind := KindObjectFreed
 		if errors.Is(err, ErrTransferFailed) {
@@ -229,7 +247,12 @@ func (e *executor) run(ctx context.Context, spec *pb.TaskSpec, self any) *pb.Tas
 	tctx = context.WithValue(tctx, taskCtxKey{}, TaskInfo{
 		TaskID: taskID, Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Attempt: int(spec.Attempt), Placement: place,
 	})
+	if self == nil {
+		taskStarted(spec.Function)
+	}
+	t.execStart = nowUs()
 	result, err := e.call(tctx, fn, self, args)
+	t.execEnd = nowUs()
 	if err != nil && tctx.Err() != nil && e.cw.ctx.Err() == nil {
 		// ray.Cancel ended its context and it gave up: a cancellation.
 		err = &RemoteError{Kind: KindCancelled, Type: "TaskCancelledError", Message: "cancelled by ray.Cancel while running: " + err.Error()}
@@ -334,7 +357,22 @@ func (e *executor) lendToCaller(ctx context.Context, caller *pb.Address, refs []
 	}
 }
 
+// createActor runs an actor's constructor, recording its task events.
 func (e *executor) createActor(ctx context.Context, spec *pb.TaskSpec) *pb.TaskReply {
+	var t execTimes
+	t.fetchStart = e.cw.taskStarted(spec)
+	rep := e.construct(ctx, spec, &t)
+	class := ""
+	if fn := Lookup(spec.Function); fn != nil {
+		class = fn.Class
+	}
+	e.cw.taskExecuted(spec, &t, class, rep)
+	return rep
+}
+
+// construct runs an actor's constructor and makes this worker the actor;
+// t gets the times of its phases.
+func (e *executor) construct(ctx context.Context, spec *pb.TaskSpec, t *execTimes) *pb.TaskReply {
 	fn := Lookup(spec.Function)
 	if fn == nil || fn.Task == nil {
 		rep := e.systemError(spec, KindFunctionNotFound, fmt.Sprintf("actor constructor %q is not registered in this worker binary", spec.Function))
@@ -349,13 +387,17 @@ func (e *executor) createActor(ctx context.Context, spec *pb.TaskSpec) *pb.TaskR
 		return rep
 	}
 	args, release, err := e.loadArgs(ctx, spec)
+	t.fetchEnd = nowUs()
 	if err != nil {
 		rep := e.systemError(spec, KindObjectFreed, err.Error())
 		rep.ActorCreationFailed = true
 		return rep
 	}
 	tctx := context.WithValue(e.cw.ctx, taskCtxKey{}, TaskInfo{TaskID: ids.MustFromBytes(spec.TaskId), Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Placement: placementFromProto(spec.GetPlacement())})
+	actorStarted(ActorRef{ID: ids.MustFromBytes(spec.ActorId), Name: spec.Name, Class: fn.Class})
+	t.execStart = nowUs()
 	inst, err := e.call(tctx, fn, nil, args)
+	t.execEnd = nowUs()
 	release()
 	e.cw.objects.flushBorrows(ctx)
 	if err == nil && inst == nil {

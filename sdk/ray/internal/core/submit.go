@@ -85,6 +85,10 @@ type taskRecord struct {
 	// so a crash of its worker is not retried.
 	cancel    context.CancelFunc
 	cancelled bool
+	// queuedUs is when the attempt was queued for a lease (µs; task
+	// events); errType names errMsg's error.
+	queuedUs int64
+	errType  string
 }
 
 // Task states shown by `goray list tasks`.
@@ -347,11 +351,13 @@ func (s *submitter) track(rec *taskRecord) {
 	s.mu.Lock()
 	s.tasks[ids.MustFromBytes(rec.spec.TaskId)] = rec
 	s.mu.Unlock()
+	s.cw.taskSubmitted(rec)
 }
 
 // finish records the end of a task and trims history.
 func (s *submitter) finishLocked(rec *taskRecord, state string) {
 	rec.state = state
+	s.cw.taskEnded(rec, state == stateFailed)
 	if rec.cancel != nil {
 		rec.cancel() // releases its context
 	}
@@ -373,6 +379,10 @@ func (s *submitter) fail(rec *taskRecord, err error) {
 	}
 	s.mu.Lock()
 	rec.errMsg = err.Error()
+	rec.errType = fmt.Sprintf("%T", err)
+	if re != nil {
+		rec.errType = errorTypeOf(re)
+	}
 	s.finishLocked(rec, stateFailed)
 	s.mu.Unlock()
 	s.cw.objects.complete(rec.retID, ret, sysErr, false)
@@ -403,6 +413,7 @@ func (s *submitter) enqueue(rec *taskRecord) {
 		s.keys[key] = k
 	}
 	rec.state = statePendingLease
+	s.cw.taskQueued(rec, false)
 	k.queue = append(k.queue, rec)
 	sends := s.dispatchLocked(k)
 	s.mu.Unlock()
@@ -492,6 +503,7 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 		rec.worker = best.worker.WorkerId
 		rec.node = best.worker.NodeId
 		rec.sent = time.Now()
+		s.cw.taskDispatched(rec, rec.sent, rec.node, rec.worker)
 		out = append(out, sendItem{best, rec})
 	}
 	want := len(k.queue)
@@ -646,6 +658,7 @@ func (s *submitter) recvLoop(l *lease) {
 			return
 		}
 		tid := ids.MustFromBytes(rep.TaskId)
+		errType, errMsg := s.cw.noteReplyError(rep)
 		s.mu.Lock()
 		rec := l.inflight[tid]
 		delete(l.inflight, tid)
@@ -660,6 +673,7 @@ func (s *submitter) recvLoop(l *lease) {
 			state := stateFinished
 			if rep.AppError || rep.SystemError {
 				state = stateFailed
+				rec.errType, rec.errMsg = errType, errMsg
 			}
 			s.finishLocked(rec, state)
 		}
@@ -723,10 +737,15 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 	var fails []*taskRecord
 	for _, rec := range l.inflight {
 		if int(rec.spec.Attempt) < int(rec.spec.MaxRetries) && !s.closed && !rec.cancelled {
+			// This attempt failed; the next one is queued.
+			rec.errType, rec.errMsg = "WorkerCrashedError", fmt.Sprintf("connection to worker %s lost: %v; retrying", ids.MustFromBytes(l.worker.WorkerId).Short(), cause)
+			s.cw.taskEnded(rec, true)
+			rec.errType, rec.errMsg = "", ""
 			// A send of the old spec may still be marshalling it.
 			rec.spec = proto.Clone(rec.spec).(*pb.TaskSpec)
 			rec.spec.Attempt++
 			rec.state = statePendingLease
+			s.cw.taskQueued(rec, true)
 			retry = append(retry, rec)
 		} else {
 			fails = append(fails, rec)

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -45,7 +47,7 @@ func RunWorker(transferTimeout time.Duration) {
 	creds.SetLogger(log.Named("auth"))
 	lost := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	_, err = Start(ctx, Config{
+	cw, err := Start(ctx, Config{
 		Mode: ModeWorker, RayletSocket: os.Getenv(workerenv.RayletSocket), SessionDir: os.Getenv(workerenv.SessionDir), NodeIP: os.Getenv(workerenv.NodeIP),
 		WorkerID: wid, Logger: log, TransferTimeout: transferTimeout, Auth: creds,
 		OnRayletLost: func(err error) {
@@ -61,7 +63,17 @@ func RunWorker(transferTimeout time.Duration) {
 		os.Exit(1)
 	}
 	log.Debug("worker serving", "worker", wid.Short(), "functions", len(Registered()))
-	err = <-lost
+	// The raylet ends a worker with EXIT and SIGTERM: either way the task
+	// events it still holds go to the GCS first (within 1 s, under the
+	// raylet's 2 s grace before SIGKILL).
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	select {
+	case err = <-lost:
+	case s := <-term:
+		err = fmt.Errorf("received %v", s)
+	}
 	log.Info("worker exiting", "reason", err)
+	cw.stopTaskEvents(time.Second)
 	os.Exit(0)
 }
