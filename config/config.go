@@ -70,6 +70,9 @@ type Node struct {
 	// Dashboard configures the head's dashboard and job API (the
 	// dashboard block).
 	Dashboard Dashboard
+	// MemoryMonitor configures the raylet's memory monitor (the
+	// memory_monitor block).
+	MemoryMonitor MemoryMonitor
 
 	// Labels are attached to the node and shown in status.
 	Labels map[string]string

@@ -39,12 +39,13 @@ func errorsOnly(diags hcl.Diagnostics) hcl.Diagnostics {
 
 func TestDefault(t *testing.T) {
 	want := Node{
-		TempDir:     filepath.Join(os.TempDir(), "goray"),
-		LogLevel:    "info",
-		ObjectStore: ObjectStore{SpillThreshold: 0.8, InlineLimit: 100 * 1024},
-		WorkerPool:  WorkerPool{IdleTimeout: 60 * time.Second, StartTimeout: 30 * time.Second},
-		HealthCheck: HealthCheck{Period: 3 * time.Second, FailureThreshold: 5},
-		GCS:         GCS{ReconnectTimeout: 60 * time.Second},
+		TempDir:       filepath.Join(os.TempDir(), "goray"),
+		LogLevel:      "info",
+		ObjectStore:   ObjectStore{SpillThreshold: 0.8, InlineLimit: 100 * 1024},
+		WorkerPool:    WorkerPool{IdleTimeout: 60 * time.Second, StartTimeout: 30 * time.Second},
+		HealthCheck:   HealthCheck{Period: 3 * time.Second, FailureThreshold: 5},
+		GCS:           GCS{ReconnectTimeout: 60 * time.Second},
+		MemoryMonitor: MemoryMonitor{UsageThreshold: 0.95, RefreshInterval: 250 * time.Millisecond},
 	}
 	got := Default()
 	if !reflect.DeepEqual(exported(got), want) {
@@ -111,8 +112,9 @@ func TestLoadFullFile(t *testing.T) {
 			ReconnectTimeout: 30 * time.Second,
 			Redis:            Redis{Address: "127.0.0.1:6379", Username: "goray", Password: "full-hcl-password", DB: 1, Prefix: "demo"},
 		},
-		Labels:    map[string]string{"zone": "a", "rack": "r7"},
-		PluginDir: "./bin/plugins",
+		MemoryMonitor: MemoryMonitor{UsageThreshold: 0.95, RefreshInterval: 250 * time.Millisecond},
+		Labels:        map[string]string{"zone": "a", "rack": "r7"},
+		PluginDir:     "./bin/plugins",
 		Plugins: []Plugin{
 			{Kind: "transport", Name: "shm"},
 			{Kind: "storage", Name: "s3", SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},

@@ -39,6 +39,10 @@ func Default() *Node {
 			FailureThreshold: 5,
 		},
 		GCS: GCS{ReconnectTimeout: DefaultGCSReconnectTimeout},
+		MemoryMonitor: MemoryMonitor{
+			UsageThreshold:  DefaultMemoryUsageThreshold,
+			RefreshInterval: DefaultMemoryRefreshInterval,
+		},
 	}
 }
 
@@ -155,6 +159,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "gcs"},
 		{Type: "metrics"},
 		{Type: "dashboard"},
+		{Type: "memory_monitor"},
 		{Type: "plugin", LabelNames: []string{"kind", "name"}},
 		{Type: "node_type", LabelNames: []string{"name"}},
 	},
@@ -308,11 +313,12 @@ func (d *decoder) root(body hcl.Body) {
 		}
 	}
 
-	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls", "gcs", "metrics", "dashboard")
+	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls", "gcs", "metrics", "dashboard", "memory_monitor")
 	d.security(single["auth"], single["tls"])
 	d.gcs(single["gcs"])
 	d.metrics(single["metrics"])
 	d.dashboard(single["dashboard"])
+	d.memoryMonitor(single["memory_monitor"])
 
 	topAddr := c.Attributes["address"]
 	if hb := single["head"]; hb != nil {

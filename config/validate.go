@@ -95,6 +95,7 @@ func (v *validator) node() {
 	v.security()
 	v.gcs()
 	v.observability()
+	v.memoryMonitor()
 	v.port(keyPort, "port", n.Port)
 	v.port(keyRayletPort, "raylet_port", n.RayletPort)
 	if n.NodeIP != "" && net.ParseIP(n.NodeIP) == nil {

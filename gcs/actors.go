@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/limits"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
 	"google.golang.org/grpc/status"
 )
@@ -15,6 +16,23 @@ type actorEntry struct {
 	// changed is closed (and replaced) whenever the actor's state changes,
 	// waking GetActor(wait_alive) callers.
 	changed chan struct{}
+}
+
+// actorName is the key of a named actor: names are unique per namespace.
+type actorName struct{ namespace, name string }
+
+// nameKey is the actor's key in byName (meaningful when it is named).
+func (a *actorEntry) nameKey() actorName {
+	return actorName{a.info.GetNamespace(), a.info.GetName()}
+}
+
+// checkActorNamespace checks an actor namespace (limits.CheckActorNamespace;
+// field names it in the error).
+func checkActorNamespace(field, ns string) error {
+	if err := limits.CheckActorNamespace(ns); err != nil {
+		return &InvalidArgumentError{Field: field, Problem: err.Error()}
+	}
+	return nil
 }
 
 func (a *actorEntry) node() ids.ID   { return ids.MustFromBytes(a.info.GetAddress().GetNodeId()) }
@@ -40,8 +58,13 @@ func validateAddress(field string, addr *gorayv1.Address) error {
 
 // RegisterActor inserts the actor in state PENDING with the server's start
 // time. It fails with NameTakenError when a non-DEAD actor has the same
-// non-empty name (a dead actor's name is free), AlreadyExistsError when the
-// id is registered, and JobFinishedError when the actor's job has finished.
+// non-empty name in the same namespace (a dead actor's name is free),
+// AlreadyExistsError when the id is registered, and JobFinishedError when
+// the actor's job has finished. With get_if_exists a live holder of the
+// name of the same class is no error: nothing is registered and the reply
+// carries the holder, decided under the lock that registers names, so
+// concurrent creators all get the one actor. A detached actor must be
+// named; it is recorded without an owner (the GCS owns it).
 func (s *Server) RegisterActor(ctx context.Context, req *gorayv1.RegisterActorRequest) (_ *gorayv1.RegisterActorReply, err error) {
 	var d durable
 	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
@@ -63,6 +86,12 @@ func (s *Server) RegisterActor(ctx context.Context, req *gorayv1.RegisterActorRe
 	if err := validateAddress("actor.owner", in.GetOwner()); err != nil {
 		return nil, err
 	}
+	if err := checkActorNamespace("actor.namespace", in.GetNamespace()); err != nil {
+		return nil, err
+	}
+	if in.GetDetached() && in.GetName() == "" {
+		return nil, &InvalidArgumentError{Field: "actor.name", Problem: "a detached actor must be named (later jobs find it by name)"}
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -73,12 +102,24 @@ func (s *Server) RegisterActor(ctx context.Context, req *gorayv1.RegisterActorRe
 		return nil, &JobFinishedError{ID: jobID, Op: fmt.Sprintf("register actor %s", id)}
 	}
 	name := in.GetName()
+	key := actorName{in.GetNamespace(), name}
 	if name != "" {
-		if holder, ok := s.byName[name]; ok {
-			return nil, &NameTakenError{Name: name, Holder: holder, Class: s.actors[holder].info.GetClassName()}
+		if holder, ok := s.byName[key]; ok {
+			h := s.actors[holder].info
+			if req.GetGetIfExists() && h.GetClassName() == in.GetClassName() {
+				return &gorayv1.RegisterActorReply{Existing: cloneMsg(h)}, nil
+			}
+			nt := &NameTakenError{Name: name, Namespace: key.namespace, Holder: holder, Class: h.GetClassName()}
+			if req.GetGetIfExists() {
+				nt.WantClass = in.GetClassName()
+			}
+			return nil, nt
 		}
 	}
 	info := cloneMsg(in)
+	if info.GetDetached() {
+		info.Owner = nil // the GCS owns it
+	}
 	info.State = gorayv1.ActorState_ACTOR_STATE_PENDING
 	info.StartTimeMs = s.nowMs()
 	info.EndTimeMs = 0
@@ -87,11 +128,11 @@ func (s *Server) RegisterActor(ctx context.Context, req *gorayv1.RegisterActorRe
 	s.actors[id] = a
 	s.actorSeq = append(s.actorSeq, id)
 	if name != "" {
-		s.byName[name] = id
+		s.byName[key] = id
 	}
 	s.saveActorLocked(a)
 	d = s.durableNow()
-	s.log.Debug("actor registered", "actor", id.Short(), "name", name, "class", info.GetClassName(), "job", jobID.Short())
+	s.log.Debug("actor registered", "actor", id.Short(), "name", name, "namespace", key.namespace, "detached", info.GetDetached(), "class", info.GetClassName(), "job", jobID.Short())
 	s.publishLocked(Event{Kind: EventActorRegistered, Actor: info})
 	return &gorayv1.RegisterActorReply{}, nil
 }
@@ -175,8 +216,8 @@ func (s *Server) markActorDeadLocked(a *actorEntry, reason string) {
 		return
 	}
 	a.info.State = gorayv1.ActorState_ACTOR_STATE_DEAD
-	if name := a.info.GetName(); name != "" && s.byName[name] == a.id {
-		delete(s.byName, name)
+	if name := a.info.GetName(); name != "" && s.byName[a.nameKey()] == a.id {
+		delete(s.byName, a.nameKey())
 	}
 	a.info.DeathReason = reason
 	if a.info.GetEndTimeMs() == 0 {
@@ -192,7 +233,9 @@ func (s *Server) markActorDeadLocked(a *actorEntry, reason string) {
 // actor with restarts left (max_restarts, -1 for no limit) whose owner's
 // node is alive becomes RESTARTING — its owner creates it again and
 // reports it ALIVE — unless the worker was stopped on purpose (permanent);
-// any other actor dies. s.mu must be held.
+// any other actor dies. A detached actor is created again by the process
+// that created it, so it restarts only while its job runs (see
+// detachedRestartableLocked). s.mu must be held.
 func (s *Server) actorFailedLocked(a *actorEntry, reason string, permanent bool) {
 	switch a.info.GetState() {
 	case gorayv1.ActorState_ACTOR_STATE_DEAD, gorayv1.ActorState_ACTOR_STATE_RESTARTING:
@@ -203,9 +246,16 @@ func (s *Server) actorFailedLocked(a *actorEntry, reason string, permanent bool)
 	ownerNode, _ := ids.FromBytes(a.info.GetOwner().GetNodeId())
 	n, ok := s.nodes[ownerNode]
 	ownerGone := ok && n.info.GetState() == StateDead
-	if permanent || exhausted || ownerGone || a.info.GetState() != gorayv1.ActorState_ACTOR_STATE_ALIVE {
+	creatorGone := false
+	if a.info.GetDetached() && !exhausted {
+		creatorGone = !s.detachedRestartableLocked(a)
+	}
+	if permanent || exhausted || ownerGone || creatorGone || a.info.GetState() != gorayv1.ActorState_ACTOR_STATE_ALIVE {
 		if exhausted && max != 0 {
 			reason = fmt.Sprintf("%s (restarted %d times, max_restarts %d)", reason, a.info.GetNumRestarts(), max)
+		}
+		if creatorGone && !permanent {
+			reason = fmt.Sprintf("%s (a detached actor is created again by the job that created it, and job %s has finished)", reason, ids.MustFromBytes(a.info.GetJobId()).Short())
 		}
 		s.markActorDeadLocked(a, reason)
 		return
@@ -219,13 +269,13 @@ func (s *Server) actorFailedLocked(a *actorEntry, reason string, permanent bool)
 	s.publishLocked(Event{Kind: EventActorStateChanged, Actor: a.info})
 }
 
-// lookupActorLocked finds an actor by id, or by name when id is Nil; s.mu
-// must be held.
-func (s *Server) lookupActorLocked(id ids.ID, name string) (*actorEntry, error) {
+// lookupActorLocked finds an actor by id, or by namespace and name when id
+// is Nil; s.mu must be held.
+func (s *Server) lookupActorLocked(id ids.ID, ns, name string) (*actorEntry, error) {
 	if id.IsNil() {
-		aid, ok := s.byName[name]
+		aid, ok := s.byName[actorName{ns, name}]
 		if !ok {
-			return nil, &NotFoundError{Kind: "actor", Name: name}
+			return nil, &NotFoundError{Kind: "actor", Name: name, Namespace: ns}
 		}
 		return s.actors[aid], nil
 	}
@@ -256,8 +306,8 @@ func (e *waitError) GRPCStatus() *status.Status {
 }
 
 // GetActor returns an actor by actor_id, or by name: the actor holding the
-// name, which is never a DEAD one (a dead actor's name is free, so looking
-// it up is NotFoundError). With wait_alive it blocks while the actor is
+// name in namespace, which is never a DEAD one (a dead actor's name is
+// free, so looking it up is NotFoundError). With wait_alive it blocks while the actor is
 // PENDING or RESTARTING; with wait_not_alive_on (a worker id) while it is
 // ALIVE on that worker; in both cases until ctx ends.
 func (s *Server) GetActor(ctx context.Context, req *gorayv1.GetActorRequest) (*gorayv1.GetActorReply, error) {
@@ -275,9 +325,12 @@ func (s *Server) GetActor(ctx context.Context, req *gorayv1.GetActorRequest) (*g
 	if err != nil {
 		return nil, err
 	}
+	if err := checkActorNamespace("namespace", req.GetNamespace()); err != nil {
+		return nil, err
+	}
 	for {
 		s.mu.Lock()
-		a, err := s.lookupActorLocked(id, name)
+		a, err := s.lookupActorLocked(id, req.GetNamespace(), name)
 		if err != nil {
 			s.mu.Unlock()
 			return nil, err

@@ -43,10 +43,15 @@ type NotFoundError struct {
 	ID ids.ID
 	// Name is the name looked up (actors and placement groups), or "".
 	Name string
+	// Namespace is the namespace an actor's name was looked up in.
+	Namespace string
 }
 
 // Error describes the problem and the object it concerns.
 func (e *NotFoundError) Error() string {
+	if e.ID.IsNil() && e.Namespace != "" {
+		return fmt.Sprintf("no %s named %q in namespace %q", e.Kind, e.Name, e.Namespace)
+	}
 	if e.ID.IsNil() {
 		return fmt.Sprintf("no %s named %q", e.Kind, e.Name)
 	}
@@ -69,6 +74,11 @@ type NameTakenError struct {
 	Holder ids.ID
 	// Class is the holder's class name (actors).
 	Class string
+	// Namespace is the namespace of an actor's name.
+	Namespace string
+	// WantClass is set when a get-if-exists creation of class WantClass
+	// found the name held by an actor of another class.
+	WantClass string
 }
 
 // Error describes the problem and the object it concerns.
@@ -77,7 +87,14 @@ func (e *NameTakenError) Error() string {
 	if kind == "" {
 		kind = "actor"
 	}
-	return fmt.Sprintf("%s name %q is already taken by %s %s", kind, e.Name, kind, e.Holder)
+	where := ""
+	if e.Namespace != "" {
+		where = fmt.Sprintf(" in namespace %q", e.Namespace)
+	}
+	if e.WantClass != "" {
+		return fmt.Sprintf("%s name %q%s is already taken by %s %s of class %s, not %s", kind, e.Name, where, kind, e.Holder, e.Class, e.WantClass)
+	}
+	return fmt.Sprintf("%s name %q%s is already taken by %s %s", kind, e.Name, where, kind, e.Holder)
 }
 
 // GRPCStatus maps the error to codes.AlreadyExists, with the holder as an
@@ -88,7 +105,7 @@ func (e *NameTakenError) GRPCStatus() *status.Status {
 	if e.Kind != "" {
 		return st
 	}
-	if d, err := st.WithDetails(&gorayv1.ActorInfo{ActorId: e.Holder.Bytes(), Name: e.Name, ClassName: e.Class}); err == nil {
+	if d, err := st.WithDetails(&gorayv1.ActorInfo{ActorId: e.Holder.Bytes(), Name: e.Name, ClassName: e.Class, Namespace: e.Namespace}); err == nil {
 		return d
 	}
 	return st

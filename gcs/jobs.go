@@ -79,8 +79,9 @@ func (s *Server) MarkJobFinished(ctx context.Context, req *gorayv1.MarkJobFinish
 	return &gorayv1.MarkJobFinishedReply{}, nil
 }
 
-// finishJobLocked marks job FINISHED and kills its actors with reason;
-// s.mu must be held.
+// finishJobLocked marks job FINISHED and kills its actors with reason
+// (its detached actors live on: see jobOfDetachedFinishedLocked); s.mu
+// must be held.
 func (s *Server) finishJobLocked(id ids.ID, job *gorayv1.JobInfo, reason string) {
 	job.State = StateFinished
 	job.EndTimeMs = s.nowMs()
@@ -89,7 +90,11 @@ func (s *Server) finishJobLocked(id ids.ID, job *gorayv1.JobInfo, reason string)
 	s.publishLocked(Event{Kind: EventJobFinished, Job: job})
 	for _, aid := range s.actorSeq {
 		a := s.actors[aid]
-		if ids.MustFromBytes(a.info.GetJobId()) == id {
+		switch {
+		case ids.MustFromBytes(a.info.GetJobId()) != id:
+		case a.info.GetDetached():
+			s.jobOfDetachedFinishedLocked(a, reason)
+		default:
 			s.markActorDeadLocked(a, reason)
 		}
 	}

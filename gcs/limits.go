@@ -11,6 +11,7 @@ import (
 	"github.com/goray-dev/goray/internal/limits"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"google.golang.org/protobuf/proto"
 )
 
 // Defaults for KVLimits. Every value goray itself stores is small (spill
@@ -257,6 +258,9 @@ func checkHeartbeat(req *gorayv1.HeartbeatRequest, total *gorayv1.Resources) err
 	}
 	if sp := req.GetSpill(); len(sp.GetLocation()) > maxSpillText || len(sp.GetFailing()) > maxSpillText {
 		return &InvalidArgumentError{Field: "spill", Problem: fmt.Sprintf("location or error text longer than %d bytes", maxSpillText)}
+	}
+	if m := req.GetMemory(); m != nil && proto.Size(m) > maxSpillText {
+		return &InvalidArgumentError{Field: "memory", Problem: fmt.Sprintf("memory monitor stats of %d bytes; at most %d are allowed", proto.Size(m), maxSpillText)}
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ type nodeEntry struct {
 	storeCapacity int64
 	pending       []*gorayv1.PendingDemand
 	spill         *gorayv1.SpillStats
+	memory        *gorayv1.MemoryMonitorStats // the node's memory monitor
 	lastHeartbeat time.Time
 	// draining: the node drains before it is terminated (its heartbeats
 	// say so; DrainNode sets it at once). Not stored: heartbeats restore it.
@@ -74,6 +75,9 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 	}
 	if n.spill != nil {
 		v.Spill = cloneMsg(n.spill)
+	}
+	if n.memory != nil {
+		v.Memory = cloneMsg(n.memory)
 	}
 	for _, p := range n.pending {
 		v.Pending = append(v.Pending, cloneMsg(p))
@@ -204,6 +208,10 @@ func (s *Server) ReportHeartbeat(_ context.Context, req *gorayv1.HeartbeatReques
 	n.spill = nil
 	if req.GetSpill() != nil {
 		n.spill = cloneMsg(req.GetSpill())
+	}
+	n.memory = nil
+	if req.GetMemory() != nil {
+		n.memory = cloneMsg(req.GetMemory())
 	}
 	n.storeUsed = req.GetStoreUsed()
 	n.storeCapacity = req.GetStoreCapacity()

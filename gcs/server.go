@@ -102,9 +102,9 @@ type Server struct {
 	jobOrder  []ids.ID
 	actors    map[ids.ID]*actorEntry
 	actorSeq  []ids.ID
-	// byName maps an actor name to the actor holding it, which is never
-	// DEAD: an actor's death frees its name.
-	byName map[string]ids.ID
+	// byName maps an actor's namespace and name to the actor holding it,
+	// which is never DEAD: an actor's death frees its name.
+	byName map[actorName]ids.ID
 	subs   map[*subscriber]struct{}
 
 	kvMu     sync.Mutex
@@ -157,7 +157,7 @@ func New(opts Options) *Server {
 		nodes:     map[ids.ID]*nodeEntry{},
 		jobs:      map[ids.ID]*gorayv1.JobInfo{},
 		actors:    map[ids.ID]*actorEntry{},
-		byName:    map[string]ids.ID{},
+		byName:    map[actorName]ids.ID{},
 		subs:      map[*subscriber]struct{}{},
 		kv:        map[string]map[string][]byte{},
 		kvLimits:  opts.KV.withDefaults(),

@@ -270,7 +270,7 @@ func (s *Server) restore(ctx context.Context) error {
 		s.actors[id] = a
 		s.actorSeq = append(s.actorSeq, id)
 		if name := info.GetName(); name != "" && info.GetState() != gorayv1.ActorState_ACTOR_STATE_DEAD {
-			s.byName[name] = id
+			s.byName[a.nameKey()] = id
 		}
 		return nil
 	}); err != nil {

@@ -43,6 +43,7 @@ func (r *Raylet) MetricsStats() metrics.RayletStats {
 		s.SpilledBytesTotal, s.RestoredBytesTotal = st.GetSpilledBytes(), st.GetRestoredBytes()
 	}
 	s.PulledBytes, s.PushedBytes = r.objects.pulled.Load(), r.objects.data.SentBytes()
+	s.MemoryKills = r.memory.killCount()
 	return s
 }
 

@@ -30,6 +30,9 @@
 //     (DrainRaylet): whether it drains and its background loop spilling
 //     every primary copy to shared storage; the scheduler stops granting
 //     leases while it drains.
+//   - memoryMonitor (memmonitor.go): reads the node's memory (readers and
+//     the killing policy in internal/memory) and kills a worker when it
+//     is above the threshold; keeps the kills for owners and status.
 //   - logForwarder (logforward.go) and logHub (loghub.go): workers'
 //     stdout and stderr, read from their pipes into their log files and
 //     pushed to the raylet of their job's driver; the batches waiting for
@@ -211,6 +214,9 @@ type Config struct {
 	// DashboardAddress is the head's dashboard and job API (host:port),
 	// told to the GCS when the node registers ("" elsewhere).
 	DashboardAddress string
+	// MemoryMonitor configures the memory monitor (memmonitor.go); a zero
+	// RefreshInterval turns it off.
+	MemoryMonitor config.MemoryMonitor
 }
 
 // Raylet is the node's local scheduler, worker pool and object store front.
@@ -254,8 +260,9 @@ type Raylet struct {
 	objects *objectManager
 	cluster *clusterView
 	drainer *drainer
-	logs    *logForwarder // workers' output, to their drivers (logforward.go)
-	logHub  *logHub       // the output of this node's drivers' jobs (loghub.go)
+	logs    *logForwarder  // workers' output, to their drivers (logforward.go)
+	logHub  *logHub        // the output of this node's drivers' jobs (loghub.go)
+	memory  *memoryMonitor // kills workers when the node is low on memory
 }
 
 // New validates cfg, creates the session's sockets and logs directories and
@@ -321,6 +328,7 @@ func New(cfg Config) (*Raylet, error) {
 	r.drainer = newDrainer(r.closing)
 	r.logHub = newLogHub()
 	r.logs = newLogForwarder(cfg, r.log, r)
+	r.memory = newMemoryMonitor(cfg, r.log, r.pool)
 	r.pool.output = r.logs
 	return r, nil
 }
@@ -389,6 +397,9 @@ func (r *Raylet) Run(ctx context.Context) error {
 		r.log.Info("node registered", "node_id", r.cfg.NodeID, "cluster", reply.GetClusterId(), "heartbeat_period", period)
 		r.syncCluster(ctx)
 	}
+	memDone := make(chan struct{})
+	go func() { defer close(memDone); r.memory.run(ctx, r.closing) }()
+	defer func() { <-memDone }()
 	if r.objects.spill.Enabled() {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -437,6 +448,7 @@ func (r *Raylet) heartbeat(ctx context.Context) error {
 	u := r.cfg.Store.Usage()
 	req.StoreUsed, req.StoreCapacity = u.Used, u.Capacity
 	req.Spill = r.objects.spill.Stats()
+	req.Memory = r.memory.stats()
 	ctx, cancel := context.WithTimeout(ctx, max(r.hbPeriod, gcsTimeout))
 	defer cancel()
 	reply, err := r.cfg.GCS.ReportHeartbeat(ctx, req)

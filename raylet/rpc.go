@@ -241,8 +241,9 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 
 	holder, _ := ids.FromBytes(req.GetHolderId())
 	p := &pendingLease{
-		res: res, actorID: actorID, holder: holder, requestID: string(req.GetRequestId()),
+		res: res, actorID: actorID, holder: holder, requestID: string(req.GetRequestId()), detached: req.GetDetached() && !actorID.IsNil(),
 		function: req.GetFunction(), strategy: req.GetStrategy(), queued: time.Now(), ready: make(chan struct{}),
+		retriable: req.GetRetriable(),
 	}
 	if g := req.GetPlacementGroupId(); len(g) > 0 {
 		if p.group, err = ids.FromBytes(g); err != nil {
@@ -291,10 +292,11 @@ func (r *Raylet) ReturnWorkerLease(ctx context.Context, req *gorayv1.ReturnLease
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "return lease: lease id: %v", err)
 	}
-	if !r.sched.returnLease(id, req.GetDisconnectWorker()) {
+	known, kill := r.returnLeaseNoting(id, req.GetDisconnectWorker())
+	if !known {
 		r.log.Debug("return of unknown lease", "lease_id", id)
 	}
-	return &gorayv1.ReturnLeaseReply{}, nil
+	return &gorayv1.ReturnLeaseReply{MemoryKill: kill}, nil
 }
 
 // CancelWorkerLease cancels the lease request named request_id: a request

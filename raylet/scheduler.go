@@ -30,6 +30,9 @@ type lease struct {
 	// requestID is the caller's name for the request that was granted
 	// (empty for old callers); CancelWorkerLease finds the lease by it.
 	requestID string
+	// detached: the lease hosts a detached actor, whose worker outlives
+	// its job (workerPool.endJob keeps it).
+	detached bool
 	// worker, addr and pid are set by the worker pool when it binds an
 	// idle worker to the lease, before the lease is granted.
 	worker *worker
@@ -43,6 +46,12 @@ type lease struct {
 	blocked bool
 	// ended is set once the lease was returned (or its worker died).
 	ended bool
+	// retriable, function and created are the memory monitor's: whether
+	// the request said its work may be retried, what it was for, and when
+	// the lease was made (the newest is killed first).
+	retriable bool
+	function  string
+	created   time.Time
 }
 
 // held returns the resources l takes from the node now: all of l.res, less
@@ -70,7 +79,9 @@ type pendingLease struct {
 	holder  ids.ID
 	// requestID is the caller's name for the request (may be empty).
 	requestID string
+	detached  bool // for a detached actor (lease.detached)
 	function  string
+	retriable bool // LeaseRequest.retriable, for the memory monitor
 	strategy  *gorayv1.SchedulingStrategy
 	// group is the placement group the request is for (ids.Nil: none);
 	// its resources are then the group's.
@@ -422,7 +433,8 @@ func (s *scheduler) collectLocked(rd *dispatchRound) {
 			}
 			s.available.Sub(p.res)
 			if p.cand == nil {
-				p.cand = &lease{id: ids.New(), res: p.res, actorID: p.actorID, holder: p.holder, requestID: p.requestID}
+				p.cand = &lease{id: ids.New(), res: p.res, actorID: p.actorID, holder: p.holder, requestID: p.requestID, detached: p.detached,
+					retriable: p.retriable, function: p.function, created: time.Now()}
 			}
 			rd.cands = append(rd.cands, p)
 			s.rr = (i + 1) % n

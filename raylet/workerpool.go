@@ -64,6 +64,9 @@ type worker struct {
 	idleSince  time.Time
 	killing    bool
 	killReason string
+	// memoryKilled: the memory monitor killed it (memmonitor.go); its
+	// actor may restart.
+	memoryKilled bool
 	// sessionReason says why the worker's session ended, when that (not
 	// the raylet) ended it.
 	sessionReason string
@@ -483,12 +486,16 @@ func (p *workerPool) forceKill(ws []*worker, reason string) {
 	}
 }
 
-// endJob kills the workers of a finished job.
+// endJob kills the workers of a finished job, but those hosting a
+// detached actor: it outlives its job.
 func (p *workerPool) endJob(j *job) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if pj := p.jobs[j.id]; pj != nil {
 		for _, w := range pj.workers {
+			if w.lease != nil && w.lease.detached && w.state == stateActor {
+				continue // a detached actor outlives its job
+			}
 			p.killWorkerLocked(w, "job finished", false)
 		}
 		if len(pj.workers) == 0 {
@@ -769,7 +776,7 @@ func (p *workerPool) workerDied(w *worker, reason string, startErr error) {
 	// Killed on purpose (ray.Kill, its job or lease holder gone): its actor
 	// must not restart. (At shutdown Shutdown reports the node's actors
 	// itself, as failed: a node leaving is a node failure to them.)
-	d := workerDeath{w: w, permanent: w.killReason != "", closed: p.closed}
+	d := workerDeath{w: w, permanent: w.killReason != "" && !w.memoryKilled, closed: p.closed}
 	if w.killReason != "" {
 		reason = w.killReason
 	} else if w.sessionReason != "" {

@@ -3,6 +3,7 @@ package raylet
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -155,5 +156,37 @@ func TestWorkerPoolStartFailure(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no death event")
+	}
+}
+
+// TestWorkerPoolEndJobKeepsDetached: a job's end kills its workers but
+// the one hosting a detached actor, which outlives its job.
+func TestWorkerPoolEndJobKeepsDetached(t *testing.T) {
+	p, _ := testPool(t, fakeBinaries{})
+	j := testJob()
+	plain, owned, detached := p.addIdle(j, time.Now()), p.addIdle(j, time.Now()), p.addIdle(j, time.Now())
+	bind := func(w *worker, l *lease) {
+		p.mu.Lock()
+		pj := p.jobLocked(j)
+		pj.idle = slices.DeleteFunc(pj.idle, func(x *worker) bool { return x == w })
+		pj.idle = append(pj.idle, w) // bindIdle takes the last idle one
+		p.mu.Unlock()
+		p.bindIdle(&dispatchRound{cands: []*pendingLease{{job: j, cand: l}}})
+		if l.worker != w {
+			t.Fatalf("lease bound to %v, want %v", l.worker, w)
+		}
+	}
+	bind(owned, &lease{id: ids.New(), actorID: ids.New()})
+	bind(detached, &lease{id: ids.New(), actorID: ids.New(), detached: true})
+	j.finished.Store(true)
+	p.endJob(j)
+	for _, tt := range []struct {
+		name string
+		w    *worker
+		want bool
+	}{{"idle", plain, true}, {"owned actor", owned, true}, {"detached actor", detached, false}} {
+		if got := killing(p, tt.w); got != tt.want {
+			t.Errorf("%s worker: killed = %v at the job's end, want %v", tt.name, got, tt.want)
+		}
 	}
 }

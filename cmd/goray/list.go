@@ -29,6 +29,8 @@ type actorRow struct {
 	Name           string  `json:"name"`
 	ClassName      string  `json:"class_name"`
 	State          string  `json:"state"`
+	Namespace      string  `json:"namespace"`
+	Lifetime       string  `json:"lifetime"` // "detached" or "owned"
 	NodeID         string  `json:"node_id"`
 	WorkerID       string  `json:"worker_id"`
 	Pid            int32   `json:"pid"`
@@ -62,7 +64,7 @@ func actorRows(as []*pb.ActorInfo) []actorRow {
 			State: strings.TrimPrefix(a.GetState().String(), "ACTOR_STATE_"), NodeID: hexID(a.GetAddress().GetNodeId()),
 			WorkerID: hexID(a.GetAddress().GetWorkerId()), Pid: a.GetPid(), Resources: amountsOf(a.GetResources()),
 			MaxConcurrency: a.GetMaxConcurrency(), MaxRestarts: a.GetMaxRestarts(), NumRestarts: a.GetNumRestarts(), DeathReason: a.GetDeathReason(),
-			StartTimeMs: a.GetStartTimeMs(), EndTimeMs: a.GetEndTimeMs(),
+			StartTimeMs: a.GetStartTimeMs(), EndTimeMs: a.GetEndTimeMs(), Namespace: a.GetNamespace(), Lifetime: lifetimeOf(a),
 		})
 	}
 	slices.SortStableFunc(out, func(a, b actorRow) int {
@@ -85,10 +87,19 @@ func jobRows(js []*pb.JobInfo) []jobRow {
 	return out
 }
 
+// lifetimeOf is an actor's lifetime as `list actors` shows it: "detached"
+// (it outlives its job) or "owned" (it ends with its owner or job).
+func lifetimeOf(a *pb.ActorInfo) string {
+	if a.GetDetached() {
+		return "detached"
+	}
+	return "owned"
+}
+
 func writeActors(w io.Writer, as []actorRow) error {
-	t := newTable(w, "ACTOR ID", "CLASS", "NAME", "STATE", "JOB", "NODE", "PID", "RESOURCES", "DEATH REASON")
+	t := newTable(w, "ACTOR ID", "CLASS", "NAME", "NAMESPACE", "LIFETIME", "STATE", "JOB", "NODE", "PID", "RESOURCES", "DEATH REASON")
 	for _, a := range as {
-		t.row(a.ActorID, orDash(a.ClassName), orDash(a.Name), a.State, shortHex(a.JobID), shortHex(a.NodeID),
+		t.row(a.ActorID, orDash(a.ClassName), orDash(a.Name), orDash(a.Namespace), a.Lifetime, a.State, shortHex(a.JobID), shortHex(a.NodeID),
 			pidCell(a.Pid), formatSet(a.Resources), orDash(a.DeathReason))
 	}
 	return t.flush()

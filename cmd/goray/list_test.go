@@ -239,7 +239,7 @@ func TestListCommands(t *testing.T) {
 		contains []string
 	}{
 		{"nodes", "nodes", 4, []string{"NODE ID", "aaaaaaaa  head", "missed 5 heartbeats", "8.0 GiB"}},
-		{"actors", "actors", 4, []string{"ACTOR ID", strings.Repeat("10", 16) + "  main.Counter  c1", "ALIVE", "killed", "PENDING", "RESTARTING"}},
+		{"actors", "actors", 4, []string{"ACTOR ID", "NAMESPACE  LIFETIME", strings.Repeat("10", 16) + "  main.Counter  c1    prod       detached  ALIVE", "owned", "killed", "PENDING", "RESTARTING"}},
 		{"jobs", "jobs", 2, []string{"JOB ID", "RUNNING", "/bin/app", "FINISHED"}},
 		{"tasks", "tasks", 3, []string{"TASK ID", "main.add", "slow one", "*errors.errorString: boom stack"}},
 		{"objects", "objects", 5, []string{"OBJECT ID", "inline in owner", "store on node aaaaaaaa,bbbbbbbb", "4.0 MiB", "2/1/1", "d1d1d1d1@aaaaaaaa"}},

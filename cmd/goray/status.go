@@ -115,6 +115,8 @@ type nodeStatus struct {
 	ObjectStoreCapacity int64             `json:"object_store_capacity"`
 	PendingDemand       []demand          `json:"pending_demand"`
 	Spill               *spillStatus      `json:"spill,omitempty"`
+	// Memory is the node's memory monitor (memorystatus.go); nil when off.
+	Memory *memoryStatus `json:"memory_monitor,omitempty"`
 	// MetricsAddress is the node's Prometheus endpoint ("": off).
 	MetricsAddress string `json:"metrics_address,omitempty"`
 }
@@ -204,6 +206,7 @@ func nodeStatusOf(v *pb.NodeView) nodeStatus {
 		}
 		ns.PendingDemand = mergeDemand(v.GetPending())
 		ns.Spill = spillStatusOf(v.GetSpill())
+		ns.Memory = memoryStatusOf(v.GetMemory())
 	}
 	return ns
 }
@@ -383,6 +386,8 @@ func writeStatus(w io.Writer, r statusReport) error {
 			fmt.Fprintf(w, "  SPILLING FAILING (retrying): %s\n", sp.Failing)
 		}
 	}
+
+	writeMemoryLines(w, r)
 
 	fmt.Fprintln(w, "\nPending demand:")
 	if len(r.PendingDemand) == 0 && len(r.PendingGroups) == 0 {

@@ -66,7 +66,7 @@ func fakeJobs() []*pb.JobInfo {
 
 func fakeActors() []*pb.ActorInfo {
 	return []*pb.ActorInfo{
-		{ActorId: id(0x10, 16), ClassName: "main.Counter", Name: "c1", State: pb.ActorState_ACTOR_STATE_ALIVE, JobId: id(0x01, 16),
+		{ActorId: id(0x10, 16), ClassName: "main.Counter", Name: "c1", Namespace: "prod", Detached: true, State: pb.ActorState_ACTOR_STATE_ALIVE, JobId: id(0x01, 16),
 			Address: &pb.Address{NodeId: id(0xaa, 16), WorkerId: id(0x31, 16)}, Pid: 300, StartTimeMs: 5, Resources: res(map[string]float64{"CPU": 1})},
 		{ActorId: id(0x11, 16), ClassName: "main.Counter", State: pb.ActorState_ACTOR_STATE_DEAD, DeathReason: "killed", StartTimeMs: 4},
 		{ActorId: id(0x12, 16), ClassName: "main.Other", State: pb.ActorState_ACTOR_STATE_PENDING, StartTimeMs: 6},

@@ -148,6 +148,8 @@ type ActorRow struct {
 	ActorID     string `json:"actor_id"`
 	ClassName   string `json:"class_name"`
 	Name        string `json:"name"`
+	Namespace   string `json:"namespace"`
+	Detached    bool   `json:"detached"`
 	State       string `json:"state"`
 	JobID       string `json:"job_id"`
 	NodeID      string `json:"node_id"`
@@ -166,7 +168,7 @@ type ActorRow struct {
 func actorRows(as []*pb.ActorInfo) []ActorRow {
 	out := []ActorRow{}
 	for _, a := range as {
-		r := ActorRow{ActorID: hexID(a.GetActorId()), ClassName: a.GetClassName(), Name: a.GetName(),
+		r := ActorRow{ActorID: hexID(a.GetActorId()), ClassName: a.GetClassName(), Name: a.GetName(), Namespace: a.GetNamespace(), Detached: a.GetDetached(),
 			State: strings.TrimPrefix(a.GetState().String(), "ACTOR_STATE_"), JobID: hexID(a.GetJobId()),
 			NodeID: hexID(a.GetAddress().GetNodeId()), WorkerID: hexID(a.GetAddress().GetWorkerId()), Pid: a.GetPid(),
 			NumRestarts: a.GetNumRestarts(), MaxRestarts: a.GetMaxRestarts(), DeathReason: a.GetDeathReason(),

@@ -93,7 +93,7 @@ func newFake() *fakeSource {
 				Total: res(map[string]float64{"CPU": 4, "memory": 2 << 30})}, Available: res(map[string]float64{"CPU": 1, "memory": 1 << 30}), StoreUsed: 1 << 19, StoreCapacity: 1 << 20},
 		},
 		jobs:   []*pb.JobInfo{{JobId: id(0x0a), State: "RUNNING", DriverPid: 42, DriverNodeId: id(0x11), BinaryPath: "/bin/driver", StartTimeMs: 5}},
-		actors: []*pb.ActorInfo{{ActorId: id(0x33), ClassName: "main.Counter", Name: "counter", State: pb.ActorState_ACTOR_STATE_ALIVE, JobId: id(0x0a), Address: &pb.Address{NodeId: id(0x22), WorkerId: id(0x44)}, Pid: 77, NumRestarts: 1, MaxRestarts: 3}},
+		actors: []*pb.ActorInfo{{ActorId: id(0x33), ClassName: "main.Counter", Name: "counter", State: pb.ActorState_ACTOR_STATE_ALIVE, JobId: id(0x0a), Address: &pb.Address{NodeId: id(0x22), WorkerId: id(0x44)}, Pid: 77, NumRestarts: 1, MaxRestarts: 3, Namespace: "shop", Detached: true}},
 		groups: []*pb.PlacementGroupInfo{{PlacementGroupId: id(0x55), Name: "pg", State: pb.PlacementGroupState_PLACEMENT_GROUP_STATE_CREATED,
 			Bundles: []*pb.Bundle{{Index: 0, Resources: res(map[string]float64{"CPU": 1}), NodeId: id(0x11)}}}},
 		tasks: []*pb.TaskStatus{task(1, "main.square", "FINISHED", 0x11), task(2, "main.square", "FINISHED", 0x22), task(3, "main.fail", "FAILED", 0x22), task(4, "main.sleep", "RUNNING", 0x11)},
@@ -233,7 +233,7 @@ func TestPageShowsEverySection(t *testing.T) {
 	for _, w := range []string{
 		`data-part="nodes"`, "head-node", "worker-node", `<span class="tag">head</span>`, `data-pct="75.0"`, // 3 of 4 CPUs
 		`data-submission-id="sub1"`, `href="/api/jobs/sub1/logs"`,
-		"main.Counter", "counter", "1 / 3",
+		"main.Counter", "counter", "1 / 3", `title="namespace">shop</span>`, `>detached</span>`,
 		`data-state="FINISHED"`, `class="phase phase-execution"`, "worker-node", // the timeline's lanes
 		`value="FINISHED"`, "{CPU: 1}@11111111", "tcp",
 	} {

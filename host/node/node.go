@@ -276,6 +276,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		HeartbeatPeriod: cfg.HealthCheck.Period, GCSReconnectTimeout: cfg.GCS.ReconnectTimeout, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
 		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn, Auth: n.auth,
 		MetricsAddress: n.info.MetricsAddress, DashboardAddress: n.info.DashboardAddress,
+		MemoryMonitor: cfg.MemoryMonitor,
 	})
 	if err != nil {
 		_ = tcpLis.Close()

@@ -30,6 +30,9 @@ type RayletStats struct {
 	PendingLeases, InfeasibleLeases, GrantedLeases int64
 	// Workers counts worker processes by state (WorkerStates).
 	Workers map[string]int64
+	// MemoryKills counts the workers the memory monitor killed since the
+	// node started.
+	MemoryKills int64
 }
 
 // WorkerStates are the worker states goray_workers always reports (0
@@ -85,7 +88,7 @@ func byLabel[V int64 | float64](ch chan<- prometheus.Metric, d *prometheus.Desc,
 func RayletCollector(stats func() RayletStats) prometheus.Collector {
 	return funcCollector{
 		descs: []*prometheus.Desc{descResourceCapacity, descResourceUsed, descStoreBytes, descStoreObjects, descStoreCapacity,
-			descSpilledBytes, descRestoredBytes, descTransferBytes, descPendingLeases, descInfeasible, descGrantedLeases, descWorkers},
+			descSpilledBytes, descRestoredBytes, descTransferBytes, descPendingLeases, descInfeasible, descGrantedLeases, descWorkers, descMemoryKills},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := stats()
 			byLabel(ch, descResourceCapacity, s.ResourceCapacity)
@@ -102,6 +105,7 @@ func RayletCollector(stats func() RayletStats) prometheus.Collector {
 			gauge(ch, descPendingLeases, float64(s.PendingLeases))
 			gauge(ch, descInfeasible, float64(s.InfeasibleLeases))
 			gauge(ch, descGrantedLeases, float64(s.GrantedLeases))
+			counter(ch, descMemoryKills, float64(s.MemoryKills))
 			workers := maps.Clone(s.Workers)
 			if workers == nil {
 				workers = map[string]int64{}

@@ -82,6 +82,7 @@ var (
 	descInfeasible       = desc("scheduler_infeasible_leases", "Queued lease requests no node of the cluster can ever satisfy as it is.")
 	descGrantedLeases    = desc("scheduler_granted_leases", "Worker leases the node's raylet has granted and not taken back.")
 	descWorkers          = desc("workers", "Worker processes of the node by state (starting, idle, leased, actor).", LabelState)
+	descMemoryKills      = desc("memory_monitor_kills_total", "Workers the node's memory monitor killed because the node's memory use was above memory_monitor.usage_threshold.")
 	descPluginRestarts   = desc("plugin_restarts_total", "Times the node's plugin host restarted a plugin since the node started.", LabelKind, LabelName)
 	descPluginUp         = desc("plugin_up", "1 when the plugin is running, else 0.", LabelKind, LabelName)
 	// goray_gcs_up is made by the head's gatherer of the GCS process's

@@ -30,7 +30,7 @@ func TestRayletCollector(t *testing.T) {
 		StoreBytes:       4096, StoreObjects: 2, StoreCapacity: 1 << 20,
 		SpilledBytes: 100, SpilledObjects: 1, SpilledBytesTotal: 300, RestoredBytesTotal: 200,
 		PulledBytes: 7, PushedBytes: 9, PendingLeases: 3, InfeasibleLeases: 1, GrantedLeases: 2,
-		Workers: map[string]int64{"IDLE": 2, "LEASED": 1},
+		Workers: map[string]int64{"IDLE": 2, "LEASED": 1}, MemoryKills: 4,
 	}
 	c := RayletCollector(func() RayletStats { return stats })
 	want := `
@@ -46,6 +46,9 @@ goray_node_resource_used{resource="memory"} 0
 # TYPE goray_object_store_bytes gauge
 goray_object_store_bytes{location="in_memory"} 4096
 goray_object_store_bytes{location="spilled"} 100
+# HELP goray_memory_monitor_kills_total Workers the node's memory monitor killed because the node's memory use was above memory_monitor.usage_threshold.
+# TYPE goray_memory_monitor_kills_total counter
+goray_memory_monitor_kills_total 4
 # HELP goray_object_transfer_bytes_total Object bytes moved between this node and others: pulled (received from another node) or pushed (served to another node).
 # TYPE goray_object_transfer_bytes_total counter
 goray_object_transfer_bytes_total{direction="pulled"} 7
@@ -61,7 +64,7 @@ goray_workers{state="LEASED"} 1
 goray_workers{state="STARTING"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
-		"goray_node_resource_capacity", "goray_node_resource_used", "goray_object_store_bytes",
+		"goray_memory_monitor_kills_total", "goray_node_resource_capacity", "goray_node_resource_used", "goray_object_store_bytes",
 		"goray_object_transfer_bytes_total", "goray_scheduler_infeasible_leases", "goray_workers"); err != nil {
 		t.Fatal(err)
 	}

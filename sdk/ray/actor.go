@@ -51,16 +51,21 @@ func Kill[T any](ctx context.Context, h ActorHandle[T]) error {
 	return cw.KillActor(ctx, h.ref)
 }
 
-// GetActor returns a handle to the live actor with the given name. It fails
-// with an error matching ErrActorNotFound when there is none: a killed or
-// dead actor's name is free at once. T must be the actor's type; a
-// mismatch surfaces as an error on the first call.
-func GetActor[T any](ctx context.Context, name string) (ActorHandle[T], error) {
+// GetActor returns a handle to the live actor with the given name in this
+// job's namespace, or in the one InNamespace names. It fails with an error
+// matching ErrActorNotFound when there is none: a killed or dead actor's
+// name is free at once. T must be the actor's type; a mismatch surfaces as
+// an error on the first call.
+func GetActor[T any](ctx context.Context, name string, opts ...GetActorOption) (ActorHandle[T], error) {
 	cw, err := current()
 	if err != nil {
 		return ActorHandle[T]{}, err
 	}
-	ref, err := cw.LookupActor(ctx, name)
+	o := getActorOptions{namespace: cw.Namespace()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	ref, err := cw.LookupActorIn(ctx, o.namespace, name)
 	if err != nil {
 		return ActorHandle[T]{}, err
 	}

@@ -14,7 +14,9 @@ var (
 	ErrActorDied = core.ErrActorDied
 	// ErrActorUnavailable matches a call that was under way when its
 	// actor's worker failed, while the actor restarts (MaxRestarts), or
-	// when the connection to its worker broke; it may have run.
+	// when the connection to its worker broke; it may have run. With
+	// MaxTaskRetries such a call is retried, and fails so only once its
+	// retries ran out.
 	ErrActorUnavailable = core.ErrActorUnavailable
 	// ErrObjectFreed matches reads of an object whose references are gone.
 	ErrObjectFreed = core.ErrObjectFreed
@@ -92,7 +94,9 @@ type ActorNameTakenError = core.ActorNameTakenError
 
 // ActorUnavailableError says a call was under way when its actor's worker
 // failed and the actor restarts, or when the connection to its worker
-// broke; the call may have run, and is not retried.
+// broke; the call may have run. It is the error of a call without retries
+// (MaxTaskRetries, MaxCallRetries) or out of them: Attempts says how many
+// attempts ran.
 type ActorUnavailableError = core.ActorUnavailableError
 
 // ObjectError says an object cannot be read (freed, unknown, owner died).

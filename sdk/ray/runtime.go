@@ -56,6 +56,7 @@ type initOptions struct {
 	transfer   time.Duration
 	forward    []string
 	tokenFile  string
+	namespace  *string // Namespace's (nil: $GORAY_NAMESPACE, else anonymous)
 
 	// logToDriver is LogToDriver's (nil: $GORAY_LOG_TO_DRIVER, else on).
 	logToDriver *bool
@@ -218,12 +219,16 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		extraEnv = append(extraEnv, envTransferTimeout+"="+o.transfer.String())
 	}
 	job, err := jobInfo(forward, extraEnv...)
+	var ns string
+	if err == nil {
+		ns, err = jobNamespace(job, o.namespace, os.Getenv(EnvNamespace))
+	}
 	if err != nil {
 		rt.stopNode()
 		return nil, err
 	}
 	cw, err := core.Start(ctx, core.Config{
-		Mode: core.ModeDriver, RayletSocket: rayletSock, SessionDir: sessionDir, NodeIP: nodeIP, Job: job, Logger: rt.log, TransferTimeout: o.transfer,
+		Mode: core.ModeDriver, RayletSocket: rayletSock, SessionDir: sessionDir, NodeIP: nodeIP, Job: job, Namespace: ns, Logger: rt.log, TransferTimeout: o.transfer,
 		Auth: creds, LogStdout: logStdout, LogStderr: logStderr,
 		OnRayletLost: func(err error) { rt.log.Error("lost the connection to the raylet", "error", err) },
 	})

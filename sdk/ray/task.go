@@ -29,6 +29,13 @@ type callOptions struct {
 	pg        *PlacementGroup
 	pgBundle  int
 	pgCapture bool
+	// lifetime and getIfExists are actor options (namespace.go).
+	lifetime    ActorLifetime
+	getIfExists bool
+	// groups are the actor's concurrency groups (concurrency.go).
+	groups []groupDecl
+	// maxTaskRetries is an actor option (taskretry.go).
+	maxTaskRetries int
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -42,6 +49,7 @@ func newCallOptions(opts []Option) callOptions {
 func (c callOptions) with(opts []Option) callOptions {
 	n := c
 	n.transports = append([]string(nil), c.transports...)
+	n.groups = append([]groupDecl(nil), c.groups...)
 	n.res = make(map[string]float64, len(c.res))
 	for k, v := range c.res {
 		n.res[k] = v
@@ -91,7 +99,8 @@ func MaxConcurrency(n int) Option { return func(c *callOptions) { c.maxConc = n 
 // MaxRestarts lets an actor be created again (its constructor run anew,
 // state lost) up to n times when its worker process or node dies; -1 means
 // without limit; the default 0 never. Calls made while it restarts wait for
-// it; calls under way when the worker died fail with ErrActorUnavailable.
+// it; calls under way when the worker died fail with ErrActorUnavailable,
+// or run again on the new instance when MaxTaskRetries allows.
 // An actor killed with Kill, or whose owner died, does not restart.
 func MaxRestarts(n int) Option { return func(c *callOptions) { c.maxRestart = n } }
 
@@ -252,6 +261,8 @@ func submitTask[R any](ctx context.Context, b *taskBase, args ...core.ArgInput) 
 type methodBase struct {
 	name      string
 	transport string
+	group     string // concurrency group ("" the default)
+	retries   *int   // MaxCallRetries (taskretry.go); nil: the handle's
 }
 
 // Name returns the registered name.
@@ -262,7 +273,10 @@ func callMethod[R any](ctx context.Context, actor core.ActorRef, m methodBase, a
 	if err != nil {
 		panic(err)
 	}
-	return Ref[R]{cw.SubmitActorTask(ctx, actor, m.name, args, core.TaskOptions{TensorTransport: m.transport})}
+	if actor, err = m.withRetries(actor); err != nil {
+		return failedRef[R](cw, err)
+	}
+	return Ref[R]{cw.SubmitActorTask(ctx, actor, m.name, args, core.TaskOptions{TensorTransport: m.transport, ConcurrencyGroup: m.group})}
 }
 
 // createActor registers an actor and starts creating it. The error is what
@@ -279,6 +293,15 @@ func createActor[T any](ctx context.Context, mustInit bool, b *taskBase, args ..
 	}
 	class := reflect.TypeFor[T]().String()
 	opts, err := b.coreOptions(0)
+	if err == nil {
+		err = b.opts.actorLifetime(b.name, &opts)
+	}
+	if err == nil {
+		err = b.opts.actorTaskRetries(b.name, &opts)
+	}
+	if err == nil {
+		err = b.opts.actorGroups(b.name, &opts)
+	}
 	if err != nil {
 		ref, err := cw.DeadActor(class, err)
 		return ActorHandle[T]{ref: ref}, err

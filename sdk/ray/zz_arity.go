@@ -70,19 +70,27 @@ func (c *ActorClass0[T]) New(ctx context.Context) (ActorHandle[T], error) {
 // MethodFunc0 is a registered actor method taking 0 argument(s).
 type MethodFunc0[T, R any] struct{ methodBase }
 
-// Method0 registers a method expression such as (*Counter).Inc.
-func Method0[T, R any](m func(*T, context.Context) (R, error)) *MethodFunc0[T, R] {
+// Method0 registers a method expression such as (*Counter).Inc. Its
+// options (InGroup) apply to every call of the method.
+func Method0[T, R any](m func(*T, context.Context) (R, error), opts ...MethodOption) *MethodFunc0[T, R] {
 	name := registerMethod[T](m, 0, func(ctx context.Context, self *T, name string, args []core.ArgValue) (any, error) {
 		return m(self, ctx)
 	})
-	return &MethodFunc0[T, R]{methodBase{name: name}}
+	return &MethodFunc0[T, R]{methodBase{name: name}.withOptions(opts)}
+}
+
+// Options returns a copy of m whose calls use opts on top of m's options.
+func (m *MethodFunc0[T, R]) Options(opts ...MethodOption) *MethodFunc0[T, R] {
+	return &MethodFunc0[T, R]{m.withOptions(opts)}
 }
 
 // TensorTransport returns a copy of m whose returned tensors (R must be
 // transport.Tensor or []transport.Tensor) travel by the named transport
 // instead of the object store. The actor must declare it with Transports.
 func (m *MethodFunc0[T, R]) TensorTransport(name string) *MethodFunc0[T, R] {
-	return &MethodFunc0[T, R]{methodBase{name: m.name, transport: name}}
+	mb := m.methodBase
+	mb.transport = name
+	return &MethodFunc0[T, R]{mb}
 }
 
 // On binds the method to an actor.
@@ -96,8 +104,15 @@ type BoundMethod0[T, R any] struct {
 	actor ActorHandle[T]
 }
 
+// Options returns a copy of b whose calls use opts on top of b's options
+// (InGroup("io") is Ray's .options(concurrency_group="io")).
+func (b BoundMethod0[T, R]) Options(opts ...MethodOption) BoundMethod0[T, R] {
+	return BoundMethod0[T, R]{methodBase: b.withOptions(opts), actor: b.actor}
+}
+
 // Remote calls the method and returns a reference to its result at once.
-// Calls from one process run in the order they were made.
+// Calls from one process in one concurrency group start in the order they
+// were made.
 func (b BoundMethod0[T, R]) Remote(ctx context.Context) Ref[R] {
 	return callMethod[R](ctx, b.actor.ref, b.methodBase)
 }
@@ -172,8 +187,9 @@ func (c *ActorClass1[T, A1]) New(ctx context.Context, a1 Arg[A1]) (ActorHandle[T
 // MethodFunc1 is a registered actor method taking 1 argument(s).
 type MethodFunc1[T, R, A1 any] struct{ methodBase }
 
-// Method1 registers a method expression such as (*Counter).Inc.
-func Method1[T, R, A1 any](m func(*T, context.Context, A1) (R, error)) *MethodFunc1[T, R, A1] {
+// Method1 registers a method expression such as (*Counter).Inc. Its
+// options (InGroup) apply to every call of the method.
+func Method1[T, R, A1 any](m func(*T, context.Context, A1) (R, error), opts ...MethodOption) *MethodFunc1[T, R, A1] {
 	name := registerMethod[T](m, 1, func(ctx context.Context, self *T, name string, args []core.ArgValue) (any, error) {
 		var a1 A1
 		if err := args[1-1].Decode(name, &a1); err != nil {
@@ -181,14 +197,21 @@ func Method1[T, R, A1 any](m func(*T, context.Context, A1) (R, error)) *MethodFu
 		}
 		return m(self, ctx, a1)
 	})
-	return &MethodFunc1[T, R, A1]{methodBase{name: name}}
+	return &MethodFunc1[T, R, A1]{methodBase{name: name}.withOptions(opts)}
+}
+
+// Options returns a copy of m whose calls use opts on top of m's options.
+func (m *MethodFunc1[T, R, A1]) Options(opts ...MethodOption) *MethodFunc1[T, R, A1] {
+	return &MethodFunc1[T, R, A1]{m.withOptions(opts)}
 }
 
 // TensorTransport returns a copy of m whose returned tensors (R must be
 // transport.Tensor or []transport.Tensor) travel by the named transport
 // instead of the object store. The actor must declare it with Transports.
 func (m *MethodFunc1[T, R, A1]) TensorTransport(name string) *MethodFunc1[T, R, A1] {
-	return &MethodFunc1[T, R, A1]{methodBase{name: m.name, transport: name}}
+	mb := m.methodBase
+	mb.transport = name
+	return &MethodFunc1[T, R, A1]{mb}
 }
 
 // On binds the method to an actor.
@@ -202,8 +225,15 @@ type BoundMethod1[T, R, A1 any] struct {
 	actor ActorHandle[T]
 }
 
+// Options returns a copy of b whose calls use opts on top of b's options
+// (InGroup("io") is Ray's .options(concurrency_group="io")).
+func (b BoundMethod1[T, R, A1]) Options(opts ...MethodOption) BoundMethod1[T, R, A1] {
+	return BoundMethod1[T, R, A1]{methodBase: b.withOptions(opts), actor: b.actor}
+}
+
 // Remote calls the method and returns a reference to its result at once.
-// Calls from one process run in the order they were made.
+// Calls from one process in one concurrency group start in the order they
+// were made.
 func (b BoundMethod1[T, R, A1]) Remote(ctx context.Context, a1 Arg[A1]) Ref[R] {
 	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput())
 }
@@ -286,8 +316,9 @@ func (c *ActorClass2[T, A1, A2]) New(ctx context.Context, a1 Arg[A1], a2 Arg[A2]
 // MethodFunc2 is a registered actor method taking 2 argument(s).
 type MethodFunc2[T, R, A1, A2 any] struct{ methodBase }
 
-// Method2 registers a method expression such as (*Counter).Inc.
-func Method2[T, R, A1, A2 any](m func(*T, context.Context, A1, A2) (R, error)) *MethodFunc2[T, R, A1, A2] {
+// Method2 registers a method expression such as (*Counter).Inc. Its
+// options (InGroup) apply to every call of the method.
+func Method2[T, R, A1, A2 any](m func(*T, context.Context, A1, A2) (R, error), opts ...MethodOption) *MethodFunc2[T, R, A1, A2] {
 	name := registerMethod[T](m, 2, func(ctx context.Context, self *T, name string, args []core.ArgValue) (any, error) {
 		var a1 A1
 		if err := args[1-1].Decode(name, &a1); err != nil {
@@ -299,14 +330,21 @@ func Method2[T, R, A1, A2 any](m func(*T, context.Context, A1, A2) (R, error)) *
 		}
 		return m(self, ctx, a1, a2)
 	})
-	return &MethodFunc2[T, R, A1, A2]{methodBase{name: name}}
+	return &MethodFunc2[T, R, A1, A2]{methodBase{name: name}.withOptions(opts)}
+}
+
+// Options returns a copy of m whose calls use opts on top of m's options.
+func (m *MethodFunc2[T, R, A1, A2]) Options(opts ...MethodOption) *MethodFunc2[T, R, A1, A2] {
+	return &MethodFunc2[T, R, A1, A2]{m.withOptions(opts)}
 }
 
 // TensorTransport returns a copy of m whose returned tensors (R must be
 // transport.Tensor or []transport.Tensor) travel by the named transport
 // instead of the object store. The actor must declare it with Transports.
 func (m *MethodFunc2[T, R, A1, A2]) TensorTransport(name string) *MethodFunc2[T, R, A1, A2] {
-	return &MethodFunc2[T, R, A1, A2]{methodBase{name: m.name, transport: name}}
+	mb := m.methodBase
+	mb.transport = name
+	return &MethodFunc2[T, R, A1, A2]{mb}
 }
 
 // On binds the method to an actor.
@@ -320,8 +358,15 @@ type BoundMethod2[T, R, A1, A2 any] struct {
 	actor ActorHandle[T]
 }
 
+// Options returns a copy of b whose calls use opts on top of b's options
+// (InGroup("io") is Ray's .options(concurrency_group="io")).
+func (b BoundMethod2[T, R, A1, A2]) Options(opts ...MethodOption) BoundMethod2[T, R, A1, A2] {
+	return BoundMethod2[T, R, A1, A2]{methodBase: b.withOptions(opts), actor: b.actor}
+}
+
 // Remote calls the method and returns a reference to its result at once.
-// Calls from one process run in the order they were made.
+// Calls from one process in one concurrency group start in the order they
+// were made.
 func (b BoundMethod2[T, R, A1, A2]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2]) Ref[R] {
 	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput(), a2.argInput())
 }
@@ -412,8 +457,9 @@ func (c *ActorClass3[T, A1, A2, A3]) New(ctx context.Context, a1 Arg[A1], a2 Arg
 // MethodFunc3 is a registered actor method taking 3 argument(s).
 type MethodFunc3[T, R, A1, A2, A3 any] struct{ methodBase }
 
-// Method3 registers a method expression such as (*Counter).Inc.
-func Method3[T, R, A1, A2, A3 any](m func(*T, context.Context, A1, A2, A3) (R, error)) *MethodFunc3[T, R, A1, A2, A3] {
+// Method3 registers a method expression such as (*Counter).Inc. Its
+// options (InGroup) apply to every call of the method.
+func Method3[T, R, A1, A2, A3 any](m func(*T, context.Context, A1, A2, A3) (R, error), opts ...MethodOption) *MethodFunc3[T, R, A1, A2, A3] {
 	name := registerMethod[T](m, 3, func(ctx context.Context, self *T, name string, args []core.ArgValue) (any, error) {
 		var a1 A1
 		if err := args[1-1].Decode(name, &a1); err != nil {
@@ -429,14 +475,21 @@ func Method3[T, R, A1, A2, A3 any](m func(*T, context.Context, A1, A2, A3) (R, e
 		}
 		return m(self, ctx, a1, a2, a3)
 	})
-	return &MethodFunc3[T, R, A1, A2, A3]{methodBase{name: name}}
+	return &MethodFunc3[T, R, A1, A2, A3]{methodBase{name: name}.withOptions(opts)}
+}
+
+// Options returns a copy of m whose calls use opts on top of m's options.
+func (m *MethodFunc3[T, R, A1, A2, A3]) Options(opts ...MethodOption) *MethodFunc3[T, R, A1, A2, A3] {
+	return &MethodFunc3[T, R, A1, A2, A3]{m.withOptions(opts)}
 }
 
 // TensorTransport returns a copy of m whose returned tensors (R must be
 // transport.Tensor or []transport.Tensor) travel by the named transport
 // instead of the object store. The actor must declare it with Transports.
 func (m *MethodFunc3[T, R, A1, A2, A3]) TensorTransport(name string) *MethodFunc3[T, R, A1, A2, A3] {
-	return &MethodFunc3[T, R, A1, A2, A3]{methodBase{name: m.name, transport: name}}
+	mb := m.methodBase
+	mb.transport = name
+	return &MethodFunc3[T, R, A1, A2, A3]{mb}
 }
 
 // On binds the method to an actor.
@@ -450,8 +503,15 @@ type BoundMethod3[T, R, A1, A2, A3 any] struct {
 	actor ActorHandle[T]
 }
 
+// Options returns a copy of b whose calls use opts on top of b's options
+// (InGroup("io") is Ray's .options(concurrency_group="io")).
+func (b BoundMethod3[T, R, A1, A2, A3]) Options(opts ...MethodOption) BoundMethod3[T, R, A1, A2, A3] {
+	return BoundMethod3[T, R, A1, A2, A3]{methodBase: b.withOptions(opts), actor: b.actor}
+}
+
 // Remote calls the method and returns a reference to its result at once.
-// Calls from one process run in the order they were made.
+// Calls from one process in one concurrency group start in the order they
+// were made.
 func (b BoundMethod3[T, R, A1, A2, A3]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3]) Ref[R] {
 	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput(), a2.argInput(), a3.argInput())
 }
@@ -550,8 +610,9 @@ func (c *ActorClass4[T, A1, A2, A3, A4]) New(ctx context.Context, a1 Arg[A1], a2
 // MethodFunc4 is a registered actor method taking 4 argument(s).
 type MethodFunc4[T, R, A1, A2, A3, A4 any] struct{ methodBase }
 
-// Method4 registers a method expression such as (*Counter).Inc.
-func Method4[T, R, A1, A2, A3, A4 any](m func(*T, context.Context, A1, A2, A3, A4) (R, error)) *MethodFunc4[T, R, A1, A2, A3, A4] {
+// Method4 registers a method expression such as (*Counter).Inc. Its
+// options (InGroup) apply to every call of the method.
+func Method4[T, R, A1, A2, A3, A4 any](m func(*T, context.Context, A1, A2, A3, A4) (R, error), opts ...MethodOption) *MethodFunc4[T, R, A1, A2, A3, A4] {
 	name := registerMethod[T](m, 4, func(ctx context.Context, self *T, name string, args []core.ArgValue) (any, error) {
 		var a1 A1
 		if err := args[1-1].Decode(name, &a1); err != nil {
@@ -571,14 +632,21 @@ func Method4[T, R, A1, A2, A3, A4 any](m func(*T, context.Context, A1, A2, A3, A
 		}
 		return m(self, ctx, a1, a2, a3, a4)
 	})
-	return &MethodFunc4[T, R, A1, A2, A3, A4]{methodBase{name: name}}
+	return &MethodFunc4[T, R, A1, A2, A3, A4]{methodBase{name: name}.withOptions(opts)}
+}
+
+// Options returns a copy of m whose calls use opts on top of m's options.
+func (m *MethodFunc4[T, R, A1, A2, A3, A4]) Options(opts ...MethodOption) *MethodFunc4[T, R, A1, A2, A3, A4] {
+	return &MethodFunc4[T, R, A1, A2, A3, A4]{m.withOptions(opts)}
 }
 
 // TensorTransport returns a copy of m whose returned tensors (R must be
 // transport.Tensor or []transport.Tensor) travel by the named transport
 // instead of the object store. The actor must declare it with Transports.
 func (m *MethodFunc4[T, R, A1, A2, A3, A4]) TensorTransport(name string) *MethodFunc4[T, R, A1, A2, A3, A4] {
-	return &MethodFunc4[T, R, A1, A2, A3, A4]{methodBase{name: m.name, transport: name}}
+	mb := m.methodBase
+	mb.transport = name
+	return &MethodFunc4[T, R, A1, A2, A3, A4]{mb}
 }
 
 // On binds the method to an actor.
@@ -592,8 +660,15 @@ type BoundMethod4[T, R, A1, A2, A3, A4 any] struct {
 	actor ActorHandle[T]
 }
 
+// Options returns a copy of b whose calls use opts on top of b's options
+// (InGroup("io") is Ray's .options(concurrency_group="io")).
+func (b BoundMethod4[T, R, A1, A2, A3, A4]) Options(opts ...MethodOption) BoundMethod4[T, R, A1, A2, A3, A4] {
+	return BoundMethod4[T, R, A1, A2, A3, A4]{methodBase: b.withOptions(opts), actor: b.actor}
+}
+
 // Remote calls the method and returns a reference to its result at once.
-// Calls from one process run in the order they were made.
+// Calls from one process in one concurrency group start in the order they
+// were made.
 func (b BoundMethod4[T, R, A1, A2, A3, A4]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4]) Ref[R] {
 	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput())
 }
@@ -700,8 +775,9 @@ func (c *ActorClass5[T, A1, A2, A3, A4, A5]) New(ctx context.Context, a1 Arg[A1]
 // MethodFunc5 is a registered actor method taking 5 argument(s).
 type MethodFunc5[T, R, A1, A2, A3, A4, A5 any] struct{ methodBase }
 
-// Method5 registers a method expression such as (*Counter).Inc.
-func Method5[T, R, A1, A2, A3, A4, A5 any](m func(*T, context.Context, A1, A2, A3, A4, A5) (R, error)) *MethodFunc5[T, R, A1, A2, A3, A4, A5] {
+// Method5 registers a method expression such as (*Counter).Inc. Its
+// options (InGroup) apply to every call of the method.
+func Method5[T, R, A1, A2, A3, A4, A5 any](m func(*T, context.Context, A1, A2, A3, A4, A5) (R, error), opts ...MethodOption) *MethodFunc5[T, R, A1, A2, A3, A4, A5] {
 	name := registerMethod[T](m, 5, func(ctx context.Context, self *T, name string, args []core.ArgValue) (any, error) {
 		var a1 A1
 		if err := args[1-1].Decode(name, &a1); err != nil {
@@ -725,14 +801,21 @@ func Method5[T, R, A1, A2, A3, A4, A5 any](m func(*T, context.Context, A1, A2, A
 		}
 		return m(self, ctx, a1, a2, a3, a4, a5)
 	})
-	return &MethodFunc5[T, R, A1, A2, A3, A4, A5]{methodBase{name: name}}
+	return &MethodFunc5[T, R, A1, A2, A3, A4, A5]{methodBase{name: name}.withOptions(opts)}
+}
+
+// Options returns a copy of m whose calls use opts on top of m's options.
+func (m *MethodFunc5[T, R, A1, A2, A3, A4, A5]) Options(opts ...MethodOption) *MethodFunc5[T, R, A1, A2, A3, A4, A5] {
+	return &MethodFunc5[T, R, A1, A2, A3, A4, A5]{m.withOptions(opts)}
 }
 
 // TensorTransport returns a copy of m whose returned tensors (R must be
 // transport.Tensor or []transport.Tensor) travel by the named transport
 // instead of the object store. The actor must declare it with Transports.
 func (m *MethodFunc5[T, R, A1, A2, A3, A4, A5]) TensorTransport(name string) *MethodFunc5[T, R, A1, A2, A3, A4, A5] {
-	return &MethodFunc5[T, R, A1, A2, A3, A4, A5]{methodBase{name: m.name, transport: name}}
+	mb := m.methodBase
+	mb.transport = name
+	return &MethodFunc5[T, R, A1, A2, A3, A4, A5]{mb}
 }
 
 // On binds the method to an actor.
@@ -746,8 +829,15 @@ type BoundMethod5[T, R, A1, A2, A3, A4, A5 any] struct {
 	actor ActorHandle[T]
 }
 
+// Options returns a copy of b whose calls use opts on top of b's options
+// (InGroup("io") is Ray's .options(concurrency_group="io")).
+func (b BoundMethod5[T, R, A1, A2, A3, A4, A5]) Options(opts ...MethodOption) BoundMethod5[T, R, A1, A2, A3, A4, A5] {
+	return BoundMethod5[T, R, A1, A2, A3, A4, A5]{methodBase: b.withOptions(opts), actor: b.actor}
+}
+
 // Remote calls the method and returns a reference to its result at once.
-// Calls from one process run in the order they were made.
+// Calls from one process in one concurrency group start in the order they
+// were made.
 func (b BoundMethod5[T, R, A1, A2, A3, A4, A5]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4], a5 Arg[A5]) Ref[R] {
 	return callMethod[R](ctx, b.actor.ref, b.methodBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput(), a5.argInput())
 }

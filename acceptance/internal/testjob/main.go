@@ -19,7 +19,8 @@
 //	testjob metrics NODE DIR N SIZE  N tasks here and N on NODE, then a put
 //	                         of SIZE bytes held until DIR/release (metrics.go)
 //
-// and the multi-node jobs of cluster.go and restart.go, and the
+// and the multi-node jobs of cluster.go and restart.go, the memory
+// monitor's of memory.go, the actor task retries' of taskretry.go, and the
 // autoscaler's of autoscale.go. $TESTJOB_TIMEOUT bounds the job (default
 // 55s).
 //
@@ -248,6 +249,12 @@ func main() {
 		runErr = runJobExit(arg(rt, args, 0))
 	case "job-hold":
 		runErr = runJobHold(ctx, arg(rt, args, 0))
+	case "oom":
+		runErr = runOOM(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "oom-neighbour":
+		runErr = runOOMNeighbour(ctx, arg(rt, args, 0))
+	case "taskretry":
+		runErr = runTaskRetry(ctx, arg(rt, args, 0))
 	default:
 		runErr = fmt.Errorf("unknown mode %q", mode)
 	}

@@ -693,9 +693,16 @@ type TaskSpec struct {
 	Transports []string `protobuf:"bytes,17,rep,name=transports,proto3" json:"transports,omitempty"`
 	// Set when the task or actor runs in a placement group's bundle; its
 	// resources are then the bundle's (see PlacementOptions).
-	Placement     *PlacementOptions `protobuf:"bytes,18,opt,name=placement,proto3" json:"placement,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Placement *PlacementOptions `protobuf:"bytes,18,opt,name=placement,proto3" json:"placement,omitempty"`
+	// Actor creation: the actor's named concurrency groups and their limits
+	// (calls of one group never wait for another's; see
+	// docs/concurrency-groups.md). The default group's limit is
+	// max_concurrency.
+	ConcurrencyGroups map[string]int32 `protobuf:"bytes,30,rep,name=concurrency_groups,json=concurrencyGroups,proto3" json:"concurrency_groups,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Actor method: the concurrency group the call runs in ("" the default).
+	ConcurrencyGroup string `protobuf:"bytes,31,opt,name=concurrency_group,json=concurrencyGroup,proto3" json:"concurrency_group,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -852,6 +859,20 @@ func (x *TaskSpec) GetPlacement() *PlacementOptions {
 		return x.Placement
 	}
 	return nil
+}
+
+func (x *TaskSpec) GetConcurrencyGroups() map[string]int32 {
+	if x != nil {
+		return x.ConcurrencyGroups
+	}
+	return nil
+}
+
+func (x *TaskSpec) GetConcurrencyGroup() string {
+	if x != nil {
+		return x.ConcurrencyGroup
+	}
+	return ""
 }
 
 // PlacementOptions places a task or actor in a placement group. The
@@ -2866,8 +2887,14 @@ type LeaseRequest struct {
 	// are the group's): a raylet told the group was removed fails it with
 	// placement_group_removed instead of queueing it.
 	PlacementGroupId []byte `protobuf:"bytes,9,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Set for the lease of a detached actor (ActorInfo.detached): its job's
+	// end does not end the worker, and it has no holder whose death would.
+	Detached bool `protobuf:"varint,10,opt,name=detached,proto3" json:"detached,omitempty"`
+	// The work is retriable (a task with retries left, an actor that may
+	// restart): the memory monitor kills retriable work first.
+	Retriable     bool `protobuf:"varint,20,opt,name=retriable,proto3" json:"retriable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
@@ -2961,6 +2988,20 @@ func (x *LeaseRequest) GetPlacementGroupId() []byte {
 		return x.PlacementGroupId
 	}
 	return nil
+}
+
+func (x *LeaseRequest) GetDetached() bool {
+	if x != nil {
+		return x.Detached
+	}
+	return false
+}
+
+func (x *LeaseRequest) GetRetriable() bool {
+	if x != nil {
+		return x.Retriable
+	}
+	return false
 }
 
 // SchedulingStrategy says which nodes a task or actor may run on.
@@ -3469,7 +3510,10 @@ func (x *ReturnLeaseRequest) GetDisconnectWorker() bool {
 }
 
 type ReturnLeaseReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set when the node's memory monitor killed the lease's worker, so the
+	// owner can say why its tasks failed.
+	MemoryKill    *MemoryKill `protobuf:"bytes,1,opt,name=memory_kill,json=memoryKill,proto3" json:"memory_kill,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3502,6 +3546,13 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
 	return file_goray_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ReturnLeaseReply) GetMemoryKill() *MemoryKill {
+	if x != nil {
+		return x.MemoryKill
+	}
+	return nil
 }
 
 type CreateObjectRequest struct {
@@ -5215,9 +5266,24 @@ type ActorInfo struct {
 	// What ended a DEAD actor, when it was not its own failure:
 	// "placement_group_removed" (its group was removed). Callers get a typed
 	// error from it.
-	DeathCause    string `protobuf:"bytes,17,opt,name=death_cause,json=deathCause,proto3" json:"death_cause,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DeathCause string `protobuf:"bytes,17,opt,name=death_cause,json=deathCause,proto3" json:"death_cause,omitempty"`
+	// The namespace its name lives in (names are unique per namespace): its
+	// job's unless created elsewhere. Empty for records of older GCSes.
+	Namespace string `protobuf:"bytes,18,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// A detached actor (Ray's lifetime="detached") outlives its job and its
+	// creator: its owner is the GCS (owner is unset), and it ends only when
+	// killed, or when its worker or node fails with no restart left. It is
+	// always named.
+	Detached bool `protobuf:"varint,19,opt,name=detached,proto3" json:"detached,omitempty"`
+	// The actor's named concurrency groups and their limits (as in its
+	// creation's TaskSpec), so that callers check a call's group.
+	ConcurrencyGroups map[string]int32 `protobuf:"bytes,30,rep,name=concurrency_groups,json=concurrencyGroups,proto3" json:"concurrency_groups,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// How often a call is retried when the actor's worker dies and it
+	// restarts (Ray's max_task_retries; -1 without limit), so that handles
+	// found by name retry as the creator's do.
+	MaxTaskRetries int32 `protobuf:"varint,31,opt,name=max_task_retries,json=maxTaskRetries,proto3" json:"max_task_retries,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ActorInfo) Reset() {
@@ -5367,6 +5433,34 @@ func (x *ActorInfo) GetDeathCause() string {
 		return x.DeathCause
 	}
 	return ""
+}
+
+func (x *ActorInfo) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ActorInfo) GetDetached() bool {
+	if x != nil {
+		return x.Detached
+	}
+	return false
+}
+
+func (x *ActorInfo) GetConcurrencyGroups() map[string]int32 {
+	if x != nil {
+		return x.ConcurrencyGroups
+	}
+	return nil
+}
+
+func (x *ActorInfo) GetMaxTaskRetries() int32 {
+	if x != nil {
+		return x.MaxTaskRetries
+	}
+	return 0
 }
 
 type DrainNodeRequest struct {
@@ -5849,7 +5943,9 @@ type HeartbeatRequest struct {
 	Pending       []*PendingDemand       `protobuf:"bytes,5,rep,name=pending,proto3" json:"pending,omitempty"`
 	Spill         *SpillStats            `protobuf:"bytes,6,opt,name=spill,proto3" json:"spill,omitempty"`
 	// The node drains (DrainRaylet): it takes no new work.
-	Draining      bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
+	// The node's memory monitor: its threshold, kills and last reading.
+	Memory        *MemoryMonitorStats `protobuf:"bytes,20,opt,name=memory,proto3" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5931,6 +6027,13 @@ func (x *HeartbeatRequest) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *HeartbeatRequest) GetMemory() *MemoryMonitorStats {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
 }
 
 // SpillStats describes a node's spilling of objects to storage.
@@ -6236,7 +6339,9 @@ type NodeView struct {
 	Spill           *SpillStats            `protobuf:"bytes,7,opt,name=spill,proto3" json:"spill,omitempty"`
 	// The node drains before it is terminated (DrainNode): schedulers send
 	// it no new work.
-	Draining      bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	Draining bool `protobuf:"varint,8,opt,name=draining,proto3" json:"draining,omitempty"`
+	// The node's memory monitor, from its last heartbeat.
+	Memory        *MemoryMonitorStats `protobuf:"bytes,20,opt,name=memory,proto3" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6325,6 +6430,13 @@ func (x *NodeView) GetDraining() bool {
 		return x.Draining
 	}
 	return false
+}
+
+func (x *NodeView) GetMemory() *MemoryMonitorStats {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
 }
 
 type GetAllNodesReply struct {
@@ -6623,8 +6735,12 @@ func (x *GetAllJobsReply) GetJobs() []*JobInfo {
 }
 
 type RegisterActorRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Actor         *ActorInfo             `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Actor *ActorInfo             `protobuf:"bytes,1,opt,name=actor,proto3" json:"actor,omitempty"`
+	// get_if_exists: when a live actor of the same class holds the name in
+	// the namespace, register nothing and reply with it (atomically: two
+	// concurrent creators get the same actor).
+	GetIfExists   bool `protobuf:"varint,2,opt,name=get_if_exists,json=getIfExists,proto3" json:"get_if_exists,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6666,8 +6782,18 @@ func (x *RegisterActorRequest) GetActor() *ActorInfo {
 	return nil
 }
 
+func (x *RegisterActorRequest) GetGetIfExists() bool {
+	if x != nil {
+		return x.GetIfExists
+	}
+	return false
+}
+
 type RegisterActorReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The live actor holding the name, when get_if_exists found one (the
+	// request's actor was not registered); unset when it was.
+	Existing      *ActorInfo `protobuf:"bytes,1,opt,name=existing,proto3" json:"existing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6700,6 +6826,13 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
 	return file_goray_proto_rawDescGZIP(), []int{98}
+}
+
+func (x *RegisterActorReply) GetExisting() *ActorInfo {
+	if x != nil {
+		return x.Existing
+	}
+	return nil
 }
 
 type UpdateActorRequest struct {
@@ -6785,7 +6918,7 @@ func (*UpdateActorReply) Descriptor() ([]byte, []int) {
 type GetActorRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	ActorId []byte                 `protobuf:"bytes,1,opt,name=actor_id,json=actorId,proto3" json:"actor_id,omitempty"`
-	// name finds the live (not DEAD) actor of that name.
+	// name finds the live (not DEAD) actor of that name in namespace.
 	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	// wait_alive blocks while the actor is PENDING or RESTARTING.
 	WaitAlive bool `protobuf:"varint,3,opt,name=wait_alive,json=waitAlive,proto3" json:"wait_alive,omitempty"`
@@ -6794,8 +6927,10 @@ type GetActorRequest struct {
 	// alive elsewhere, dead) without polling, and an actor's worker learns
 	// that it was superseded. With wait_alive both waits apply.
 	WaitNotAliveOn []byte `protobuf:"bytes,4,opt,name=wait_not_alive_on,json=waitNotAliveOn,proto3" json:"wait_not_alive_on,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The namespace name is looked up in.
+	Namespace     string `protobuf:"bytes,5,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetActorRequest) Reset() {
@@ -6854,6 +6989,13 @@ func (x *GetActorRequest) GetWaitNotAliveOn() []byte {
 		return x.WaitNotAliveOn
 	}
 	return nil
+}
+
+func (x *GetActorRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
 }
 
 type GetActorReply struct {
@@ -8073,7 +8215,7 @@ var File_goray_proto protoreflect.FileDescriptor
 
 const file_goray_proto_rawDesc = "" +
 	"\n" +
-	"\vgoray.proto\x12\bgoray.v1\"w\n" +
+	"\vgoray.proto\x12\bgoray.v1\x1a\fmemory.proto\"w\n" +
 	"\aAddress\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x1b\n" +
 	"\tworker_id\x18\x02 \x01(\fR\bworkerId\x12\x1b\n" +
@@ -8093,7 +8235,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x03ref\x18\x03 \x01(\v2\x13.goray.v1.ObjectRefR\x03ref\x12\x15\n" +
 	"\x06by_ref\x18\x04 \x01(\bR\x05byRef\x12\x17\n" +
 	"\anode_id\x18\x05 \x01(\fR\x06nodeId\x12+\n" +
-	"\x06nested\x18\x06 \x03(\v2\x13.goray.v1.ObjectRefR\x06nested\"\xe5\x04\n" +
+	"\x06nested\x18\x06 \x03(\v2\x13.goray.v1.ObjectRefR\x06nested\"\xb2\x06\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\fR\x06taskId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12&\n" +
@@ -8116,7 +8258,12 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"transports\x18\x11 \x03(\tR\n" +
 	"transports\x128\n" +
-	"\tplacement\x18\x12 \x01(\v2\x1a.goray.v1.PlacementOptionsR\tplacement\"\x93\x01\n" +
+	"\tplacement\x18\x12 \x01(\v2\x1a.goray.v1.PlacementOptionsR\tplacement\x12X\n" +
+	"\x12concurrency_groups\x18\x1e \x03(\v2).goray.v1.TaskSpec.ConcurrencyGroupsEntryR\x11concurrencyGroups\x12+\n" +
+	"\x11concurrency_group\x18\x1f \x01(\tR\x10concurrencyGroup\x1aD\n" +
+	"\x16ConcurrencyGroupsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x93\x01\n" +
 	"\x10PlacementOptions\x12,\n" +
 	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12!\n" +
 	"\fbundle_index\x18\x02 \x01(\x05R\vbundleIndex\x12.\n" +
@@ -8255,7 +8402,7 @@ const file_goray_proto_rawDesc = "" +
 	"\tStoreInfo\x12\x1b\n" +
 	"\tfd_socket\x18\x01 \x01(\tR\bfdSocket\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12!\n" +
-	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xdc\x02\n" +
+	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\x96\x03\n" +
 	"\fLeaseRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x19\n" +
@@ -8266,7 +8413,10 @@ const file_goray_proto_rawDesc = "" +
 	"request_id\x18\x06 \x01(\fR\trequestId\x128\n" +
 	"\bstrategy\x18\a \x01(\v2\x1c.goray.v1.SchedulingStrategyR\bstrategy\x12'\n" +
 	"\x0fspillback_count\x18\b \x01(\x05R\x0espillbackCount\x12,\n" +
-	"\x12placement_group_id\x18\t \x01(\fR\x10placementGroupId\"\xac\x01\n" +
+	"\x12placement_group_id\x18\t \x01(\fR\x10placementGroupId\x12\x1a\n" +
+	"\bdetached\x18\n" +
+	" \x01(\bR\bdetached\x12\x1c\n" +
+	"\tretriable\x18\x14 \x01(\bR\tretriable\"\xac\x01\n" +
 	"\x12SchedulingStrategy\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.goray.v1.SchedulingStrategy.KindR\x04kind\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12\x12\n" +
@@ -8306,8 +8456,10 @@ const file_goray_proto_rawDesc = "" +
 	"\x17placement_group_removed\x18\b \x01(\bR\x15placementGroupRemoved\"\\\n" +
 	"\x12ReturnLeaseRequest\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12+\n" +
-	"\x11disconnect_worker\x18\x02 \x01(\bR\x10disconnectWorker\"\x12\n" +
-	"\x10ReturnLeaseReply\"\xb3\x01\n" +
+	"\x11disconnect_worker\x18\x02 \x01(\bR\x10disconnectWorker\"I\n" +
+	"\x10ReturnLeaseReply\x125\n" +
+	"\vmemory_kill\x18\x01 \x01(\v2\x14.goray.v1.MemoryKillR\n" +
+	"memoryKill\"\xb3\x01\n" +
 	"\x13CreateObjectRequest\x12\x1b\n" +
 	"\tobject_id\x18\x01 \x01(\fR\bobjectId\x12\x1b\n" +
 	"\tdata_size\x18\x02 \x01(\x03R\bdataSize\x12\x1a\n" +
@@ -8447,7 +8599,7 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"driver_pid\x18\t \x01(\x05R\tdriverPid\x12$\n" +
 	"\x0edriver_node_id\x18\n" +
-	" \x01(\fR\fdriverNodeId\"\xdc\x04\n" +
+	" \x01(\fR\fdriverNodeId\"\xe1\x06\n" +
 	"\tActorInfo\x12\x19\n" +
 	"\bactor_id\x18\x01 \x01(\fR\aactorId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12\x12\n" +
@@ -8468,7 +8620,14 @@ const file_goray_proto_rawDesc = "" +
 	"\fnum_restarts\x18\x0f \x01(\x05R\vnumRestarts\x12,\n" +
 	"\x12placement_group_id\x18\x10 \x01(\fR\x10placementGroupId\x12\x1f\n" +
 	"\vdeath_cause\x18\x11 \x01(\tR\n" +
-	"deathCause\"[\n" +
+	"deathCause\x12\x1c\n" +
+	"\tnamespace\x18\x12 \x01(\tR\tnamespace\x12\x1a\n" +
+	"\bdetached\x18\x13 \x01(\bR\bdetached\x12Y\n" +
+	"\x12concurrency_groups\x18\x1e \x03(\v2*.goray.v1.ActorInfo.ConcurrencyGroupsEntryR\x11concurrencyGroups\x12(\n" +
+	"\x10max_task_retries\x18\x1f \x01(\x05R\x0emaxTaskRetries\x1aD\n" +
+	"\x16ConcurrencyGroupsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"[\n" +
 	"\x10DrainNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
@@ -8500,7 +8659,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x15UnregisterNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x15\n" +
-	"\x13UnregisterNodeReply\"\x9f\x02\n" +
+	"\x13UnregisterNodeReply\"\xd5\x02\n" +
 	"\x10HeartbeatRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\fR\x06nodeId\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
@@ -8509,7 +8668,8 @@ const file_goray_proto_rawDesc = "" +
 	"\x0estore_capacity\x18\x04 \x01(\x03R\rstoreCapacity\x121\n" +
 	"\apending\x18\x05 \x03(\v2\x17.goray.v1.PendingDemandR\apending\x12*\n" +
 	"\x05spill\x18\x06 \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdraining\"\x90\x03\n" +
+	"\bdraining\x18\a \x01(\bR\bdraining\x124\n" +
+	"\x06memory\x18\x14 \x01(\v2\x1c.goray.v1.MemoryMonitorStatsR\x06memory\"\x90\x03\n" +
 	"\n" +
 	"SpillStats\x12\x1a\n" +
 	"\blocation\x18\x01 \x01(\tR\blocation\x12#\n" +
@@ -8532,7 +8692,7 @@ const file_goray_proto_rawDesc = "" +
 	"\tin_memory\x18\x05 \x01(\bR\binMemory\"$\n" +
 	"\x0eHeartbeatReply\x12\x12\n" +
 	"\x04dead\x18\x01 \x01(\bR\x04dead\"\x14\n" +
-	"\x12GetAllNodesRequest\"\xd2\x02\n" +
+	"\x12GetAllNodesRequest\"\x88\x03\n" +
 	"\bNodeView\x12&\n" +
 	"\x04info\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04info\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
@@ -8542,7 +8702,8 @@ const file_goray_proto_rawDesc = "" +
 	"\apending\x18\x05 \x03(\v2\x17.goray.v1.PendingDemandR\apending\x12*\n" +
 	"\x11last_heartbeat_ms\x18\x06 \x01(\x03R\x0flastHeartbeatMs\x12*\n" +
 	"\x05spill\x18\a \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\x12\x1a\n" +
-	"\bdraining\x18\b \x01(\bR\bdraining\"<\n" +
+	"\bdraining\x18\b \x01(\bR\bdraining\x124\n" +
+	"\x06memory\x18\x14 \x01(\v2\x1c.goray.v1.MemoryMonitorStatsR\x06memory\"<\n" +
 	"\x10GetAllNodesReply\x12(\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x12.goray.v1.NodeViewR\x05nodes\"4\n" +
 	"\rAddJobRequest\x12#\n" +
@@ -8555,19 +8716,22 @@ const file_goray_proto_rawDesc = "" +
 	"\vinclude_env\x18\x01 \x01(\bR\n" +
 	"includeEnv\"8\n" +
 	"\x0fGetAllJobsReply\x12%\n" +
-	"\x04jobs\x18\x01 \x03(\v2\x11.goray.v1.JobInfoR\x04jobs\"A\n" +
+	"\x04jobs\x18\x01 \x03(\v2\x11.goray.v1.JobInfoR\x04jobs\"e\n" +
 	"\x14RegisterActorRequest\x12)\n" +
-	"\x05actor\x18\x01 \x01(\v2\x13.goray.v1.ActorInfoR\x05actor\"\x14\n" +
-	"\x12RegisterActorReply\"?\n" +
+	"\x05actor\x18\x01 \x01(\v2\x13.goray.v1.ActorInfoR\x05actor\x12\"\n" +
+	"\rget_if_exists\x18\x02 \x01(\bR\vgetIfExists\"E\n" +
+	"\x12RegisterActorReply\x12/\n" +
+	"\bexisting\x18\x01 \x01(\v2\x13.goray.v1.ActorInfoR\bexisting\"?\n" +
 	"\x12UpdateActorRequest\x12)\n" +
 	"\x05actor\x18\x01 \x01(\v2\x13.goray.v1.ActorInfoR\x05actor\"\x12\n" +
-	"\x10UpdateActorReply\"\x8a\x01\n" +
+	"\x10UpdateActorReply\"\xa8\x01\n" +
 	"\x0fGetActorRequest\x12\x19\n" +
 	"\bactor_id\x18\x01 \x01(\fR\aactorId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
 	"wait_alive\x18\x03 \x01(\bR\twaitAlive\x12)\n" +
-	"\x11wait_not_alive_on\x18\x04 \x01(\fR\x0ewaitNotAliveOn\":\n" +
+	"\x11wait_not_alive_on\x18\x04 \x01(\fR\x0ewaitNotAliveOn\x12\x1c\n" +
+	"\tnamespace\x18\x05 \x01(\tR\tnamespace\":\n" +
 	"\rGetActorReply\x12)\n" +
 	"\x05actor\x18\x01 \x01(\v2\x13.goray.v1.ActorInfoR\x05actor\"\x13\n" +
 	"\x11ListActorsRequest\">\n" +
@@ -8740,7 +8904,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 129)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                       // 0: goray.v1.TaskKind
 	(ActorState)(0),                     // 1: goray.v1.ActorState
@@ -8875,7 +9039,11 @@ var file_goray_proto_goTypes = []any{
 	(*ListPlacementGroupsRequest)(nil),  // 130: goray.v1.ListPlacementGroupsRequest
 	(*ListPlacementGroupsReply)(nil),    // 131: goray.v1.ListPlacementGroupsReply
 	nil,                                 // 132: goray.v1.Resources.AmountsEntry
-	nil,                                 // 133: goray.v1.NodeInfo.LabelsEntry
+	nil,                                 // 133: goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	nil,                                 // 134: goray.v1.NodeInfo.LabelsEntry
+	nil,                                 // 135: goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	(*MemoryKill)(nil),                  // 136: goray.v1.MemoryKill
+	(*MemoryMonitorStats)(nil),          // 137: goray.v1.MemoryMonitorStats
 }
 var file_goray_proto_depIdxs = []int32{
 	132, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
@@ -8887,182 +9055,188 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
 	8,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
 	12,  // 8: goray.v1.TaskSpec.placement:type_name -> goray.v1.PlacementOptions
-	9,   // 9: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
-	11,  // 10: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
-	13,  // 11: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
-	4,   // 12: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
-	13,  // 13: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
-	7,   // 14: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
-	7,   // 15: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
-	27,  // 16: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
-	28,  // 17: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	122, // 18: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
-	8,   // 19: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
-	8,   // 20: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
-	37,  // 21: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
-	37,  // 22: goray.v1.ReleaseUnusedBundlesReply.released:type_name -> goray.v1.BundleRef
-	8,   // 23: goray.v1.ReleaseUnusedBundlesReply.available:type_name -> goray.v1.Resources
-	8,   // 24: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
-	7,   // 25: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	81,  // 26: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
-	7,   // 27: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
-	5,   // 28: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	80,  // 29: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	44,  // 30: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
-	8,   // 31: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	46,  // 32: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
-	6,   // 33: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
-	7,   // 34: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	7,   // 35: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	61,  // 36: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
-	7,   // 37: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
-	7,   // 38: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
-	8,   // 39: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	80,  // 40: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
-	8,   // 41: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	74,  // 42: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	75,  // 43: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	61,  // 44: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
-	7,   // 45: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	77,  // 46: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	92,  // 47: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	93,  // 48: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
-	29,  // 49: goray.v1.GetNodeStatsReply.owned:type_name -> goray.v1.ListOwnedReply
-	8,   // 50: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	133, // 51: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
-	1,   // 52: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
-	7,   // 53: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
-	7,   // 54: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
-	8,   // 55: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	80,  // 56: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	8,   // 57: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	75,  // 58: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	92,  // 59: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	80,  // 60: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	8,   // 61: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	75,  // 62: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	92,  // 63: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	96,  // 64: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	81,  // 65: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	81,  // 66: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	82,  // 67: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	82,  // 68: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	82,  // 69: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	82,  // 70: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	8,   // 71: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
-	2,   // 72: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
-	122, // 73: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
-	3,   // 74: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
-	123, // 75: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
-	123, // 76: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
-	123, // 77: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
-	14,  // 78: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	16,  // 79: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	18,  // 80: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	20,  // 81: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	22,  // 82: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
-	24,  // 83: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
-	26,  // 84: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	41,  // 85: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	42,  // 86: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	45,  // 87: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	54,  // 88: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	47,  // 89: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	49,  // 90: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	51,  // 91: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	56,  // 92: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	58,  // 93: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	60,  // 94: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	63,  // 95: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	71,  // 96: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	73,  // 97: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	65,  // 98: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	67,  // 99: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	69,  // 100: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	78,  // 101: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	32,  // 102: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
-	34,  // 103: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
-	39,  // 104: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
-	36,  // 105: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
-	30,  // 106: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
-	87,  // 107: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	89,  // 108: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	91,  // 109: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	95,  // 110: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	98,  // 111: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	100, // 112: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	102, // 113: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	104, // 114: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	106, // 115: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	108, // 116: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	110, // 117: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	112, // 118: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	114, // 119: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	116, // 120: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	118, // 121: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	120, // 122: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	124, // 123: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
-	126, // 124: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
-	128, // 125: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
-	130, // 126: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
-	85,  // 127: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
-	83,  // 128: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
-	15,  // 129: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	17,  // 130: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	19,  // 131: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	21,  // 132: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	23,  // 133: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	25,  // 134: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
-	29,  // 135: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	43,  // 136: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	43,  // 137: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	53,  // 138: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	55,  // 139: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	48,  // 140: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	50,  // 141: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	52,  // 142: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	57,  // 143: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	59,  // 144: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	62,  // 145: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	64,  // 146: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	72,  // 147: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	76,  // 148: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	66,  // 149: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	68,  // 150: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	70,  // 151: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	79,  // 152: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	33,  // 153: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
-	35,  // 154: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
-	40,  // 155: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
-	38,  // 156: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
-	31,  // 157: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
-	88,  // 158: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	90,  // 159: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	94,  // 160: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	97,  // 161: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	99,  // 162: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	101, // 163: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	103, // 164: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	105, // 165: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	107, // 166: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	109, // 167: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	111, // 168: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	113, // 169: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	115, // 170: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	117, // 171: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	119, // 172: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	121, // 173: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	125, // 174: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
-	127, // 175: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
-	129, // 176: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
-	131, // 177: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
-	86,  // 178: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
-	84,  // 179: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
-	129, // [129:180] is the sub-list for method output_type
-	78,  // [78:129] is the sub-list for method input_type
-	78,  // [78:78] is the sub-list for extension type_name
-	78,  // [78:78] is the sub-list for extension extendee
-	0,   // [0:78] is the sub-list for field type_name
+	133, // 9: goray.v1.TaskSpec.concurrency_groups:type_name -> goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	9,   // 10: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
+	11,  // 11: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
+	13,  // 12: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
+	4,   // 13: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
+	13,  // 14: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
+	7,   // 15: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
+	7,   // 16: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
+	27,  // 17: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
+	28,  // 18: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
+	122, // 19: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
+	8,   // 20: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
+	8,   // 21: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
+	37,  // 22: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
+	37,  // 23: goray.v1.ReleaseUnusedBundlesReply.released:type_name -> goray.v1.BundleRef
+	8,   // 24: goray.v1.ReleaseUnusedBundlesReply.available:type_name -> goray.v1.Resources
+	8,   // 25: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
+	7,   // 26: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
+	81,  // 27: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	7,   // 28: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
+	5,   // 29: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
+	80,  // 30: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	44,  // 31: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	8,   // 32: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
+	46,  // 33: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	6,   // 34: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
+	7,   // 35: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
+	136, // 36: goray.v1.ReturnLeaseReply.memory_kill:type_name -> goray.v1.MemoryKill
+	7,   // 37: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
+	61,  // 38: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	7,   // 39: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
+	7,   // 40: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
+	8,   // 41: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
+	80,  // 42: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	8,   // 43: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
+	74,  // 44: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	75,  // 45: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	61,  // 46: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	7,   // 47: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
+	77,  // 48: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	92,  // 49: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	93,  // 50: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	29,  // 51: goray.v1.GetNodeStatsReply.owned:type_name -> goray.v1.ListOwnedReply
+	8,   // 52: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
+	134, // 53: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	1,   // 54: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
+	7,   // 55: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
+	7,   // 56: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
+	8,   // 57: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
+	135, // 58: goray.v1.ActorInfo.concurrency_groups:type_name -> goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	80,  // 59: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	8,   // 60: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	75,  // 61: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	92,  // 62: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	137, // 63: goray.v1.HeartbeatRequest.memory:type_name -> goray.v1.MemoryMonitorStats
+	80,  // 64: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	8,   // 65: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	75,  // 66: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	92,  // 67: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	137, // 68: goray.v1.NodeView.memory:type_name -> goray.v1.MemoryMonitorStats
+	96,  // 69: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	81,  // 70: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	81,  // 71: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	82,  // 72: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	82,  // 73: goray.v1.RegisterActorReply.existing:type_name -> goray.v1.ActorInfo
+	82,  // 74: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	82,  // 75: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	82,  // 76: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	8,   // 77: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
+	2,   // 78: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
+	122, // 79: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
+	3,   // 80: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
+	123, // 81: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
+	123, // 82: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
+	123, // 83: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
+	14,  // 84: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	16,  // 85: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	18,  // 86: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	20,  // 87: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	22,  // 88: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
+	24,  // 89: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
+	26,  // 90: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	41,  // 91: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	42,  // 92: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	45,  // 93: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	54,  // 94: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	47,  // 95: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	49,  // 96: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	51,  // 97: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	56,  // 98: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	58,  // 99: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	60,  // 100: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	63,  // 101: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	71,  // 102: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	73,  // 103: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	65,  // 104: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	67,  // 105: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	69,  // 106: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	78,  // 107: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	32,  // 108: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
+	34,  // 109: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
+	39,  // 110: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
+	36,  // 111: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
+	30,  // 112: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
+	87,  // 113: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	89,  // 114: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	91,  // 115: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	95,  // 116: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	98,  // 117: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	100, // 118: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	102, // 119: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	104, // 120: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	106, // 121: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	108, // 122: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	110, // 123: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	112, // 124: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	114, // 125: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	116, // 126: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	118, // 127: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	120, // 128: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	124, // 129: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
+	126, // 130: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
+	128, // 131: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
+	130, // 132: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
+	85,  // 133: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
+	83,  // 134: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
+	15,  // 135: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	17,  // 136: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	19,  // 137: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	21,  // 138: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	23,  // 139: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	25,  // 140: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	29,  // 141: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	43,  // 142: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	43,  // 143: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	53,  // 144: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	55,  // 145: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	48,  // 146: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	50,  // 147: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	52,  // 148: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	57,  // 149: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	59,  // 150: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	62,  // 151: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	64,  // 152: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	72,  // 153: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	76,  // 154: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	66,  // 155: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	68,  // 156: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	70,  // 157: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	79,  // 158: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	33,  // 159: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
+	35,  // 160: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
+	40,  // 161: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
+	38,  // 162: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
+	31,  // 163: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
+	88,  // 164: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	90,  // 165: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	94,  // 166: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	97,  // 167: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	99,  // 168: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	101, // 169: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	103, // 170: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	105, // 171: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	107, // 172: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	109, // 173: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	111, // 174: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	113, // 175: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	115, // 176: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	117, // 177: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	119, // 178: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	121, // 179: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	125, // 180: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
+	127, // 181: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
+	129, // 182: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
+	131, // 183: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
+	86,  // 184: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
+	84,  // 185: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
+	135, // [135:186] is the sub-list for method output_type
+	84,  // [84:135] is the sub-list for method input_type
+	84,  // [84:84] is the sub-list for extension type_name
+	84,  // [84:84] is the sub-list for extension extendee
+	0,   // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }
@@ -9070,13 +9244,14 @@ func file_goray_proto_init() {
 	if File_goray_proto != nil {
 		return
 	}
+	file_memory_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   127,
+			NumMessages:   129,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

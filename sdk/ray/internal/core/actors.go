@@ -23,6 +23,10 @@ type ActorRef struct {
 	ID    ids.ID `msgpack:"i"`
 	Name  string `msgpack:"n"`
 	Class string `msgpack:"c"`
+	// MaxTaskRetries is how often a call through this handle is retried
+	// when its actor's worker fails while it is under way (-1: no limit;
+	// see taskretry.go).
+	MaxTaskRetries int `msgpack:"r,omitempty"`
 }
 
 type actorManager struct {
@@ -62,6 +66,7 @@ type actorClient struct {
 	seq      uint64
 	leaseID  []byte
 	owner    bool
+	detached bool // created detached: its lease has no holder
 	// createCancel stops a pending creation (Kill before the actor is up).
 	createCancel context.CancelFunc
 	// Restarts (owner only): the creation record, kept to create the actor
@@ -72,6 +77,9 @@ type actorClient struct {
 	holdsArgs   bool
 	// watchCancel stops the watch (see watch) of the instance at addr.
 	watchCancel context.CancelFunc
+	// groups are the actor's declared concurrency groups and their
+	// limits; nil until known (groups.go).
+	groups map[string]int
 }
 
 // readyChan returns the channel closed when the actor is next alive or
@@ -143,6 +151,7 @@ func (c *actorClient) resolve() {
 		a := rep.Actor
 		switch a.State {
 		case pb.ActorState_ACTOR_STATE_ALIVE:
+			c.learnGroups(a)
 			c.setAlive(a.Address)
 			return
 		case pb.ActorState_ACTOR_STATE_DEAD:
@@ -253,11 +262,8 @@ func (c *actorClient) setDead(reason error) {
 		close(c.ready)
 	}
 	c.alive = false
-	fails := c.queue
+	queued, sent := c.queue, c.inflight
 	c.queue = nil
-	for _, rec := range c.inflight {
-		fails = append(fails, rec)
-	}
 	c.inflight = map[ids.ID]*taskRecord{}
 	if c.cancel != nil {
 		c.cancel()
@@ -273,8 +279,12 @@ func (c *actorClient) setDead(reason error) {
 	}
 	c.mu.Unlock()
 	c.m.cw.objects.removeSubmitted(release)
-	for _, rec := range fails {
-		c.m.cw.submitter.fail(rec, c.diedErr())
+	dead := c.diedErr()
+	for _, rec := range queued {
+		c.m.cw.submitter.fail(rec, deadFor(dead, rec, false))
+	}
+	for _, rec := range sent {
+		c.m.cw.submitter.fail(rec, deadFor(dead, rec, true))
 	}
 }
 
@@ -291,7 +301,7 @@ func (c *actorClient) diedErr() error {
 // encoded, its job has finished — the error is returned, and the reference
 // is of a dead actor whose Ready and calls fail with the same error.
 func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args []ArgInput, opts TaskOptions) (ActorRef, error) {
-	ref := ActorRef{ID: ids.New(), Name: opts.Name, Class: class}
+	ref := ActorRef{ID: ids.New(), Name: opts.Name, Class: class, MaxTaskRetries: opts.MaxTaskRetries}
 	c := &actorClient{m: cw.actors, ref: ref, ready: make(chan struct{}), inflight: map[ids.ID]*taskRecord{}, owner: true}
 	cw.actors.mu.Lock()
 	cw.actors.clients[ref.ID] = c
@@ -307,12 +317,15 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 		Function: ctor, ReturnId: ids.ObjectIDFor(taskID, 1).Bytes(), Owner: cw.addr,
 		Resources: &pb.Resources{Amounts: opts.Resources}, Name: opts.Name, ActorId: ref.ID.Bytes(),
 		MaxConcurrency: int32(maxConc), CallerId: cw.id.Bytes(), Transports: opts.Transports,
+		ConcurrencyGroups: opts.concurrencyGroups(),
 	}
 	placeSpec(spec, placementOf(ctx, opts))
 	cctx, cancel := submitContext(ctx, nil) // a task returning the handle does not cancel the creation
 	c.mu.Lock()
 	c.createCancel = cancel
 	c.maxRestarts = opts.MaxRestarts
+	c.detached = opts.Detached
+	c.groups = groupLimits(spec.ConcurrencyGroups)
 	c.mu.Unlock()
 	rec := &taskRecord{spec: spec, ctx: cctx, state: statePendingArgs, strategy: strategyProto(opts)}
 	if err := cw.buildArgs(ctx, rec, args); err != nil {
@@ -325,11 +338,17 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 	// processes (and found by name) at once, and a name clash is known now.
 	if cw.gcs != nil {
 		info := c.info(rec)
-		if _, err := cw.gcs.RegisterActor(ctx, &pb.RegisterActorRequest{Actor: info}); err != nil {
+		rep, err := cw.gcs.RegisterActor(ctx, &pb.RegisterActorRequest{Actor: info, GetIfExists: opts.GetIfExists})
+		if err != nil {
 			cw.objects.removeSubmitted(rec.deps)
 			cancel()
 			c.setDead(registerError(ref, err))
 			return ref, c.diedErr()
+		}
+		if ex := rep.GetExisting(); ex != nil {
+			cw.objects.removeSubmitted(rec.deps)
+			cancel()
+			return cw.actors.adopt(c, ex)
 		}
 	}
 	c.mu.Lock()
@@ -353,6 +372,7 @@ func registerError(ref ActorRef, err error) error {
 		if h, ok := d.(*pb.ActorInfo); ok {
 			nt.Holder, _ = ids.FromBytes(h.GetActorId())
 			nt.HolderClass = h.GetClassName()
+			nt.Namespace = h.GetNamespace()
 		}
 	}
 	return nt
@@ -366,6 +386,8 @@ func (c *actorClient) info(rec *taskRecord) *pb.ActorInfo {
 		State: pb.ActorState_ACTOR_STATE_PENDING, Owner: cw.addr, Resources: rec.spec.Resources,
 		MaxConcurrency: rec.spec.MaxConcurrency, MaxRestarts: int32(c.maxRestarts),
 		PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(),
+		Namespace:        cw.cfg.Namespace, Detached: c.detached,
+		ConcurrencyGroups: rec.spec.ConcurrencyGroups, MaxTaskRetries: int32(c.ref.MaxTaskRetries),
 	}
 }
 
@@ -387,7 +409,11 @@ func (c *actorClient) create(rec *taskRecord) {
 		return
 	}
 	reqID := ids.New()
-	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: cw.id.Bytes(), RequestId: reqID.Bytes(), Strategy: rec.strategy, PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId()}, rec.argNode)
+	holder := cw.id.Bytes()
+	if c.detached {
+		holder = nil // its worker outlives this process
+	}
+	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: holder, RequestId: reqID.Bytes(), Strategy: rec.strategy, PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(), Detached: c.detached, Retriable: c.maxRestarts != 0}, rec.argNode)
 	if err != nil {
 		if rec.ctx.Err() != nil {
 			fail(fmt.Errorf("creation cancelled: %w", context.Cause(rec.ctx)))
@@ -500,7 +526,8 @@ func (cw *CoreWorker) SubmitActorTask(ctx context.Context, actor ActorRef, metho
 	spec := &pb.TaskSpec{
 		TaskId: taskID.Bytes(), JobId: cw.jobID.Bytes(), Kind: pb.TaskKind_TASK_KIND_ACTOR_METHOD,
 		Function: method, ReturnId: retID.Bytes(), Owner: cw.addr, ActorId: actor.ID.Bytes(), CallerId: cw.id.Bytes(),
-		TensorTransport: opts.TensorTransport,
+		TensorTransport: opts.TensorTransport, MaxRetries: int32(actor.MaxTaskRetries),
+		ConcurrencyGroup: opts.ConcurrencyGroup,
 	}
 	rctx, rcancel := submitContext(ctx, nil)
 	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs}
@@ -512,6 +539,10 @@ func (cw *CoreWorker) SubmitActorTask(ctx context.Context, actor ActorRef, metho
 		return h
 	}
 	c := cw.actors.client(actor)
+	if err := c.checkGroup(rec); err != nil {
+		cw.submitter.fail(rec, err)
+		return h
+	}
 	c.mu.Lock()
 	if c.dead != nil {
 		c.mu.Unlock()
@@ -528,7 +559,10 @@ func (cw *CoreWorker) SubmitActorTask(ctx context.Context, actor ActorRef, metho
 	return h
 }
 
-// run sends queued calls in order, resolving their arguments first.
+// run sends queued calls in order, resolving their arguments first. The
+// call at the head stays queued until it is sent, so that calls requeued
+// for a retry (taskretry.go) go before it; a call that fails is answered
+// by whoever takes it off the queue (dequeue, or setDead).
 func (c *actorClient) run() {
 	cw := c.m.cw
 	for {
@@ -539,28 +573,30 @@ func (c *actorClient) run() {
 			return
 		}
 		rec := c.queue[0]
-		c.queue = c.queue[1:]
 		c.mu.Unlock()
 
-		if err := c.waitUsable(rec); err != nil {
-			cw.submitter.fail(rec, err)
-			continue
+		err := c.waitUsable(rec)
+		if err == nil {
+			err = c.diedErr()
 		}
-		if err := c.diedErr(); err != nil {
-			cw.submitter.fail(rec, err)
-			continue
+		if err == nil {
+			err = c.checkGroup(rec)
 		}
-		if len(rec.pending) > 0 {
-			if err := cw.resolveArgs(rec); err != nil {
-				cw.submitter.fail(rec, err)
-				continue
-			}
+		if err == nil && len(rec.pending) > 0 {
+			err = cw.resolveArgs(rec)
 		}
-		if err := c.send(rec); err != nil {
+		if err == nil {
+			err = c.send(rec)
+		}
+		if err != nil && !errors.Is(err, errNotHead) && c.dequeue(rec) {
 			cw.submitter.fail(rec, err)
 		}
 	}
 }
+
+// errNotHead: the call is not at the head of the queue any more (calls
+// were requeued before it, or it was answered meanwhile); it is not sent.
+var errNotHead = errors.New("actor call not at the head of the queue")
 
 // send sends rec on the stream to the actor's current instance, waiting
 // (again) while the actor is restarting or suspended.
@@ -587,17 +623,22 @@ func (c *actorClient) send(rec *taskRecord) error {
 			c.mu.Unlock()
 			continue // lost or restarted since: wait for the next instance
 		}
+		if len(c.queue) == 0 || c.queue[0] != rec {
+			c.mu.Unlock()
+			return errNotHead
+		}
+		c.queue = c.queue[1:]
 		c.seq++
 		rec.spec.Seq = c.seq
-		addr := c.addr
+		spec, addr := rec.spec, c.addr // a retry replaces rec.spec (taskretry.go)
 		c.inflight[tid] = rec
-		c.mu.Unlock()
 		cw.submitter.mu.Lock()
 		rec.state, rec.worker, rec.node = stateRunning, addr.WorkerId, addr.NodeId
 		cw.taskDispatched(rec, time.Now(), addr.NodeId, addr.WorkerId)
 		cw.submitter.mu.Unlock()
+		c.mu.Unlock()
 		c.sendMu.Lock()
-		err = st.Send(&pb.TaskRequest{Spec: rec.spec})
+		err = st.Send(&pb.TaskRequest{Spec: spec})
 		c.sendMu.Unlock()
 		if err != nil {
 			// The call stays under way: the stream's end decides its fate.
@@ -726,9 +767,10 @@ func (c *actorClient) connectionLost(st pb.CoreWorker_PushTasksClient, cause err
 // probe asks the suspended client's worker at addr, now and then, whether
 // it is alive — the stream broke, not the worker (a connection reset
 // between machines) — and if it answers as that worker, resumes: calls
-// under way fail with ActorUnavailableError (they may have run) and later
-// calls go on a new stream. It stops once the client is not suspended at
-// addr any more (the GCS's verdict came first).
+// under way are retried when their MaxTaskRetries allow, else fail with
+// ActorUnavailableError (they may have run), and later calls go on a new
+// stream. It stops once the client is not suspended at addr any more (the
+// GCS's verdict came first).
 func (c *actorClient) probe(addr *pb.Address, lost error) {
 	cw := c.m.cw
 	delay := 500 * time.Millisecond
@@ -762,21 +804,25 @@ func (c *actorClient) probe(addr *pb.Address, lost error) {
 		}
 		c.alive = true
 		close(c.ready)
-		inflight := c.inflight
-		c.inflight = map[ids.ID]*taskRecord{}
+		fails, start := c.requeueInflightLocked(lost.Error())
 		c.mu.Unlock()
 		cw.log.Info("the actor's worker is alive; reconnecting", "actor", c.ref.ID.Short())
-		for _, r := range inflight {
-			cw.submitter.fail(r, &ActorUnavailableError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: lost.Error()})
+		if start {
+			go c.run()
+		}
+		for _, r := range fails {
+			cw.submitter.fail(r, c.unavailable(r, lost.Error()))
 		}
 		return
 	}
 }
 
 // restart handles the failure of the actor's instance at from while the
-// GCS restarts it: calls under way fail with ActorUnavailableError, queued
-// ones wait; the owner creates the actor again, other callers wait for the
-// GCS to say where it runs now. The client was alive or suspended at from.
+// GCS restarts it: calls under way are requeued for a retry when their
+// MaxTaskRetries allow (taskretry.go), else fail with
+// ActorUnavailableError; queued ones wait; the owner creates the actor
+// again, other callers wait for the GCS to say where it runs now. The
+// client was alive or suspended at from.
 func (c *actorClient) restart(from *pb.Address, reason string) {
 	cw := c.m.cw
 	c.mu.Lock()
@@ -796,8 +842,8 @@ func (c *actorClient) restart(from *pb.Address, reason string) {
 		c.watchCancel()
 		c.watchCancel = nil
 	}
-	inflight := c.inflight
-	c.inflight = map[ids.ID]*taskRecord{}
+	why := "its worker failed and it restarts: " + reason
+	fails, start := c.requeueInflightLocked(why)
 	var rec *taskRecord
 	if c.owner && c.createRec != nil {
 		// A fresh creation context: Kill during the restart cancels it.
@@ -808,8 +854,11 @@ func (c *actorClient) restart(from *pb.Address, reason string) {
 	}
 	c.mu.Unlock()
 	cw.log.Warn("actor worker died; the actor restarts", "actor", c.ref.ID.Short(), "reason", reason)
-	for _, r := range inflight {
-		cw.submitter.fail(r, &ActorUnavailableError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: "its worker failed and it restarts: " + reason})
+	if start {
+		go c.run() // sends the retried calls once the actor is back
+	}
+	for _, r := range fails {
+		cw.submitter.fail(r, c.unavailable(r, why))
 	}
 	if rec != nil {
 		go c.create(rec)
@@ -864,27 +913,10 @@ func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef) error {
 	return nil
 }
 
-// LookupActor finds the live actor with the given name: a dead actor's
-// name is free, and looking it up fails with ErrActorNotFound.
+// LookupActor finds the live actor with the given name in this job's
+// namespace (see LookupActorIn).
 func (cw *CoreWorker) LookupActor(ctx context.Context, name string) (ActorRef, error) {
-	if cw.gcs == nil {
-		return ActorRef{}, ErrNotInitialized
-	}
-	rep, err := cw.gcs.GetActor(ctx, &pb.GetActorRequest{Name: name})
-	if err != nil {
-		if status.Code(err) == codes.NotFound {
-			return ActorRef{}, fmt.Errorf("%w: no actor named %q", ErrActorNotFound, name)
-		}
-		return ActorRef{}, fmt.Errorf("goray: looking up actor %q: %w", name, err)
-	}
-	if rep.Actor.State == pb.ActorState_ACTOR_STATE_DEAD {
-		return ActorRef{}, fmt.Errorf("%w: no live actor named %q (the last one died: %s)", ErrActorNotFound, name, rep.Actor.DeathReason)
-	}
-	id, err := ids.FromBytes(rep.Actor.ActorId)
-	if err != nil {
-		return ActorRef{}, err
-	}
-	return ActorRef{ID: id, Name: rep.Actor.Name, Class: rep.Actor.ClassName}, nil
+	return cw.LookupActorIn(ctx, cw.cfg.Namespace, name)
 }
 
 func (m *actorManager) close() {

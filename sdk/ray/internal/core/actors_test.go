@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -35,6 +34,8 @@ type fakeActorWorker struct {
 	calls int
 	hold  chan struct{} // replies wait until it is closed (nil: none)
 	cut   chan struct{} // closing it ends the streams open now
+
+	specs []*pb.TaskSpec // the calls received, in order
 }
 
 func startFakeActorWorker(t *testing.T, dir, name string) *fakeActorWorker {
@@ -84,6 +85,7 @@ func (w *fakeActorWorker) PushTasks(st pb.CoreWorker_PushTasksServer) error {
 			}
 			w.mu.Lock()
 			w.calls++
+			w.specs = append(w.specs, r.Spec)
 			hold := w.hold
 			w.mu.Unlock()
 			if hold != nil {
@@ -168,20 +170,7 @@ func newActorTestWorker(t *testing.T, gcsPath string) *CoreWorker {
 // and only when, the GCS's does — not when its stream breaks — and a
 // stream that broke while the worker lives on is replaced.
 func TestActorClientFollowsTheGCS(t *testing.T) {
-	dir, err := os.MkdirTemp("", "gc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	gpath := filepath.Join(dir, "gcs.sock")
-	lis, err := net.Listen("unix", gpath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer(rpc.ServerOptions(nil)...)
-	gcs.New(gcs.Options{}).Register(g)
-	go func() { _ = g.Serve(lis) }()
-	t.Cleanup(g.Stop)
+	dir, gpath := serveTestGCS(t)
 	cw := newActorTestWorker(t, gpath)
 	gc := cw.gcs
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

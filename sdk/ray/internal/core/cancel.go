@@ -129,6 +129,7 @@ func (s *submitter) cancel(ctx context.Context, rec *taskRecord, force bool) err
 func (cw *CoreWorker) cancelActorCall(ctx context.Context, rec *taskRecord) error {
 	cw.submitter.mu.Lock()
 	finished := rec.state == stateFinished || rec.state == stateFailed
+	rec.cancelled = !finished // not retried (taskretry.go)
 	cw.submitter.mu.Unlock()
 	if finished {
 		return nil

@@ -45,8 +45,10 @@ type Config struct {
 	// WorkerID is set by the raylet for workers; drivers get a new one.
 	WorkerID ids.ID
 	// Job describes a driver's job (binary, env, working dir).
-	Job    *pb.JobInfo
-	Logger hclog.Logger
+	Job *pb.JobInfo
+	// Namespace is the job's namespace, where its named actors live.
+	Namespace string
+	Logger    hclog.Logger
 	// OnRayletLost is called when the raylet connection breaks (workers
 	// exit; drivers fail pending work).
 	OnRayletLost func(error)

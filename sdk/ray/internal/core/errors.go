@@ -99,6 +99,7 @@ func kindOf(err error) string {
 		{ErrStoreFull, KindStoreFull}, {ErrTaskCancelled, KindCancelled}, {ErrFunctionNotFound, KindFunctionNotFound},
 		{ErrArgType, KindArgType}, {ErrTransferFailed, KindTransfer}, {ErrObjectLost, KindObjectLost},
 		{ErrUnschedulable, KindUnschedulable}, {ErrPlacementGroupRemoved, KindGroupRemoved},
+		{ErrOutOfMemory, KindOutOfMemory}, {ErrUnknownConcurrencyGroup, KindUnknownGroup},
 	} {
 		if errors.Is(err, k.sentinel) {
 			return k.kind
@@ -151,6 +152,10 @@ func (e *RemoteError) Is(target error) bool {
 		return e.Kind == KindCancelled
 	case ErrTransferFailed:
 		return e.Kind == KindTransfer
+	case ErrOutOfMemory:
+		return e.Kind == KindOutOfMemory
+	case ErrUnknownConcurrencyGroup:
+		return e.Kind == KindUnknownGroup
 	}
 	return false
 }
@@ -190,6 +195,16 @@ func (e *RemoteError) As(target any) bool {
 			*t = &GetTimeoutError{Err: errors.New(e.Message)}
 			return true
 		}
+	case **OutOfMemoryError:
+		if e.Kind == KindOutOfMemory {
+			*t = &OutOfMemoryError{Function: e.Function, Reason: e.Message}
+			return true
+		}
+	case **UnknownConcurrencyGroupError:
+		if e.Kind == KindUnknownGroup {
+			*t = &UnknownConcurrencyGroupError{Method: e.Function, Detail: e.Message}
+			return true
+		}
 	}
 	return false
 }
@@ -226,6 +241,10 @@ type ActorDiedError struct {
 	// Cause is the error that kept the actor from being created, when it
 	// was one of the owner's (such as a *BundleTooSmallError); nil else.
 	Cause error
+	// Attempts is how many attempts of the failed call ran before the
+	// actor died, when the call had been retried (MaxTaskRetries); 0
+	// otherwise.
+	Attempts int
 }
 
 // Unwrap returns Cause.
@@ -235,6 +254,9 @@ func (e *ActorDiedError) Error() string {
 	n := e.ActorID.Short()
 	if e.Name != "" {
 		n = fmt.Sprintf("%q (%s)", e.Name, n)
+	}
+	if e.Attempts > 0 {
+		return fmt.Sprintf("actor %s died after %s of the call: %s", n, attempts(e.Attempts), e.Reason)
 	}
 	return fmt.Sprintf("actor %s died: %s", n, e.Reason)
 }
@@ -255,6 +277,8 @@ type ActorNameTakenError struct {
 	Holder ids.ID
 	// HolderClass is the holder's class ("" if not known).
 	HolderClass string
+	// Namespace is the namespace of the name ("" if not known).
+	Namespace string
 }
 
 func (e *ActorNameTakenError) Error() string {
@@ -264,6 +288,9 @@ func (e *ActorNameTakenError) Error() string {
 		if e.HolderClass != "" {
 			holder += " (" + e.HolderClass + ")"
 		}
+	}
+	if e.Namespace != "" {
+		return fmt.Sprintf("actor name %q in namespace %q is already taken by %s", e.Name, e.Namespace, holder)
 	}
 	return fmt.Sprintf("actor name %q is already taken by %s", e.Name, holder)
 }
@@ -276,18 +303,25 @@ func (e *ActorNameTakenError) Is(target error) bool {
 // ActorUnavailableError says a call was under way when the actor's worker
 // failed and the actor restarts, or when the connection to its (live)
 // worker broke (as Ray's ActorUnavailableError): the call may or may not
-// have run, and it is not retried. Calls made afterwards go to the
-// restarted actor, or over a new connection.
+// have run. It is retried when the actor's MaxTaskRetries allows
+// (taskretry.go); this error is what the last attempt got. Calls made
+// afterwards go to the restarted actor, or over a new connection.
 type ActorUnavailableError struct {
 	ActorID ids.ID
 	Name    string
 	Reason  string
+	// Attempts is how many attempts of the call ran (1 without retries);
+	// 0 when not known.
+	Attempts int
 }
 
 func (e *ActorUnavailableError) Error() string {
 	n := e.ActorID.Short()
 	if e.Name != "" {
 		n = fmt.Sprintf("%q (%s)", e.Name, n)
+	}
+	if e.Attempts > 1 {
+		return fmt.Sprintf("actor %s unavailable; the call was under way and may have run (%s ran, no retry left): %s", n, attempts(e.Attempts), e.Reason)
 	}
 	return fmt.Sprintf("actor %s unavailable; the call was under way and may have run: %s", n, e.Reason)
 }

@@ -25,9 +25,9 @@ type executor struct {
 	// actorPlace is the placement group bundle the actor runs in; its
 	// methods' child tasks follow it when it captures them.
 	actorPlace *Placement
-	maxConc    int
-	serial     sync.Mutex    // serialises calls of a non-concurrent actor
-	sem        chan struct{} // bounds calls of a concurrent actor
+	// groups queue and run the actor's calls, each in its concurrency
+	// group (groups.go).
+	groups *callGroups
 
 	// running are the cancel functions of the tasks running here;
 	// cancelled the tasks cancelled before they started (bounded).
@@ -133,26 +133,13 @@ func (s *coreWorkerService) PushTasks(stream pb.CoreWorker_PushTasksServer) erro
 			send(e.createActor(ctx, spec))
 		case pb.TaskKind_TASK_KIND_ACTOR_METHOD:
 			e.mu.Lock()
-			self, conc, sem := e.actor, e.maxConc, e.sem
+			self, groups := e.actor, e.groups
 			e.mu.Unlock()
 			if self == nil {
 				send(e.systemError(spec, KindActorDied, "this worker hosts no actor"))
 				continue
 			}
-			if conc <= 1 {
-				e.serial.Lock()
-				rep := e.run(ctx, spec, self)
-				e.serial.Unlock()
-				send(rep)
-				continue
-			}
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				send(e.run(ctx, spec, self))
-			}()
+			e.pushActorCall(ctx, groups, spec, self, send, &wg)
 		}
 	}
 }
@@ -408,16 +395,11 @@ func (e *executor) construct(ctx context.Context, spec *pb.TaskSpec, t *execTime
 		rep.ActorCreationFailed = true
 		return rep
 	}
-	conc := int(spec.MaxConcurrency)
-	if conc < 1 {
-		conc = 1
-	}
 	e.mu.Lock()
 	e.actor = inst
 	e.actorRef = ActorRef{ID: ids.MustFromBytes(spec.ActorId), Name: spec.Name, Class: fn.Class}
 	e.actorPlace = placementFromProto(spec.GetPlacement())
-	e.maxConc = conc
-	e.sem = make(chan struct{}, conc)
+	e.groups = newCallGroups(e.actorRef.ID, fn.Class, int(spec.MaxConcurrency), spec.GetConcurrencyGroups())
 	e.mu.Unlock()
 	e.cw.log.Info("actor started", "actor", e.actorRef.ID.Short(), "class", fn.Class, "name", spec.Name)
 	go e.cw.fenceActor(e.actorRef.ID)

@@ -48,11 +48,24 @@ type TaskOptions struct {
 	// MaxRestarts: how often an actor is created again after its worker
 	// dies (-1: no limit).
 	MaxRestarts int
+	// MaxTaskRetries: how often an actor's calls under way when its
+	// worker failed are retried (-1: no limit; taskretry.go).
+	MaxTaskRetries int
 	// Transports an actor uses; they must be registered on its node.
 	Transports []string
+	// Detached: the actor outlives its job and creator (namespaces.go).
+	Detached bool
+	// GetIfExists: creating a named actor whose name a live actor of the
+	// class holds returns that actor.
+	GetIfExists bool
 	// TensorTransport makes an actor method's returned tensors travel by
 	// this transport.
 	TensorTransport string
+	// ConcurrencyGroups are an actor's named concurrency groups and their
+	// limits; ConcurrencyGroup the group an actor method call runs in
+	// ("" the default group). See groups.go.
+	ConcurrencyGroups map[string]int
+	ConcurrencyGroup  string
 	// Strategy is StrategyDefault, StrategySpread or StrategyNodeAffinity
 	// (with AffinityNode and AffinitySoft).
 	Strategy     int
@@ -120,6 +133,9 @@ type leaseRequest struct {
 	id        ids.ID
 	cancel    context.CancelFunc
 	cancelled bool
+	// retriable and function are those of the task it was asked for.
+	retriable bool
+	function  string
 }
 
 type lease struct {
@@ -514,6 +530,12 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 		k.requesting++
 		ctx, cancel := context.WithCancel(s.cw.ctx)
 		req := &leaseRequest{id: ids.New(), cancel: cancel}
+		if len(k.queue) > 0 {
+			// For the memory monitor, which kills retriable work first
+			// and names what it killed.
+			next := k.queue[min(k.requesting-1, len(k.queue)-1)].spec
+			req.retriable, req.function = next.MaxRetries > 0, next.Function
+		}
 		k.requests[req] = struct{}{}
 		var prefer ids.ID
 		if k.strategy == nil && len(k.queue) > 0 {
@@ -561,7 +583,7 @@ func (s *submitter) send(items []sendItem) {
 }
 
 func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseRequest, prefer ids.ID) {
-	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy, PlacementGroupId: k.group}, prefer)
+	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy, PlacementGroupId: k.group, Retriable: req.retriable, Function: req.function}, prefer)
 	withdrawn := ctx.Err() != nil
 	s.mu.Lock()
 	delete(k.requests, req)
@@ -715,12 +737,16 @@ func (s *submitter) lingerThenReturn(l *lease, gen int) {
 	})
 }
 
-func (s *submitter) returnLease(l *lease, disconnect bool) {
+// returnLease returns l to its raylet, which says whether its memory
+// monitor killed the worker (nil: it did not, or the call failed).
+func (s *submitter) returnLease(l *lease, disconnect bool) *pb.MemoryKill {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := l.raylet.ReturnWorkerLease(ctx, &pb.ReturnLeaseRequest{LeaseId: l.id, DisconnectWorker: disconnect}); err != nil {
+	rep, err := l.raylet.ReturnWorkerLease(ctx, &pb.ReturnLeaseRequest{LeaseId: l.id, DisconnectWorker: disconnect})
+	if err != nil {
 		s.cw.log.Debug("returning lease failed", "error", err)
 	}
+	return rep.GetMemoryKill()
 }
 
 // leaseFailed handles a broken stream: retry or fail the tasks on it.
@@ -757,11 +783,19 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 	sends := s.dispatchLocked(k)
 	s.mu.Unlock()
 	l.cancel()
+	var oom *pb.MemoryKill // the node's memory monitor killed the worker
 	if !wasDead {
-		s.returnLease(l, true)
+		oom = s.returnLease(l, true)
 	}
 	reason := fmt.Sprintf("connection to worker %s lost: %v", ids.MustFromBytes(l.worker.WorkerId).Short(), cause)
+	if oom != nil {
+		reason = oom.Describe()
+	}
 	for _, rec := range fails {
+		if oom != nil && !rec.cancelled {
+			s.fail(rec, outOfMemory(rec, oom))
+			continue
+		}
 		if rec.cancelled {
 			s.fail(rec, &RemoteError{Function: rec.spec.Function, Kind: KindCancelled, Type: "TaskCancelledError",
 				Message: "cancelled by ray.Cancel while running (its worker was stopped: " + reason + ")"})
@@ -770,7 +804,7 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 		s.fail(rec, &WorkerCrashedError{Function: rec.spec.Function, TaskID: ids.MustFromBytes(rec.spec.TaskId), Attempts: int(rec.spec.Attempt) + 1, Reason: reason})
 	}
 	if len(retry) > 0 {
-		s.cw.log.Warn("worker died; retrying its tasks", "worker", ids.MustFromBytes(l.worker.WorkerId).Short(), "tasks", len(retry))
+		s.cw.log.Warn("worker died; retrying its tasks", "worker", ids.MustFromBytes(l.worker.WorkerId).Short(), "tasks", len(retry), "reason", reason)
 	}
 	s.send(sends)
 }

@@ -49,7 +49,7 @@ func RunWorker(transferTimeout time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	cw, err := Start(ctx, Config{
 		Mode: ModeWorker, RayletSocket: os.Getenv(workerenv.RayletSocket), SessionDir: os.Getenv(workerenv.SessionDir), NodeIP: os.Getenv(workerenv.NodeIP),
-		WorkerID: wid, Logger: log, TransferTimeout: transferTimeout, Auth: creds,
+		WorkerID: wid, Logger: log, TransferTimeout: transferTimeout, Auth: creds, Namespace: os.Getenv(EnvNamespace),
 		OnRayletLost: func(err error) {
 			select {
 			case lost <- err:

@@ -115,8 +115,9 @@ func (c *ActorClass{{.N}}[{{.Gen "T"}}]) New(ctx context.Context{{if .Params}}, 
 // MethodFunc{{.N}} is a registered actor method taking {{.N}} argument(s).
 type MethodFunc{{.N}}[{{.Gen "T" "R"}} any] struct{ methodBase }
 
-// Method{{.N}} registers a method expression such as (*Counter).Inc.
-func Method{{.N}}[{{.Gen "T" "R"}} any](m func(*T, {{.FnArgs}}) (R, error)) *MethodFunc{{.N}}[{{.Gen "T" "R"}}] {
+// Method{{.N}} registers a method expression such as (*Counter).Inc. Its
+// options (InGroup) apply to every call of the method.
+func Method{{.N}}[{{.Gen "T" "R"}} any](m func(*T, {{.FnArgs}}) (R, error), opts ...MethodOption) *MethodFunc{{.N}}[{{.Gen "T" "R"}}] {
 	name := registerMethod[T](m, {{.N}}, func(ctx context.Context, self *T, name string, args []core.ArgValue) (any, error) {
 		{{- range .Decode}}
 		var a{{.}} A{{.}}
@@ -126,14 +127,21 @@ func Method{{.N}}[{{.Gen "T" "R"}} any](m func(*T, {{.FnArgs}}) (R, error)) *Met
 		{{- end}}
 		return m(self, ctx{{range .Decode}}, a{{.}}{{end}})
 	})
-	return &MethodFunc{{.N}}[{{.Gen "T" "R"}}]{methodBase{name: name}}
+	return &MethodFunc{{.N}}[{{.Gen "T" "R"}}]{methodBase{name: name}.withOptions(opts)}
+}
+
+// Options returns a copy of m whose calls use opts on top of m's options.
+func (m *MethodFunc{{.N}}[{{.Gen "T" "R"}}]) Options(opts ...MethodOption) *MethodFunc{{.N}}[{{.Gen "T" "R"}}] {
+	return &MethodFunc{{.N}}[{{.Gen "T" "R"}}]{m.withOptions(opts)}
 }
 
 // TensorTransport returns a copy of m whose returned tensors (R must be
 // transport.Tensor or []transport.Tensor) travel by the named transport
 // instead of the object store. The actor must declare it with Transports.
 func (m *MethodFunc{{.N}}[{{.Gen "T" "R"}}]) TensorTransport(name string) *MethodFunc{{.N}}[{{.Gen "T" "R"}}] {
-	return &MethodFunc{{.N}}[{{.Gen "T" "R"}}]{methodBase{name: m.name, transport: name}}
+	mb := m.methodBase
+	mb.transport = name
+	return &MethodFunc{{.N}}[{{.Gen "T" "R"}}]{mb}
 }
 
 // On binds the method to an actor.
@@ -147,8 +155,15 @@ type BoundMethod{{.N}}[{{.Gen "T" "R"}} any] struct {
 	actor ActorHandle[T]
 }
 
+// Options returns a copy of b whose calls use opts on top of b's options
+// (InGroup("io") is Ray's .options(concurrency_group="io")).
+func (b BoundMethod{{.N}}[{{.Gen "T" "R"}}]) Options(opts ...MethodOption) BoundMethod{{.N}}[{{.Gen "T" "R"}}] {
+	return BoundMethod{{.N}}[{{.Gen "T" "R"}}]{methodBase: b.withOptions(opts), actor: b.actor}
+}
+
 // Remote calls the method and returns a reference to its result at once.
-// Calls from one process run in the order they were made.
+// Calls from one process in one concurrency group start in the order they
+// were made.
 func (b BoundMethod{{.N}}[{{.Gen "T" "R"}}]) Remote(ctx context.Context{{if .Params}}, {{.Params}}{{end}}) Ref[R] {
 	return callMethod[R](ctx, b.actor.ref, b.methodBase{{if .Inputs}}, {{.Inputs}}{{end}})
 }
