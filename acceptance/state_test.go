@@ -187,43 +187,52 @@ func TestStateClusterWide(t *testing.T) {
 		t.Errorf("list nodes --detail:\n%s", d)
 	}
 
-	// The timeline has executions on both nodes.
+	// The timeline has executions on both nodes (an execution comes with
+	// its worker's events, which may arrive a flush period after the
+	// owner's FINISHED).
 	trace := filepath.Join(dir, "trace.json")
-	fromWorker("timeline", "-o", trace)
-	b, err := os.ReadFile(trace)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		TraceEvents []struct {
-			Name string         `json:"name"`
-			Cat  string         `json:"cat"`
-			Ph   string         `json:"ph"`
-			Pid  int            `json:"pid"`
-			Ts   int64          `json:"ts"`
-			Args map[string]any `json:"args"`
-		} `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(b, &doc); err != nil {
-		t.Fatalf("trace: %v", err)
-	}
-	procs := map[int]string{}
 	var execOn []string
-	for _, e := range doc.TraceEvents {
-		if e.Ph == "M" && e.Name == "process_name" {
-			procs[e.Pid], _ = e.Args["name"].(string)
+	onBoth := func() bool {
+		for _, id := range []string{headID, n.id} {
+			if !slices.ContainsFunc(execOn, func(p string) bool { return strings.HasPrefix(p, "node "+id[:8]) }) {
+				return false
+			}
 		}
+		return true
 	}
-	for _, e := range doc.TraceEvents {
-		if e.Ph == "X" && e.Cat == "execution" && e.Ts > 0 && e.Args["task_id"] != nil {
-			execOn = append(execOn, procs[e.Pid])
+	waitFor(t, 15*time.Second, "executions on both nodes in the trace", func() bool {
+		fromWorker("timeline", "-o", trace)
+		b, err := os.ReadFile(trace)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, id := range []string{headID, n.id} {
-		if !slices.ContainsFunc(execOn, func(p string) bool { return strings.HasPrefix(p, "node "+id[:8]) }) {
-			t.Errorf("no execution on node %s in the trace (executions on %v)", id[:8], execOn)
+		var doc struct {
+			TraceEvents []struct {
+				Name string         `json:"name"`
+				Cat  string         `json:"cat"`
+				Ph   string         `json:"ph"`
+				Pid  int            `json:"pid"`
+				Ts   int64          `json:"ts"`
+				Args map[string]any `json:"args"`
+			} `json:"traceEvents"`
 		}
-	}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("trace: %v", err)
+		}
+		procs := map[int]string{}
+		execOn = execOn[:0]
+		for _, e := range doc.TraceEvents {
+			if e.Ph == "M" && e.Name == "process_name" {
+				procs[e.Pid], _ = e.Args["name"].(string)
+			}
+		}
+		for _, e := range doc.TraceEvents {
+			if e.Ph == "X" && e.Cat == "execution" && e.Ts > 0 && e.Args["task_id"] != nil {
+				execOn = append(execOn, procs[e.Pid])
+			}
+		}
+		return onBoth()
+	})
 
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/limits"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/raylet/internal/memory"
 )
@@ -185,10 +186,7 @@ func (m *memoryMonitor) check(now time.Time) *gorayv1.MemoryKill {
 		return nil
 	}
 	c := cands[i]
-	fn := c.function
-	if len(fn) > maxKillFunction {
-		fn = fn[:maxKillFunction]
-	}
+	fn := limits.Truncate(c.function, maxKillFunction) // valid UTF-8 for protobuf
 	k := &gorayv1.MemoryKill{
 		NodeId: m.node.Bytes(), NodeName: m.nodeName, NodeIp: m.nodeIP,
 		WorkerId: c.w.id.Bytes(), Pid: int32(c.pid), LeaseId: c.leaseID.Bytes(), Function: fn,
