@@ -17,6 +17,9 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
 
 	"github.com/goray-dev/goray/dashboard"
 	"github.com/goray-dev/goray/dashboard/jobs"
@@ -189,6 +192,10 @@ func (c *Client) BinaryStats(ctx context.Context) (jobs.StatsResponse, error) {
 	return out, err
 }
 
+// uploadRetryTime bounds how long EnsureBinary retries an upload the
+// head refuses for being busy (503: too many uploads at once).
+const uploadRetryTime = 2 * time.Minute
+
 // Upload is what EnsureBinary did.
 type Upload struct {
 	// SHA256 and Size are the file's.
@@ -223,14 +230,25 @@ func (c *Client) EnsureBinary(ctx context.Context, path string, wrap func(r io.R
 	if err != nil || has {
 		return up, err
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return up, err
-	}
-	var r io.Reader = f
-	if wrap != nil {
-		r = wrap(r, up.Size)
-	}
-	rep, err := c.PutBinary(ctx, up.SHA256, r, up.Size)
+	// A head busy with other uploads answers 503: try again with backoff
+	// (bounded by uploadRetryTime and ctx); any other error is final.
+	b := backoff.NewExponentialBackOff()
+	b.MaxInterval = 5 * time.Second
+	rep, err := backoff.Retry(ctx, func() (jobs.BinaryResponse, error) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return jobs.BinaryResponse{}, backoff.Permanent(err)
+		}
+		var r io.Reader = struct{ io.Reader }{f} // not an io.Closer: the transport would close f
+		if wrap != nil {
+			r = wrap(r, up.Size)
+		}
+		rep, err := c.PutBinary(ctx, up.SHA256, r, up.Size)
+		var ae *APIError
+		if err != nil && !(errors.As(err, &ae) && ae.Status == http.StatusServiceUnavailable) {
+			return rep, backoff.Permanent(err)
+		}
+		return rep, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(uploadRetryTime))
 	if err != nil {
 		return up, fmt.Errorf("uploading %s: %w", path, err)
 	}

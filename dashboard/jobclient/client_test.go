@@ -1,8 +1,16 @@
 package jobclient
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestBaseURL(t *testing.T) {
@@ -31,5 +39,71 @@ func TestBaseURL(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("BaseURL(%q, %v) = %q, %v; want %q", tc.addr, tc.tls, got, err, tc.want)
 		}
+	}
+}
+
+// TestEnsureBinaryRetriesWhenBusy: a head busy with other uploads (503)
+// gets the upload again, from its first byte; other refusals are final.
+func TestEnsureBinaryRetriesWhenBusy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "driver")
+	if err := os.WriteFile(path, []byte("a job binary"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		refuse  int // status of the first PUT
+		puts    int // PUTs the head sees
+		wantErr string
+	}{
+		{"busy, then accepted", http.StatusServiceUnavailable, 2, ""},
+		{"refused for good", http.StatusRequestEntityTooLarge, 1, "413"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			puts := 0
+			var bodies []string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodHead {
+					w.WriteHeader(http.StatusNotFound)
+					return
+				}
+				b, _ := io.ReadAll(r.Body)
+				mu.Lock()
+				puts++
+				n := puts
+				bodies = append(bodies, string(b))
+				mu.Unlock()
+				if n == 1 {
+					w.WriteHeader(tc.refuse)
+					_, _ = w.Write([]byte(`{"error":"try later"}`))
+					return
+				}
+				_, _ = w.Write([]byte(`{"uploaded":true}`))
+			}))
+			defer srv.Close()
+			c, err := New(srv.URL, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			up, err := c.EnsureBinary(ctx, path, nil)
+			mu.Lock()
+			defer mu.Unlock()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || puts != tc.puts {
+					t.Fatalf("EnsureBinary: %v after %d PUTs; want an error with %q after %d", err, puts, tc.wantErr, tc.puts)
+				}
+				return
+			}
+			if err != nil || !up.Uploaded || puts != tc.puts {
+				t.Fatalf("EnsureBinary = %+v, %v after %d PUTs; want uploaded after %d", up, err, puts, tc.puts)
+			}
+			for i, b := range bodies {
+				if b != "a job binary" {
+					t.Errorf("PUT %d sent %q, want the whole file", i, b)
+				}
+			}
+		})
 	}
 }
