@@ -395,7 +395,7 @@ func (s *submitter) fail(rec *taskRecord, err error) {
 	}
 	s.mu.Lock()
 	rec.errMsg = err.Error()
-	rec.errType = fmt.Sprintf("%T", err)
+	rec.errType = errTypeName(err)
 	if re != nil {
 		rec.errType = errorTypeOf(re)
 	}

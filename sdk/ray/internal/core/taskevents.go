@@ -3,7 +3,9 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"reflect"
 	"sync"
 	"time"
 
@@ -409,6 +411,24 @@ func (cw *CoreWorker) noteReplyError(rep *pb.TaskReply) (typ, msg string) {
 	}
 	return replyError(rep)
 }
+
+// errTypeName names the type of an error the owner failed a task with,
+// as task events show it: goray's own errors by their bare type name
+// ("ActorUnavailableError", not "*core.ActorUnavailableError"), the same
+// whichever path failed the task; other errors as %T.
+func errTypeName(err error) string {
+	t := reflect.TypeOf(err)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Name() == "" || t.PkgPath() != corePkgPath {
+		return fmt.Sprintf("%T", err)
+	}
+	return t.Name()
+}
+
+// corePkgPath is this package's import path.
+var corePkgPath = reflect.TypeFor[RemoteError]().PkgPath()
 
 // errorTypeOf names a task's error: the system error's kind, else the Go
 // type of what user code returned or panicked with.

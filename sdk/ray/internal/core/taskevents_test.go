@@ -234,3 +234,21 @@ func TestReplyError(t *testing.T) {
 		})
 	}
 }
+
+// TestErrTypeName: task events name goray's own errors by their bare type
+// name, whatever path failed the task.
+func TestErrTypeName(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&ActorUnavailableError{}, "ActorUnavailableError"},
+		{&ActorDiedError{}, "ActorDiedError"},
+		{errors.New("plain"), "*errors.errorString"},
+		{context.DeadlineExceeded, "context.deadlineExceededError"},
+	} {
+		if got := errTypeName(tc.err); got != tc.want {
+			t.Errorf("errTypeName(%#v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
