@@ -399,10 +399,13 @@ node_type "cpu" {
 		st := readState()
 		return len(st.Instances) == 2 && st.Instances[0].State == "pending" && st.Instances[1].State == "pending"
 	})
-	ps := providerProcs()
-	if len(ps) != 1 {
-		t.Fatalf("provider plugin processes: %v", ps)
-	}
+	// One provider process (a child it is forking shows the provider's
+	// command line and environment until it execs: wait that out).
+	var ps []proc
+	waitFor(t, 10*time.Second, "exactly one provider plugin process", func() bool {
+		ps = providerProcs()
+		return len(ps) == 1
+	})
 	if err := syscall.Kill(ps[0].pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
