@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/metrics"
 )
 
@@ -106,5 +110,44 @@ func TestNodeMetrics(t *testing.T) {
 				t.Fatalf("the GCS's metrics socket is left: %v", err)
 			}
 		})
+	}
+}
+
+// TestGCSMetricsSocketRefusesStrangers: the unix socket the GCS process
+// serves its metrics on to the head's node checks the cluster token too.
+func TestGCSMetricsSocketRefusesStrangers(t *testing.T) {
+	creds, err := auth.New("gcs-metrics-token", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(shortTempDir(t), "m.sock")
+	stop, err := serveGCSMetrics(path, metrics.NewRegistry("gcs"), creds, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", path)
+	}}}
+	defer client.CloseIdleConnections()
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", http.StatusUnauthorized}, {"wrong", http.StatusUnauthorized}, {"gcs-metrics-token", http.StatusOK}} {
+		req, err := http.NewRequest(http.MethodGet, "http://gcs"+metrics.Path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.token != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET with token %q: %d, want %d", tc.token, resp.StatusCode, tc.want)
+		}
 	}
 }
