@@ -80,8 +80,7 @@
 //	func (c *Cloud) Configure(ctx context.Context, cfg Config) error { ... }
 //
 //	func (c *Cloud) NodeConfigSchema(ctx context.Context, _ *provider.NodeConfigSchemaRequest) (*provider.NodeConfigSchemaResponse, error) {
-//		s, err := plugin.SchemaOf[NodeConfig]()
-//		return &provider.NodeConfigSchemaResponse{Schema: s}, err
+//		return provider.NodeConfigSchemaOf[NodeConfig](ctx)
 //	}
 //
 //	func (c *Cloud) Launch(ctx context.Context, req *provider.LaunchRequest) (*provider.LaunchResponse, error) {

@@ -44,9 +44,8 @@ func (c *Cloud) Configure(_ context.Context, cfg Config) error {
 }
 
 // NodeConfigSchema returns the schema of NodeConfig.
-func (c *Cloud) NodeConfigSchema(context.Context, *provider.NodeConfigSchemaRequest) (*provider.NodeConfigSchemaResponse, error) {
-	s, err := plugin.SchemaOf[NodeConfig]()
-	return &provider.NodeConfigSchemaResponse{Schema: s}, err
+func (c *Cloud) NodeConfigSchema(ctx context.Context, _ *provider.NodeConfigSchemaRequest) (*provider.NodeConfigSchemaResponse, error) {
+	return provider.NodeConfigSchemaOf[NodeConfig](ctx)
 }
 
 // Launch records the request and starts the machines.

@@ -2,6 +2,7 @@ package provider
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -171,4 +172,22 @@ func DecodeNodeConfig[T any](raw []byte) (T, error) {
 		return zero, fmt.Errorf("%w: node_config: %w", ErrInvalidRequest, err)
 	}
 	return v, nil
+}
+
+// NodeConfigSchemaOf answers NodeConfigSchema for a provider whose
+// node_config block is the struct T (the same struct DecodeNodeConfig
+// decodes into):
+//
+//	func (c *Cloud) NodeConfigSchema(ctx context.Context, _ *provider.NodeConfigSchemaRequest) (*provider.NodeConfigSchemaResponse, error) {
+//		return provider.NodeConfigSchemaOf[NodeConfig](ctx)
+//	}
+func NodeConfigSchemaOf[T any](ctx context.Context) (*NodeConfigSchemaResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s, err := plugin.SchemaOf[T]()
+	if err != nil {
+		return nil, err
+	}
+	return &NodeConfigSchemaResponse{Schema: s}, nil
 }

@@ -392,14 +392,7 @@ func (p *Provider) Health(ctx context.Context) error {
 
 // NodeConfigSchema implements provider.Provider: the block is NodeConfig.
 func (p *Provider) NodeConfigSchema(ctx context.Context, _ *provider.NodeConfigSchemaRequest) (*provider.NodeConfigSchemaResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s, err := plugin.SchemaOf[NodeConfig]()
-	if err != nil {
-		return nil, err
-	}
-	return &provider.NodeConfigSchemaResponse{Schema: s}, nil
+	return provider.NodeConfigSchemaOf[NodeConfig](ctx)
 }
 
 var (
