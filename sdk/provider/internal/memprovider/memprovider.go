@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/provider"
 )
 
@@ -60,14 +59,7 @@ func (p *Provider) Name() string { return "memory" }
 
 // NodeConfigSchema implements provider.Provider.
 func (p *Provider) NodeConfigSchema(ctx context.Context, _ *provider.NodeConfigSchemaRequest) (*provider.NodeConfigSchemaResponse, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s, err := plugin.SchemaOf[NodeConfig]()
-	if err != nil {
-		return nil, err
-	}
-	return &provider.NodeConfigSchemaResponse{Schema: s}, nil
+	return provider.NodeConfigSchemaOf[NodeConfig](ctx)
 }
 
 // Launch implements provider.Provider.
