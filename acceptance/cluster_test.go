@@ -262,7 +262,9 @@ func TestClusterEvictsSecondaryCopies(t *testing.T) {
 // TestClusterRebuildsLostObjects: objects whose only copy dies with a
 // killed node are rebuilt by their owner, which re-runs the tasks that made
 // them on the nodes left (lineage reconstruction): a Get and a task's
-// argument both read the right bytes.
+// argument both read the right bytes. The second of a call's two results
+// is rebuilt on its own (the first was freed before), and a generator's
+// item by running the generator again.
 func TestClusterRebuildsLostObjects(t *testing.T) {
 	ctx := testCtx(t)
 	h := startClusterHead(t, ctx)
@@ -275,7 +277,7 @@ func TestClusterRebuildsLostObjects(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("lineage job exited %d:\n%s", code, out)
 	}
-	wantLines(t, out, "lineage: both lost objects rebuilt", "PASS lineage")
+	wantLines(t, out, "lineage: both lost objects rebuilt", "lineage: a second result and a generator item rebuilt", "PASS lineage")
 	if !strings.Contains(out, "re-running the task that made it") {
 		t.Errorf("the driver did not say it rebuilt the objects (were they on the killed node?):\n%s", out)
 	}

@@ -36,6 +36,9 @@ type callOptions struct {
 	groups []groupDecl
 	// maxTaskRetries is an actor option (taskretry.go).
 	maxTaskRetries int
+	// backpressure bounds a generator's values not taken (stream.go; 0:
+	// the default).
+	backpressure int
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -263,6 +266,9 @@ type methodBase struct {
 	transport string
 	group     string // concurrency group ("" the default)
 	retries   *int   // MaxCallRetries (taskretry.go); nil: the handle's
+	// backpressure bounds a generator method's values not taken
+	// (stream.go; 0: the default).
+	backpressure int
 }
 
 // Name returns the registered name.

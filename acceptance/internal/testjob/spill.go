@@ -84,12 +84,31 @@ func makeSpillBlock(ctx context.Context, i, size int) ([]byte, error) {
 	return spillBlock(i, size), nil
 }
 
+// makeSpillPair returns spill blocks i and i+1.
+func makeSpillPair(ctx context.Context, i, size int) ([]byte, []byte, error) {
+	return spillBlock(i, size), spillBlock(i+1, size), nil
+}
+
+// streamSpillBlocks yields n spill blocks from block i on.
+func streamSpillBlocks(ctx context.Context, i, n, size int, yield func([]byte) error) error {
+	for k := range n {
+		if err := yield(spillBlock(i+k, size)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // fnvOf returns the FNV-1a sum of its argument.
 func fnvOf(ctx context.Context, b []byte) (uint64, error) { return fnvSum(b), nil }
 
 var (
 	// MakeSpillBlock makes a spill block.
 	MakeSpillBlock = ray.Task2(makeSpillBlock)
+	// MakeSpillPair makes spill blocks i and i+1, each its own object.
+	MakeSpillPair = ray.Task2R2(makeSpillPair)
+	// StreamSpillBlocks yields n spill blocks from block i on.
+	StreamSpillBlocks = ray.Generator3(streamSpillBlocks)
 	// FnvOf sums a byte slice.
 	FnvOf = ray.Task1(fnvOf)
 )
@@ -197,9 +216,24 @@ func runLineage(ctx context.Context, dir, victim string) error {
 		MakeSpillBlock.Options(ray.NodeAffinity(victim, true)).Remote(ctx, ray.V(1), ray.V(size)),
 		MakeSpillBlock.Options(ray.NodeAffinity(victim, true)).Remote(ctx, ray.V(2), ray.V(size)),
 	}
-	if _, pending, err := ray.Wait(ctx, refs, 2, 30*time.Second); err != nil || len(pending) > 0 {
+	// Two results of one call, and the items of a generator, each its own
+	// object: the first result is freed before the node dies, the second
+	// is rebuilt alone; a generator item is rebuilt by running the
+	// generator again.
+	first, second := MakeSpillPair.Options(ray.NodeAffinity(victim, true)).Remote(ctx, ray.V(3), ray.V(size))
+	refs = append(refs, first, second)
+	stream := StreamSpillBlocks.Options(ray.NodeAffinity(victim, true)).Remote(ctx, ray.V(10), ray.V(3), ray.V(size))
+	defer stream.Close()
+	for r, err := range stream.All(ctx) {
+		if err != nil {
+			return fmt.Errorf("generator: %w", err)
+		}
+		refs = append(refs, r)
+	}
+	if _, pending, err := ray.Wait(ctx, refs, len(refs), 30*time.Second); err != nil || len(pending) > 0 {
 		return fmt.Errorf("making the objects: %v (pending %d)", err, len(pending))
 	}
+	first.Release()
 	if err := writeFile(filepath.Join(dir, "ready"), "1"); err != nil {
 		return err
 	}
@@ -221,5 +255,20 @@ func runLineage(ctx context.Context, dir, victim string) error {
 		return fmt.Errorf("the task read the rebuilt argument wrong")
 	}
 	fmt.Println("lineage: both lost objects rebuilt")
+	got, err = second.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("get of a second result lost with its node: %w", err)
+	}
+	if fnvSum(got) != fnvSum(spillBlock(4, size)) {
+		return fmt.Errorf("the rebuilt second result reads wrong")
+	}
+	got, err = refs[len(refs)-2].Get(ctx) // item 1 of the generator
+	if err != nil {
+		return fmt.Errorf("get of a generator item lost with its node: %w", err)
+	}
+	if fnvSum(got) != fnvSum(spillBlock(11, size)) {
+		return fmt.Errorf("the rebuilt generator item reads wrong")
+	}
+	fmt.Println("lineage: a second result and a generator item rebuilt")
 	return nil
 }

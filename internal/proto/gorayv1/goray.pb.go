@@ -292,7 +292,7 @@ func (x GetObjectStatusReply_Status) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GetObjectStatusReply_Status.Descriptor instead.
 func (GetObjectStatusReply_Status) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{10, 0}
+	return file_goray_proto_rawDescGZIP(), []int{12, 0}
 }
 
 type RayletCommand_Kind int32
@@ -348,7 +348,7 @@ func (x RayletCommand_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use RayletCommand_Kind.Descriptor instead.
 func (RayletCommand_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36, 0}
+	return file_goray_proto_rawDescGZIP(), []int{38, 0}
 }
 
 type SchedulingStrategy_Kind int32
@@ -402,7 +402,7 @@ func (x SchedulingStrategy_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use SchedulingStrategy_Kind.Descriptor instead.
 func (SchedulingStrategy_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39, 0}
+	return file_goray_proto_rawDescGZIP(), []int{41, 0}
 }
 
 // Address is where a process serves gRPC.
@@ -701,8 +701,22 @@ type TaskSpec struct {
 	ConcurrencyGroups map[string]int32 `protobuf:"bytes,30,rep,name=concurrency_groups,json=concurrencyGroups,proto3" json:"concurrency_groups,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Actor method: the concurrency group the call runs in ("" the default).
 	ConcurrencyGroup string `protobuf:"bytes,31,opt,name=concurrency_group,json=concurrencyGroup,proto3" json:"concurrency_group,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// How many values the function returns (0 or 1: one). Return i (from 1)
+	// is the object ObjectIDFor(task_id, i); return_id is the first.
+	NumReturns int32 `protobuf:"varint,32,opt,name=num_returns,json=numReturns,proto3" json:"num_returns,omitempty"`
+	// A streaming generator: item i (from 0) is the object
+	// ObjectIDFor(task_id, i+2), each reported by a TaskReply with
+	// stream_item set as it is produced; the final reply (return_id) ends the
+	// stream.
+	Streaming bool `protobuf:"varint,33,opt,name=streaming,proto3" json:"streaming,omitempty"`
+	// Streaming: the producer waits while it has this many items its
+	// consumer has not taken (AckStream); 0: no bound.
+	Backpressure int32 `protobuf:"varint,34,opt,name=backpressure,proto3" json:"backpressure,omitempty"`
+	// Streaming: how many items the consumer had taken when this attempt
+	// was sent (later counts come by AckStream).
+	StreamConsumed int64 `protobuf:"varint,35,opt,name=stream_consumed,json=streamConsumed,proto3" json:"stream_consumed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *TaskSpec) Reset() {
@@ -873,6 +887,34 @@ func (x *TaskSpec) GetConcurrencyGroup() string {
 		return x.ConcurrencyGroup
 	}
 	return ""
+}
+
+func (x *TaskSpec) GetNumReturns() int32 {
+	if x != nil {
+		return x.NumReturns
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetStreaming() bool {
+	if x != nil {
+		return x.Streaming
+	}
+	return false
+}
+
+func (x *TaskSpec) GetBackpressure() int32 {
+	if x != nil {
+		return x.Backpressure
+	}
+	return 0
+}
+
+func (x *TaskSpec) GetStreamConsumed() int64 {
+	if x != nil {
+		return x.StreamConsumed
+	}
+	return 0
 }
 
 // PlacementOptions places a task or actor in a placement group. The
@@ -1081,6 +1123,96 @@ func (x *TaskRequest) GetSpec() *TaskSpec {
 	return nil
 }
 
+// AckStreamRequest: the consumer of a streaming generator has taken
+// consumed items (flow control; see TaskSpec.backpressure).
+type AckStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TaskId        []byte                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Consumed      int64                  `protobuf:"varint,2,opt,name=consumed,proto3" json:"consumed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckStreamRequest) Reset() {
+	*x = AckStreamRequest{}
+	mi := &file_goray_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckStreamRequest) ProtoMessage() {}
+
+func (x *AckStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckStreamRequest.ProtoReflect.Descriptor instead.
+func (*AckStreamRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *AckStreamRequest) GetTaskId() []byte {
+	if x != nil {
+		return x.TaskId
+	}
+	return nil
+}
+
+func (x *AckStreamRequest) GetConsumed() int64 {
+	if x != nil {
+		return x.Consumed
+	}
+	return 0
+}
+
+type AckStreamReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckStreamReply) Reset() {
+	*x = AckStreamReply{}
+	mi := &file_goray_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckStreamReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckStreamReply) ProtoMessage() {}
+
+func (x *AckStreamReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckStreamReply.ProtoReflect.Descriptor instead.
+func (*AckStreamReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{9}
+}
+
 type TaskReply struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	TaskId []byte                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -1093,13 +1225,21 @@ type TaskReply struct {
 	SystemError bool `protobuf:"varint,4,opt,name=system_error,json=systemError,proto3" json:"system_error,omitempty"`
 	// Set on actor creation failure: the actor is dead.
 	ActorCreationFailed bool `protobuf:"varint,5,opt,name=actor_creation_failed,json=actorCreationFailed,proto3" json:"actor_creation_failed,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Returns 2..num_returns of a task with several (ret is the first).
+	MoreRets []*ReturnObject `protobuf:"bytes,6,rep,name=more_rets,json=moreRets,proto3" json:"more_rets,omitempty"`
+	// A streaming generator's item number item_index, in ret; the task's
+	// final reply has stream_item unset and num_items, the number of items
+	// it produced (an error in ret comes after them).
+	StreamItem    bool  `protobuf:"varint,7,opt,name=stream_item,json=streamItem,proto3" json:"stream_item,omitempty"`
+	ItemIndex     int64 `protobuf:"varint,8,opt,name=item_index,json=itemIndex,proto3" json:"item_index,omitempty"`
+	NumItems      int64 `protobuf:"varint,9,opt,name=num_items,json=numItems,proto3" json:"num_items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskReply) Reset() {
 	*x = TaskReply{}
-	mi := &file_goray_proto_msgTypes[8]
+	mi := &file_goray_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1111,7 +1251,7 @@ func (x *TaskReply) String() string {
 func (*TaskReply) ProtoMessage() {}
 
 func (x *TaskReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[8]
+	mi := &file_goray_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1124,7 +1264,7 @@ func (x *TaskReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskReply.ProtoReflect.Descriptor instead.
 func (*TaskReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{8}
+	return file_goray_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskReply) GetTaskId() []byte {
@@ -1162,6 +1302,34 @@ func (x *TaskReply) GetActorCreationFailed() bool {
 	return false
 }
 
+func (x *TaskReply) GetMoreRets() []*ReturnObject {
+	if x != nil {
+		return x.MoreRets
+	}
+	return nil
+}
+
+func (x *TaskReply) GetStreamItem() bool {
+	if x != nil {
+		return x.StreamItem
+	}
+	return false
+}
+
+func (x *TaskReply) GetItemIndex() int64 {
+	if x != nil {
+		return x.ItemIndex
+	}
+	return 0
+}
+
+func (x *TaskReply) GetNumItems() int64 {
+	if x != nil {
+		return x.NumItems
+	}
+	return 0
+}
+
 type GetObjectStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ObjectId      []byte                 `protobuf:"bytes,1,opt,name=object_id,json=objectId,proto3" json:"object_id,omitempty"`
@@ -1171,7 +1339,7 @@ type GetObjectStatusRequest struct {
 
 func (x *GetObjectStatusRequest) Reset() {
 	*x = GetObjectStatusRequest{}
-	mi := &file_goray_proto_msgTypes[9]
+	mi := &file_goray_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1183,7 +1351,7 @@ func (x *GetObjectStatusRequest) String() string {
 func (*GetObjectStatusRequest) ProtoMessage() {}
 
 func (x *GetObjectStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[9]
+	mi := &file_goray_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1196,7 +1364,7 @@ func (x *GetObjectStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectStatusRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{9}
+	return file_goray_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetObjectStatusRequest) GetObjectId() []byte {
@@ -1216,7 +1384,7 @@ type GetObjectStatusReply struct {
 
 func (x *GetObjectStatusReply) Reset() {
 	*x = GetObjectStatusReply{}
-	mi := &file_goray_proto_msgTypes[10]
+	mi := &file_goray_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1396,7 @@ func (x *GetObjectStatusReply) String() string {
 func (*GetObjectStatusReply) ProtoMessage() {}
 
 func (x *GetObjectStatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[10]
+	mi := &file_goray_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1409,7 @@ func (x *GetObjectStatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectStatusReply.ProtoReflect.Descriptor instead.
 func (*GetObjectStatusReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{10}
+	return file_goray_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetObjectStatusReply) GetStatus() GetObjectStatusReply_Status {
@@ -1269,7 +1437,7 @@ type UpdateBorrowersRequest struct {
 
 func (x *UpdateBorrowersRequest) Reset() {
 	*x = UpdateBorrowersRequest{}
-	mi := &file_goray_proto_msgTypes[11]
+	mi := &file_goray_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1449,7 @@ func (x *UpdateBorrowersRequest) String() string {
 func (*UpdateBorrowersRequest) ProtoMessage() {}
 
 func (x *UpdateBorrowersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[11]
+	mi := &file_goray_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1462,7 @@ func (x *UpdateBorrowersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBorrowersRequest.ProtoReflect.Descriptor instead.
 func (*UpdateBorrowersRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{11}
+	return file_goray_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateBorrowersRequest) GetBorrower() *Address {
@@ -1328,7 +1496,7 @@ type UpdateBorrowersReply struct {
 
 func (x *UpdateBorrowersReply) Reset() {
 	*x = UpdateBorrowersReply{}
-	mi := &file_goray_proto_msgTypes[12]
+	mi := &file_goray_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1508,7 @@ func (x *UpdateBorrowersReply) String() string {
 func (*UpdateBorrowersReply) ProtoMessage() {}
 
 func (x *UpdateBorrowersReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[12]
+	mi := &file_goray_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1521,7 @@ func (x *UpdateBorrowersReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateBorrowersReply.ProtoReflect.Descriptor instead.
 func (*UpdateBorrowersReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{12}
+	return file_goray_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateBorrowersReply) GetUnknown() [][]byte {
@@ -1373,7 +1541,7 @@ type ExitRequest struct {
 
 func (x *ExitRequest) Reset() {
 	*x = ExitRequest{}
-	mi := &file_goray_proto_msgTypes[13]
+	mi := &file_goray_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1553,7 @@ func (x *ExitRequest) String() string {
 func (*ExitRequest) ProtoMessage() {}
 
 func (x *ExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[13]
+	mi := &file_goray_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1566,7 @@ func (x *ExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitRequest.ProtoReflect.Descriptor instead.
 func (*ExitRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{13}
+	return file_goray_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExitRequest) GetReason() string {
@@ -1423,7 +1591,7 @@ type ExitReply struct {
 
 func (x *ExitReply) Reset() {
 	*x = ExitReply{}
-	mi := &file_goray_proto_msgTypes[14]
+	mi := &file_goray_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1603,7 @@ func (x *ExitReply) String() string {
 func (*ExitReply) ProtoMessage() {}
 
 func (x *ExitReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[14]
+	mi := &file_goray_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1616,7 @@ func (x *ExitReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitReply.ProtoReflect.Descriptor instead.
 func (*ExitReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{14}
+	return file_goray_proto_rawDescGZIP(), []int{16}
 }
 
 type CancelTaskRequest struct {
@@ -1460,7 +1628,7 @@ type CancelTaskRequest struct {
 
 func (x *CancelTaskRequest) Reset() {
 	*x = CancelTaskRequest{}
-	mi := &file_goray_proto_msgTypes[15]
+	mi := &file_goray_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1640,7 @@ func (x *CancelTaskRequest) String() string {
 func (*CancelTaskRequest) ProtoMessage() {}
 
 func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[15]
+	mi := &file_goray_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1653,7 @@ func (x *CancelTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskRequest.ProtoReflect.Descriptor instead.
 func (*CancelTaskRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{15}
+	return file_goray_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CancelTaskRequest) GetTaskId() []byte {
@@ -1505,7 +1673,7 @@ type CancelTaskReply struct {
 
 func (x *CancelTaskReply) Reset() {
 	*x = CancelTaskReply{}
-	mi := &file_goray_proto_msgTypes[16]
+	mi := &file_goray_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1685,7 @@ func (x *CancelTaskReply) String() string {
 func (*CancelTaskReply) ProtoMessage() {}
 
 func (x *CancelTaskReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[16]
+	mi := &file_goray_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1698,7 @@ func (x *CancelTaskReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelTaskReply.ProtoReflect.Descriptor instead.
 func (*CancelTaskReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{16}
+	return file_goray_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelTaskReply) GetRunning() bool {
@@ -1553,7 +1721,7 @@ type CancelObjectRequest struct {
 
 func (x *CancelObjectRequest) Reset() {
 	*x = CancelObjectRequest{}
-	mi := &file_goray_proto_msgTypes[17]
+	mi := &file_goray_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1733,7 @@ func (x *CancelObjectRequest) String() string {
 func (*CancelObjectRequest) ProtoMessage() {}
 
 func (x *CancelObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[17]
+	mi := &file_goray_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1746,7 @@ func (x *CancelObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelObjectRequest.ProtoReflect.Descriptor instead.
 func (*CancelObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{17}
+	return file_goray_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelObjectRequest) GetObjectId() []byte {
@@ -1603,7 +1771,7 @@ type CancelObjectReply struct {
 
 func (x *CancelObjectReply) Reset() {
 	*x = CancelObjectReply{}
-	mi := &file_goray_proto_msgTypes[18]
+	mi := &file_goray_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1783,7 @@ func (x *CancelObjectReply) String() string {
 func (*CancelObjectReply) ProtoMessage() {}
 
 func (x *CancelObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[18]
+	mi := &file_goray_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1796,7 @@ func (x *CancelObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelObjectReply.ProtoReflect.Descriptor instead.
 func (*CancelObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{18}
+	return file_goray_proto_rawDescGZIP(), []int{20}
 }
 
 type ListOwnedRequest struct {
@@ -1639,7 +1807,7 @@ type ListOwnedRequest struct {
 
 func (x *ListOwnedRequest) Reset() {
 	*x = ListOwnedRequest{}
-	mi := &file_goray_proto_msgTypes[19]
+	mi := &file_goray_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1819,7 @@ func (x *ListOwnedRequest) String() string {
 func (*ListOwnedRequest) ProtoMessage() {}
 
 func (x *ListOwnedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[19]
+	mi := &file_goray_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1832,7 @@ func (x *ListOwnedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnedRequest.ProtoReflect.Descriptor instead.
 func (*ListOwnedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{19}
+	return file_goray_proto_rawDescGZIP(), []int{21}
 }
 
 type TaskState struct {
@@ -1684,7 +1852,7 @@ type TaskState struct {
 
 func (x *TaskState) Reset() {
 	*x = TaskState{}
-	mi := &file_goray_proto_msgTypes[20]
+	mi := &file_goray_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1864,7 @@ func (x *TaskState) String() string {
 func (*TaskState) ProtoMessage() {}
 
 func (x *TaskState) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[20]
+	mi := &file_goray_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1877,7 @@ func (x *TaskState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskState.ProtoReflect.Descriptor instead.
 func (*TaskState) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{20}
+	return file_goray_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *TaskState) GetTaskId() []byte {
@@ -1792,7 +1960,7 @@ type ObjectState struct {
 
 func (x *ObjectState) Reset() {
 	*x = ObjectState{}
-	mi := &file_goray_proto_msgTypes[21]
+	mi := &file_goray_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1804,7 +1972,7 @@ func (x *ObjectState) String() string {
 func (*ObjectState) ProtoMessage() {}
 
 func (x *ObjectState) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[21]
+	mi := &file_goray_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1817,7 +1985,7 @@ func (x *ObjectState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectState.ProtoReflect.Descriptor instead.
 func (*ObjectState) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{21}
+	return file_goray_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ObjectState) GetObjectId() []byte {
@@ -1894,7 +2062,7 @@ type ListOwnedReply struct {
 
 func (x *ListOwnedReply) Reset() {
 	*x = ListOwnedReply{}
-	mi := &file_goray_proto_msgTypes[22]
+	mi := &file_goray_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +2074,7 @@ func (x *ListOwnedReply) String() string {
 func (*ListOwnedReply) ProtoMessage() {}
 
 func (x *ListOwnedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[22]
+	mi := &file_goray_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2087,7 @@ func (x *ListOwnedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOwnedReply.ProtoReflect.Descriptor instead.
 func (*ListOwnedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{22}
+	return file_goray_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListOwnedReply) GetOwner() *Address {
@@ -1955,7 +2123,7 @@ type DrainRayletRequest struct {
 
 func (x *DrainRayletRequest) Reset() {
 	*x = DrainRayletRequest{}
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2135,7 @@ func (x *DrainRayletRequest) String() string {
 func (*DrainRayletRequest) ProtoMessage() {}
 
 func (x *DrainRayletRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[23]
+	mi := &file_goray_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,7 +2148,7 @@ func (x *DrainRayletRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRayletRequest.ProtoReflect.Descriptor instead.
 func (*DrainRayletRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{23}
+	return file_goray_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DrainRayletRequest) GetReason() string {
@@ -2016,7 +2184,7 @@ type DrainRayletReply struct {
 
 func (x *DrainRayletReply) Reset() {
 	*x = DrainRayletReply{}
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2028,7 +2196,7 @@ func (x *DrainRayletReply) String() string {
 func (*DrainRayletReply) ProtoMessage() {}
 
 func (x *DrainRayletReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[24]
+	mi := &file_goray_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2041,7 +2209,7 @@ func (x *DrainRayletReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRayletReply.ProtoReflect.Descriptor instead.
 func (*DrainRayletReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{24}
+	return file_goray_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DrainRayletReply) GetAccepted() bool {
@@ -2089,7 +2257,7 @@ type PrepareBundlesRequest struct {
 
 func (x *PrepareBundlesRequest) Reset() {
 	*x = PrepareBundlesRequest{}
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2269,7 @@ func (x *PrepareBundlesRequest) String() string {
 func (*PrepareBundlesRequest) ProtoMessage() {}
 
 func (x *PrepareBundlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[25]
+	mi := &file_goray_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2282,7 @@ func (x *PrepareBundlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareBundlesRequest.ProtoReflect.Descriptor instead.
 func (*PrepareBundlesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{25}
+	return file_goray_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PrepareBundlesRequest) GetPlacementGroupId() []byte {
@@ -2145,7 +2313,7 @@ type PrepareBundlesReply struct {
 
 func (x *PrepareBundlesReply) Reset() {
 	*x = PrepareBundlesReply{}
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2157,7 +2325,7 @@ func (x *PrepareBundlesReply) String() string {
 func (*PrepareBundlesReply) ProtoMessage() {}
 
 func (x *PrepareBundlesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[26]
+	mi := &file_goray_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2170,7 +2338,7 @@ func (x *PrepareBundlesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrepareBundlesReply.ProtoReflect.Descriptor instead.
 func (*PrepareBundlesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{26}
+	return file_goray_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PrepareBundlesReply) GetSuccess() bool {
@@ -2204,7 +2372,7 @@ type CommitBundlesRequest struct {
 
 func (x *CommitBundlesRequest) Reset() {
 	*x = CommitBundlesRequest{}
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2216,7 +2384,7 @@ func (x *CommitBundlesRequest) String() string {
 func (*CommitBundlesRequest) ProtoMessage() {}
 
 func (x *CommitBundlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[27]
+	mi := &file_goray_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2229,7 +2397,7 @@ func (x *CommitBundlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitBundlesRequest.ProtoReflect.Descriptor instead.
 func (*CommitBundlesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{27}
+	return file_goray_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommitBundlesRequest) GetPlacementGroupId() []byte {
@@ -2255,7 +2423,7 @@ type CommitBundlesReply struct {
 
 func (x *CommitBundlesReply) Reset() {
 	*x = CommitBundlesReply{}
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2435,7 @@ func (x *CommitBundlesReply) String() string {
 func (*CommitBundlesReply) ProtoMessage() {}
 
 func (x *CommitBundlesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[28]
+	mi := &file_goray_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2448,7 @@ func (x *CommitBundlesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitBundlesReply.ProtoReflect.Descriptor instead.
 func (*CommitBundlesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{28}
+	return file_goray_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CommitBundlesReply) GetAvailable() *Resources {
@@ -2303,7 +2471,7 @@ type ReleaseUnusedBundlesRequest struct {
 
 func (x *ReleaseUnusedBundlesRequest) Reset() {
 	*x = ReleaseUnusedBundlesRequest{}
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2483,7 @@ func (x *ReleaseUnusedBundlesRequest) String() string {
 func (*ReleaseUnusedBundlesRequest) ProtoMessage() {}
 
 func (x *ReleaseUnusedBundlesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[29]
+	mi := &file_goray_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2496,7 @@ func (x *ReleaseUnusedBundlesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseUnusedBundlesRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseUnusedBundlesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{29}
+	return file_goray_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReleaseUnusedBundlesRequest) GetInUse() []*BundleRef {
@@ -2356,7 +2524,7 @@ type BundleRef struct {
 
 func (x *BundleRef) Reset() {
 	*x = BundleRef{}
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2536,7 @@ func (x *BundleRef) String() string {
 func (*BundleRef) ProtoMessage() {}
 
 func (x *BundleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[30]
+	mi := &file_goray_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2549,7 @@ func (x *BundleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BundleRef.ProtoReflect.Descriptor instead.
 func (*BundleRef) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{30}
+	return file_goray_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BundleRef) GetPlacementGroupId() []byte {
@@ -2409,7 +2577,7 @@ type ReleaseUnusedBundlesReply struct {
 
 func (x *ReleaseUnusedBundlesReply) Reset() {
 	*x = ReleaseUnusedBundlesReply{}
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2589,7 @@ func (x *ReleaseUnusedBundlesReply) String() string {
 func (*ReleaseUnusedBundlesReply) ProtoMessage() {}
 
 func (x *ReleaseUnusedBundlesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[31]
+	mi := &file_goray_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2602,7 @@ func (x *ReleaseUnusedBundlesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseUnusedBundlesReply.ProtoReflect.Descriptor instead.
 func (*ReleaseUnusedBundlesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{31}
+	return file_goray_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReleaseUnusedBundlesReply) GetReleased() []*BundleRef {
@@ -2464,7 +2632,7 @@ type CancelReserveRequest struct {
 
 func (x *CancelReserveRequest) Reset() {
 	*x = CancelReserveRequest{}
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2644,7 @@ func (x *CancelReserveRequest) String() string {
 func (*CancelReserveRequest) ProtoMessage() {}
 
 func (x *CancelReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[32]
+	mi := &file_goray_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2657,7 @@ func (x *CancelReserveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReserveRequest.ProtoReflect.Descriptor instead.
 func (*CancelReserveRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{32}
+	return file_goray_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CancelReserveRequest) GetPlacementGroupId() []byte {
@@ -2524,7 +2692,7 @@ type CancelReserveReply struct {
 
 func (x *CancelReserveReply) Reset() {
 	*x = CancelReserveReply{}
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2704,7 @@ func (x *CancelReserveReply) String() string {
 func (*CancelReserveReply) ProtoMessage() {}
 
 func (x *CancelReserveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[33]
+	mi := &file_goray_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2717,7 @@ func (x *CancelReserveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelReserveReply.ProtoReflect.Descriptor instead.
 func (*CancelReserveReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{33}
+	return file_goray_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CancelReserveReply) GetAvailable() *Resources {
@@ -2581,7 +2749,7 @@ type WorkerMessage struct {
 
 func (x *WorkerMessage) Reset() {
 	*x = WorkerMessage{}
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2761,7 @@ func (x *WorkerMessage) String() string {
 func (*WorkerMessage) ProtoMessage() {}
 
 func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[34]
+	mi := &file_goray_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +2774,7 @@ func (x *WorkerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerMessage.ProtoReflect.Descriptor instead.
 func (*WorkerMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{34}
+	return file_goray_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WorkerMessage) GetWorkerId() []byte {
@@ -2649,7 +2817,7 @@ type DriverMessage struct {
 
 func (x *DriverMessage) Reset() {
 	*x = DriverMessage{}
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +2829,7 @@ func (x *DriverMessage) String() string {
 func (*DriverMessage) ProtoMessage() {}
 
 func (x *DriverMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[35]
+	mi := &file_goray_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +2842,7 @@ func (x *DriverMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverMessage.ProtoReflect.Descriptor instead.
 func (*DriverMessage) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{35}
+	return file_goray_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DriverMessage) GetJob() *JobInfo {
@@ -2718,7 +2886,7 @@ type RayletCommand struct {
 
 func (x *RayletCommand) Reset() {
 	*x = RayletCommand{}
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2898,7 @@ func (x *RayletCommand) String() string {
 func (*RayletCommand) ProtoMessage() {}
 
 func (x *RayletCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[36]
+	mi := &file_goray_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2911,7 @@ func (x *RayletCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RayletCommand.ProtoReflect.Descriptor instead.
 func (*RayletCommand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{36}
+	return file_goray_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *RayletCommand) GetKind() RayletCommand_Kind {
@@ -2816,7 +2984,7 @@ type StoreInfo struct {
 
 func (x *StoreInfo) Reset() {
 	*x = StoreInfo{}
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2828,7 +2996,7 @@ func (x *StoreInfo) String() string {
 func (*StoreInfo) ProtoMessage() {}
 
 func (x *StoreInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[37]
+	mi := &file_goray_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2841,7 +3009,7 @@ func (x *StoreInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreInfo.ProtoReflect.Descriptor instead.
 func (*StoreInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{37}
+	return file_goray_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StoreInfo) GetFdSocket() string {
@@ -2899,7 +3067,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3079,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[38]
+	mi := &file_goray_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3092,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{38}
+	return file_goray_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LeaseRequest) GetJobId() []byte {
@@ -3016,7 +3184,7 @@ type SchedulingStrategy struct {
 
 func (x *SchedulingStrategy) Reset() {
 	*x = SchedulingStrategy{}
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3196,7 @@ func (x *SchedulingStrategy) String() string {
 func (*SchedulingStrategy) ProtoMessage() {}
 
 func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[39]
+	mi := &file_goray_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3209,7 @@ func (x *SchedulingStrategy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SchedulingStrategy.ProtoReflect.Descriptor instead.
 func (*SchedulingStrategy) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{39}
+	return file_goray_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SchedulingStrategy) GetKind() SchedulingStrategy_Kind {
@@ -3074,7 +3242,7 @@ type CancelLeaseRequest struct {
 
 func (x *CancelLeaseRequest) Reset() {
 	*x = CancelLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3254,7 @@ func (x *CancelLeaseRequest) String() string {
 func (*CancelLeaseRequest) ProtoMessage() {}
 
 func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[40]
+	mi := &file_goray_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3267,7 @@ func (x *CancelLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CancelLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{40}
+	return file_goray_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CancelLeaseRequest) GetRequestId() []byte {
@@ -3119,7 +3287,7 @@ type CancelLeaseReply struct {
 
 func (x *CancelLeaseReply) Reset() {
 	*x = CancelLeaseReply{}
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3299,7 @@ func (x *CancelLeaseReply) String() string {
 func (*CancelLeaseReply) ProtoMessage() {}
 
 func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[41]
+	mi := &file_goray_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3312,7 @@ func (x *CancelLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelLeaseReply.ProtoReflect.Descriptor instead.
 func (*CancelLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{41}
+	return file_goray_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CancelLeaseReply) GetReturned() bool {
@@ -3164,7 +3332,7 @@ type TaskBlockedRequest struct {
 
 func (x *TaskBlockedRequest) Reset() {
 	*x = TaskBlockedRequest{}
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3344,7 @@ func (x *TaskBlockedRequest) String() string {
 func (*TaskBlockedRequest) ProtoMessage() {}
 
 func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[42]
+	mi := &file_goray_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3357,7 @@ func (x *TaskBlockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedRequest.ProtoReflect.Descriptor instead.
 func (*TaskBlockedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{42}
+	return file_goray_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *TaskBlockedRequest) GetWorkerId() []byte {
@@ -3214,7 +3382,7 @@ type TaskBlockedReply struct {
 
 func (x *TaskBlockedReply) Reset() {
 	*x = TaskBlockedReply{}
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3226,7 +3394,7 @@ func (x *TaskBlockedReply) String() string {
 func (*TaskBlockedReply) ProtoMessage() {}
 
 func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[43]
+	mi := &file_goray_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3239,7 +3407,7 @@ func (x *TaskBlockedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskBlockedReply.ProtoReflect.Descriptor instead.
 func (*TaskBlockedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{43}
+	return file_goray_proto_rawDescGZIP(), []int{45}
 }
 
 type TransportInvokeRequest struct {
@@ -3254,7 +3422,7 @@ type TransportInvokeRequest struct {
 
 func (x *TransportInvokeRequest) Reset() {
 	*x = TransportInvokeRequest{}
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3266,7 +3434,7 @@ func (x *TransportInvokeRequest) String() string {
 func (*TransportInvokeRequest) ProtoMessage() {}
 
 func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[44]
+	mi := &file_goray_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3279,7 +3447,7 @@ func (x *TransportInvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeRequest.ProtoReflect.Descriptor instead.
 func (*TransportInvokeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{44}
+	return file_goray_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *TransportInvokeRequest) GetName() string {
@@ -3312,7 +3480,7 @@ type TransportInvokeReply struct {
 
 func (x *TransportInvokeReply) Reset() {
 	*x = TransportInvokeReply{}
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3492,7 @@ func (x *TransportInvokeReply) String() string {
 func (*TransportInvokeReply) ProtoMessage() {}
 
 func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[45]
+	mi := &file_goray_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3505,7 @@ func (x *TransportInvokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransportInvokeReply.ProtoReflect.Descriptor instead.
 func (*TransportInvokeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{45}
+	return file_goray_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *TransportInvokeReply) GetPayload() []byte {
@@ -3372,7 +3540,7 @@ type LeaseReply struct {
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3552,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[46]
+	mi := &file_goray_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3565,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{46}
+	return file_goray_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -3467,7 +3635,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +3647,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[47]
+	mi := &file_goray_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +3660,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{47}
+	return file_goray_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -3520,7 +3688,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3700,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3713,7 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReturnLeaseReply) GetMemoryKill() *MemoryKill {
@@ -3571,7 +3739,7 @@ type CreateObjectRequest struct {
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3751,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3764,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -3643,7 +3811,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3655,7 +3823,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3668,7 +3836,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -3689,7 +3857,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3701,7 +3869,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3714,7 +3882,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -3739,7 +3907,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3751,7 +3919,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3764,7 +3932,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 type GetObjectsRequest struct {
@@ -3778,7 +3946,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3790,7 +3958,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3803,7 +3971,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -3833,7 +4001,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3845,7 +4013,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3858,7 +4026,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -3905,7 +4073,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3917,7 +4085,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3930,7 +4098,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -3950,7 +4118,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3962,7 +4130,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3975,7 +4143,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -4000,7 +4168,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4012,7 +4180,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4025,7 +4193,7 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 type PullObjectRequest struct {
@@ -4041,7 +4209,7 @@ type PullObjectRequest struct {
 
 func (x *PullObjectRequest) Reset() {
 	*x = PullObjectRequest{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4053,7 +4221,7 @@ func (x *PullObjectRequest) String() string {
 func (*PullObjectRequest) ProtoMessage() {}
 
 func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4066,7 +4234,7 @@ func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectRequest.ProtoReflect.Descriptor instead.
 func (*PullObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PullObjectRequest) GetObjectId() []byte {
@@ -4098,7 +4266,7 @@ type PullObjectReply struct {
 
 func (x *PullObjectReply) Reset() {
 	*x = PullObjectReply{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4110,7 +4278,7 @@ func (x *PullObjectReply) String() string {
 func (*PullObjectReply) ProtoMessage() {}
 
 func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4123,7 +4291,7 @@ func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectReply.ProtoReflect.Descriptor instead.
 func (*PullObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 type FetchBinaryRequest struct {
@@ -4135,7 +4303,7 @@ type FetchBinaryRequest struct {
 
 func (x *FetchBinaryRequest) Reset() {
 	*x = FetchBinaryRequest{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4147,7 +4315,7 @@ func (x *FetchBinaryRequest) String() string {
 func (*FetchBinaryRequest) ProtoMessage() {}
 
 func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4160,7 +4328,7 @@ func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBinaryRequest.ProtoReflect.Descriptor instead.
 func (*FetchBinaryRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FetchBinaryRequest) GetSha256() string {
@@ -4180,7 +4348,7 @@ type BinaryChunk struct {
 
 func (x *BinaryChunk) Reset() {
 	*x = BinaryChunk{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4192,7 +4360,7 @@ func (x *BinaryChunk) String() string {
 func (*BinaryChunk) ProtoMessage() {}
 
 func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4205,7 +4373,7 @@ func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
 func (*BinaryChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BinaryChunk) GetData() []byte {
@@ -4232,7 +4400,7 @@ type WorkersDiedRequest struct {
 
 func (x *WorkersDiedRequest) Reset() {
 	*x = WorkersDiedRequest{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4412,7 @@ func (x *WorkersDiedRequest) String() string {
 func (*WorkersDiedRequest) ProtoMessage() {}
 
 func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +4425,7 @@ func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
 func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
@@ -4282,7 +4450,7 @@ type WorkersDiedReply struct {
 
 func (x *WorkersDiedReply) Reset() {
 	*x = WorkersDiedReply{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4294,7 +4462,7 @@ func (x *WorkersDiedReply) String() string {
 func (*WorkersDiedReply) ProtoMessage() {}
 
 func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4307,7 +4475,7 @@ func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
 func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 type FreeObjectsRequest struct {
@@ -4321,7 +4489,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4333,7 +4501,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4346,7 +4514,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -4371,7 +4539,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4383,7 +4551,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4396,7 +4564,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 type GetNodeStatsRequest struct {
@@ -4411,7 +4579,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4591,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4604,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetNodeStatsRequest) GetIncludeOwned() bool {
@@ -4460,7 +4628,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4472,7 +4640,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4485,7 +4653,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -4541,7 +4709,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4553,7 +4721,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4566,7 +4734,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -4618,7 +4786,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4630,7 +4798,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4643,7 +4811,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -4764,7 +4932,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4776,7 +4944,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4789,7 +4957,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -4871,7 +5039,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4883,7 +5051,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4896,7 +5064,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -4914,7 +5082,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4926,7 +5094,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4939,7 +5107,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 type NodeInfo struct {
@@ -4974,7 +5142,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4986,7 +5154,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4999,7 +5167,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -5143,7 +5311,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5155,7 +5323,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5168,7 +5336,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -5288,7 +5456,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5300,7 +5468,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5313,7 +5481,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -5476,7 +5644,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5488,7 +5656,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5501,7 +5669,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DrainNodeRequest) GetNodeId() []byte {
@@ -5539,7 +5707,7 @@ type DrainNodeReply struct {
 
 func (x *DrainNodeReply) Reset() {
 	*x = DrainNodeReply{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5551,7 +5719,7 @@ func (x *DrainNodeReply) String() string {
 func (*DrainNodeReply) ProtoMessage() {}
 
 func (x *DrainNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5564,7 +5732,7 @@ func (x *DrainNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeReply.ProtoReflect.Descriptor instead.
 func (*DrainNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DrainNodeReply) GetAccepted() bool {
@@ -5610,7 +5778,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5622,7 +5790,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5635,7 +5803,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 type GetClusterInfoReply struct {
@@ -5660,7 +5828,7 @@ type GetClusterInfoReply struct {
 
 func (x *GetClusterInfoReply) Reset() {
 	*x = GetClusterInfoReply{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5672,7 +5840,7 @@ func (x *GetClusterInfoReply) String() string {
 func (*GetClusterInfoReply) ProtoMessage() {}
 
 func (x *GetClusterInfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5685,7 +5853,7 @@ func (x *GetClusterInfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoReply.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *GetClusterInfoReply) GetClusterId() string {
@@ -5750,7 +5918,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5762,7 +5930,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5775,7 +5943,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -5804,7 +5972,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5816,7 +5984,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5829,7 +5997,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -5856,7 +6024,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5868,7 +6036,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5881,7 +6049,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -5906,7 +6074,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5918,7 +6086,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5931,7 +6099,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 type HeartbeatRequest struct {
@@ -5952,7 +6120,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5964,7 +6132,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5977,7 +6145,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -6062,7 +6230,7 @@ type SpillStats struct {
 
 func (x *SpillStats) Reset() {
 	*x = SpillStats{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6074,7 +6242,7 @@ func (x *SpillStats) String() string {
 func (*SpillStats) ProtoMessage() {}
 
 func (x *SpillStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6087,7 +6255,7 @@ func (x *SpillStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
 func (*SpillStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *SpillStats) GetLocation() string {
@@ -6183,7 +6351,7 @@ type SpilledObject struct {
 
 func (x *SpilledObject) Reset() {
 	*x = SpilledObject{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6195,7 +6363,7 @@ func (x *SpilledObject) String() string {
 func (*SpilledObject) ProtoMessage() {}
 
 func (x *SpilledObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6208,7 +6376,7 @@ func (x *SpilledObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
 func (*SpilledObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *SpilledObject) GetObjectId() []byte {
@@ -6257,7 +6425,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6269,7 +6437,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6282,7 +6450,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -6300,7 +6468,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6312,7 +6480,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6325,7 +6493,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 type NodeView struct {
@@ -6348,7 +6516,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6360,7 +6528,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6373,7 +6541,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -6448,7 +6616,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6460,7 +6628,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6473,7 +6641,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -6492,7 +6660,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6504,7 +6672,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6517,7 +6685,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -6535,7 +6703,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6547,7 +6715,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6560,7 +6728,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 type MarkJobFinishedRequest struct {
@@ -6572,7 +6740,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6584,7 +6752,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6597,7 +6765,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -6615,7 +6783,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6627,7 +6795,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6640,7 +6808,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{96}
 }
 
 type GetAllJobsRequest struct {
@@ -6655,7 +6823,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6667,7 +6835,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6680,7 +6848,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{95}
+	return file_goray_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *GetAllJobsRequest) GetIncludeEnv() bool {
@@ -6699,7 +6867,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6711,7 +6879,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6724,7 +6892,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{96}
+	return file_goray_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -6747,7 +6915,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6759,7 +6927,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6772,7 +6940,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{97}
+	return file_goray_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -6800,7 +6968,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6812,7 +6980,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6825,7 +6993,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{98}
+	return file_goray_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *RegisterActorReply) GetExisting() *ActorInfo {
@@ -6844,7 +7012,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6856,7 +7024,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6869,7 +7037,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{99}
+	return file_goray_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -6887,7 +7055,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6899,7 +7067,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6912,7 +7080,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{100}
+	return file_goray_proto_rawDescGZIP(), []int{102}
 }
 
 type GetActorRequest struct {
@@ -6935,7 +7103,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6947,7 +7115,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6960,7 +7128,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{101}
+	return file_goray_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -7007,7 +7175,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7019,7 +7187,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7032,7 +7200,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{102}
+	return file_goray_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -7050,7 +7218,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7062,7 +7230,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7075,7 +7243,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{103}
+	return file_goray_proto_rawDescGZIP(), []int{105}
 }
 
 type ListActorsReply struct {
@@ -7087,7 +7255,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7099,7 +7267,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7112,7 +7280,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{104}
+	return file_goray_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -7137,7 +7305,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7149,7 +7317,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7162,7 +7330,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{105}
+	return file_goray_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -7201,7 +7369,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7213,7 +7381,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7226,7 +7394,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{106}
+	return file_goray_proto_rawDescGZIP(), []int{108}
 }
 
 type KVPutRequest struct {
@@ -7241,7 +7409,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7253,7 +7421,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7266,7 +7434,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{107}
+	return file_goray_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -7306,7 +7474,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7318,7 +7486,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7331,7 +7499,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{108}
+	return file_goray_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -7351,7 +7519,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7363,7 +7531,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7376,7 +7544,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{109}
+	return file_goray_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -7403,7 +7571,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7415,7 +7583,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7428,7 +7596,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{110}
+	return file_goray_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -7456,7 +7624,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7468,7 +7636,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7481,7 +7649,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{111}
+	return file_goray_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -7514,7 +7682,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7526,7 +7694,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7539,7 +7707,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{112}
+	return file_goray_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -7559,7 +7727,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7571,7 +7739,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7584,7 +7752,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{113}
+	return file_goray_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -7610,7 +7778,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7622,7 +7790,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7635,7 +7803,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{114}
+	return file_goray_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -7658,7 +7826,7 @@ type Bundle struct {
 
 func (x *Bundle) Reset() {
 	*x = Bundle{}
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7670,7 +7838,7 @@ func (x *Bundle) String() string {
 func (*Bundle) ProtoMessage() {}
 
 func (x *Bundle) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7683,7 +7851,7 @@ func (x *Bundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bundle.ProtoReflect.Descriptor instead.
 func (*Bundle) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{115}
+	return file_goray_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *Bundle) GetIndex() int32 {
@@ -7738,7 +7906,7 @@ type PlacementGroupInfo struct {
 
 func (x *PlacementGroupInfo) Reset() {
 	*x = PlacementGroupInfo{}
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7750,7 +7918,7 @@ func (x *PlacementGroupInfo) String() string {
 func (*PlacementGroupInfo) ProtoMessage() {}
 
 func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7763,7 +7931,7 @@ func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementGroupInfo.ProtoReflect.Descriptor instead.
 func (*PlacementGroupInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{116}
+	return file_goray_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *PlacementGroupInfo) GetPlacementGroupId() []byte {
@@ -7875,7 +8043,7 @@ type CreatePlacementGroupRequest struct {
 
 func (x *CreatePlacementGroupRequest) Reset() {
 	*x = CreatePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7887,7 +8055,7 @@ func (x *CreatePlacementGroupRequest) String() string {
 func (*CreatePlacementGroupRequest) ProtoMessage() {}
 
 func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7900,7 +8068,7 @@ func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{117}
+	return file_goray_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *CreatePlacementGroupRequest) GetGroup() *PlacementGroupInfo {
@@ -7918,7 +8086,7 @@ type CreatePlacementGroupReply struct {
 
 func (x *CreatePlacementGroupReply) Reset() {
 	*x = CreatePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7930,7 +8098,7 @@ func (x *CreatePlacementGroupReply) String() string {
 func (*CreatePlacementGroupReply) ProtoMessage() {}
 
 func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7943,7 +8111,7 @@ func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{118}
+	return file_goray_proto_rawDescGZIP(), []int{120}
 }
 
 type RemovePlacementGroupRequest struct {
@@ -7955,7 +8123,7 @@ type RemovePlacementGroupRequest struct {
 
 func (x *RemovePlacementGroupRequest) Reset() {
 	*x = RemovePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7967,7 +8135,7 @@ func (x *RemovePlacementGroupRequest) String() string {
 func (*RemovePlacementGroupRequest) ProtoMessage() {}
 
 func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7980,7 +8148,7 @@ func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{119}
+	return file_goray_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *RemovePlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -7998,7 +8166,7 @@ type RemovePlacementGroupReply struct {
 
 func (x *RemovePlacementGroupReply) Reset() {
 	*x = RemovePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8010,7 +8178,7 @@ func (x *RemovePlacementGroupReply) String() string {
 func (*RemovePlacementGroupReply) ProtoMessage() {}
 
 func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8023,7 +8191,7 @@ func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{120}
+	return file_goray_proto_rawDescGZIP(), []int{122}
 }
 
 type GetPlacementGroupRequest struct {
@@ -8038,7 +8206,7 @@ type GetPlacementGroupRequest struct {
 
 func (x *GetPlacementGroupRequest) Reset() {
 	*x = GetPlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[121]
+	mi := &file_goray_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8050,7 +8218,7 @@ func (x *GetPlacementGroupRequest) String() string {
 func (*GetPlacementGroupRequest) ProtoMessage() {}
 
 func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[121]
+	mi := &file_goray_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8063,7 +8231,7 @@ func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{121}
+	return file_goray_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *GetPlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -8096,7 +8264,7 @@ type GetPlacementGroupReply struct {
 
 func (x *GetPlacementGroupReply) Reset() {
 	*x = GetPlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[122]
+	mi := &file_goray_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8108,7 +8276,7 @@ func (x *GetPlacementGroupReply) String() string {
 func (*GetPlacementGroupReply) ProtoMessage() {}
 
 func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[122]
+	mi := &file_goray_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8121,7 +8289,7 @@ func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{122}
+	return file_goray_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *GetPlacementGroupReply) GetGroup() *PlacementGroupInfo {
@@ -8139,7 +8307,7 @@ type ListPlacementGroupsRequest struct {
 
 func (x *ListPlacementGroupsRequest) Reset() {
 	*x = ListPlacementGroupsRequest{}
-	mi := &file_goray_proto_msgTypes[123]
+	mi := &file_goray_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8151,7 +8319,7 @@ func (x *ListPlacementGroupsRequest) String() string {
 func (*ListPlacementGroupsRequest) ProtoMessage() {}
 
 func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[123]
+	mi := &file_goray_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8164,7 +8332,7 @@ func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{123}
+	return file_goray_proto_rawDescGZIP(), []int{125}
 }
 
 type ListPlacementGroupsReply struct {
@@ -8176,7 +8344,7 @@ type ListPlacementGroupsReply struct {
 
 func (x *ListPlacementGroupsReply) Reset() {
 	*x = ListPlacementGroupsReply{}
-	mi := &file_goray_proto_msgTypes[124]
+	mi := &file_goray_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8188,7 +8356,7 @@ func (x *ListPlacementGroupsReply) String() string {
 func (*ListPlacementGroupsReply) ProtoMessage() {}
 
 func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[124]
+	mi := &file_goray_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8201,7 +8369,7 @@ func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsReply.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{124}
+	return file_goray_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *ListPlacementGroupsReply) GetGroups() []*PlacementGroupInfo {
@@ -8235,7 +8403,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x03ref\x18\x03 \x01(\v2\x13.goray.v1.ObjectRefR\x03ref\x12\x15\n" +
 	"\x06by_ref\x18\x04 \x01(\bR\x05byRef\x12\x17\n" +
 	"\anode_id\x18\x05 \x01(\fR\x06nodeId\x12+\n" +
-	"\x06nested\x18\x06 \x03(\v2\x13.goray.v1.ObjectRefR\x06nested\"\xb2\x06\n" +
+	"\x06nested\x18\x06 \x03(\v2\x13.goray.v1.ObjectRefR\x06nested\"\xbe\a\n" +
 	"\bTaskSpec\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\fR\x06taskId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12&\n" +
@@ -8260,7 +8428,12 @@ const file_goray_proto_rawDesc = "" +
 	"transports\x128\n" +
 	"\tplacement\x18\x12 \x01(\v2\x1a.goray.v1.PlacementOptionsR\tplacement\x12X\n" +
 	"\x12concurrency_groups\x18\x1e \x03(\v2).goray.v1.TaskSpec.ConcurrencyGroupsEntryR\x11concurrencyGroups\x12+\n" +
-	"\x11concurrency_group\x18\x1f \x01(\tR\x10concurrencyGroup\x1aD\n" +
+	"\x11concurrency_group\x18\x1f \x01(\tR\x10concurrencyGroup\x12\x1f\n" +
+	"\vnum_returns\x18  \x01(\x05R\n" +
+	"numReturns\x12\x1c\n" +
+	"\tstreaming\x18! \x01(\bR\tstreaming\x12\"\n" +
+	"\fbackpressure\x18\" \x01(\x05R\fbackpressure\x12'\n" +
+	"\x0fstream_consumed\x18# \x01(\x03R\x0estreamConsumed\x1aD\n" +
 	"\x16ConcurrencyGroupsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"\x93\x01\n" +
@@ -8277,13 +8450,23 @@ const file_goray_proto_rawDesc = "" +
 	"\x04size\x18\x06 \x01(\x03R\x04size\x12+\n" +
 	"\x06nested\x18\a \x03(\v2\x13.goray.v1.ObjectRefR\x06nested\"5\n" +
 	"\vTaskRequest\x12&\n" +
-	"\x04spec\x18\x01 \x01(\v2\x12.goray.v1.TaskSpecR\x04spec\"\xc2\x01\n" +
+	"\x04spec\x18\x01 \x01(\v2\x12.goray.v1.TaskSpecR\x04spec\"G\n" +
+	"\x10AckStreamRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\fR\x06taskId\x12\x1a\n" +
+	"\bconsumed\x18\x02 \x01(\x03R\bconsumed\"\x10\n" +
+	"\x0eAckStreamReply\"\xd4\x02\n" +
 	"\tTaskReply\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\fR\x06taskId\x12(\n" +
 	"\x03ret\x18\x02 \x01(\v2\x16.goray.v1.ReturnObjectR\x03ret\x12\x1b\n" +
 	"\tapp_error\x18\x03 \x01(\bR\bappError\x12!\n" +
 	"\fsystem_error\x18\x04 \x01(\bR\vsystemError\x122\n" +
-	"\x15actor_creation_failed\x18\x05 \x01(\bR\x13actorCreationFailed\"5\n" +
+	"\x15actor_creation_failed\x18\x05 \x01(\bR\x13actorCreationFailed\x123\n" +
+	"\tmore_rets\x18\x06 \x03(\v2\x16.goray.v1.ReturnObjectR\bmoreRets\x12\x1f\n" +
+	"\vstream_item\x18\a \x01(\bR\n" +
+	"streamItem\x12\x1d\n" +
+	"\n" +
+	"item_index\x18\b \x01(\x03R\titemIndex\x12\x1b\n" +
+	"\tnum_items\x18\t \x01(\x03R\bnumItems\"5\n" +
 	"\x16GetObjectStatusRequest\x12\x1b\n" +
 	"\tobject_id\x18\x01 \x01(\fR\bobjectId\"\xb2\x01\n" +
 	"\x14GetObjectStatusReply\x12=\n" +
@@ -8828,10 +9011,11 @@ const file_goray_proto_rawDesc = "" +
 	"\x1ePLACEMENT_GROUP_STATE_PREPARED\x10\x01\x12!\n" +
 	"\x1dPLACEMENT_GROUP_STATE_CREATED\x10\x02\x12!\n" +
 	"\x1dPLACEMENT_GROUP_STATE_REMOVED\x10\x03\x12&\n" +
-	"\"PLACEMENT_GROUP_STATE_RESCHEDULING\x10\x042\xfc\x03\n" +
+	"\"PLACEMENT_GROUP_STATE_RESCHEDULING\x10\x042\xbf\x04\n" +
 	"\n" +
 	"CoreWorker\x12;\n" +
-	"\tPushTasks\x12\x15.goray.v1.TaskRequest\x1a\x13.goray.v1.TaskReply(\x010\x01\x12S\n" +
+	"\tPushTasks\x12\x15.goray.v1.TaskRequest\x1a\x13.goray.v1.TaskReply(\x010\x01\x12A\n" +
+	"\tAckStream\x12\x1a.goray.v1.AckStreamRequest\x1a\x18.goray.v1.AckStreamReply\x12S\n" +
 	"\x0fGetObjectStatus\x12 .goray.v1.GetObjectStatusRequest\x1a\x1e.goray.v1.GetObjectStatusReply\x12S\n" +
 	"\x0fUpdateBorrowers\x12 .goray.v1.UpdateBorrowersRequest\x1a\x1e.goray.v1.UpdateBorrowersReply\x122\n" +
 	"\x04Exit\x12\x15.goray.v1.ExitRequest\x1a\x13.goray.v1.ExitReply\x12D\n" +
@@ -8904,7 +9088,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 129)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 131)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                       // 0: goray.v1.TaskKind
 	(ActorState)(0),                     // 1: goray.v1.ActorState
@@ -8921,132 +9105,134 @@ var file_goray_proto_goTypes = []any{
 	(*PlacementOptions)(nil),            // 12: goray.v1.PlacementOptions
 	(*ReturnObject)(nil),                // 13: goray.v1.ReturnObject
 	(*TaskRequest)(nil),                 // 14: goray.v1.TaskRequest
-	(*TaskReply)(nil),                   // 15: goray.v1.TaskReply
-	(*GetObjectStatusRequest)(nil),      // 16: goray.v1.GetObjectStatusRequest
-	(*GetObjectStatusReply)(nil),        // 17: goray.v1.GetObjectStatusReply
-	(*UpdateBorrowersRequest)(nil),      // 18: goray.v1.UpdateBorrowersRequest
-	(*UpdateBorrowersReply)(nil),        // 19: goray.v1.UpdateBorrowersReply
-	(*ExitRequest)(nil),                 // 20: goray.v1.ExitRequest
-	(*ExitReply)(nil),                   // 21: goray.v1.ExitReply
-	(*CancelTaskRequest)(nil),           // 22: goray.v1.CancelTaskRequest
-	(*CancelTaskReply)(nil),             // 23: goray.v1.CancelTaskReply
-	(*CancelObjectRequest)(nil),         // 24: goray.v1.CancelObjectRequest
-	(*CancelObjectReply)(nil),           // 25: goray.v1.CancelObjectReply
-	(*ListOwnedRequest)(nil),            // 26: goray.v1.ListOwnedRequest
-	(*TaskState)(nil),                   // 27: goray.v1.TaskState
-	(*ObjectState)(nil),                 // 28: goray.v1.ObjectState
-	(*ListOwnedReply)(nil),              // 29: goray.v1.ListOwnedReply
-	(*DrainRayletRequest)(nil),          // 30: goray.v1.DrainRayletRequest
-	(*DrainRayletReply)(nil),            // 31: goray.v1.DrainRayletReply
-	(*PrepareBundlesRequest)(nil),       // 32: goray.v1.PrepareBundlesRequest
-	(*PrepareBundlesReply)(nil),         // 33: goray.v1.PrepareBundlesReply
-	(*CommitBundlesRequest)(nil),        // 34: goray.v1.CommitBundlesRequest
-	(*CommitBundlesReply)(nil),          // 35: goray.v1.CommitBundlesReply
-	(*ReleaseUnusedBundlesRequest)(nil), // 36: goray.v1.ReleaseUnusedBundlesRequest
-	(*BundleRef)(nil),                   // 37: goray.v1.BundleRef
-	(*ReleaseUnusedBundlesReply)(nil),   // 38: goray.v1.ReleaseUnusedBundlesReply
-	(*CancelReserveRequest)(nil),        // 39: goray.v1.CancelReserveRequest
-	(*CancelReserveReply)(nil),          // 40: goray.v1.CancelReserveReply
-	(*WorkerMessage)(nil),               // 41: goray.v1.WorkerMessage
-	(*DriverMessage)(nil),               // 42: goray.v1.DriverMessage
-	(*RayletCommand)(nil),               // 43: goray.v1.RayletCommand
-	(*StoreInfo)(nil),                   // 44: goray.v1.StoreInfo
-	(*LeaseRequest)(nil),                // 45: goray.v1.LeaseRequest
-	(*SchedulingStrategy)(nil),          // 46: goray.v1.SchedulingStrategy
-	(*CancelLeaseRequest)(nil),          // 47: goray.v1.CancelLeaseRequest
-	(*CancelLeaseReply)(nil),            // 48: goray.v1.CancelLeaseReply
-	(*TaskBlockedRequest)(nil),          // 49: goray.v1.TaskBlockedRequest
-	(*TaskBlockedReply)(nil),            // 50: goray.v1.TaskBlockedReply
-	(*TransportInvokeRequest)(nil),      // 51: goray.v1.TransportInvokeRequest
-	(*TransportInvokeReply)(nil),        // 52: goray.v1.TransportInvokeReply
-	(*LeaseReply)(nil),                  // 53: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),          // 54: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),            // 55: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),         // 56: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),           // 57: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),           // 58: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),             // 59: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),           // 60: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                 // 61: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),             // 62: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),       // 63: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),         // 64: goray.v1.ReleaseObjectsReply
-	(*PullObjectRequest)(nil),           // 65: goray.v1.PullObjectRequest
-	(*PullObjectReply)(nil),             // 66: goray.v1.PullObjectReply
-	(*FetchBinaryRequest)(nil),          // 67: goray.v1.FetchBinaryRequest
-	(*BinaryChunk)(nil),                 // 68: goray.v1.BinaryChunk
-	(*WorkersDiedRequest)(nil),          // 69: goray.v1.WorkersDiedRequest
-	(*WorkersDiedReply)(nil),            // 70: goray.v1.WorkersDiedReply
-	(*FreeObjectsRequest)(nil),          // 71: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),            // 72: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),         // 73: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                 // 74: goray.v1.WorkerStats
-	(*PendingDemand)(nil),               // 75: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),           // 76: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),                // 77: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),         // 78: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),           // 79: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                    // 80: goray.v1.NodeInfo
-	(*JobInfo)(nil),                     // 81: goray.v1.JobInfo
-	(*ActorInfo)(nil),                   // 82: goray.v1.ActorInfo
-	(*DrainNodeRequest)(nil),            // 83: goray.v1.DrainNodeRequest
-	(*DrainNodeReply)(nil),              // 84: goray.v1.DrainNodeReply
-	(*GetClusterInfoRequest)(nil),       // 85: goray.v1.GetClusterInfoRequest
-	(*GetClusterInfoReply)(nil),         // 86: goray.v1.GetClusterInfoReply
-	(*RegisterNodeRequest)(nil),         // 87: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),           // 88: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),       // 89: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),         // 90: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),            // 91: goray.v1.HeartbeatRequest
-	(*SpillStats)(nil),                  // 92: goray.v1.SpillStats
-	(*SpilledObject)(nil),               // 93: goray.v1.SpilledObject
-	(*HeartbeatReply)(nil),              // 94: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),          // 95: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                    // 96: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),            // 97: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),               // 98: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                 // 99: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),      // 100: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),        // 101: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),           // 102: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),             // 103: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),        // 104: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),          // 105: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),          // 106: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),            // 107: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),             // 108: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),               // 109: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),           // 110: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),             // 111: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil),  // 112: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),    // 113: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),                // 114: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                  // 115: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),                // 116: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                  // 117: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),                // 118: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                  // 119: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),               // 120: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                 // 121: goray.v1.KVKeysReply
-	(*Bundle)(nil),                      // 122: goray.v1.Bundle
-	(*PlacementGroupInfo)(nil),          // 123: goray.v1.PlacementGroupInfo
-	(*CreatePlacementGroupRequest)(nil), // 124: goray.v1.CreatePlacementGroupRequest
-	(*CreatePlacementGroupReply)(nil),   // 125: goray.v1.CreatePlacementGroupReply
-	(*RemovePlacementGroupRequest)(nil), // 126: goray.v1.RemovePlacementGroupRequest
-	(*RemovePlacementGroupReply)(nil),   // 127: goray.v1.RemovePlacementGroupReply
-	(*GetPlacementGroupRequest)(nil),    // 128: goray.v1.GetPlacementGroupRequest
-	(*GetPlacementGroupReply)(nil),      // 129: goray.v1.GetPlacementGroupReply
-	(*ListPlacementGroupsRequest)(nil),  // 130: goray.v1.ListPlacementGroupsRequest
-	(*ListPlacementGroupsReply)(nil),    // 131: goray.v1.ListPlacementGroupsReply
-	nil,                                 // 132: goray.v1.Resources.AmountsEntry
-	nil,                                 // 133: goray.v1.TaskSpec.ConcurrencyGroupsEntry
-	nil,                                 // 134: goray.v1.NodeInfo.LabelsEntry
-	nil,                                 // 135: goray.v1.ActorInfo.ConcurrencyGroupsEntry
-	(*MemoryKill)(nil),                  // 136: goray.v1.MemoryKill
-	(*MemoryMonitorStats)(nil),          // 137: goray.v1.MemoryMonitorStats
+	(*AckStreamRequest)(nil),            // 15: goray.v1.AckStreamRequest
+	(*AckStreamReply)(nil),              // 16: goray.v1.AckStreamReply
+	(*TaskReply)(nil),                   // 17: goray.v1.TaskReply
+	(*GetObjectStatusRequest)(nil),      // 18: goray.v1.GetObjectStatusRequest
+	(*GetObjectStatusReply)(nil),        // 19: goray.v1.GetObjectStatusReply
+	(*UpdateBorrowersRequest)(nil),      // 20: goray.v1.UpdateBorrowersRequest
+	(*UpdateBorrowersReply)(nil),        // 21: goray.v1.UpdateBorrowersReply
+	(*ExitRequest)(nil),                 // 22: goray.v1.ExitRequest
+	(*ExitReply)(nil),                   // 23: goray.v1.ExitReply
+	(*CancelTaskRequest)(nil),           // 24: goray.v1.CancelTaskRequest
+	(*CancelTaskReply)(nil),             // 25: goray.v1.CancelTaskReply
+	(*CancelObjectRequest)(nil),         // 26: goray.v1.CancelObjectRequest
+	(*CancelObjectReply)(nil),           // 27: goray.v1.CancelObjectReply
+	(*ListOwnedRequest)(nil),            // 28: goray.v1.ListOwnedRequest
+	(*TaskState)(nil),                   // 29: goray.v1.TaskState
+	(*ObjectState)(nil),                 // 30: goray.v1.ObjectState
+	(*ListOwnedReply)(nil),              // 31: goray.v1.ListOwnedReply
+	(*DrainRayletRequest)(nil),          // 32: goray.v1.DrainRayletRequest
+	(*DrainRayletReply)(nil),            // 33: goray.v1.DrainRayletReply
+	(*PrepareBundlesRequest)(nil),       // 34: goray.v1.PrepareBundlesRequest
+	(*PrepareBundlesReply)(nil),         // 35: goray.v1.PrepareBundlesReply
+	(*CommitBundlesRequest)(nil),        // 36: goray.v1.CommitBundlesRequest
+	(*CommitBundlesReply)(nil),          // 37: goray.v1.CommitBundlesReply
+	(*ReleaseUnusedBundlesRequest)(nil), // 38: goray.v1.ReleaseUnusedBundlesRequest
+	(*BundleRef)(nil),                   // 39: goray.v1.BundleRef
+	(*ReleaseUnusedBundlesReply)(nil),   // 40: goray.v1.ReleaseUnusedBundlesReply
+	(*CancelReserveRequest)(nil),        // 41: goray.v1.CancelReserveRequest
+	(*CancelReserveReply)(nil),          // 42: goray.v1.CancelReserveReply
+	(*WorkerMessage)(nil),               // 43: goray.v1.WorkerMessage
+	(*DriverMessage)(nil),               // 44: goray.v1.DriverMessage
+	(*RayletCommand)(nil),               // 45: goray.v1.RayletCommand
+	(*StoreInfo)(nil),                   // 46: goray.v1.StoreInfo
+	(*LeaseRequest)(nil),                // 47: goray.v1.LeaseRequest
+	(*SchedulingStrategy)(nil),          // 48: goray.v1.SchedulingStrategy
+	(*CancelLeaseRequest)(nil),          // 49: goray.v1.CancelLeaseRequest
+	(*CancelLeaseReply)(nil),            // 50: goray.v1.CancelLeaseReply
+	(*TaskBlockedRequest)(nil),          // 51: goray.v1.TaskBlockedRequest
+	(*TaskBlockedReply)(nil),            // 52: goray.v1.TaskBlockedReply
+	(*TransportInvokeRequest)(nil),      // 53: goray.v1.TransportInvokeRequest
+	(*TransportInvokeReply)(nil),        // 54: goray.v1.TransportInvokeReply
+	(*LeaseReply)(nil),                  // 55: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),          // 56: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),            // 57: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),         // 58: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),           // 59: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),           // 60: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),             // 61: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),           // 62: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                 // 63: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),             // 64: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),       // 65: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),         // 66: goray.v1.ReleaseObjectsReply
+	(*PullObjectRequest)(nil),           // 67: goray.v1.PullObjectRequest
+	(*PullObjectReply)(nil),             // 68: goray.v1.PullObjectReply
+	(*FetchBinaryRequest)(nil),          // 69: goray.v1.FetchBinaryRequest
+	(*BinaryChunk)(nil),                 // 70: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),          // 71: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),            // 72: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),          // 73: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),            // 74: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),         // 75: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                 // 76: goray.v1.WorkerStats
+	(*PendingDemand)(nil),               // 77: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),           // 78: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),                // 79: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),         // 80: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),           // 81: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                    // 82: goray.v1.NodeInfo
+	(*JobInfo)(nil),                     // 83: goray.v1.JobInfo
+	(*ActorInfo)(nil),                   // 84: goray.v1.ActorInfo
+	(*DrainNodeRequest)(nil),            // 85: goray.v1.DrainNodeRequest
+	(*DrainNodeReply)(nil),              // 86: goray.v1.DrainNodeReply
+	(*GetClusterInfoRequest)(nil),       // 87: goray.v1.GetClusterInfoRequest
+	(*GetClusterInfoReply)(nil),         // 88: goray.v1.GetClusterInfoReply
+	(*RegisterNodeRequest)(nil),         // 89: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),           // 90: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),       // 91: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),         // 92: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),            // 93: goray.v1.HeartbeatRequest
+	(*SpillStats)(nil),                  // 94: goray.v1.SpillStats
+	(*SpilledObject)(nil),               // 95: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),              // 96: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),          // 97: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                    // 98: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),            // 99: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),               // 100: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                 // 101: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),      // 102: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),        // 103: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),           // 104: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),             // 105: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),        // 106: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),          // 107: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),          // 108: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),            // 109: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),             // 110: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),               // 111: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),           // 112: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),             // 113: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil),  // 114: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),    // 115: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),                // 116: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                  // 117: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),                // 118: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                  // 119: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),                // 120: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                  // 121: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),               // 122: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                 // 123: goray.v1.KVKeysReply
+	(*Bundle)(nil),                      // 124: goray.v1.Bundle
+	(*PlacementGroupInfo)(nil),          // 125: goray.v1.PlacementGroupInfo
+	(*CreatePlacementGroupRequest)(nil), // 126: goray.v1.CreatePlacementGroupRequest
+	(*CreatePlacementGroupReply)(nil),   // 127: goray.v1.CreatePlacementGroupReply
+	(*RemovePlacementGroupRequest)(nil), // 128: goray.v1.RemovePlacementGroupRequest
+	(*RemovePlacementGroupReply)(nil),   // 129: goray.v1.RemovePlacementGroupReply
+	(*GetPlacementGroupRequest)(nil),    // 130: goray.v1.GetPlacementGroupRequest
+	(*GetPlacementGroupReply)(nil),      // 131: goray.v1.GetPlacementGroupReply
+	(*ListPlacementGroupsRequest)(nil),  // 132: goray.v1.ListPlacementGroupsRequest
+	(*ListPlacementGroupsReply)(nil),    // 133: goray.v1.ListPlacementGroupsReply
+	nil,                                 // 134: goray.v1.Resources.AmountsEntry
+	nil,                                 // 135: goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	nil,                                 // 136: goray.v1.NodeInfo.LabelsEntry
+	nil,                                 // 137: goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	(*MemoryKill)(nil),                  // 138: goray.v1.MemoryKill
+	(*MemoryMonitorStats)(nil),          // 139: goray.v1.MemoryMonitorStats
 }
 var file_goray_proto_depIdxs = []int32{
-	132, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	134, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	7,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	9,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	9,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -9055,188 +9241,191 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
 	8,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
 	12,  // 8: goray.v1.TaskSpec.placement:type_name -> goray.v1.PlacementOptions
-	133, // 9: goray.v1.TaskSpec.concurrency_groups:type_name -> goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	135, // 9: goray.v1.TaskSpec.concurrency_groups:type_name -> goray.v1.TaskSpec.ConcurrencyGroupsEntry
 	9,   // 10: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
 	11,  // 11: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
 	13,  // 12: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
-	4,   // 13: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
-	13,  // 14: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
-	7,   // 15: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
-	7,   // 16: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
-	27,  // 17: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
-	28,  // 18: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	122, // 19: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
-	8,   // 20: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
-	8,   // 21: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
-	37,  // 22: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
-	37,  // 23: goray.v1.ReleaseUnusedBundlesReply.released:type_name -> goray.v1.BundleRef
-	8,   // 24: goray.v1.ReleaseUnusedBundlesReply.available:type_name -> goray.v1.Resources
-	8,   // 25: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
-	7,   // 26: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	81,  // 27: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
-	7,   // 28: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
-	5,   // 29: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	80,  // 30: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
-	44,  // 31: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
-	8,   // 32: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
-	46,  // 33: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
-	6,   // 34: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
-	7,   // 35: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	136, // 36: goray.v1.ReturnLeaseReply.memory_kill:type_name -> goray.v1.MemoryKill
-	7,   // 37: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	61,  // 38: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
-	7,   // 39: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
-	7,   // 40: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
-	8,   // 41: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	80,  // 42: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
-	8,   // 43: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	74,  // 44: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	75,  // 45: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	61,  // 46: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
-	7,   // 47: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	77,  // 48: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	92,  // 49: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	93,  // 50: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
-	29,  // 51: goray.v1.GetNodeStatsReply.owned:type_name -> goray.v1.ListOwnedReply
-	8,   // 52: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	134, // 53: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
-	1,   // 54: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
-	7,   // 55: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
-	7,   // 56: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
-	8,   // 57: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	135, // 58: goray.v1.ActorInfo.concurrency_groups:type_name -> goray.v1.ActorInfo.ConcurrencyGroupsEntry
-	80,  // 59: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	8,   // 60: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	75,  // 61: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	92,  // 62: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	137, // 63: goray.v1.HeartbeatRequest.memory:type_name -> goray.v1.MemoryMonitorStats
-	80,  // 64: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	8,   // 65: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	75,  // 66: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	92,  // 67: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	137, // 68: goray.v1.NodeView.memory:type_name -> goray.v1.MemoryMonitorStats
-	96,  // 69: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	81,  // 70: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	81,  // 71: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	82,  // 72: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	82,  // 73: goray.v1.RegisterActorReply.existing:type_name -> goray.v1.ActorInfo
-	82,  // 74: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	82,  // 75: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	82,  // 76: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	8,   // 77: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
-	2,   // 78: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
-	122, // 79: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
-	3,   // 80: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
-	123, // 81: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
-	123, // 82: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
-	123, // 83: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
-	14,  // 84: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	16,  // 85: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	18,  // 86: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	20,  // 87: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	22,  // 88: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
-	24,  // 89: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
-	26,  // 90: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	41,  // 91: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	42,  // 92: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	45,  // 93: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	54,  // 94: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	47,  // 95: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	49,  // 96: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	51,  // 97: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	56,  // 98: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	58,  // 99: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	60,  // 100: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	63,  // 101: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	71,  // 102: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	73,  // 103: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	65,  // 104: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	67,  // 105: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	69,  // 106: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	78,  // 107: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	32,  // 108: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
-	34,  // 109: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
-	39,  // 110: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
-	36,  // 111: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
-	30,  // 112: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
-	87,  // 113: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	89,  // 114: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	91,  // 115: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	95,  // 116: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	98,  // 117: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	100, // 118: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	102, // 119: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	104, // 120: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	106, // 121: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	108, // 122: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	110, // 123: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	112, // 124: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	114, // 125: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	116, // 126: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	118, // 127: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	120, // 128: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	124, // 129: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
-	126, // 130: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
-	128, // 131: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
-	130, // 132: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
-	85,  // 133: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
-	83,  // 134: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
-	15,  // 135: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	17,  // 136: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	19,  // 137: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	21,  // 138: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	23,  // 139: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	25,  // 140: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
-	29,  // 141: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	43,  // 142: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	43,  // 143: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	53,  // 144: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	55,  // 145: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	48,  // 146: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	50,  // 147: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	52,  // 148: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	57,  // 149: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	59,  // 150: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	62,  // 151: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	64,  // 152: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	72,  // 153: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	76,  // 154: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	66,  // 155: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	68,  // 156: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	70,  // 157: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	79,  // 158: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	33,  // 159: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
-	35,  // 160: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
-	40,  // 161: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
-	38,  // 162: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
-	31,  // 163: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
-	88,  // 164: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	90,  // 165: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	94,  // 166: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	97,  // 167: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	99,  // 168: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	101, // 169: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	103, // 170: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	105, // 171: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	107, // 172: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	109, // 173: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	111, // 174: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	113, // 175: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	115, // 176: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	117, // 177: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	119, // 178: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	121, // 179: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	125, // 180: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
-	127, // 181: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
-	129, // 182: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
-	131, // 183: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
-	86,  // 184: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
-	84,  // 185: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
-	135, // [135:186] is the sub-list for method output_type
-	84,  // [84:135] is the sub-list for method input_type
-	84,  // [84:84] is the sub-list for extension type_name
-	84,  // [84:84] is the sub-list for extension extendee
-	0,   // [0:84] is the sub-list for field type_name
+	13,  // 13: goray.v1.TaskReply.more_rets:type_name -> goray.v1.ReturnObject
+	4,   // 14: goray.v1.GetObjectStatusReply.status:type_name -> goray.v1.GetObjectStatusReply.Status
+	13,  // 15: goray.v1.GetObjectStatusReply.object:type_name -> goray.v1.ReturnObject
+	7,   // 16: goray.v1.UpdateBorrowersRequest.borrower:type_name -> goray.v1.Address
+	7,   // 17: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
+	29,  // 18: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
+	30,  // 19: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
+	124, // 20: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
+	8,   // 21: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
+	8,   // 22: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
+	39,  // 23: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
+	39,  // 24: goray.v1.ReleaseUnusedBundlesReply.released:type_name -> goray.v1.BundleRef
+	8,   // 25: goray.v1.ReleaseUnusedBundlesReply.available:type_name -> goray.v1.Resources
+	8,   // 26: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
+	7,   // 27: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
+	83,  // 28: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	7,   // 29: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
+	5,   // 30: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
+	82,  // 31: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	46,  // 32: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
+	8,   // 33: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
+	48,  // 34: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
+	6,   // 35: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
+	7,   // 36: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
+	138, // 37: goray.v1.ReturnLeaseReply.memory_kill:type_name -> goray.v1.MemoryKill
+	7,   // 38: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
+	63,  // 39: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	7,   // 40: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
+	7,   // 41: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
+	8,   // 42: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
+	82,  // 43: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	8,   // 44: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
+	76,  // 45: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	77,  // 46: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	63,  // 47: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	7,   // 48: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
+	79,  // 49: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	94,  // 50: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	95,  // 51: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	31,  // 52: goray.v1.GetNodeStatsReply.owned:type_name -> goray.v1.ListOwnedReply
+	8,   // 53: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
+	136, // 54: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	1,   // 55: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
+	7,   // 56: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
+	7,   // 57: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
+	8,   // 58: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
+	137, // 59: goray.v1.ActorInfo.concurrency_groups:type_name -> goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	82,  // 60: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	8,   // 61: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	77,  // 62: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	94,  // 63: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	139, // 64: goray.v1.HeartbeatRequest.memory:type_name -> goray.v1.MemoryMonitorStats
+	82,  // 65: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	8,   // 66: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	77,  // 67: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	94,  // 68: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	139, // 69: goray.v1.NodeView.memory:type_name -> goray.v1.MemoryMonitorStats
+	98,  // 70: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	83,  // 71: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	83,  // 72: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	84,  // 73: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	84,  // 74: goray.v1.RegisterActorReply.existing:type_name -> goray.v1.ActorInfo
+	84,  // 75: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	84,  // 76: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	84,  // 77: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	8,   // 78: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
+	2,   // 79: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
+	124, // 80: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
+	3,   // 81: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
+	125, // 82: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
+	125, // 83: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
+	125, // 84: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
+	14,  // 85: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	15,  // 86: goray.v1.CoreWorker.AckStream:input_type -> goray.v1.AckStreamRequest
+	18,  // 87: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	20,  // 88: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	22,  // 89: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	24,  // 90: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
+	26,  // 91: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
+	28,  // 92: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	43,  // 93: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	44,  // 94: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	47,  // 95: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	56,  // 96: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	49,  // 97: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	51,  // 98: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	53,  // 99: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	58,  // 100: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	60,  // 101: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	62,  // 102: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	65,  // 103: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	73,  // 104: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	75,  // 105: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	67,  // 106: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	69,  // 107: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	71,  // 108: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	80,  // 109: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	34,  // 110: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
+	36,  // 111: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
+	41,  // 112: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
+	38,  // 113: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
+	32,  // 114: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
+	89,  // 115: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	91,  // 116: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	93,  // 117: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	97,  // 118: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	100, // 119: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	102, // 120: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	104, // 121: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	106, // 122: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	108, // 123: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	110, // 124: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	112, // 125: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	114, // 126: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	116, // 127: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	118, // 128: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	120, // 129: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	122, // 130: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	126, // 131: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
+	128, // 132: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
+	130, // 133: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
+	132, // 134: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
+	87,  // 135: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
+	85,  // 136: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
+	17,  // 137: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	16,  // 138: goray.v1.CoreWorker.AckStream:output_type -> goray.v1.AckStreamReply
+	19,  // 139: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	21,  // 140: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	23,  // 141: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	25,  // 142: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	27,  // 143: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	31,  // 144: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	45,  // 145: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	45,  // 146: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	55,  // 147: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	57,  // 148: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	50,  // 149: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	52,  // 150: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	54,  // 151: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	59,  // 152: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	61,  // 153: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	64,  // 154: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	66,  // 155: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	74,  // 156: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	78,  // 157: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	68,  // 158: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	70,  // 159: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	72,  // 160: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	81,  // 161: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	35,  // 162: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
+	37,  // 163: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
+	42,  // 164: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
+	40,  // 165: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
+	33,  // 166: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
+	90,  // 167: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	92,  // 168: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	96,  // 169: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	99,  // 170: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	101, // 171: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	103, // 172: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	105, // 173: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	107, // 174: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	109, // 175: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	111, // 176: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	113, // 177: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	115, // 178: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	117, // 179: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	119, // 180: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	121, // 181: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	123, // 182: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	127, // 183: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
+	129, // 184: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
+	131, // 185: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
+	133, // 186: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
+	88,  // 187: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
+	86,  // 188: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
+	137, // [137:189] is the sub-list for method output_type
+	85,  // [85:137] is the sub-list for method input_type
+	85,  // [85:85] is the sub-list for extension type_name
+	85,  // [85:85] is the sub-list for extension extendee
+	0,   // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }
@@ -9251,7 +9440,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   129,
+			NumMessages:   131,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

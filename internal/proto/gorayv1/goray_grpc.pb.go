@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	CoreWorker_PushTasks_FullMethodName       = "/goray.v1.CoreWorker/PushTasks"
+	CoreWorker_AckStream_FullMethodName       = "/goray.v1.CoreWorker/AckStream"
 	CoreWorker_GetObjectStatus_FullMethodName = "/goray.v1.CoreWorker/GetObjectStatus"
 	CoreWorker_UpdateBorrowers_FullMethodName = "/goray.v1.CoreWorker/UpdateBorrowers"
 	CoreWorker_Exit_FullMethodName            = "/goray.v1.CoreWorker/Exit"
@@ -45,6 +46,9 @@ type CoreWorkerClient interface {
 	// actor. Replies may come out of order for normal tasks; actor calls from
 	// one stream run in order unless the actor is concurrent.
 	PushTasks(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TaskRequest, TaskReply], error)
+	// Flow control of a streaming generator running here: how many items its
+	// consumer has taken.
+	AckStream(ctx context.Context, in *AckStreamRequest, opts ...grpc.CallOption) (*AckStreamReply, error)
 	// Asks the owner for an object's value or location; waits until it is
 	// ready, freed or the call's deadline passes.
 	GetObjectStatus(ctx context.Context, in *GetObjectStatusRequest, opts ...grpc.CallOption) (*GetObjectStatusReply, error)
@@ -86,6 +90,16 @@ func (c *coreWorkerClient) PushTasks(ctx context.Context, opts ...grpc.CallOptio
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CoreWorker_PushTasksClient = grpc.BidiStreamingClient[TaskRequest, TaskReply]
+
+func (c *coreWorkerClient) AckStream(ctx context.Context, in *AckStreamRequest, opts ...grpc.CallOption) (*AckStreamReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AckStreamReply)
+	err := c.cc.Invoke(ctx, CoreWorker_AckStream_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *coreWorkerClient) GetObjectStatus(ctx context.Context, in *GetObjectStatusRequest, opts ...grpc.CallOption) (*GetObjectStatusReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -157,6 +171,9 @@ type CoreWorkerServer interface {
 	// actor. Replies may come out of order for normal tasks; actor calls from
 	// one stream run in order unless the actor is concurrent.
 	PushTasks(grpc.BidiStreamingServer[TaskRequest, TaskReply]) error
+	// Flow control of a streaming generator running here: how many items its
+	// consumer has taken.
+	AckStream(context.Context, *AckStreamRequest) (*AckStreamReply, error)
 	// Asks the owner for an object's value or location; waits until it is
 	// ready, freed or the call's deadline passes.
 	GetObjectStatus(context.Context, *GetObjectStatusRequest) (*GetObjectStatusReply, error)
@@ -188,6 +205,9 @@ type UnimplementedCoreWorkerServer struct{}
 
 func (UnimplementedCoreWorkerServer) PushTasks(grpc.BidiStreamingServer[TaskRequest, TaskReply]) error {
 	return status.Error(codes.Unimplemented, "method PushTasks not implemented")
+}
+func (UnimplementedCoreWorkerServer) AckStream(context.Context, *AckStreamRequest) (*AckStreamReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method AckStream not implemented")
 }
 func (UnimplementedCoreWorkerServer) GetObjectStatus(context.Context, *GetObjectStatusRequest) (*GetObjectStatusReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetObjectStatus not implemented")
@@ -234,6 +254,24 @@ func _CoreWorker_PushTasks_Handler(srv interface{}, stream grpc.ServerStream) er
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type CoreWorker_PushTasksServer = grpc.BidiStreamingServer[TaskRequest, TaskReply]
+
+func _CoreWorker_AckStream_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AckStreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoreWorkerServer).AckStream(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CoreWorker_AckStream_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoreWorkerServer).AckStream(ctx, req.(*AckStreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _CoreWorker_GetObjectStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetObjectStatusRequest)
@@ -350,6 +388,10 @@ var CoreWorker_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "goray.v1.CoreWorker",
 	HandlerType: (*CoreWorkerServer)(nil),
 	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "AckStream",
+			Handler:    _CoreWorker_AckStream_Handler,
+		},
 		{
 			MethodName: "GetObjectStatus",
 			Handler:    _CoreWorker_GetObjectStatus_Handler,

@@ -521,18 +521,24 @@ func (c *actorClient) reportDead(reason string) {
 // SubmitActorTask queues a method call. Calls from one process run in the
 // order they were submitted.
 func (cw *CoreWorker) SubmitActorTask(ctx context.Context, actor ActorRef, method string, args []ArgInput, opts TaskOptions) *Handle {
+	return cw.SubmitActorTaskReturns(ctx, actor, method, args, opts)[0]
+}
+
+// SubmitActorTaskReturns is SubmitActorTask of a method returning
+// opts.NumReturns values: a handle per value.
+func (cw *CoreWorker) SubmitActorTaskReturns(ctx context.Context, actor ActorRef, method string, args []ArgInput, opts TaskOptions) []*Handle {
 	taskID := cw.idgen.Next()
 	retID := ids.ObjectIDFor(taskID, 1)
 	spec := &pb.TaskSpec{
 		TaskId: taskID.Bytes(), JobId: cw.jobID.Bytes(), Kind: pb.TaskKind_TASK_KIND_ACTOR_METHOD,
 		Function: method, ReturnId: retID.Bytes(), Owner: cw.addr, ActorId: actor.ID.Bytes(), CallerId: cw.id.Bytes(),
 		TensorTransport: opts.TensorTransport, MaxRetries: int32(actor.MaxTaskRetries),
-		ConcurrencyGroup: opts.ConcurrencyGroup,
+		ConcurrencyGroup: opts.ConcurrencyGroup, NumReturns: int32(opts.NumReturns),
 	}
 	rctx, rcancel := submitContext(ctx, nil)
 	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs}
-	cw.objects.newOwned(retID, rec, 1)
-	h := cw.wrapHandle(retID, cw.addr)
+	cw.streaming(rec, opts)
+	h := cw.ownReturns(rec)
 	cw.submitter.track(rec)
 	if err := cw.buildArgs(ctx, rec, args); err != nil {
 		cw.submitter.fail(rec, err)
@@ -630,6 +636,9 @@ func (c *actorClient) send(rec *taskRecord) error {
 		c.queue = c.queue[1:]
 		c.seq++
 		rec.spec.Seq = c.seq
+		if rec.stream != nil {
+			rec.spec.StreamConsumed = rec.stream.dispatched(c.addr)
+		}
 		spec, addr := rec.spec, c.addr // a retry replaces rec.spec (taskretry.go)
 		c.inflight[tid] = rec
 		cw.submitter.mu.Lock()
@@ -713,6 +722,11 @@ func (c *actorClient) recvLoop(st pb.CoreWorker_PushTasksClient) {
 		tid := ids.MustFromBytes(rep.TaskId)
 		c.mu.Lock()
 		rec := c.inflight[tid]
+		if rep.StreamItem {
+			c.mu.Unlock()
+			cw.streamItem(rec, rep)
+			continue
+		}
 		delete(c.inflight, tid)
 		c.mu.Unlock()
 		if rec == nil {
@@ -728,7 +742,7 @@ func (c *actorClient) recvLoop(st pb.CoreWorker_PushTasksClient) {
 		}
 		cw.submitter.finishLocked(rec, state)
 		cw.submitter.mu.Unlock()
-		cw.objects.complete(rec.retID, rep.Ret, nil, true)
+		cw.completeReply(rec, rep)
 		cw.objects.removeSubmitted(rec.deps)
 	}
 }

@@ -33,6 +33,10 @@ type executor struct {
 	// cancelled the tasks cancelled before they started (bounded).
 	running   map[ids.ID]context.CancelFunc
 	cancelled map[ids.ID]bool
+	// producers are the generator calls here; earlyAcks the acks that
+	// came before their call (bounded; produce.go).
+	producers map[ids.ID]*producer
+	earlyAcks map[ids.ID]int64
 }
 
 // maxEarlyCancels bounds the cancellations kept for tasks not started yet.
@@ -109,7 +113,13 @@ func (s *coreWorkerService) PushTasks(stream pb.CoreWorker_PushTasksServer) erro
 	e := s.cw.exec
 	var sendMu sync.Mutex
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	var producers []*producer // generator calls that came on this stream
+	defer func() {
+		wg.Wait()
+		for _, p := range producers {
+			e.dropProducer(p)
+		}
+	}()
 	send := func(rep *pb.TaskReply) {
 		sendMu.Lock()
 		defer sendMu.Unlock()
@@ -126,6 +136,9 @@ func (s *coreWorkerService) PushTasks(stream pb.CoreWorker_PushTasksServer) erro
 		}
 		spec := req.Spec
 		ctx := stream.Context()
+		if spec.GetStreaming() {
+			producers = append(producers, e.addProducer(ctx, spec, send))
+		}
 		switch spec.Kind {
 		case pb.TaskKind_TASK_KIND_NORMAL:
 			send(e.run(ctx, spec, nil))
@@ -210,6 +223,25 @@ func (e *executor) runTask(ctx context.Context, spec *pb.TaskSpec, self any, t *
 		exe, _ := os.Executable()
 		return e.systemError(spec, KindFunctionNotFound, fmt.Sprintf("%q is not registered in worker binary %s; register it at package level (var X = ray.TaskN(fn)) so that the driver and its workers agree", spec.Function, exe))
 	}
+	if fn.Streaming != spec.GetStreaming() {
+		return e.systemError(spec, KindArgType, fmt.Sprintf("%q is registered as a generator: %v, called as one: %v", spec.Function, fn.Streaming, spec.GetStreaming()))
+	}
+	if spec.GetStreaming() {
+		p := e.producerOf(ids.MustFromBytes(spec.TaskId))
+		if p == nil {
+			return e.systemError(spec, KindArgType, "generator call without its stream")
+		}
+		defer e.dropProducer(p)
+		ctx = context.WithValue(ctx, producerKey{}, p)
+		rep := e.runTask1(ctx, spec, self, t, fn)
+		rep.NumItems = p.finish()
+		return rep
+	}
+	return e.runTask1(ctx, spec, self, t, fn)
+}
+
+// runTask1 is runTask of registered function fn.
+func (e *executor) runTask1(ctx context.Context, spec *pb.TaskSpec, self any, t *execTimes, fn *Function) *pb.TaskReply {
 	args, release, err := e.loadArgs(ctx, spec)
 	t.fetchEnd = nowUs()
 	if err != nil {
@@ -230,6 +262,9 @@ func (e *executor) runTask(ctx context.Context, spec *pb.TaskSpec, self any, t *
 		e.mu.Lock()
 		place = e.actorPlace
 		e.mu.Unlock()
+	}
+	if p := ctx.Value(producerKey{}); p != nil {
+		tctx = context.WithValue(tctx, producerKey{}, p)
 	}
 	tctx = context.WithValue(tctx, taskCtxKey{}, TaskInfo{
 		TaskID: taskID, Function: spec.Function, ActorID: ids.MustFromBytes(spec.ActorId), Attempt: int(spec.Attempt), Placement: place,
@@ -298,17 +333,11 @@ func (e *executor) reply(ctx context.Context, spec *pb.TaskSpec, result any, err
 		}
 		return &pb.TaskReply{TaskId: spec.TaskId, Ret: &pb.ReturnObject{ObjectId: retID.Bytes(), Metadata: codec.FormatTransport.Meta(), Data: env, Size: int64(len(env))}}
 	}
-	f, data, refs, err := codec.Encode(result)
+	ret, more, err := e.encodeReturns(ctx, spec, result)
 	if err != nil {
 		return e.reply(ctx, spec, nil, err)
 	}
-	e.lendToCaller(ctx, spec.Owner, refs)
-	ret, err := e.cw.storeValue(ctx, retID, spec.Owner, f, data, true)
-	if err != nil {
-		return e.reply(ctx, spec, nil, err)
-	}
-	ret.Nested = refsToPB(refs)
-	return &pb.TaskReply{TaskId: spec.TaskId, Ret: ret}
+	return &pb.TaskReply{TaskId: spec.TaskId, Ret: ret, MoreRets: more}
 }
 
 // lendToCaller makes the caller a borrower of every reference inside a

@@ -54,6 +54,8 @@ type Function struct {
 	Method MethodInvoker // methods
 	// Class is the actor type name for constructors and methods.
 	Class string
+	// Streaming: a generator, which sends its values with Yield.
+	Streaming bool
 }
 
 var registry = struct {

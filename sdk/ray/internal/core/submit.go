@@ -74,6 +74,13 @@ type TaskOptions struct {
 	// Placement puts the call in a placement group's bundle (nil: none,
 	// or the caller's group when it captures child tasks).
 	Placement *Placement
+	// NumReturns is how many values the function returns (0: one); see
+	// returns.go.
+	NumReturns int
+	// Backpressure bounds a generator's items not taken yet (0:
+	// DefaultBackpressure, < 0: none); see stream.go.
+	Backpressure int
+	streaming    bool
 }
 
 // taskRecord is the owner's record of a submitted task.
@@ -102,6 +109,8 @@ type taskRecord struct {
 	// events); errType names errMsg's error.
 	queuedUs int64
 	errType  string
+	// stream is a generator call's stream (stream.go).
+	stream *Stream
 }
 
 // Task states shown by `goray list tasks`.
@@ -180,6 +189,12 @@ func newSubmitter(cw *CoreWorker) *submitter {
 // SubmitTask submits a normal task and returns a handle to its result. It
 // never blocks on the cluster; failures surface when the result is read.
 func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []ArgInput, opts TaskOptions) *Handle {
+	return cw.SubmitTaskReturns(ctx, function, args, opts)[0]
+}
+
+// SubmitTaskReturns is SubmitTask of a function returning
+// opts.NumReturns values: a handle per value.
+func (cw *CoreWorker) SubmitTaskReturns(ctx context.Context, function string, args []ArgInput, opts TaskOptions) []*Handle {
 	taskID := cw.idgen.Next()
 	retID := ids.ObjectIDFor(taskID, 1)
 	res := opts.Resources
@@ -194,12 +209,13 @@ func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []Ar
 		TaskId: taskID.Bytes(), JobId: cw.jobID.Bytes(), Kind: pb.TaskKind_TASK_KIND_NORMAL,
 		Function: function, ReturnId: retID.Bytes(), Owner: cw.addr,
 		Resources: &pb.Resources{Amounts: res}, MaxRetries: int32(retries), Name: opts.Name,
+		NumReturns: int32(opts.NumReturns),
 	}
 	placeSpec(spec, placementOf(ctx, opts))
 	rctx, rcancel := submitContext(ctx, cw.submitter.sweepLater)
 	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts)}
-	cw.objects.newOwned(retID, rec, 1)
-	h := cw.wrapHandle(retID, cw.addr)
+	cw.streaming(rec, opts)
+	h := cw.ownReturns(rec)
 	s := cw.submitter
 	s.track(rec)
 	if err := cw.buildArgs(rctx, rec, args); err != nil {
@@ -401,7 +417,10 @@ func (s *submitter) fail(rec *taskRecord, err error) {
 	}
 	s.finishLocked(rec, stateFailed)
 	s.mu.Unlock()
-	s.cw.objects.complete(rec.retID, ret, sysErr, false)
+	s.cw.completeReturns(rec, ret, nil, sysErr, false)
+	if rec.stream != nil {
+		rec.stream.finish(-1, ret, sysErr)
+	}
 	s.cw.objects.removeSubmitted(rec.deps)
 }
 
@@ -518,6 +537,9 @@ func (s *submitter) dispatchLocked(k *schedKey) []sendItem {
 		rec.state = stateRunning
 		rec.worker = best.worker.WorkerId
 		rec.node = best.worker.NodeId
+		if rec.stream != nil {
+			rec.spec.StreamConsumed = rec.stream.dispatched(best.worker)
+		}
 		rec.sent = time.Now()
 		s.cw.taskDispatched(rec, rec.sent, rec.node, rec.worker)
 		out = append(out, sendItem{best, rec})
@@ -680,6 +702,13 @@ func (s *submitter) recvLoop(l *lease) {
 			return
 		}
 		tid := ids.MustFromBytes(rep.TaskId)
+		if rep.StreamItem {
+			s.mu.Lock()
+			rec := l.inflight[tid]
+			s.mu.Unlock()
+			s.cw.streamItem(rec, rep)
+			continue
+		}
 		errType, errMsg := s.cw.noteReplyError(rep)
 		s.mu.Lock()
 		rec := l.inflight[tid]
@@ -704,7 +733,7 @@ func (s *submitter) recvLoop(l *lease) {
 		gen := l.idleGen
 		s.mu.Unlock()
 		if rec != nil {
-			s.cw.objects.complete(rec.retID, rep.Ret, nil, true)
+			s.cw.completeReply(rec, rep)
 			s.cw.objects.removeSubmitted(rec.deps)
 		}
 		s.send(sends)
