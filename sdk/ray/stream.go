@@ -8,6 +8,8 @@ import (
 	"iter"
 	"runtime"
 
+	"github.com/vmihailenco/msgpack/v5"
+
 	"github.com/goray-dev/goray/sdk/ray/internal/core"
 )
 
@@ -34,6 +36,19 @@ func newStream[T any](s *core.Stream) *Stream[T] {
 	runtime.AddCleanup(st, func(s *core.Stream) { s.Close() }, s)
 	return st
 }
+
+// ErrStreamNotPassable is the error of encoding a Stream: it belongs to
+// the process that called Remote and cannot be passed to a task or actor,
+// nor stored in an object. Pass the references of its items instead.
+var ErrStreamNotPassable = errors.New("goray: a *ray.Stream cannot be passed to a task or actor or stored in an object; pass the refs of its items")
+
+// EncodeMsgpack implements msgpack.CustomEncoder: it refuses, with
+// ErrStreamNotPassable.
+func (s *Stream[T]) EncodeMsgpack(enc *msgpack.Encoder) error { return ErrStreamNotPassable }
+
+// DecodeMsgpack implements msgpack.CustomDecoder: it refuses, with
+// ErrStreamNotPassable.
+func (s *Stream[T]) DecodeMsgpack(dec *msgpack.Decoder) error { return ErrStreamNotPassable }
 
 // ErrStreamClosed is returned by Next after Close.
 var ErrStreamClosed = core.ErrStreamClosed

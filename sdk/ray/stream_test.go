@@ -89,17 +89,19 @@ func (t *Tracker) State(ctx context.Context) (trackerState, error) {
 // tracked yields n items (forever when n < 0), telling tr after each how
 // many it made, and why it stopped.
 func tracked(ctx context.Context, tr ray.ActorHandle[Tracker], n int, yield func(int) error) error {
+	// The reports use a context of their own, so that a cancellation is
+	// seen by yield only.
+	own := context.WithoutCancel(ctx)
 	for i := 0; n < 0 || i < n; i++ {
 		if err := yield(i); err != nil {
-			// Told with a context of its own: ctx was cancelled.
-			_, _ = TrackerStop.On(tr).Remote(context.WithoutCancel(ctx), ray.V("yield: "+err.Error())).Get(context.Background())
+			_, _ = TrackerStop.On(tr).Remote(own, ray.V("yield: "+err.Error())).Get(own)
 			return err
 		}
-		if _, err := TrackerMade.On(tr).Remote(ctx, ray.V(i+1)).Get(ctx); err != nil {
+		if _, err := TrackerMade.On(tr).Remote(own, ray.V(i+1)).Get(own); err != nil {
 			return err
 		}
 	}
-	_, _ = TrackerStop.On(tr).Remote(ctx, ray.V("done")).Get(ctx)
+	_, _ = TrackerStop.On(tr).Remote(own, ray.V("done")).Get(own)
 	return nil
 }
 
@@ -134,7 +136,43 @@ func (c *Counter) Upto(ctx context.Context, k int, yield func(int) error) error 
 	return nil
 }
 
+// takeStream is a task that would read a stream passed to it.
+func takeStream(ctx context.Context, s *ray.Stream[int]) (int, error) {
+	r, err := s.Next(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return r.Get(ctx)
+}
+
+// UptoOnce is Upto whose first instance kills its worker after item K,
+// once the test holds it (file Go), leaving file Died for the next.
+func (c *Counter) UptoOnce(ctx context.Context, p crashPlan, yield func(int) error) error {
+	died := p.Go + ".died"
+	for i := range p.N {
+		if err := yield(i); err != nil {
+			return err
+		}
+		if _, err := os.Stat(died); err != nil && i == p.K {
+			for {
+				if _, err := os.Stat(p.Go); err == nil {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if err := os.WriteFile(died, nil, 0o644); err != nil {
+				return err
+			}
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+	}
+	return nil
+}
+
 var (
+	TakeStream     = ray.Task1(takeStream)
+	UptoOnce       = ray.GeneratorMethod1((*Counter).UptoOnce)
 	CountTo        = ray.Generator1(countTo)
 	FailAt         = ray.Generator1(failAt)
 	CrashMidStream = ray.Generator1(crashMidStream)
@@ -441,6 +479,46 @@ func TestActorGeneratorMethod(t *testing.T) {
 	}
 	if n, err := Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx); err != nil || n != 6 {
 		t.Fatalf("a call after the stream: %d, %v", n, err)
+	}
+}
+
+// TestActorGeneratorRetried: an actor generator method under way when its
+// worker dies runs again on the restarted actor (MaxTaskRetries), and the
+// caller sees each item once.
+func TestActorGeneratorRetried(t *testing.T) {
+	ctx := testCtx(t)
+	c := CounterA.Options(ray.MaxRestarts(1), ray.MaxTaskRetries(1)).Remote(ctx, ray.V(0))
+	plan := crashPlan{N: 10, K: 3, Go: t.TempDir() + "/go"}
+	s := UptoOnce.On(c).Remote(ctx, ray.V(plan))
+	defer s.Close()
+	var got []int
+	for v, err := range s.Values(ctx) {
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		got = append(got, v)
+		if v == 3 {
+			if err := os.WriteFile(plan.Go, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if !slices.Equal(got, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
+		t.Fatalf("items across the actor's restart: %v", got)
+	}
+	if _, err := os.Stat(plan.Go + ".died"); err != nil {
+		t.Fatalf("the first instance did not die: %v", err)
+	}
+}
+
+// TestStreamNotPassable: a stream cannot be an argument.
+func TestStreamNotPassable(t *testing.T) {
+	ctx := testCtx(t)
+	s := CountTo.Remote(ctx, ray.V(3))
+	defer s.Close()
+	_, err := TakeStream.Remote(ctx, ray.V(s)).Get(ctx)
+	if !errors.Is(err, ray.ErrStreamNotPassable) {
+		t.Fatalf("a stream as an argument: %v", err)
 	}
 }
 

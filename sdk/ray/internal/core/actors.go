@@ -521,12 +521,20 @@ func (c *actorClient) reportDead(reason string) {
 // SubmitActorTask queues a method call. Calls from one process run in the
 // order they were submitted.
 func (cw *CoreWorker) SubmitActorTask(ctx context.Context, actor ActorRef, method string, args []ArgInput, opts TaskOptions) *Handle {
-	return cw.SubmitActorTaskReturns(ctx, actor, method, args, opts)[0]
+	h, _ := cw.submitActorTask(ctx, actor, method, args, opts)
+	return h
 }
 
 // SubmitActorTaskReturns is SubmitActorTask of a method returning
 // opts.NumReturns values: a handle per value.
 func (cw *CoreWorker) SubmitActorTaskReturns(ctx context.Context, actor ActorRef, method string, args []ArgInput, opts TaskOptions) []*Handle {
+	h, more := cw.submitActorTask(ctx, actor, method, args, opts)
+	return append([]*Handle{h}, more...)
+}
+
+// submitActorTask queues a method call; it returns the handle of its
+// first return and those of the others.
+func (cw *CoreWorker) submitActorTask(ctx context.Context, actor ActorRef, method string, args []ArgInput, opts TaskOptions) (h *Handle, more []*Handle) {
 	taskID := cw.idgen.Next()
 	retID := ids.ObjectIDFor(taskID, 1)
 	spec := &pb.TaskSpec{
@@ -538,22 +546,22 @@ func (cw *CoreWorker) SubmitActorTaskReturns(ctx context.Context, actor ActorRef
 	rctx, rcancel := submitContext(ctx, nil)
 	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs}
 	cw.streaming(rec, opts)
-	h := cw.ownReturns(rec)
+	h, more = cw.ownReturns(rec)
 	cw.submitter.track(rec)
 	if err := cw.buildArgs(ctx, rec, args); err != nil {
 		cw.submitter.fail(rec, err)
-		return h
+		return h, more
 	}
 	c := cw.actors.client(actor)
 	if err := c.checkGroup(rec); err != nil {
 		cw.submitter.fail(rec, err)
-		return h
+		return h, more
 	}
 	c.mu.Lock()
 	if c.dead != nil {
 		c.mu.Unlock()
 		cw.submitter.fail(rec, c.diedErr())
-		return h
+		return h, more
 	}
 	c.queue = append(c.queue, rec)
 	start := !c.running
@@ -562,7 +570,7 @@ func (cw *CoreWorker) SubmitActorTaskReturns(ctx context.Context, actor ActorRef
 	if start {
 		go c.run()
 	}
-	return h
+	return h, more
 }
 
 // run sends queued calls in order, resolving their arguments first. The

@@ -223,6 +223,9 @@ func (e *executor) runTask(ctx context.Context, spec *pb.TaskSpec, self any, t *
 		exe, _ := os.Executable()
 		return e.systemError(spec, KindFunctionNotFound, fmt.Sprintf("%q is not registered in worker binary %s; register it at package level (var X = ray.TaskN(fn)) so that the driver and its workers agree", spec.Function, exe))
 	}
+	if n := spec.GetNumReturns(); n < 0 || n > MaxReturns || (n > 1 && (spec.GetStreaming() || spec.TensorTransport != "")) {
+		return e.systemError(spec, KindArgType, fmt.Sprintf("%d return values: want 1 to %d, and one for a generator or a tensor transport", n, MaxReturns))
+	}
 	if fn.Streaming != spec.GetStreaming() {
 		return e.systemError(spec, KindArgType, fmt.Sprintf("%q is registered as a generator: %v, called as one: %v", spec.Function, fn.Streaming, spec.GetStreaming()))
 	}

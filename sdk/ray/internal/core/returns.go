@@ -34,15 +34,20 @@ func returnIDs(spec *pb.TaskSpec) []ids.ObjectID {
 }
 
 // ownReturns creates the owned, pending objects of rec's returns, each
-// with one handle, which it returns.
-func (cw *CoreWorker) ownReturns(rec *taskRecord) []*Handle {
-	rets := returnIDs(rec.spec)
-	hs := make([]*Handle, len(rets))
-	for i, id := range rets {
-		cw.objects.newOwned(id, rec, 1)
-		hs[i] = cw.wrapHandle(id, cw.addr)
+// with one handle: the first's, and the others' (nil for one return).
+func (cw *CoreWorker) ownReturns(rec *taskRecord) (*Handle, []*Handle) {
+	cw.objects.newOwned(rec.retID, rec, 1)
+	first := cw.wrapHandle(rec.retID, cw.addr)
+	if numReturns(rec.spec) == 1 {
+		return first, nil
 	}
-	return hs
+	rest := returnIDs(rec.spec)[1:]
+	more := make([]*Handle, len(rest))
+	for i, id := range rest {
+		cw.objects.newOwned(id, rec, 1)
+		more[i] = cw.wrapHandle(id, cw.addr)
+	}
+	return first, more
 }
 
 // completeReturns records the values of rec's returns from its final reply
@@ -51,10 +56,10 @@ func (cw *CoreWorker) ownReturns(rec *taskRecord) []*Handle {
 // those it lacks.
 func (cw *CoreWorker) completeReturns(rec *taskRecord, ret *pb.ReturnObject, more []*pb.ReturnObject, sysErr error, nestedRegistered bool) {
 	cw.objects.complete(rec.retID, ret, sysErr, nestedRegistered)
-	rest := returnIDs(rec.spec)[1:]
-	if len(rest) == 0 {
+	if numReturns(rec.spec) == 1 {
 		return
 	}
+	rest := returnIDs(rec.spec)[1:]
 	failed := sysErr != nil || ret == nil || codec.FormatOf(ret.Metadata) == codec.FormatError
 	for i, id := range rest {
 		switch {
@@ -75,11 +80,12 @@ func (cw *CoreWorker) completeReturns(rec *taskRecord, ret *pb.ReturnObject, mor
 // encodeReturns encodes a successful result for its return objects: one
 // value, or a Results of spec's num_returns values.
 func (e *executor) encodeReturns(ctx context.Context, spec *pb.TaskSpec, result any) (*pb.ReturnObject, []*pb.ReturnObject, error) {
-	rets := returnIDs(spec)
-	if len(rets) == 1 {
-		ret, err := e.encodeReturn(ctx, spec, rets[0], result)
+	if numReturns(spec) == 1 {
+		id, _ := ids.ObjectIDFromBytes(spec.ReturnId)
+		ret, err := e.encodeReturn(ctx, spec, id, result)
 		return ret, nil, err
 	}
+	rets := returnIDs(spec)
 	vals, ok := result.(Results)
 	if !ok || len(vals) != len(rets) {
 		return nil, nil, fmt.Errorf("goray: %s must return %d values, returned %T", spec.Function, len(rets), result)

@@ -189,12 +189,20 @@ func newSubmitter(cw *CoreWorker) *submitter {
 // SubmitTask submits a normal task and returns a handle to its result. It
 // never blocks on the cluster; failures surface when the result is read.
 func (cw *CoreWorker) SubmitTask(ctx context.Context, function string, args []ArgInput, opts TaskOptions) *Handle {
-	return cw.SubmitTaskReturns(ctx, function, args, opts)[0]
+	h, _ := cw.submitTask(ctx, function, args, opts)
+	return h
 }
 
 // SubmitTaskReturns is SubmitTask of a function returning
 // opts.NumReturns values: a handle per value.
 func (cw *CoreWorker) SubmitTaskReturns(ctx context.Context, function string, args []ArgInput, opts TaskOptions) []*Handle {
+	h, more := cw.submitTask(ctx, function, args, opts)
+	return append([]*Handle{h}, more...)
+}
+
+// submitTask submits a task; it returns the handle of its first return
+// and those of the others.
+func (cw *CoreWorker) submitTask(ctx context.Context, function string, args []ArgInput, opts TaskOptions) (h *Handle, more []*Handle) {
 	taskID := cw.idgen.Next()
 	retID := ids.ObjectIDFor(taskID, 1)
 	res := opts.Resources
@@ -215,19 +223,19 @@ func (cw *CoreWorker) SubmitTaskReturns(ctx context.Context, function string, ar
 	rctx, rcancel := submitContext(ctx, cw.submitter.sweepLater)
 	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts)}
 	cw.streaming(rec, opts)
-	h := cw.ownReturns(rec)
+	h, more = cw.ownReturns(rec)
 	s := cw.submitter
 	s.track(rec)
 	if err := cw.buildArgs(rctx, rec, args); err != nil {
 		s.fail(rec, err)
-		return h
+		return h, more
 	}
 	if len(rec.pending) == 0 {
 		s.enqueue(rec)
 	} else {
 		go s.resolveThenEnqueue(rec)
 	}
-	return h
+	return h, more
 }
 
 // errTaskReturned is the cause a task's context is cancelled with when the
