@@ -170,7 +170,22 @@ func (c *Counter) UptoOnce(ctx context.Context, p crashPlan, yield func(int) err
 	return nil
 }
 
+// sumStream consumes a generator from inside a task.
+func sumStream(ctx context.Context, n int) (int, error) {
+	s := CountTo.Remote(ctx, ray.V(n))
+	defer s.Close()
+	sum := 0
+	for v, err := range s.Values(ctx) {
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
+}
+
 var (
+	SumStream      = ray.Task1(sumStream)
 	TakeStream     = ray.Task1(takeStream)
 	UptoOnce       = ray.GeneratorMethod1((*Counter).UptoOnce)
 	CountTo        = ray.Generator1(countTo)
@@ -508,6 +523,17 @@ func TestActorGeneratorRetried(t *testing.T) {
 	}
 	if _, err := os.Stat(plan.Go + ".died"); err != nil {
 		t.Fatalf("the first instance did not die: %v", err)
+	}
+}
+
+// TestStreamConsumerLendsItsCPU: a task holding every CPU of the node
+// consumes a generator, which needs one: waiting in Next lends the task's
+// CPU, as Get does.
+func TestStreamConsumerLendsItsCPU(t *testing.T) {
+	ctx := testCtx(t)
+	got, err := SumStream.Options(ray.CPUs(2)).Remote(ctx, ray.V(100)).Get(ctx)
+	if err != nil || got != 4950 {
+		t.Fatalf("sum of a stream consumed by a task holding every CPU: %d, %v", got, err)
 	}
 }
 

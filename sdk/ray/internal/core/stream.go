@@ -104,6 +104,12 @@ func (st *Stream) ID() ids.ID { return ids.MustFromBytes(st.rec.spec.TaskId) }
 // (once, after the items made before it), or io.EOF at its end. It waits
 // for the item, bounded by ctx.
 func (st *Stream) Next(ctx context.Context) (*Handle, error) {
+	var unblock func()
+	defer func() {
+		if unblock != nil {
+			unblock()
+		}
+	}()
 	for {
 		st.mu.Lock()
 		if st.closed {
@@ -130,6 +136,11 @@ func (st *Stream) Next(ctx context.Context) (*Handle, error) {
 		}
 		ch := st.changed
 		st.mu.Unlock()
+		if unblock == nil {
+			// This task waits: lend its CPU to the node meanwhile (the
+			// generator may need it).
+			unblock = st.cw.blocked()
+		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
@@ -204,9 +215,18 @@ func (st *Stream) item(index int64, ret *pb.ReturnObject) {
 		return
 	case index > st.received:
 		// Items come in order on one stream; a gap is a broken producer.
+		last := st.received - 1
 		st.mu.Unlock()
 		st.cw.objects.complete(id, ret, nil, true)
-		st.end(0, fmt.Errorf("goray: generator %s sent item %d after item %d", st.rec.spec.Function, index, st.received-1))
+		st.broken(fmt.Errorf("goray: generator %s sent item %d after item %d", st.rec.spec.Function, index, last))
+		return
+	}
+	if bound := int(st.rec.spec.Backpressure); bound > 0 && len(st.items) >= 2*bound+16 {
+		// The producer ignores its bound: keep no more of its items.
+		n := len(st.items) + 1
+		st.mu.Unlock()
+		st.cw.objects.complete(id, ret, nil, true)
+		st.broken(fmt.Errorf("goray: generator %s sent %d items its caller has not taken, over its bound of %d", st.rec.spec.Function, n, bound))
 		return
 	}
 	st.cw.objects.newOwned(id, st.rec, 1)
@@ -231,6 +251,17 @@ func (st *Stream) finish(total int64, ret *pb.ReturnObject, sysErr error) {
 		err = fmt.Errorf("goray: generator %s made %d items, %d reached the caller", st.rec.spec.Function, total, st.receivedCount())
 	}
 	st.end(total, err)
+}
+
+// broken ends the stream with err, a producer breaking the protocol, and
+// stops the producer.
+func (st *Stream) broken(err error) {
+	st.end(0, err)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), maxAckWait)
+		defer cancel()
+		_ = st.cw.CancelTask(ctx, st.rec.retID, false)
+	}()
 }
 
 func (st *Stream) receivedCount() int64 {
