@@ -16,7 +16,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: collective.proto
+// source: goray/collective/v1/collective.proto
 
 package collectivev1
 
@@ -55,7 +55,7 @@ type Tensor struct {
 
 func (x *Tensor) Reset() {
 	*x = Tensor{}
-	mi := &file_collective_proto_msgTypes[0]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -67,7 +67,7 @@ func (x *Tensor) String() string {
 func (*Tensor) ProtoMessage() {}
 
 func (x *Tensor) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[0]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -80,7 +80,7 @@ func (x *Tensor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tensor.ProtoReflect.Descriptor instead.
 func (*Tensor) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{0}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Tensor) GetDtype() string {
@@ -140,7 +140,7 @@ type CreateGroupRequest struct {
 
 func (x *CreateGroupRequest) Reset() {
 	*x = CreateGroupRequest{}
-	mi := &file_collective_proto_msgTypes[1]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -152,7 +152,7 @@ func (x *CreateGroupRequest) String() string {
 func (*CreateGroupRequest) ProtoMessage() {}
 
 func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[1]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -165,7 +165,7 @@ func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{1}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *CreateGroupRequest) GetGroup() string {
@@ -213,7 +213,7 @@ type CreateGroupResponse struct {
 
 func (x *CreateGroupResponse) Reset() {
 	*x = CreateGroupResponse{}
-	mi := &file_collective_proto_msgTypes[2]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +225,7 @@ func (x *CreateGroupResponse) String() string {
 func (*CreateGroupResponse) ProtoMessage() {}
 
 func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[2]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +238,7 @@ func (x *CreateGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupResponse.ProtoReflect.Descriptor instead.
 func (*CreateGroupResponse) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{2}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CreateGroupResponse) GetEpoch() string {
@@ -258,7 +258,7 @@ type DestroyGroupRequest struct {
 
 func (x *DestroyGroupRequest) Reset() {
 	*x = DestroyGroupRequest{}
-	mi := &file_collective_proto_msgTypes[3]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -270,7 +270,7 @@ func (x *DestroyGroupRequest) String() string {
 func (*DestroyGroupRequest) ProtoMessage() {}
 
 func (x *DestroyGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[3]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -283,7 +283,7 @@ func (x *DestroyGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyGroupRequest.ProtoReflect.Descriptor instead.
 func (*DestroyGroupRequest) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{3}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DestroyGroupRequest) GetGroup() string {
@@ -308,7 +308,7 @@ type DestroyGroupResponse struct {
 
 func (x *DestroyGroupResponse) Reset() {
 	*x = DestroyGroupResponse{}
-	mi := &file_collective_proto_msgTypes[4]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -320,7 +320,7 @@ func (x *DestroyGroupResponse) String() string {
 func (*DestroyGroupResponse) ProtoMessage() {}
 
 func (x *DestroyGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[4]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -333,7 +333,7 @@ func (x *DestroyGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DestroyGroupResponse.ProtoReflect.Descriptor instead.
 func (*DestroyGroupResponse) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{4}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{4}
 }
 
 type AllReduceRequest struct {
@@ -349,7 +349,7 @@ type AllReduceRequest struct {
 
 func (x *AllReduceRequest) Reset() {
 	*x = AllReduceRequest{}
-	mi := &file_collective_proto_msgTypes[5]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +361,7 @@ func (x *AllReduceRequest) String() string {
 func (*AllReduceRequest) ProtoMessage() {}
 
 func (x *AllReduceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[5]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +374,7 @@ func (x *AllReduceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllReduceRequest.ProtoReflect.Descriptor instead.
 func (*AllReduceRequest) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{5}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AllReduceRequest) GetGroup() string {
@@ -413,7 +413,7 @@ type AllReduceResponse struct {
 
 func (x *AllReduceResponse) Reset() {
 	*x = AllReduceResponse{}
-	mi := &file_collective_proto_msgTypes[6]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +425,7 @@ func (x *AllReduceResponse) String() string {
 func (*AllReduceResponse) ProtoMessage() {}
 
 func (x *AllReduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[6]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +438,7 @@ func (x *AllReduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllReduceResponse.ProtoReflect.Descriptor instead.
 func (*AllReduceResponse) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{6}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{6}
 }
 
 type BroadcastRequest struct {
@@ -453,7 +453,7 @@ type BroadcastRequest struct {
 
 func (x *BroadcastRequest) Reset() {
 	*x = BroadcastRequest{}
-	mi := &file_collective_proto_msgTypes[7]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -465,7 +465,7 @@ func (x *BroadcastRequest) String() string {
 func (*BroadcastRequest) ProtoMessage() {}
 
 func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[7]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -478,7 +478,7 @@ func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastRequest) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{7}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BroadcastRequest) GetGroup() string {
@@ -517,7 +517,7 @@ type BroadcastResponse struct {
 
 func (x *BroadcastResponse) Reset() {
 	*x = BroadcastResponse{}
-	mi := &file_collective_proto_msgTypes[8]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +529,7 @@ func (x *BroadcastResponse) String() string {
 func (*BroadcastResponse) ProtoMessage() {}
 
 func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[8]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +542,7 @@ func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastResponse.ProtoReflect.Descriptor instead.
 func (*BroadcastResponse) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{8}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{8}
 }
 
 type AllGatherRequest struct {
@@ -557,7 +557,7 @@ type AllGatherRequest struct {
 
 func (x *AllGatherRequest) Reset() {
 	*x = AllGatherRequest{}
-	mi := &file_collective_proto_msgTypes[9]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +569,7 @@ func (x *AllGatherRequest) String() string {
 func (*AllGatherRequest) ProtoMessage() {}
 
 func (x *AllGatherRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[9]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +582,7 @@ func (x *AllGatherRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllGatherRequest.ProtoReflect.Descriptor instead.
 func (*AllGatherRequest) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{9}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *AllGatherRequest) GetGroup() string {
@@ -621,7 +621,7 @@ type AllGatherResponse struct {
 
 func (x *AllGatherResponse) Reset() {
 	*x = AllGatherResponse{}
-	mi := &file_collective_proto_msgTypes[10]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +633,7 @@ func (x *AllGatherResponse) String() string {
 func (*AllGatherResponse) ProtoMessage() {}
 
 func (x *AllGatherResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[10]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +646,7 @@ func (x *AllGatherResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AllGatherResponse.ProtoReflect.Descriptor instead.
 func (*AllGatherResponse) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{10}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{10}
 }
 
 type ReduceScatterRequest struct {
@@ -662,7 +662,7 @@ type ReduceScatterRequest struct {
 
 func (x *ReduceScatterRequest) Reset() {
 	*x = ReduceScatterRequest{}
-	mi := &file_collective_proto_msgTypes[11]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +674,7 @@ func (x *ReduceScatterRequest) String() string {
 func (*ReduceScatterRequest) ProtoMessage() {}
 
 func (x *ReduceScatterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[11]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +687,7 @@ func (x *ReduceScatterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReduceScatterRequest.ProtoReflect.Descriptor instead.
 func (*ReduceScatterRequest) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{11}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReduceScatterRequest) GetGroup() string {
@@ -733,7 +733,7 @@ type ReduceScatterResponse struct {
 
 func (x *ReduceScatterResponse) Reset() {
 	*x = ReduceScatterResponse{}
-	mi := &file_collective_proto_msgTypes[12]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +745,7 @@ func (x *ReduceScatterResponse) String() string {
 func (*ReduceScatterResponse) ProtoMessage() {}
 
 func (x *ReduceScatterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[12]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +758,7 @@ func (x *ReduceScatterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReduceScatterResponse.ProtoReflect.Descriptor instead.
 func (*ReduceScatterResponse) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{12}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{12}
 }
 
 type BarrierRequest struct {
@@ -771,7 +771,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_collective_proto_msgTypes[13]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +783,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[13]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +796,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{13}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BarrierRequest) GetGroup() string {
@@ -821,7 +821,7 @@ type BarrierResponse struct {
 
 func (x *BarrierResponse) Reset() {
 	*x = BarrierResponse{}
-	mi := &file_collective_proto_msgTypes[14]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +833,7 @@ func (x *BarrierResponse) String() string {
 func (*BarrierResponse) ProtoMessage() {}
 
 func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[14]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +846,7 @@ func (x *BarrierResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierResponse.ProtoReflect.Descriptor instead.
 func (*BarrierResponse) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{14}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{14}
 }
 
 // ErrorInfo is attached to every error status of this service, so that the
@@ -873,7 +873,7 @@ type ErrorInfo struct {
 
 func (x *ErrorInfo) Reset() {
 	*x = ErrorInfo{}
-	mi := &file_collective_proto_msgTypes[15]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +885,7 @@ func (x *ErrorInfo) String() string {
 func (*ErrorInfo) ProtoMessage() {}
 
 func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_collective_proto_msgTypes[15]
+	mi := &file_goray_collective_v1_collective_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +898,7 @@ func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorInfo.ProtoReflect.Descriptor instead.
 func (*ErrorInfo) Descriptor() ([]byte, []int) {
-	return file_collective_proto_rawDescGZIP(), []int{15}
+	return file_goray_collective_v1_collective_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ErrorInfo) GetKind() string {
@@ -950,11 +950,11 @@ func (x *ErrorInfo) GetAlso() []string {
 	return nil
 }
 
-var File_collective_proto protoreflect.FileDescriptor
+var File_goray_collective_v1_collective_proto protoreflect.FileDescriptor
 
-const file_collective_proto_rawDesc = "" +
+const file_goray_collective_v1_collective_proto_rawDesc = "" +
 	"\n" +
-	"\x10collective.proto\x12\x13goray.collective.v1\"\x96\x01\n" +
+	"$goray/collective/v1/collective.proto\x12\x13goray.collective.v1\"\x96\x01\n" +
 	"\x06Tensor\x12\x14\n" +
 	"\x05dtype\x18\x01 \x01(\tR\x05dtype\x12\x14\n" +
 	"\x05shape\x18\x02 \x03(\x03R\x05shape\x12\x16\n" +
@@ -1025,19 +1025,19 @@ const file_collective_proto_rawDesc = "" +
 	"\aBarrier\x12#.goray.collective.v1.BarrierRequest\x1a$.goray.collective.v1.BarrierResponseB8Z6github.com/goray-dev/goray/internal/proto/collectivev1b\x06proto3"
 
 var (
-	file_collective_proto_rawDescOnce sync.Once
-	file_collective_proto_rawDescData []byte
+	file_goray_collective_v1_collective_proto_rawDescOnce sync.Once
+	file_goray_collective_v1_collective_proto_rawDescData []byte
 )
 
-func file_collective_proto_rawDescGZIP() []byte {
-	file_collective_proto_rawDescOnce.Do(func() {
-		file_collective_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_collective_proto_rawDesc), len(file_collective_proto_rawDesc)))
+func file_goray_collective_v1_collective_proto_rawDescGZIP() []byte {
+	file_goray_collective_v1_collective_proto_rawDescOnce.Do(func() {
+		file_goray_collective_v1_collective_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_goray_collective_v1_collective_proto_rawDesc), len(file_goray_collective_v1_collective_proto_rawDesc)))
 	})
-	return file_collective_proto_rawDescData
+	return file_goray_collective_v1_collective_proto_rawDescData
 }
 
-var file_collective_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
-var file_collective_proto_goTypes = []any{
+var file_goray_collective_v1_collective_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_goray_collective_v1_collective_proto_goTypes = []any{
 	(*Tensor)(nil),                // 0: goray.collective.v1.Tensor
 	(*CreateGroupRequest)(nil),    // 1: goray.collective.v1.CreateGroupRequest
 	(*CreateGroupResponse)(nil),   // 2: goray.collective.v1.CreateGroupResponse
@@ -1055,7 +1055,7 @@ var file_collective_proto_goTypes = []any{
 	(*BarrierResponse)(nil),       // 14: goray.collective.v1.BarrierResponse
 	(*ErrorInfo)(nil),             // 15: goray.collective.v1.ErrorInfo
 }
-var file_collective_proto_depIdxs = []int32{
+var file_goray_collective_v1_collective_proto_depIdxs = []int32{
 	0,  // 0: goray.collective.v1.AllReduceRequest.tensor:type_name -> goray.collective.v1.Tensor
 	0,  // 1: goray.collective.v1.BroadcastRequest.tensor:type_name -> goray.collective.v1.Tensor
 	0,  // 2: goray.collective.v1.AllGatherRequest.input:type_name -> goray.collective.v1.Tensor
@@ -1083,26 +1083,26 @@ var file_collective_proto_depIdxs = []int32{
 	0,  // [0:6] is the sub-list for field type_name
 }
 
-func init() { file_collective_proto_init() }
-func file_collective_proto_init() {
-	if File_collective_proto != nil {
+func init() { file_goray_collective_v1_collective_proto_init() }
+func file_goray_collective_v1_collective_proto_init() {
+	if File_goray_collective_v1_collective_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_collective_proto_rawDesc), len(file_collective_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_collective_v1_collective_proto_rawDesc), len(file_goray_collective_v1_collective_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_collective_proto_goTypes,
-		DependencyIndexes: file_collective_proto_depIdxs,
-		MessageInfos:      file_collective_proto_msgTypes,
+		GoTypes:           file_goray_collective_v1_collective_proto_goTypes,
+		DependencyIndexes: file_goray_collective_v1_collective_proto_depIdxs,
+		MessageInfos:      file_goray_collective_v1_collective_proto_msgTypes,
 	}.Build()
-	File_collective_proto = out.File
-	file_collective_proto_goTypes = nil
-	file_collective_proto_depIdxs = nil
+	File_goray_collective_v1_collective_proto = out.File
+	file_goray_collective_v1_collective_proto_goTypes = nil
+	file_goray_collective_v1_collective_proto_depIdxs = nil
 }

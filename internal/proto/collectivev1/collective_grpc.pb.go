@@ -16,7 +16,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: collective.proto
+// source: goray/collective/v1/collective.proto
 
 package collectivev1
 
@@ -379,5 +379,5 @@ var Collective_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "collective.proto",
+	Metadata: "goray/collective/v1/collective.proto",
 }

@@ -9,7 +9,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: plugin.proto
+// source: goray/plugin/v1/plugin.proto
 
 package pluginv1
 
@@ -254,5 +254,5 @@ var PluginInfo_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "plugin.proto",
+	Metadata: "goray/plugin/v1/plugin.proto",
 }

@@ -15,7 +15,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: provider.proto
+// source: goray/provider/v1/provider.proto
 
 package providerv1
 
@@ -42,7 +42,7 @@ type NodeConfigSchemaRequest struct {
 
 func (x *NodeConfigSchemaRequest) Reset() {
 	*x = NodeConfigSchemaRequest{}
-	mi := &file_provider_proto_msgTypes[0]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +54,7 @@ func (x *NodeConfigSchemaRequest) String() string {
 func (*NodeConfigSchemaRequest) ProtoMessage() {}
 
 func (x *NodeConfigSchemaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[0]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +67,7 @@ func (x *NodeConfigSchemaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfigSchemaRequest.ProtoReflect.Descriptor instead.
 func (*NodeConfigSchemaRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{0}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{0}
 }
 
 type NodeConfigSchemaResponse struct {
@@ -81,7 +81,7 @@ type NodeConfigSchemaResponse struct {
 
 func (x *NodeConfigSchemaResponse) Reset() {
 	*x = NodeConfigSchemaResponse{}
-	mi := &file_provider_proto_msgTypes[1]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -93,7 +93,7 @@ func (x *NodeConfigSchemaResponse) String() string {
 func (*NodeConfigSchemaResponse) ProtoMessage() {}
 
 func (x *NodeConfigSchemaResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[1]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -106,7 +106,7 @@ func (x *NodeConfigSchemaResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeConfigSchemaResponse.ProtoReflect.Descriptor instead.
 func (*NodeConfigSchemaResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{1}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *NodeConfigSchemaResponse) GetSchemaJson() []byte {
@@ -135,7 +135,7 @@ type LaunchRequest struct {
 
 func (x *LaunchRequest) Reset() {
 	*x = LaunchRequest{}
-	mi := &file_provider_proto_msgTypes[2]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -147,7 +147,7 @@ func (x *LaunchRequest) String() string {
 func (*LaunchRequest) ProtoMessage() {}
 
 func (x *LaunchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[2]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -160,7 +160,7 @@ func (x *LaunchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchRequest.ProtoReflect.Descriptor instead.
 func (*LaunchRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{2}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LaunchRequest) GetRequestId() string {
@@ -226,7 +226,7 @@ type NodeSpec struct {
 
 func (x *NodeSpec) Reset() {
 	*x = NodeSpec{}
-	mi := &file_provider_proto_msgTypes[3]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +238,7 @@ func (x *NodeSpec) String() string {
 func (*NodeSpec) ProtoMessage() {}
 
 func (x *NodeSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[3]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +251,7 @@ func (x *NodeSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeSpec.ProtoReflect.Descriptor instead.
 func (*NodeSpec) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{3}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *NodeSpec) GetHeadAddress() string {
@@ -304,7 +304,7 @@ type LaunchResponse struct {
 
 func (x *LaunchResponse) Reset() {
 	*x = LaunchResponse{}
-	mi := &file_provider_proto_msgTypes[4]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +316,7 @@ func (x *LaunchResponse) String() string {
 func (*LaunchResponse) ProtoMessage() {}
 
 func (x *LaunchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[4]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +329,7 @@ func (x *LaunchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchResponse.ProtoReflect.Descriptor instead.
 func (*LaunchResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{4}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{4}
 }
 
 type TerminateRequest struct {
@@ -343,7 +343,7 @@ type TerminateRequest struct {
 
 func (x *TerminateRequest) Reset() {
 	*x = TerminateRequest{}
-	mi := &file_provider_proto_msgTypes[5]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +355,7 @@ func (x *TerminateRequest) String() string {
 func (*TerminateRequest) ProtoMessage() {}
 
 func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[5]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +368,7 @@ func (x *TerminateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateRequest.ProtoReflect.Descriptor instead.
 func (*TerminateRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{5}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TerminateRequest) GetRequestId() string {
@@ -400,7 +400,7 @@ type TerminateResponse struct {
 
 func (x *TerminateResponse) Reset() {
 	*x = TerminateResponse{}
-	mi := &file_provider_proto_msgTypes[6]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +412,7 @@ func (x *TerminateResponse) String() string {
 func (*TerminateResponse) ProtoMessage() {}
 
 func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[6]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +425,7 @@ func (x *TerminateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TerminateResponse.ProtoReflect.Descriptor instead.
 func (*TerminateResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{6}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{6}
 }
 
 type ListRequest struct {
@@ -437,7 +437,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_provider_proto_msgTypes[7]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -449,7 +449,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[7]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -462,7 +462,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{7}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListRequest) GetClusterName() string {
@@ -481,7 +481,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_provider_proto_msgTypes[8]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +493,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[8]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +506,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{8}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListResponse) GetInstances() []*Instance {
@@ -535,7 +535,7 @@ type Instance struct {
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_provider_proto_msgTypes[9]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -547,7 +547,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[9]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -560,7 +560,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{9}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Instance) GetId() string {
@@ -614,7 +614,7 @@ type PollErrorsRequest struct {
 
 func (x *PollErrorsRequest) Reset() {
 	*x = PollErrorsRequest{}
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +626,7 @@ func (x *PollErrorsRequest) String() string {
 func (*PollErrorsRequest) ProtoMessage() {}
 
 func (x *PollErrorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[10]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +639,7 @@ func (x *PollErrorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollErrorsRequest.ProtoReflect.Descriptor instead.
 func (*PollErrorsRequest) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{10}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PollErrorsRequest) GetClusterName() string {
@@ -658,7 +658,7 @@ type PollErrorsResponse struct {
 
 func (x *PollErrorsResponse) Reset() {
 	*x = PollErrorsResponse{}
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +670,7 @@ func (x *PollErrorsResponse) String() string {
 func (*PollErrorsResponse) ProtoMessage() {}
 
 func (x *PollErrorsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[11]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +683,7 @@ func (x *PollErrorsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollErrorsResponse.ProtoReflect.Descriptor instead.
 func (*PollErrorsResponse) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{11}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PollErrorsResponse) GetErrors() []*LaunchError {
@@ -712,7 +712,7 @@ type LaunchError struct {
 
 func (x *LaunchError) Reset() {
 	*x = LaunchError{}
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -724,7 +724,7 @@ func (x *LaunchError) String() string {
 func (*LaunchError) ProtoMessage() {}
 
 func (x *LaunchError) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[12]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -737,7 +737,7 @@ func (x *LaunchError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LaunchError.ProtoReflect.Descriptor instead.
 func (*LaunchError) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{12}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LaunchError) GetOp() string {
@@ -810,7 +810,7 @@ type ErrorInfo struct {
 
 func (x *ErrorInfo) Reset() {
 	*x = ErrorInfo{}
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -822,7 +822,7 @@ func (x *ErrorInfo) String() string {
 func (*ErrorInfo) ProtoMessage() {}
 
 func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_proto_msgTypes[13]
+	mi := &file_goray_provider_v1_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -835,7 +835,7 @@ func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorInfo.ProtoReflect.Descriptor instead.
 func (*ErrorInfo) Descriptor() ([]byte, []int) {
-	return file_provider_proto_rawDescGZIP(), []int{13}
+	return file_goray_provider_v1_provider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ErrorInfo) GetKinds() []string {
@@ -873,11 +873,11 @@ func (x *ErrorInfo) GetMessage() string {
 	return ""
 }
 
-var File_provider_proto protoreflect.FileDescriptor
+var File_goray_provider_v1_provider_proto protoreflect.FileDescriptor
 
-const file_provider_proto_rawDesc = "" +
+const file_goray_provider_v1_provider_proto_rawDesc = "" +
 	"\n" +
-	"\x0eprovider.proto\x12\x11goray.provider.v1\"\x19\n" +
+	" goray/provider/v1/provider.proto\x12\x11goray.provider.v1\"\x19\n" +
 	"\x17NodeConfigSchemaRequest\";\n" +
 	"\x18NodeConfigSchemaResponse\x12\x1f\n" +
 	"\vschema_json\x18\x01 \x01(\fR\n" +
@@ -955,19 +955,19 @@ const file_provider_proto_rawDesc = "" +
 	"PollErrors\x12$.goray.provider.v1.PollErrorsRequest\x1a%.goray.provider.v1.PollErrorsResponseB6Z4github.com/goray-dev/goray/internal/proto/providerv1b\x06proto3"
 
 var (
-	file_provider_proto_rawDescOnce sync.Once
-	file_provider_proto_rawDescData []byte
+	file_goray_provider_v1_provider_proto_rawDescOnce sync.Once
+	file_goray_provider_v1_provider_proto_rawDescData []byte
 )
 
-func file_provider_proto_rawDescGZIP() []byte {
-	file_provider_proto_rawDescOnce.Do(func() {
-		file_provider_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)))
+func file_goray_provider_v1_provider_proto_rawDescGZIP() []byte {
+	file_goray_provider_v1_provider_proto_rawDescOnce.Do(func() {
+		file_goray_provider_v1_provider_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_goray_provider_v1_provider_proto_rawDesc), len(file_goray_provider_v1_provider_proto_rawDesc)))
 	})
-	return file_provider_proto_rawDescData
+	return file_goray_provider_v1_provider_proto_rawDescData
 }
 
-var file_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
-var file_provider_proto_goTypes = []any{
+var file_goray_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_goray_provider_v1_provider_proto_goTypes = []any{
 	(*NodeConfigSchemaRequest)(nil),  // 0: goray.provider.v1.NodeConfigSchemaRequest
 	(*NodeConfigSchemaResponse)(nil), // 1: goray.provider.v1.NodeConfigSchemaResponse
 	(*LaunchRequest)(nil),            // 2: goray.provider.v1.LaunchRequest
@@ -985,7 +985,7 @@ var file_provider_proto_goTypes = []any{
 	nil,                              // 14: goray.provider.v1.NodeSpec.ResourcesEntry
 	nil,                              // 15: goray.provider.v1.NodeSpec.LabelsEntry
 }
-var file_provider_proto_depIdxs = []int32{
+var file_goray_provider_v1_provider_proto_depIdxs = []int32{
 	3,  // 0: goray.provider.v1.LaunchRequest.node:type_name -> goray.provider.v1.NodeSpec
 	14, // 1: goray.provider.v1.NodeSpec.resources:type_name -> goray.provider.v1.NodeSpec.ResourcesEntry
 	15, // 2: goray.provider.v1.NodeSpec.labels:type_name -> goray.provider.v1.NodeSpec.LabelsEntry
@@ -1008,26 +1008,26 @@ var file_provider_proto_depIdxs = []int32{
 	0,  // [0:5] is the sub-list for field type_name
 }
 
-func init() { file_provider_proto_init() }
-func file_provider_proto_init() {
-	if File_provider_proto != nil {
+func init() { file_goray_provider_v1_provider_proto_init() }
+func file_goray_provider_v1_provider_proto_init() {
+	if File_goray_provider_v1_provider_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_proto_rawDesc), len(file_provider_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_provider_v1_provider_proto_rawDesc), len(file_goray_provider_v1_provider_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_provider_proto_goTypes,
-		DependencyIndexes: file_provider_proto_depIdxs,
-		MessageInfos:      file_provider_proto_msgTypes,
+		GoTypes:           file_goray_provider_v1_provider_proto_goTypes,
+		DependencyIndexes: file_goray_provider_v1_provider_proto_depIdxs,
+		MessageInfos:      file_goray_provider_v1_provider_proto_msgTypes,
 	}.Build()
-	File_provider_proto = out.File
-	file_provider_proto_goTypes = nil
-	file_provider_proto_depIdxs = nil
+	File_goray_provider_v1_provider_proto = out.File
+	file_goray_provider_v1_provider_proto_goTypes = nil
+	file_goray_provider_v1_provider_proto_depIdxs = nil
 }

@@ -15,7 +15,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: provider.proto
+// source: goray/provider/v1/provider.proto
 
 package providerv1
 
@@ -302,5 +302,5 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "provider.proto",
+	Metadata: "goray/provider/v1/provider.proto",
 }

@@ -15,7 +15,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: storage.proto
+// source: goray/storage/v1/storage.proto
 
 package storagev1
 
@@ -49,7 +49,7 @@ type ReadIntoRequest struct {
 
 func (x *ReadIntoRequest) Reset() {
 	*x = ReadIntoRequest{}
-	mi := &file_storage_proto_msgTypes[0]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -61,7 +61,7 @@ func (x *ReadIntoRequest) String() string {
 func (*ReadIntoRequest) ProtoMessage() {}
 
 func (x *ReadIntoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[0]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -74,7 +74,7 @@ func (x *ReadIntoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIntoRequest.ProtoReflect.Descriptor instead.
 func (*ReadIntoRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{0}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *ReadIntoRequest) GetKey() string {
@@ -120,7 +120,7 @@ type ReadIntoResponse struct {
 
 func (x *ReadIntoResponse) Reset() {
 	*x = ReadIntoResponse{}
-	mi := &file_storage_proto_msgTypes[1]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -132,7 +132,7 @@ func (x *ReadIntoResponse) String() string {
 func (*ReadIntoResponse) ProtoMessage() {}
 
 func (x *ReadIntoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[1]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -145,7 +145,7 @@ func (x *ReadIntoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadIntoResponse.ProtoReflect.Descriptor instead.
 func (*ReadIntoResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{1}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{1}
 }
 
 type InfoRequest struct {
@@ -156,7 +156,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_storage_proto_msgTypes[2]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +168,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[2]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +181,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{2}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{2}
 }
 
 type InfoResponse struct {
@@ -197,7 +197,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_storage_proto_msgTypes[3]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -209,7 +209,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[3]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -222,7 +222,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{3}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -253,7 +253,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_storage_proto_msgTypes[4]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -265,7 +265,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[4]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -278,7 +278,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{4}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WriteRequest) GetMsg() isWriteRequest_Msg {
@@ -353,7 +353,7 @@ type WriteHeader struct {
 
 func (x *WriteHeader) Reset() {
 	*x = WriteHeader{}
-	mi := &file_storage_proto_msgTypes[5]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +365,7 @@ func (x *WriteHeader) String() string {
 func (*WriteHeader) ProtoMessage() {}
 
 func (x *WriteHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[5]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +378,7 @@ func (x *WriteHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteHeader.ProtoReflect.Descriptor instead.
 func (*WriteHeader) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{5}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WriteHeader) GetKey() string {
@@ -407,7 +407,7 @@ type WriteAbort struct {
 
 func (x *WriteAbort) Reset() {
 	*x = WriteAbort{}
-	mi := &file_storage_proto_msgTypes[6]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +419,7 @@ func (x *WriteAbort) String() string {
 func (*WriteAbort) ProtoMessage() {}
 
 func (x *WriteAbort) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[6]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +432,7 @@ func (x *WriteAbort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteAbort.ProtoReflect.Descriptor instead.
 func (*WriteAbort) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{6}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WriteAbort) GetKind() string {
@@ -459,7 +459,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_storage_proto_msgTypes[7]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +471,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[7]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +484,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{7}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WriteResponse) GetUrl() string {
@@ -507,7 +507,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_storage_proto_msgTypes[8]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +519,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[8]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +532,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{8}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReadRequest) GetKey() string {
@@ -569,7 +569,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_storage_proto_msgTypes[9]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +581,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[9]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +594,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{9}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReadResponse) GetMsg() isReadResponse_Msg {
@@ -650,7 +650,7 @@ type ReadHeader struct {
 
 func (x *ReadHeader) Reset() {
 	*x = ReadHeader{}
-	mi := &file_storage_proto_msgTypes[10]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +662,7 @@ func (x *ReadHeader) String() string {
 func (*ReadHeader) ProtoMessage() {}
 
 func (x *ReadHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[10]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +675,7 @@ func (x *ReadHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadHeader.ProtoReflect.Descriptor instead.
 func (*ReadHeader) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{10}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadHeader) GetSize() int64 {
@@ -694,7 +694,7 @@ type DeleteRequest struct {
 
 func (x *DeleteRequest) Reset() {
 	*x = DeleteRequest{}
-	mi := &file_storage_proto_msgTypes[11]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +706,7 @@ func (x *DeleteRequest) String() string {
 func (*DeleteRequest) ProtoMessage() {}
 
 func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[11]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +719,7 @@ func (x *DeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{11}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteRequest) GetKeys() []string {
@@ -737,7 +737,7 @@ type DeleteResponse struct {
 
 func (x *DeleteResponse) Reset() {
 	*x = DeleteResponse{}
-	mi := &file_storage_proto_msgTypes[12]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +749,7 @@ func (x *DeleteResponse) String() string {
 func (*DeleteResponse) ProtoMessage() {}
 
 func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[12]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +762,7 @@ func (x *DeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{12}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{12}
 }
 
 type ListRequest struct {
@@ -775,7 +775,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_storage_proto_msgTypes[13]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +787,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[13]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +800,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{13}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListRequest) GetPrefix() string {
@@ -820,7 +820,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_storage_proto_msgTypes[14]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +832,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[14]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +845,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{14}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListResponse) GetObjects() []*ObjectInfo {
@@ -865,7 +865,7 @@ type ObjectInfo struct {
 
 func (x *ObjectInfo) Reset() {
 	*x = ObjectInfo{}
-	mi := &file_storage_proto_msgTypes[15]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +877,7 @@ func (x *ObjectInfo) String() string {
 func (*ObjectInfo) ProtoMessage() {}
 
 func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[15]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +890,7 @@ func (x *ObjectInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ObjectInfo.ProtoReflect.Descriptor instead.
 func (*ObjectInfo) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{15}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ObjectInfo) GetKey() string {
@@ -925,7 +925,7 @@ type ErrorInfo struct {
 
 func (x *ErrorInfo) Reset() {
 	*x = ErrorInfo{}
-	mi := &file_storage_proto_msgTypes[16]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -937,7 +937,7 @@ func (x *ErrorInfo) String() string {
 func (*ErrorInfo) ProtoMessage() {}
 
 func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_proto_msgTypes[16]
+	mi := &file_goray_storage_v1_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -950,7 +950,7 @@ func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorInfo.ProtoReflect.Descriptor instead.
 func (*ErrorInfo) Descriptor() ([]byte, []int) {
-	return file_storage_proto_rawDescGZIP(), []int{16}
+	return file_goray_storage_v1_storage_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ErrorInfo) GetKind() string {
@@ -981,11 +981,11 @@ func (x *ErrorInfo) GetMessage() string {
 	return ""
 }
 
-var File_storage_proto protoreflect.FileDescriptor
+var File_goray_storage_v1_storage_proto protoreflect.FileDescriptor
 
-const file_storage_proto_rawDesc = "" +
+const file_goray_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
-	"\rstorage.proto\x12\x10goray.storage.v1\"\x99\x01\n" +
+	"\x1egoray/storage/v1/storage.proto\x12\x10goray.storage.v1\"\x99\x01\n" +
 	"\x0fReadIntoRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
@@ -1048,19 +1048,19 @@ const file_storage_proto_rawDesc = "" +
 	"\bReadInto\x12!.goray.storage.v1.ReadIntoRequest\x1a\".goray.storage.v1.ReadIntoResponseB5Z3github.com/goray-dev/goray/internal/proto/storagev1b\x06proto3"
 
 var (
-	file_storage_proto_rawDescOnce sync.Once
-	file_storage_proto_rawDescData []byte
+	file_goray_storage_v1_storage_proto_rawDescOnce sync.Once
+	file_goray_storage_v1_storage_proto_rawDescData []byte
 )
 
-func file_storage_proto_rawDescGZIP() []byte {
-	file_storage_proto_rawDescOnce.Do(func() {
-		file_storage_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_storage_proto_rawDesc), len(file_storage_proto_rawDesc)))
+func file_goray_storage_v1_storage_proto_rawDescGZIP() []byte {
+	file_goray_storage_v1_storage_proto_rawDescOnce.Do(func() {
+		file_goray_storage_v1_storage_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_goray_storage_v1_storage_proto_rawDesc), len(file_goray_storage_v1_storage_proto_rawDesc)))
 	})
-	return file_storage_proto_rawDescData
+	return file_goray_storage_v1_storage_proto_rawDescData
 }
 
-var file_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
-var file_storage_proto_goTypes = []any{
+var file_goray_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_goray_storage_v1_storage_proto_goTypes = []any{
 	(*ReadIntoRequest)(nil),  // 0: goray.storage.v1.ReadIntoRequest
 	(*ReadIntoResponse)(nil), // 1: goray.storage.v1.ReadIntoResponse
 	(*InfoRequest)(nil),      // 2: goray.storage.v1.InfoRequest
@@ -1079,7 +1079,7 @@ var file_storage_proto_goTypes = []any{
 	(*ObjectInfo)(nil),       // 15: goray.storage.v1.ObjectInfo
 	(*ErrorInfo)(nil),        // 16: goray.storage.v1.ErrorInfo
 }
-var file_storage_proto_depIdxs = []int32{
+var file_goray_storage_v1_storage_proto_depIdxs = []int32{
 	5,  // 0: goray.storage.v1.WriteRequest.header:type_name -> goray.storage.v1.WriteHeader
 	6,  // 1: goray.storage.v1.WriteRequest.abort:type_name -> goray.storage.v1.WriteAbort
 	10, // 2: goray.storage.v1.ReadResponse.header:type_name -> goray.storage.v1.ReadHeader
@@ -1103,17 +1103,17 @@ var file_storage_proto_depIdxs = []int32{
 	0,  // [0:4] is the sub-list for field type_name
 }
 
-func init() { file_storage_proto_init() }
-func file_storage_proto_init() {
-	if File_storage_proto != nil {
+func init() { file_goray_storage_v1_storage_proto_init() }
+func file_goray_storage_v1_storage_proto_init() {
+	if File_goray_storage_v1_storage_proto != nil {
 		return
 	}
-	file_storage_proto_msgTypes[4].OneofWrappers = []any{
+	file_goray_storage_v1_storage_proto_msgTypes[4].OneofWrappers = []any{
 		(*WriteRequest_Header)(nil),
 		(*WriteRequest_Chunk)(nil),
 		(*WriteRequest_Abort)(nil),
 	}
-	file_storage_proto_msgTypes[9].OneofWrappers = []any{
+	file_goray_storage_v1_storage_proto_msgTypes[9].OneofWrappers = []any{
 		(*ReadResponse_Header)(nil),
 		(*ReadResponse_Chunk)(nil),
 	}
@@ -1121,17 +1121,17 @@ func file_storage_proto_init() {
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storage_proto_rawDesc), len(file_storage_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_storage_v1_storage_proto_rawDesc), len(file_goray_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_storage_proto_goTypes,
-		DependencyIndexes: file_storage_proto_depIdxs,
-		MessageInfos:      file_storage_proto_msgTypes,
+		GoTypes:           file_goray_storage_v1_storage_proto_goTypes,
+		DependencyIndexes: file_goray_storage_v1_storage_proto_depIdxs,
+		MessageInfos:      file_goray_storage_v1_storage_proto_msgTypes,
 	}.Build()
-	File_storage_proto = out.File
-	file_storage_proto_goTypes = nil
-	file_storage_proto_depIdxs = nil
+	File_goray_storage_v1_storage_proto = out.File
+	file_goray_storage_v1_storage_proto_goTypes = nil
+	file_goray_storage_v1_storage_proto_depIdxs = nil
 }

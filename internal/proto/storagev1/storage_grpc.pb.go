@@ -15,7 +15,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: storage.proto
+// source: goray/storage/v1/storage.proto
 
 package storagev1
 
@@ -352,5 +352,5 @@ var Storage_ServiceDesc = grpc.ServiceDesc{
 			ServerStreams: true,
 		},
 	},
-	Metadata: "storage.proto",
+	Metadata: "goray/storage/v1/storage.proto",
 }

@@ -14,7 +14,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: transport.proto
+// source: goray/transport/v1/transport.proto
 
 package transportv1
 
@@ -47,7 +47,7 @@ type Buffer struct {
 
 func (x *Buffer) Reset() {
 	*x = Buffer{}
-	mi := &file_transport_proto_msgTypes[0]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -59,7 +59,7 @@ func (x *Buffer) String() string {
 func (*Buffer) ProtoMessage() {}
 
 func (x *Buffer) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[0]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -72,7 +72,7 @@ func (x *Buffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Buffer.ProtoReflect.Descriptor instead.
 func (*Buffer) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{0}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *Buffer) GetSegment() string {
@@ -110,7 +110,7 @@ type TensorMeta struct {
 
 func (x *TensorMeta) Reset() {
 	*x = TensorMeta{}
-	mi := &file_transport_proto_msgTypes[1]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -122,7 +122,7 @@ func (x *TensorMeta) String() string {
 func (*TensorMeta) ProtoMessage() {}
 
 func (x *TensorMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[1]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -135,7 +135,7 @@ func (x *TensorMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TensorMeta.ProtoReflect.Descriptor instead.
 func (*TensorMeta) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{1}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *TensorMeta) GetDtype() string {
@@ -170,7 +170,7 @@ type Tensor struct {
 
 func (x *Tensor) Reset() {
 	*x = Tensor{}
-	mi := &file_transport_proto_msgTypes[2]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -182,7 +182,7 @@ func (x *Tensor) String() string {
 func (*Tensor) ProtoMessage() {}
 
 func (x *Tensor) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[2]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -195,7 +195,7 @@ func (x *Tensor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tensor.ProtoReflect.Descriptor instead.
 func (*Tensor) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{2}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Tensor) GetMeta() *TensorMeta {
@@ -220,7 +220,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_transport_proto_msgTypes[3]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +232,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[3]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +245,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{3}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{3}
 }
 
 type InfoResponse struct {
@@ -265,7 +265,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_transport_proto_msgTypes[4]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -277,7 +277,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[4]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -290,7 +290,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{4}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *InfoResponse) GetName() string {
@@ -331,7 +331,7 @@ type ActorHasTransportRequest struct {
 
 func (x *ActorHasTransportRequest) Reset() {
 	*x = ActorHasTransportRequest{}
-	mi := &file_transport_proto_msgTypes[5]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -343,7 +343,7 @@ func (x *ActorHasTransportRequest) String() string {
 func (*ActorHasTransportRequest) ProtoMessage() {}
 
 func (x *ActorHasTransportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[5]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -356,7 +356,7 @@ func (x *ActorHasTransportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorHasTransportRequest.ProtoReflect.Descriptor instead.
 func (*ActorHasTransportRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{5}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ActorHasTransportRequest) GetActorId() string {
@@ -382,7 +382,7 @@ type ActorHasTransportResponse struct {
 
 func (x *ActorHasTransportResponse) Reset() {
 	*x = ActorHasTransportResponse{}
-	mi := &file_transport_proto_msgTypes[6]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +394,7 @@ func (x *ActorHasTransportResponse) String() string {
 func (*ActorHasTransportResponse) ProtoMessage() {}
 
 func (x *ActorHasTransportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[6]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +407,7 @@ func (x *ActorHasTransportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorHasTransportResponse.ProtoReflect.Descriptor instead.
 func (*ActorHasTransportResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{6}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ActorHasTransportResponse) GetHasTransport() bool {
@@ -433,7 +433,7 @@ type ExtractMetadataRequest struct {
 
 func (x *ExtractMetadataRequest) Reset() {
 	*x = ExtractMetadataRequest{}
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +445,7 @@ func (x *ExtractMetadataRequest) String() string {
 func (*ExtractMetadataRequest) ProtoMessage() {}
 
 func (x *ExtractMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[7]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +458,7 @@ func (x *ExtractMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractMetadataRequest.ProtoReflect.Descriptor instead.
 func (*ExtractMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{7}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExtractMetadataRequest) GetObjectId() string {
@@ -500,7 +500,7 @@ type ExtractMetadataResponse struct {
 
 func (x *ExtractMetadataResponse) Reset() {
 	*x = ExtractMetadataResponse{}
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +512,7 @@ func (x *ExtractMetadataResponse) String() string {
 func (*ExtractMetadataResponse) ProtoMessage() {}
 
 func (x *ExtractMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[8]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +525,7 @@ func (x *ExtractMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExtractMetadataResponse.ProtoReflect.Descriptor instead.
 func (*ExtractMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{8}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExtractMetadataResponse) GetTensors() []*TensorMeta {
@@ -553,7 +553,7 @@ type CommunicatorMetadataRequest struct {
 
 func (x *CommunicatorMetadataRequest) Reset() {
 	*x = CommunicatorMetadataRequest{}
-	mi := &file_transport_proto_msgTypes[9]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +565,7 @@ func (x *CommunicatorMetadataRequest) String() string {
 func (*CommunicatorMetadataRequest) ProtoMessage() {}
 
 func (x *CommunicatorMetadataRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[9]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +578,7 @@ func (x *CommunicatorMetadataRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommunicatorMetadataRequest.ProtoReflect.Descriptor instead.
 func (*CommunicatorMetadataRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{9}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommunicatorMetadataRequest) GetObjectId() string {
@@ -611,7 +611,7 @@ type CommunicatorMetadataResponse struct {
 
 func (x *CommunicatorMetadataResponse) Reset() {
 	*x = CommunicatorMetadataResponse{}
-	mi := &file_transport_proto_msgTypes[10]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +623,7 @@ func (x *CommunicatorMetadataResponse) String() string {
 func (*CommunicatorMetadataResponse) ProtoMessage() {}
 
 func (x *CommunicatorMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[10]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +636,7 @@ func (x *CommunicatorMetadataResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommunicatorMetadataResponse.ProtoReflect.Descriptor instead.
 func (*CommunicatorMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{10}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CommunicatorMetadataResponse) GetData() []byte {
@@ -660,7 +660,7 @@ type SendRequest struct {
 
 func (x *SendRequest) Reset() {
 	*x = SendRequest{}
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +672,7 @@ func (x *SendRequest) String() string {
 func (*SendRequest) ProtoMessage() {}
 
 func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[11]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +685,7 @@ func (x *SendRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
 func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{11}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SendRequest) GetObjectId() string {
@@ -738,7 +738,7 @@ type SendResponse struct {
 
 func (x *SendResponse) Reset() {
 	*x = SendResponse{}
-	mi := &file_transport_proto_msgTypes[12]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +750,7 @@ func (x *SendResponse) String() string {
 func (*SendResponse) ProtoMessage() {}
 
 func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[12]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +763,7 @@ func (x *SendResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
 func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{12}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{12}
 }
 
 type ReceiveRequest struct {
@@ -782,7 +782,7 @@ type ReceiveRequest struct {
 
 func (x *ReceiveRequest) Reset() {
 	*x = ReceiveRequest{}
-	mi := &file_transport_proto_msgTypes[13]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -794,7 +794,7 @@ func (x *ReceiveRequest) String() string {
 func (*ReceiveRequest) ProtoMessage() {}
 
 func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[13]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -807,7 +807,7 @@ func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{13}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReceiveRequest) GetObjectId() string {
@@ -871,7 +871,7 @@ type ReceiveResponse struct {
 
 func (x *ReceiveResponse) Reset() {
 	*x = ReceiveResponse{}
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +883,7 @@ func (x *ReceiveResponse) String() string {
 func (*ReceiveResponse) ProtoMessage() {}
 
 func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[14]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +896,7 @@ func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{14}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReceiveResponse) GetTensors() []*Tensor {
@@ -923,7 +923,7 @@ type GarbageCollectRequest struct {
 
 func (x *GarbageCollectRequest) Reset() {
 	*x = GarbageCollectRequest{}
-	mi := &file_transport_proto_msgTypes[15]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +935,7 @@ func (x *GarbageCollectRequest) String() string {
 func (*GarbageCollectRequest) ProtoMessage() {}
 
 func (x *GarbageCollectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[15]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +948,7 @@ func (x *GarbageCollectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbageCollectRequest.ProtoReflect.Descriptor instead.
 func (*GarbageCollectRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{15}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GarbageCollectRequest) GetObjectId() string {
@@ -973,7 +973,7 @@ type GarbageCollectResponse struct {
 
 func (x *GarbageCollectResponse) Reset() {
 	*x = GarbageCollectResponse{}
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +985,7 @@ func (x *GarbageCollectResponse) String() string {
 func (*GarbageCollectResponse) ProtoMessage() {}
 
 func (x *GarbageCollectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[16]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +998,7 @@ func (x *GarbageCollectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GarbageCollectResponse.ProtoReflect.Descriptor instead.
 func (*GarbageCollectResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{16}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{16}
 }
 
 type AbortRequest struct {
@@ -1011,7 +1011,7 @@ type AbortRequest struct {
 
 func (x *AbortRequest) Reset() {
 	*x = AbortRequest{}
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1023,7 @@ func (x *AbortRequest) String() string {
 func (*AbortRequest) ProtoMessage() {}
 
 func (x *AbortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[17]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1036,7 @@ func (x *AbortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRequest.ProtoReflect.Descriptor instead.
 func (*AbortRequest) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{17}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AbortRequest) GetObjectId() string {
@@ -1061,7 +1061,7 @@ type AbortResponse struct {
 
 func (x *AbortResponse) Reset() {
 	*x = AbortResponse{}
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1073,7 +1073,7 @@ func (x *AbortResponse) String() string {
 func (*AbortResponse) ProtoMessage() {}
 
 func (x *AbortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[18]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1086,7 +1086,7 @@ func (x *AbortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortResponse.ProtoReflect.Descriptor instead.
 func (*AbortResponse) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{18}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{18}
 }
 
 // ErrorInfo travels as a gRPC status detail so the Go client can rebuild a
@@ -1106,7 +1106,7 @@ type ErrorInfo struct {
 
 func (x *ErrorInfo) Reset() {
 	*x = ErrorInfo{}
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1118,7 @@ func (x *ErrorInfo) String() string {
 func (*ErrorInfo) ProtoMessage() {}
 
 func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_transport_proto_msgTypes[19]
+	mi := &file_goray_transport_v1_transport_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1131,7 @@ func (x *ErrorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorInfo.ProtoReflect.Descriptor instead.
 func (*ErrorInfo) Descriptor() ([]byte, []int) {
-	return file_transport_proto_rawDescGZIP(), []int{19}
+	return file_goray_transport_v1_transport_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ErrorInfo) GetKind() string {
@@ -1162,11 +1162,11 @@ func (x *ErrorInfo) GetMessage() string {
 	return ""
 }
 
-var File_transport_proto protoreflect.FileDescriptor
+var File_goray_transport_v1_transport_proto protoreflect.FileDescriptor
 
-const file_transport_proto_rawDesc = "" +
+const file_goray_transport_v1_transport_proto_rawDesc = "" +
 	"\n" +
-	"\x0ftransport.proto\x12\x12goray.transport.v1\"R\n" +
+	"\"goray/transport/v1/transport.proto\x12\x12goray.transport.v1\"R\n" +
 	"\x06Buffer\x12\x18\n" +
 	"\asegment\x18\x01 \x01(\tR\asegment\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x16\n" +
@@ -1247,19 +1247,19 @@ const file_transport_proto_rawDesc = "" +
 	"\x05Abort\x12 .goray.transport.v1.AbortRequest\x1a!.goray.transport.v1.AbortResponseB7Z5github.com/goray-dev/goray/internal/proto/transportv1b\x06proto3"
 
 var (
-	file_transport_proto_rawDescOnce sync.Once
-	file_transport_proto_rawDescData []byte
+	file_goray_transport_v1_transport_proto_rawDescOnce sync.Once
+	file_goray_transport_v1_transport_proto_rawDescData []byte
 )
 
-func file_transport_proto_rawDescGZIP() []byte {
-	file_transport_proto_rawDescOnce.Do(func() {
-		file_transport_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)))
+func file_goray_transport_v1_transport_proto_rawDescGZIP() []byte {
+	file_goray_transport_v1_transport_proto_rawDescOnce.Do(func() {
+		file_goray_transport_v1_transport_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_goray_transport_v1_transport_proto_rawDesc), len(file_goray_transport_v1_transport_proto_rawDesc)))
 	})
-	return file_transport_proto_rawDescData
+	return file_goray_transport_v1_transport_proto_rawDescData
 }
 
-var file_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
-var file_transport_proto_goTypes = []any{
+var file_goray_transport_v1_transport_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_goray_transport_v1_transport_proto_goTypes = []any{
 	(*Buffer)(nil),                       // 0: goray.transport.v1.Buffer
 	(*TensorMeta)(nil),                   // 1: goray.transport.v1.TensorMeta
 	(*Tensor)(nil),                       // 2: goray.transport.v1.Tensor
@@ -1281,7 +1281,7 @@ var file_transport_proto_goTypes = []any{
 	(*AbortResponse)(nil),                // 18: goray.transport.v1.AbortResponse
 	(*ErrorInfo)(nil),                    // 19: goray.transport.v1.ErrorInfo
 }
-var file_transport_proto_depIdxs = []int32{
+var file_goray_transport_v1_transport_proto_depIdxs = []int32{
 	1,  // 0: goray.transport.v1.Tensor.meta:type_name -> goray.transport.v1.TensorMeta
 	0,  // 1: goray.transport.v1.Tensor.buffer:type_name -> goray.transport.v1.Buffer
 	2,  // 2: goray.transport.v1.ExtractMetadataRequest.tensors:type_name -> goray.transport.v1.Tensor
@@ -1313,26 +1313,26 @@ var file_transport_proto_depIdxs = []int32{
 	0,  // [0:8] is the sub-list for field type_name
 }
 
-func init() { file_transport_proto_init() }
-func file_transport_proto_init() {
-	if File_transport_proto != nil {
+func init() { file_goray_transport_v1_transport_proto_init() }
+func file_goray_transport_v1_transport_proto_init() {
+	if File_goray_transport_v1_transport_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_transport_proto_rawDesc), len(file_transport_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_transport_v1_transport_proto_rawDesc), len(file_goray_transport_v1_transport_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_transport_proto_goTypes,
-		DependencyIndexes: file_transport_proto_depIdxs,
-		MessageInfos:      file_transport_proto_msgTypes,
+		GoTypes:           file_goray_transport_v1_transport_proto_goTypes,
+		DependencyIndexes: file_goray_transport_v1_transport_proto_depIdxs,
+		MessageInfos:      file_goray_transport_v1_transport_proto_msgTypes,
 	}.Build()
-	File_transport_proto = out.File
-	file_transport_proto_goTypes = nil
-	file_transport_proto_depIdxs = nil
+	File_goray_transport_v1_transport_proto = out.File
+	file_goray_transport_v1_transport_proto_goTypes = nil
+	file_goray_transport_v1_transport_proto_depIdxs = nil
 }

@@ -14,7 +14,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             v3.21.12
-// source: transport.proto
+// source: goray/transport/v1/transport.proto
 
 package transportv1
 
@@ -415,5 +415,5 @@ var Transport_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
-	Metadata: "transport.proto",
+	Metadata: "goray/transport/v1/transport.proto",
 }
