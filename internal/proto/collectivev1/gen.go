@@ -1,5 +1,5 @@
 // Package collectivev1 holds the generated protobuf and gRPC code of the
-// collective protocol (collective.proto), the optional service a transport
+// collective protocol (sdk/proto/goray/collective/v1/collective.proto), the optional service a transport
 // plugin serves next to Transport when it implements transport.Collective.
 // Plugin authors use sdk/transport instead. Regenerate with
 // `go generate ./...`.

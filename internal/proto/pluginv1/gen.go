@@ -1,5 +1,5 @@
 // Package pluginv1 holds the generated protobuf and gRPC code of the
-// PluginInfo service that every goray plugin serves (see plugin.proto).
+// PluginInfo service that every goray plugin serves (see sdk/proto/goray/plugin/v1/plugin.proto).
 // Regenerate with `go generate ./...`.
 package pluginv1
 

@@ -1,5 +1,5 @@
 // Package providerv1 holds the generated protobuf and gRPC code of the
-// provider plugin protocol (provider.proto). Plugin authors use sdk/provider
+// provider plugin protocol (sdk/proto/goray/provider/v1/provider.proto). Plugin authors use sdk/provider
 // instead. Regenerate with `go generate ./...`.
 package providerv1
 

@@ -1,5 +1,5 @@
 // Package storagev1 holds the generated protobuf and gRPC code of the
-// storage plugin protocol (storage.proto). Plugin authors use sdk/storage
+// storage plugin protocol (sdk/proto/goray/storage/v1/storage.proto). Plugin authors use sdk/storage
 // instead. Regenerate with `go generate ./...`.
 package storagev1
 

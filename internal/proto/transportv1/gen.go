@@ -1,5 +1,5 @@
 // Package transportv1 holds the generated protobuf and gRPC code of the tensor
-// transport plugin protocol (transport.proto). Plugin authors use
+// transport plugin protocol (sdk/proto/goray/transport/v1/transport.proto). Plugin authors use
 // sdk/transport instead. Regenerate with `go generate ./...`.
 package transportv1
 
