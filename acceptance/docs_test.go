@@ -80,6 +80,8 @@ var documented = []docEntry{
 	{file: "examples/generators/main.go", first: "go run ./examples/generators", test: "TestDocGenerators"},
 	{file: "docs/generators.md", first: "go run ./examples/generators", test: "TestDocGenerators"},
 	{file: "docs/generators.md", first: "goray start --head --port 6379", test: "TestDocGenerators"},
+	{file: "examples/memory/main.go", first: "go run ./examples/memory", test: "TestDocMemoryExample"},
+	{file: "docs/memory.md", first: "go run ./examples/memory", test: "TestDocMemoryExample"},
 	{file: "examples/autoscale/main.go", first: "make plugins", test: "TestDocAutoscale"},
 	{file: "README.md", first: "make plugins minio", test: "TestDocSpillS3"},
 	{file: "examples/spill-s3/main.go", first: "make plugins", test: "TestDocSpillS3"},
