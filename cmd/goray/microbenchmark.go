@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/goray-dev/goray/cmd/goray/internal/bench"
 	"github.com/spf13/cobra"
@@ -21,6 +22,7 @@ func (a *app) microbenchmarkCmd() *cobra.Command {
 	var (
 		jsonPath, mdPath, docPath, filter, address string
 		quick                                      bool
+		settle                                     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "microbenchmark",
@@ -33,7 +35,10 @@ gRPC and go-plugin round trip) and prints each goray figure that has a natural
 limit with its ratio to it. Exits 1 only if a metric errors, never on figures.`,
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			opts := bench.Options{Quick: quick, Address: address, Log: a.stderr, Command: "goray " + strings.Join(a.args, " "), Commit: commitOverride}
+			if settle < 0 {
+				return usagef("--settle %s: want a duration of 0 or more (Ray sleeps 10s)", settle)
+			}
+			opts := bench.Options{Quick: quick, Address: address, Settle: settle, Log: a.stderr, Command: "goray " + strings.Join(a.args, " "), Commit: commitOverride}
 			if filter != "" {
 				re, err := regexp.Compile(filter)
 				if err != nil {
@@ -82,6 +87,7 @@ limit with its ratio to it. Exits 1 only if a metric errors, never on figures.`,
 	f.BoolVar(&quick, "quick", false, "short rounds, for CI smoke runs")
 	f.StringVar(&filter, "filter", "", "only run metrics and limits whose name matches this regular expression")
 	f.StringVar(&address, "address", "", "cluster to run against (default: a fresh embedded node)")
+	f.DurationVar(&settle, "settle", 0, "sleep this long before each metric to let the machine settle (Ray sleeps 10s; default: none)")
 	return cmd
 }
 

@@ -5,20 +5,23 @@ import (
 	"testing"
 )
 
-func TestReplaceBetween(t *testing.T) {
-	doc := "# Title\nintro\n" + docBegin + "\nold table\n" + docEnd + "\nanalysis\n"
-	got, err := replaceBetween(doc, docBegin, docEnd, "new table\n\n")
-	if err != nil {
-		t.Fatal(err)
+// TestMicrobenchmarkFlags: bad flags are refused before anything runs,
+// naming the flag.
+func TestMicrobenchmarkFlags(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"microbenchmark", "--settle", "-1s"}, "--settle -1s: want a duration of 0 or more"},
+		{[]string{"microbenchmark", "--settle", "soon"}, `invalid argument "soon" for "--settle"`},
+		{[]string{"microbenchmark", "--filter", "("}, "--filter: error parsing regexp"},
 	}
-	want := "# Title\nintro\n" + docBegin + "\nnew table\n" + docEnd + "\nanalysis\n"
-	if got != want {
-		t.Fatalf("got\n%s\nwant\n%s", got, want)
-	}
-	if _, err := replaceBetween("no markers", docBegin, docEnd, "x"); err == nil || !strings.Contains(err.Error(), "section") {
-		t.Fatalf("missing markers: %v", err)
-	}
-	if _, err := replaceBetween(docEnd+docBegin, docBegin, docEnd, "x"); err == nil {
-		t.Fatal("markers in the wrong order accepted")
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			r := gorayRun(tt.args...)
+			if r.code == exitOK || !strings.Contains(r.stderr, tt.want) {
+				t.Errorf("exit %d, stderr %q; want a failure saying %q", r.code, r.stderr, tt.want)
+			}
+		})
 	}
 }

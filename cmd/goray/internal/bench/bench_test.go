@@ -180,6 +180,8 @@ func TestMetricNames(t *testing.T) {
 		{"1_n_async_actor_calls_async", 15000},
 		{"n_n_async_actor_calls_async", 20000},
 		{"placement_group_create/removal", 100},
+		{"single_client_get_calls_store", 1},
+		{"single_client_put_calls_store", 1},
 		{"tensor_transfer_shm_actor_to_actor", float64(64<<20) / 1e9},
 		{"object_transfer_node_to_node", float64(256<<20) / 1e9},
 		{"allreduce_bus_bandwidth_2_ranks_1MiB", float64(1<<20) / 1e9},
@@ -205,6 +207,11 @@ func TestMetricNames(t *testing.T) {
 		}
 		if (got[i].setup == nil) == (got[i].unavailable == "") {
 			t.Errorf("%s: want exactly one of a set-up or an unavailable reason", got[i].name)
+		}
+		// Beyond Ray's list, each metric says what Ray workload it is
+		// nearest to.
+		if i > 22 && !strings.Contains(got[i].note, "goray's own") {
+			t.Errorf("%s: goray's own metric whose note does not say so, nor its nearest Ray workload: %q", got[i].name, got[i].note)
 		}
 	}
 	quick := (&env{half: 3, quick: true}).metrics()

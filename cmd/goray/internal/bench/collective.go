@@ -472,7 +472,7 @@ func (e *env) allReduceMetrics() []workload {
 			bus := float64(size) * 2 * float64(n-1) / float64(n)
 			out = append(out, workload{
 				name: allReduceMetricName(n, size), unit: UnitGBps, mult: bus / 1e9,
-				note: fmt.Sprintf("%d rank actors on a node started in this process (running the collective plugin: one plugin process hosts every rank, the ring runs over TCP loopback) "+
+				note: fmt.Sprintf("goray's own; nearest Ray workload: ray.util.collective allreduce (NCCL or Gloo), which ray microbenchmark does not measure; bus bandwidth as nccl-tests defines it; %d rank actors on a node started in this process (running the collective plugin: one plugin process hosts every rank, the ring runs over TCP loopback) "+
 					"each all-reduce (sum, in place) a %s float32 tensor through sdk/ray/collective, the driver calling every rank per call; "+
 					"figure = bus bandwidth = bytes × 2(n−1)/n ÷ time (nccl-tests' busbw; GB = 10^9 bytes); "+
 					"ratio = ÷ TCP loopback bandwidth, the ring's limit: each rank's bytes cross its link once per direction, and all ranks share this machine's cores",
@@ -569,28 +569,28 @@ func (e *env) oneSidedMetrics() []workload {
 	return []workload{
 		{
 			name: MetricOneSidedReadNode, unit: UnitGBps, mult: float64(size) / 1e9,
-			note: fmt.Sprintf("an actor reads a %s tensor registered by another actor of its node through the onesided plugin (Receive into a pre-faulted target: "+
+			note: fmt.Sprintf("goray's own; nearest Ray workload: none measured (Ray's NIXL tensor transport has no microbenchmark); an actor reads a %s tensor registered by another actor of its node through the onesided plugin (Receive into a pre-faulted target: "+
 				"one kernel copy from the source's registration), the call going driver → actor → raylet → plugin; figure = bytes ÷ time (GB = 10^9 bytes); ratio = ÷ memcpy bandwidth", hs),
 			limit: LimitMemcpy, ratio: func(mean, limit float64) float64 { return mean / limit },
 			setup: e.oneSidedReadSetup(size, false),
 		},
 		{
 			name: MetricOneSidedReadNodes, unit: UnitGBps, mult: float64(size) / 1e9,
-			note: fmt.Sprintf("an actor on a second node (both started in this process; the reader's plugin has same_node_shm = false, so the read goes over TCP loopback: "+
+			note: fmt.Sprintf("goray's own; nearest Ray workload: none measured (Ray's NIXL tensor transport across nodes); an actor on a second node (both started in this process; the reader's plugin has same_node_shm = false, so the read goes over TCP loopback: "+
 				"4 MiB chunks pipelined on 4 streams) reads a %s tensor registered on the first into a pre-faulted target; figure = bytes ÷ time; ratio = ÷ TCP loopback bandwidth (one stream)", hs),
 			limit: LimitTCP, ratio: func(mean, limit float64) float64 { return mean / limit },
 			setup: e.oneSidedReadSetup(size, true),
 		},
 		{
 			name: MetricOneSidedRegister, unit: UnitMicros, latency: true,
-			note: fmt.Sprintf("per call an actor extracts an object on a %s tensor whose segment is not registered (the plugin maps it read-only with its pages populated: the registration) "+
+			note: fmt.Sprintf("goray's own; nearest Ray workload: NIXL memory registration under Ray's NIXL transport, not measured by Ray; per call an actor extracts an object on a %s tensor whose segment is not registered (the plugin maps it read-only with its pages populated: the registration) "+
 				"and collects it (deregistered, unmapped): two plugin calls through the raylet; figure = µs per call; ratio = ÷ the time memcpy takes for %s", hs, hs),
 			limit: LimitMemcpy, ratio: func(mean, limit float64) float64 { return mean / memcpyMicros(limit) },
 			setup: e.registerSetup(size, false),
 		},
 		{
 			name: MetricOneSidedRegisterReused, unit: UnitMicros, latency: true,
-			note: fmt.Sprintf("as %s, but another live object keeps the segment registered, so the extraction reuses the registration: the difference is the registration's cost; "+
+			note: fmt.Sprintf("goray's own; as %s, but another live object keeps the segment registered, so the extraction reuses the registration: the difference is the registration's cost; "+
 				"ratio = ÷ go-plugin round trip (the call makes two plugin calls through the raylet)", MetricOneSidedRegister),
 			limit: LimitPlugin, ratio: func(mean, limit float64) float64 { return mean / limit },
 			setup: e.registerSetup(size, true),

@@ -311,7 +311,7 @@ func (e *env) spillMetrics() []workload {
 	return []workload{
 		{
 			name: MetricSpillS3, unit: UnitGBps, mult: float64(size) / 1e9,
-			note: fmt.Sprintf("per call an actor on a node with a %s object store that spills to the run's MinIO through the s3 plugin (default threshold 0.8, files of ≥ %s) puts a fresh %s object and keeps the newest %d referenced, "+
+			note: fmt.Sprintf("goray's own; nearest Ray workload: object spilling to S3 (smart_open) in Ray's release tests, not in ray microbenchmark; per call an actor on a node with a %s object store that spills to the run's MinIO through the s3 plugin (default threshold 0.8, files of ≥ %s) puts a fresh %s object and keeps the newest %d referenced, "+
 				"so in steady state each put waits until spilling has made room; figure = object bytes ÷ time (GB = 10^9 bytes); ratio = ÷ %s%s",
 				store, humanize.IBytes(uint64(2*size)), sz, 4*spillStoreObjects, LimitS3Upload, quick),
 			limit: LimitS3Upload, ratio: func(mean, limit float64) float64 { return mean / limit },
@@ -319,7 +319,7 @@ func (e *env) spillMetrics() []workload {
 		},
 		{
 			name: MetricRestoreS3, unit: UnitGBps, mult: float64(size) / 1e9,
-			note: fmt.Sprintf("per call the actor reads the next of %d spilled %s objects in turn (zero copy; 3× what the store holds, so each read restores the object from MinIO through the s3 plugin); figure = object bytes ÷ time; ratio = ÷ %s%s",
+			note: fmt.Sprintf("goray's own; nearest Ray workload: restoring spilled objects from S3 in Ray's release tests; per call the actor reads the next of %d spilled %s objects in turn (zero copy; 3× what the store holds, so each read restores the object from MinIO through the s3 plugin); figure = object bytes ÷ time; ratio = ÷ %s%s",
 				3*spillStoreObjects, sz, LimitS3Download, quick),
 			limit: LimitS3Download, ratio: func(mean, limit float64) float64 { return mean / limit },
 			setup: e.spillSetup(size, true, restore), report: restore.report,

@@ -211,7 +211,7 @@ func (e *env) tensorTransferMetric() workload {
 	}
 	return workload{
 		name: MetricTensorTransferShm, unit: UnitGBps, mult: float64(size) / 1e9,
-		note: fmt.Sprintf("per call a producer actor returns a fresh %s float32 tensor by the shm transport (new segment, one word written per page), "+
+		note: fmt.Sprintf("goray's own; nearest Ray workload: none measured (Ray's tensor transports, @ray.method(tensor_transport=...), have no microbenchmark); per call a producer actor returns a fresh %s float32 tensor by the shm transport (new segment, one word written per page), "+
 			"a consumer actor receives it as an argument and reads every byte, the reference is dropped; figure = tensor bytes ÷ time (GB = 10^9 bytes); "+
 			"ratio = transfer bandwidth ÷ memcpy bandwidth%s", humanize.IBytes(uint64(size)), sizeNote),
 		limit: LimitMemcpy, ratio: func(mean, limit float64) float64 { return mean / limit },

@@ -36,7 +36,16 @@ const (
 	MetricAsyncActor1N       = "1_n_async_actor_calls_async"
 	MetricAsyncActorNN       = "n_n_async_actor_calls_async"
 	MetricPlacementGroup     = "placement_group_create/removal"
+
+	// goray's own: Ray's small put and get, through the store.
+	MetricGetCallsStore = "single_client_get_calls_store"
+	MetricPutCallsStore = "single_client_put_calls_store"
 )
+
+// storeValueSize is the value of the store-backed put and get metrics:
+// above goray's default inline limit (100 KiB), so each call goes through
+// the node's shared-memory store, as every put does in Ray.
+const storeValueSize = 128 << 10
 
 const (
 	concurrentActorCalls  = 16   // Ray's max_concurrency for 1_1_actor_calls_concurrent
@@ -438,20 +447,26 @@ func (e *env) metrics() []workload {
 		},
 		{
 			name: MetricGet10kRefs, unit: UnitPerSecond, mult: 1,
-			note: "a task puts 10,000 small objects and returns their references; the driver gets the list",
-			setup: simple(func(ctx context.Context) error {
+			note: "as Ray: a task puts 10,000 small objects and returns their references once, before timing; each call gets that list (decoding and counting the 10,000 references, released after)",
+			setup: func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
 				const n = 10000
 				ref := containingRefsTask.Remote(ctx, ray.V(n))
-				refs, err := ref.Get(ctx)
-				ref.Release()
-				for _, r := range refs {
-					r.Release()
+				if _, err := ref.Get(ctx); err != nil {
+					ref.Release()
+					return nil, nil, err
 				}
-				if err == nil && len(refs) != n {
-					err = fmt.Errorf("got %d references, want %d", len(refs), n)
+				fn := func(ctx context.Context) error {
+					refs, err := ref.Get(ctx)
+					for _, r := range refs {
+						r.Release()
+					}
+					if err == nil && len(refs) != n {
+						err = fmt.Errorf("got %d references, want %d", len(refs), n)
+					}
+					return err
 				}
-				return err
-			}),
+				return fn, func(context.Context) { ref.Release() }, nil
+			},
 		},
 		{
 			name: MetricWait1kRefs, unit: UnitPerSecond, mult: 1,
@@ -556,6 +571,37 @@ func (e *env) metrics() []workload {
 			setup: simple(placementGroupCreateRemoval),
 		},
 		// Beyond Ray's list.
+		{
+			name: MetricGetCallsStore, unit: UnitPerSecond, mult: 1,
+			note: fmt.Sprintf("goray's own; nearest Ray workload: %s, whose value Ray keeps in its shared-memory store. Here a %s []byte, above goray's inline limit, so each Get reads the node's store", MetricGetCalls, humanize.IBytes(storeValueSize)),
+			setup: func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
+				v, err := ray.Put(ctx, payload(storeValueSize))
+				if err != nil {
+					return nil, nil, err
+				}
+				fn := func(ctx context.Context) error {
+					_, err := v.Get(ctx)
+					return err
+				}
+				return fn, func(context.Context) { v.Release(); dropPayload() }, nil
+			},
+		},
+		{
+			name: MetricPutCallsStore, unit: UnitPerSecond, mult: 1,
+			note: fmt.Sprintf("goray's own; nearest Ray workload: %s. Here a %s []byte, above goray's inline limit, so each Put creates, fills and seals an object in the node's store; each reference is released at once", MetricPutCalls, humanize.IBytes(storeValueSize)),
+			setup: func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
+				b := payload(storeValueSize)
+				fn := func(ctx context.Context) error {
+					r, err := ray.Put(ctx, b)
+					if err != nil {
+						return err
+					}
+					r.Release()
+					return nil
+				}
+				return fn, func(context.Context) { dropPayload() }, nil
+			},
+		},
 		e.tensorTransferMetric(),
 		e.nodeTransferMetric(),
 	}, append(e.transportPluginMetrics(), e.spillMetrics()...)...)
