@@ -56,6 +56,9 @@ type actorClient struct {
 	alive bool
 	dead  error
 	addr  *pb.Address
+	// killing: this process is killing the actor (KillActor); the end of
+	// its connection is then expected, not a failure to wait out.
+	killing bool
 
 	queue    []*taskRecord
 	running  bool
@@ -770,9 +773,9 @@ func (c *actorClient) connectionLost(st pb.CoreWorker_PushTasksClient, cause err
 		return
 	}
 	c.mu.Lock()
-	if c.stream != st || !c.alive || c.dead != nil {
+	if c.stream != st || !c.alive || c.dead != nil || c.killing {
 		c.mu.Unlock()
-		return // an older stream, already replaced
+		return // an older stream, already replaced; or the kill under way ends it
 	}
 	c.alive, c.stream = false, nil
 	if c.cancel != nil {
@@ -911,9 +914,17 @@ func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef) error {
 		return nil
 	}
 	if cw.gcs != nil {
+		// Once the GCS records the death the worker exits (fenceActor),
+		// possibly before setDead below: its connection's end is expected.
+		c.mu.Lock()
+		c.killing = true
+		c.mu.Unlock()
 		if _, err := cw.gcs.UpdateActor(ctx, &pb.UpdateActorRequest{Actor: &pb.ActorInfo{
 			ActorId: ref.ID.Bytes(), State: pb.ActorState_ACTOR_STATE_DEAD, DeathReason: reason, EndTimeMs: time.Now().UnixMilli(),
 		}}); err != nil {
+			c.mu.Lock()
+			c.killing = false
+			c.mu.Unlock()
 			return fmt.Errorf("goray: recording the kill of actor %s: %w", ref.ID.Short(), err)
 		}
 	}
