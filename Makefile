@@ -33,7 +33,7 @@ private-tmp = tmp=$$(mktemp -d /tmp/gXXX) || exit 1; \
 		echo "FAIL: left behind in the tests' TMPDIR $$tmp:"; ls -lA $$tmp; rc=1; fi; \
 	rm -rf $$tmp; exit $$rc
 
-.PHONY: all build test go-test race redis sshd prometheus chromium moto bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
+.PHONY: all build test go-test race redis sshd prometheus chromium moto pyplugin bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
 
 all: build
 
@@ -47,8 +47,8 @@ build:
 test: fmt-check vet generate-check go-test race bench-smoke fuzz-smoke
 
 # The servers and tools the tests start: MinIO, Redis, sshd, Prometheus,
-# Chromium, moto.
-SERVERS := $(TOOLS)/minio redis sshd prometheus chromium $(TOOLS)/moto/bin/moto_server
+# Chromium, moto, the Python plugin SDK (pyplugin).
+SERVERS := $(TOOLS)/minio redis sshd prometheus chromium $(TOOLS)/moto/bin/moto_server $(TOOLS)/pyplugin/bin/goray-transport-pyshm
 
 go-test: $(SERVERS)
 	$(call private-tmp,$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(TEST_FLAGS) $(TEST_PKGS))
@@ -167,14 +167,32 @@ chromium:
 ## moto: the pinned EC2 API emulator, into .tools/moto (a Python virtualenv).
 moto: $(TOOLS)/moto/bin/moto_server
 
-$(TOOLS)/moto/bin/moto_server:
-	@mkdir -p $(TOOLS)
-	@python3 -c 'import venv, ensurepip' 2>/dev/null || { \
+# PYTHON_VENV_CHECK installs Debian's python3 and python3-venv unless
+# python3 can already make a virtualenv (moto and pyplugin use one each).
+PYTHON_VENV_CHECK = python3 -c 'import venv, ensurepip' 2>/dev/null || { \
 		echo "installing python3-venv (Debian)"; \
 		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq python3 python3-venv >/dev/null; }
+
+$(TOOLS)/moto/bin/moto_server:
+	@mkdir -p $(TOOLS)
+	@$(PYTHON_VENV_CHECK)
 	python3 -m venv $(TOOLS)/moto
 	$(TOOLS)/moto/bin/pip install -q 'moto[server]==$(MOTO_VERSION)'
+
+## pyplugin: the Python plugin SDK (sdk/python) and its example transport,
+## installed editable with their pinned dependencies (sdk/python/requirements.txt)
+## into .tools/pyplugin (a Python virtualenv, as for moto); its tests are
+## sdk/python/pythontest and acceptance's TestPythonTransportMovesTensors.
+PYPLUGIN := $(TOOLS)/pyplugin/bin/goray-transport-pyshm
+pyplugin: $(PYPLUGIN)
+
+$(PYPLUGIN): sdk/python/pyproject.toml sdk/python/examples/pyshm/pyproject.toml sdk/python/requirements.txt
+	@mkdir -p $(TOOLS)
+	@$(PYTHON_VENV_CHECK)
+	python3 -m venv $(TOOLS)/pyplugin
+	$(TOOLS)/pyplugin/bin/pip install -q -c sdk/python/requirements.txt -e 'sdk/python[dev]' -e sdk/python/examples/pyshm
+	@touch $@
 
 # protoc comes from Debian's protobuf-compiler package.
 protoc:

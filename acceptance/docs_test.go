@@ -98,7 +98,12 @@ var documented = []docEntry{
 		"go run ./cmd/goray microbenchmark": whyFullBench,
 		"go run ./cmd/goray microbenchmark --address 127.0.0.1:6380": whyFullBench,
 	}},
+	{file: "docs/plugins.md", first: "goray plugins install github.com/goray-dev/goray/plugins/shm@latest", test: "TestDocPluginsInstall"},
 	{file: "docs/writing-a-transport.md", first: "go build -o bin/plugins/goray-transport-tcp-template ./examples/transport-template", test: "TestDocTransportTemplate"},
+	{file: "docs/writing-a-transport.md", first: "make pyplugin", test: "TestDocPythonTransport"},
+	{file: "sdk/python/README.md", first: "make pyplugin", test: "TestDocPythonTransport", skip: map[string]string{
+		"go test ./sdk/python/pythontest/": whyGoTest,
+	}},
 	{file: "examples/transport-template/README.md", first: "go build -o bin/plugins/goray-transport-tcp-template ./examples/transport-template", test: "TestDocTransportTemplate"},
 	{file: "examples/transport-template/README.md", first: "goray plugins check bin/plugins/goray-transport-tcp-template", test: "TestDocTransportTemplate"},
 	{file: "examples/transport-template/README.md", first: "goray start --head --port 6380 --config examples/transport-template/node.hcl", test: "TestDocTransportTemplate"},
@@ -134,7 +139,7 @@ func repoRoot(t *testing.T) string {
 func docFiles(t *testing.T) []string {
 	t.Helper()
 	root := repoRoot(t)
-	files := []string{"README.md"}
+	files := []string{"README.md", "sdk/python/README.md"}
 	mds, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	for _, m := range mds {
 		files = append(files, filepath.Join("docs", filepath.Base(m)))
@@ -792,6 +797,19 @@ func TestDocMicrobenchmark(t *testing.T) {
 			t.Errorf("metric %s does not match the filter 'tasks|actor'", m.Name)
 		}
 	}
+	d.checkNothingLeft()
+}
+
+// TestDocPythonTransport runs the Python path of docs/writing-a-transport.md
+// and sdk/python/README.md: install the Python SDK and its example
+// transport, install the example as a plugin binary and check it
+// (`goray plugins check` runs the conformance suite against it).
+func TestDocPythonTransport(t *testing.T) {
+	d := newDocRun(t, testCtxFor(t, 3*time.Minute))
+	out := d.runBlock("", "docs/writing-a-transport.md", "make pyplugin", 0)
+	wantLines(t, out[len(out)-1].stdout, "transport/pyshm", "conformance:  passed")
+	// The README shows the same commands (they run once per test).
+	d.runBlock("", "sdk/python/README.md", "make pyplugin", 0)
 	d.checkNothingLeft()
 }
 

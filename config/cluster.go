@@ -278,7 +278,7 @@ func (d *decoder) cluster(body hcl.Body, c *hcl.BodyContent) {
 	}
 	p := &ProviderBlock{Name: pb.Labels[0], DeclRange: pb.DefRange}
 	d.n.ranges[keyProvider+".name"] = pb.LabelRanges[0]
-	pc := d.content(pb.Body, pluginSchema)
+	pc := d.content(pb.Body, providerBlockSchema)
 	d.str(pc.Attributes["sha256"], keyProvider+".sha256", &p.SHA256)
 	if cfg := d.singletons(pc.Blocks, "config")["config"]; cfg != nil {
 		p.Config = cfg.Body

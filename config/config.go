@@ -187,8 +187,23 @@ type Plugin struct {
 	// or <PluginDir>/<name>, and a name cannot reach outside PluginDir.
 	Name string
 	// SHA256 optionally pins the binary's checksum (hex): the way to trust
-	// a plugin binary, checked before every start.
+	// a plugin binary, checked before every start. The lock file next to
+	// the config (LockFileName) pins installed binaries the same way.
 	SHA256 string
+	// Command names the plugin's binary when it is not the default
+	// (<PluginDir>/goray-<kind>-<name>, else <PluginDir>/<name>): a path
+	// when it contains a slash (a relative one is relative to the config
+	// file), else a file name in PluginDir. One binary may back several
+	// blocks.
+	Command string
+	// Args are the binary's command-line arguments.
+	Args []string
+	// LogLevel is the level the plugin logs at (trace, debug, info, warn,
+	// error, off); empty is the node's.
+	LogLevel string
+	// CommandRange is where command is set (zero when it is not), for
+	// diagnostics about the binary.
+	CommandRange hcl.Range
 	// Config is the undecoded `config { ... }` block (nil when absent); the
 	// plugin host decodes it against the schema the plugin reports.
 	Config hcl.Body

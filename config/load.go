@@ -214,8 +214,15 @@ var healthCheckSchema = &hcl.BodySchema{
 	},
 }
 
-var pluginSchema = &hcl.BodySchema{
+// providerBlockSchema is a cluster file's provider block: a plugin block
+// without command, args or log_level (the provider is the cluster's own).
+var providerBlockSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{{Name: "sha256"}},
+	Blocks:     []hcl.BlockHeaderSchema{{Type: "config"}},
+}
+
+var pluginSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "sha256"}, {Name: "command"}, {Name: "args"}, {Name: "log_level"}},
 	Blocks:     []hcl.BlockHeaderSchema{{Type: "config"}},
 }
 
@@ -471,6 +478,14 @@ func (d *decoder) plugin(b *hcl.Block) {
 
 	c := d.content(b.Body, pluginSchema)
 	d.str(c.Attributes["sha256"], pk+".sha256", &p.SHA256)
+	if d.str(c.Attributes["command"], pk+".command", &p.Command) {
+		p.CommandRange = c.Attributes["command"].Expr.Range()
+		if strings.ContainsRune(p.Command, '/') {
+			p.Command = d.relPath(p.Command)
+		}
+	}
+	d.stringList(c.Attributes["args"], pk+".args", &p.Args)
+	d.str(c.Attributes["log_level"], pk+".log_level", &p.LogLevel)
 	if cfg := d.singletons(c.Blocks, "config")["config"]; cfg != nil {
 		p.Config = cfg.Body
 	}

@@ -316,6 +316,14 @@ func (v *validator) plugins() {
 					"The sha256 of plugin %s %q must be 64 hexadecimal digits, got %q.", p.Kind, p.Name, p.SHA256)
 			}
 		}
+		if p.LogLevel != "" && !slices.Contains(logLevels, strings.ToLower(p.LogLevel)) {
+			v.errorf(key(".log_level"), "Unknown log level",
+				"The log_level of plugin %s %q is %q; the levels are %s.%s",
+				p.Kind, p.Name, p.LogLevel, strings.Join(logLevels, ", "), didYouMean(p.LogLevel, logLevels))
+		}
+		if why := commandProblem(p.Command); why != "" {
+			v.errorf(key(".command"), "Invalid plugin command", "The command of plugin %s %q %s.", p.Kind, p.Name, why)
+		}
 		id := p.Kind + "\x00" + p.Name
 		if first, dup := seen[id]; dup {
 			where := ""
@@ -422,4 +430,20 @@ func (v *validator) spilling() {
 	}
 	v.errorf(keySpillStorage, "Unknown storage plugin",
 		"spilling.storage is %q, but the configured storage plugins are %s.%s", sp.Storage, strings.Join(names, ", "), didYouMean(sp.Storage, names))
+}
+
+// commandProblem says what is wrong with a plugin block's command ("" when
+// nothing is): set but empty, a NUL byte, or a directory reference.
+func commandProblem(cmd string) string {
+	switch {
+	case cmd == "":
+		return ""
+	case strings.TrimSpace(cmd) == "":
+		return "is blank: name a binary in plugin_dir or give its path, or leave command out for goray-<kind>-<name>"
+	case strings.ContainsRune(cmd, 0):
+		return "contains a NUL byte"
+	case cmd == "." || cmd == "..":
+		return "is a directory reference, not a binary"
+	}
+	return ""
 }

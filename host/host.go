@@ -88,8 +88,13 @@ var DefaultSupported = func() map[string][]int {
 type Options struct {
 	// PluginDir is where plugin binaries are found: the binary of
 	// `plugin "<kind>" "<name>"` is <PluginDir>/goray-<kind>-<name>, else
-	// <PluginDir>/<name>.
+	// <PluginDir>/<name>, unless the block names its command.
 	PluginDir string
+	// LockFile is the plugin lock file (config.LockPath of the node's
+	// config; "" for none): a binary it lists must have the sha256 it
+	// records, checked before every start and restart (*ChecksumError). A
+	// missing file locks nothing.
+	LockFile string
 	// Blocks are the plugin blocks of the node's config, in file order.
 	Blocks []config.Plugin
 	// Files are the parsed config files (config.Node.Files), used to render
@@ -145,9 +150,10 @@ type Status struct {
 	APIVersion int
 	// LastError says why the plugin last failed ("" if it never did).
 	LastError string
-	// SHA256 is the block's sha256 pin of the binary (lowercase hex), ""
-	// when the block pins none. A pinned binary is checked before every
-	// start; pinning is how a node trusts a plugin binary.
+	// SHA256 is the block's sha256 pin of the binary (lowercase hex), or
+	// else the lock file's, "" when neither pins it. A pinned binary is
+	// checked before every start; pinning is how a node trusts a plugin
+	// binary.
 	SHA256 string
 }
 
@@ -217,15 +223,23 @@ func (e *PluginPathError) Error() string {
 		e.Kind, e.Name, e.Problem, e.Dir)
 }
 
-// ChecksumError reports a plugin binary that does not match its sha256 pin.
+// ChecksumError reports a plugin binary that does not match its sha256
+// pin: the block's sha256, or the one the lock file records.
 type ChecksumError struct {
 	Path string
 	// Want is the pinned checksum, Got the binary's (lowercase hex).
 	Want, Got string
+	// LockFile is the lock file that records Want; "" when the config's
+	// plugin block pins it.
+	LockFile string
 }
 
-// Error names the binary and both checksums.
+// Error names the binary, both checksums and where Want comes from.
 func (e *ChecksumError) Error() string {
+	if e.LockFile != "" {
+		return fmt.Sprintf("plugin binary %s has sha256 %s, but the lock file %s records %s: the binary changed since it was installed (reinstall it with goray plugins install, or restore the locked binary)",
+			e.Path, e.Got, e.LockFile, e.Want)
+	}
 	return fmt.Sprintf("plugin binary %s has sha256 %s, but the config pins %s", e.Path, e.Got, e.Want)
 }
 
@@ -261,6 +275,8 @@ type Manager struct {
 	wg     sync.WaitGroup // supervisors
 
 	backoffMin, backoffMax, stableAfter time.Duration
+
+	lock *config.Lock // read by Start (nil: no lock file)
 
 	mu       sync.Mutex
 	started  bool
@@ -318,6 +334,7 @@ type instance struct {
 
 	// Set once before the supervisor starts.
 	path     string
+	locked   string // the lock file's sha256 of path ("" when not locked)
 	versions []int
 	cfg      map[string]any
 
@@ -367,6 +384,18 @@ func (m *Manager) Start(ctx context.Context) hcl.Diagnostics {
 	}
 	m.mu.Unlock()
 
+	if m.opts.LockFile != "" {
+		lock, err := config.LoadLock(m.opts.LockFile)
+		if err != nil {
+			for _, in := range todo {
+				diags = append(diags, in.fail(in.errDiag("Plugin lock file unreadable", err))...)
+			}
+			m.log.Error("plugins failed to start: " + err.Error())
+			return diags
+		}
+		m.lock = lock
+	}
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stopWatch := context.AfterFunc(m.ctx, cancel) // Stop aborts Start
@@ -414,6 +443,16 @@ func (in *instance) errDiag(summary string, err error) hcl.Diagnostics {
 		Detail: fmt.Sprintf("Plugin %s: %s.", in.label, err), Subject: in.block.DeclRange.Ptr()}}
 }
 
+// binaryDiag is errDiag at the block's command when it sets one.
+func (in *instance) binaryDiag(summary string, err error) hcl.Diagnostics {
+	d := in.errDiag(summary, err)
+	if in.block.CommandRange != (hcl.Range{}) {
+		d[0].Subject = in.block.CommandRange.Ptr()
+		d[0].Context = in.block.DeclRange.Ptr()
+	}
+	return d
+}
+
 // start brings the plugin up for the first time.
 func (in *instance) start(ctx context.Context) hcl.Diagnostics {
 	m := in.m
@@ -424,17 +463,22 @@ func (in *instance) start(ctx context.Context) hcl.Diagnostics {
 		return in.fail(in.errDiag("Unsupported plugin kind", fmt.Errorf("this host does not run %q plugins; it runs %s", b.Kind, strings.Join(kinds, ", "))))
 	}
 	in.versions = slices.Clone(versions)
-	path, err := m.findBinary(b.Kind, b.Name)
+	path, err := m.findBinary(b)
 	var pe *PluginPathError
 	if errors.As(err, &pe) {
-		return in.fail(in.errDiag("Plugin name escapes plugin_dir", err))
+		return in.fail(in.binaryDiag("Plugin name escapes plugin_dir", err))
 	}
 	if err != nil {
-		return in.fail(in.errDiag("Plugin binary not found", err))
+		return in.fail(in.binaryDiag("Plugin binary not found", err))
 	}
 	in.mu.Lock()
 	in.path = path
 	in.mu.Unlock()
+	if m.lock != nil {
+		if lp, ok := m.lock.Find(path); ok {
+			in.locked = lp.SHA256
+		}
+	}
 	if m.opts.LogDir != "" {
 		f, err := os.OpenFile(filepath.Join(m.opts.LogDir, LogFileName(b.Kind, b.Name)), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 		if err != nil {
@@ -444,10 +488,8 @@ func (in *instance) start(ctx context.Context) hcl.Diagnostics {
 		in.logFile = f
 		in.mu.Unlock()
 	}
-	if b.SHA256 != "" {
-		if err := checkPin(path, b.SHA256); err != nil {
-			return in.fail(in.errDiag("Plugin checksum mismatch", err))
-		}
+	if err := in.checkBinary(); err != nil {
+		return in.fail(in.binaryDiag("Plugin checksum mismatch", err))
 	}
 	p, err := launch(ctx, in.spec())
 	if err != nil {
@@ -509,6 +551,8 @@ func (in *instance) spec() launchSpec {
 	return launchSpec{
 		label:        in.label,
 		path:         in.path,
+		args:         in.block.Args,
+		logLevel:     strings.ToLower(in.block.LogLevel),
 		versions:     in.versions,
 		log:          in.log,
 		socketDir:    in.m.opts.SocketDir,
@@ -546,9 +590,25 @@ func (in *instance) identify(ctx context.Context, p *proc) (plugin.Info, error) 
 	return info, nil
 }
 
-// findBinary looks for <dir>/goray-<kind>-<name>, then <dir>/<name>.
-func (m *Manager) findBinary(kind, name string) (string, error) {
+// findBinary finds b's binary: its command, a path or a file name in
+// plugin_dir, or else <dir>/goray-<kind>-<name>, then <dir>/<name>.
+func (m *Manager) findBinary(b config.Plugin) (string, error) {
+	kind, name := b.Kind, b.Name
 	tried := []string{"goray-" + kind + "-" + name, name}
+	if b.Command != "" {
+		if strings.ContainsRune(b.Command, '/') {
+			p, err := filepath.Abs(b.Command)
+			if err != nil {
+				return "", fmt.Errorf("plugin command %q: %w", b.Command, err)
+			}
+			fi, err := os.Stat(p)
+			if err != nil || fi.IsDir() {
+				return "", fmt.Errorf("the plugin's command %s is not a file", p)
+			}
+			return executable(p, fi)
+		}
+		name, tried = b.Command, []string{b.Command}
+	}
 	if m.opts.PluginDir == "" {
 		return "", fmt.Errorf("plugin_dir is not set, so there is nowhere to look for %s", quoteJoin(tried))
 	}
@@ -568,12 +628,17 @@ func (m *Manager) findBinary(kind, name string) (string, error) {
 		if err != nil || fi.IsDir() {
 			continue
 		}
-		if fi.Mode().Perm()&0o111 == 0 {
-			return "", fmt.Errorf("plugin binary %s is not executable (mode %s)", p, fi.Mode().Perm())
-		}
-		return p, nil
+		return executable(p, fi)
 	}
-	return "", &BinaryNotFoundError{Kind: kind, Name: name, Dir: dir, Tried: tried}
+	return "", &BinaryNotFoundError{Kind: kind, Name: b.Name, Dir: dir, Tried: tried}
+}
+
+// executable returns p when its mode lets it be executed.
+func executable(p string, fi os.FileInfo) (string, error) {
+	if fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("plugin binary %s is not executable (mode %s)", p, fi.Mode().Perm())
+	}
+	return p, nil
 }
 
 // nameProblem says why a plugin name cannot name a file directly in
@@ -590,8 +655,23 @@ func nameProblem(name string) string {
 	return ""
 }
 
-// checkPin compares path's sha256 with the pinned hex checksum.
-func checkPin(path, pin string) error {
+// checkBinary compares the binary's sha256 with the block's pin and the
+// lock file's.
+func (in *instance) checkBinary() error {
+	if in.block.SHA256 != "" {
+		if err := checkPin(in.path, in.block.SHA256, ""); err != nil {
+			return err
+		}
+	}
+	if in.locked != "" {
+		return checkPin(in.path, in.locked, in.m.opts.LockFile)
+	}
+	return nil
+}
+
+// checkPin compares path's sha256 with the pinned hex checksum, which
+// lockFile records ("" when the config pins it).
+func checkPin(path, pin, lockFile string) error {
 	want := strings.ToLower(strings.TrimSpace(pin))
 	if b, err := hex.DecodeString(want); err != nil || len(b) != sha256.Size {
 		return fmt.Errorf("the sha256 pin %q is not 64 hexadecimal digits", pin)
@@ -601,7 +681,7 @@ func checkPin(path, pin string) error {
 		return fmt.Errorf("checksumming plugin binary: %w", err)
 	}
 	if got != want {
-		return &ChecksumError{Path: path, Want: want, Got: got}
+		return &ChecksumError{Path: path, Want: want, Got: got, LockFile: lockFile}
 	}
 	return nil
 }
@@ -701,10 +781,8 @@ func (in *instance) restart() error {
 	m := in.m
 	ctx, cancel := context.WithTimeout(m.ctx, m.opts.StartTimeout)
 	defer cancel()
-	if in.block.SHA256 != "" {
-		if err := checkPin(in.path, in.block.SHA256); err != nil {
-			return err
-		}
+	if err := in.checkBinary(); err != nil {
+		return err
 	}
 	p, err := launch(ctx, in.spec())
 	if err != nil {
@@ -759,6 +837,9 @@ func (m *Manager) Plugins() []Status {
 		in.mu.Lock()
 		s := Status{Kind: in.block.Kind, Name: in.block.Name, Version: in.version, Path: in.path,
 			State: in.state, Restarts: in.restarts, APIVersion: in.apiVer, SHA256: strings.ToLower(strings.TrimSpace(in.block.SHA256))}
+		if s.SHA256 == "" {
+			s.SHA256 = in.locked
+		}
 		if in.proc != nil {
 			s.Pid = in.proc.pid()
 		}

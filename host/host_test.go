@@ -614,7 +614,7 @@ func TestPluginRunByHandExplains(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 		t.Fatalf("exit = %v, want status 1", err)
 	}
-	if !strings.Contains(string(out), "This binary is a plugin") {
+	if !strings.Contains(string(out), `is a goray plugin: kind transport, name "test", version 0.1.0`) {
 		t.Errorf("output = %q", out)
 	}
 }

@@ -28,7 +28,9 @@ import (
 type launchSpec struct {
 	label        string // `transport "tcp"`, for messages
 	path         string
-	versions     []int // API versions the host speaks
+	args         []string // the binary's arguments
+	logLevel     string   // the plugin's log level ("": the host logger's)
+	versions     []int    // API versions the host speaks
 	log          hclog.Logger
 	socketDir    string
 	startTimeout time.Duration
@@ -114,7 +116,7 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 				return nil, context.Canceled
 			}
 			var err error
-			r, err = newProcRunner(l, s.path, append(cmd.Env, s.env...))
+			r, err = newProcRunner(l, s.path, s.args, s.logLevel, append(cmd.Env, s.env...))
 			return r, err
 		},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
@@ -286,11 +288,14 @@ type procRunner struct {
 
 var _ runner.Runner = (*procRunner)(nil)
 
-func newProcRunner(log hclog.Logger, path string, env []string) (*procRunner, error) {
-	cmd := exec.Command(path)
+func newProcRunner(log hclog.Logger, path string, args []string, level string, env []string) (*procRunner, error) {
+	cmd := exec.Command(path, args...)
+	if level == "" {
+		level = logLevelName(log)
+	}
 	cmd.Env = append(env,
 		fmt.Sprintf("%s=%d", plugin.EnvHostPID, os.Getpid()),
-		fmt.Sprintf("%s=%s", plugin.EnvLogLevel, logLevelName(log)))
+		fmt.Sprintf("%s=%s", plugin.EnvLogLevel, level))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {

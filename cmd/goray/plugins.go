@@ -24,11 +24,11 @@ import (
 
 func (a *app) pluginsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "plugins list|check",
-		Short: "List the nodes' plugins, or check a plugin binary",
+		Use:   "plugins list|check|install",
+		Short: "List the nodes' plugins, check a plugin binary, or install one",
 		Args:  cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			return usagef("say what to do: list or check PATH")
+			return usagef("say what to do: list, check PATH or install SOURCE")
 		}),
 	}
 	var f clusterFlags
@@ -67,7 +67,7 @@ func (a *app) pluginsCmd() *cobra.Command {
 	}
 	check.Flags().StringVar(&kind, "kind", "", "expected kind ("+strings.Join(plugin.Kinds, ", ")+"); default: whatever the plugin says")
 	check.Flags().BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.AddCommand(list, check)
+	cmd.AddCommand(list, check, a.pluginsInstallCmd())
 	return cmd
 }
 

@@ -400,8 +400,12 @@ func (n *Node) startPlugins(ctx context.Context) error {
 	if len(n.cfg.Plugins) == 0 {
 		return nil
 	}
+	lockFile := ""
+	if n.cfg.Filename != "" {
+		lockFile = config.LockPath(n.cfg.Filename)
+	}
 	n.plugins = host.New(host.Options{
-		PluginDir: PluginDir(n.cfg), Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
+		PluginDir: PluginDir(n.cfg), LockFile: lockFile, Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
 		SocketDir: filepath.Join(n.info.SessionDir, "sockets"), LogDir: filepath.Join(n.info.SessionDir, "logs"),
 		Env: append([]string{plugin.EnvGCSAddress + "=" + n.info.GCSAddress, plugin.EnvNodeID + "=" + n.id.String(),
 			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg), plugin.EnvGorayBinary + "=" + n.opts.GorayBinary}, n.auth.Env()...),

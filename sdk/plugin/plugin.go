@@ -136,7 +136,8 @@ func (cfg *ServeConfig) Validate() error {
 // serves the common PluginInfo service. It exits the process when the host
 // goes away (the parent process dies, even by kill -9), so a plugin never
 // outlives its host. A binary run by hand (without the host's handshake)
-// prints an explanation and exits with status 1, as does an invalid cfg.
+// prints what it is and how to install and declare it (ByHandMessage) and
+// exits with status 1, as does an invalid cfg.
 func Serve(cfg ServeConfig) {
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -148,6 +149,10 @@ func Serve(cfg ServeConfig) {
 		os.Exit(1)
 	}
 	cfg.Schema = schema
+	if RunByHand() {
+		fmt.Fprint(os.Stderr, ByHandMessage(cfg, os.Args[0]))
+		os.Exit(1)
+	}
 
 	logger := cfg.Logger
 	if logger == nil {

@@ -171,6 +171,8 @@ func main() {
 		runErr = runTensorsTimeout(ctx, arg(rt, args, 0))
 	case "tensors-restart":
 		runErr = runTensorsRestart(ctx, arg(rt, args, 0))
+	case "tensors-pyshm":
+		runErr = runTensorsPyshm(ctx)
 	case "bigargs":
 		runErr = runBigArgs(ctx)
 	case "hold":

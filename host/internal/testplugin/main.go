@@ -10,7 +10,9 @@
 //	                               "fail-health", health checks fail
 //
 // Echo requests: "crash" exits the process, "hang" blocks until the call is
-// cancelled, "config" returns the decoded config as JSON; anything else is
+// cancelled, "config" returns the decoded config as JSON, "args" its
+// command-line arguments as JSON, "loglevel" the log level the host gave it
+// (plugin.EnvLogLevel); anything else is
 // echoed back as "v<api version> <greeting>: <input>".
 package main
 
@@ -138,6 +140,14 @@ func (e *echo) Echo(ctx context.Context, in *wrapperspb.StringValue) (*wrappersp
 			return nil, err
 		}
 		return wrapperspb.String(string(b)), nil
+	case "args":
+		b, err := json.Marshal(os.Args[1:])
+		if err != nil {
+			return nil, err
+		}
+		return wrapperspb.String(string(b)), nil
+	case "loglevel":
+		return wrapperspb.String(os.Getenv(plugin.EnvLogLevel)), nil
 	}
 	mu.Lock()
 	greeting, _ := config["greeting"].(string)

@@ -1,0 +1,3 @@
+from goray_pyshm import main
+
+main()
