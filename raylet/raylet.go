@@ -248,6 +248,11 @@ type Raylet struct {
 
 	stopping   atomic.Bool // Shutdown has started
 	registered atomic.Bool // node registered with the GCS
+	// registering is set when Run starts registering the node; regDone is
+	// closed when that attempt is over (Shutdown waits for it, so that a
+	// registration the GCS took is always undone).
+	registering atomic.Bool
+	regDone     chan struct{}
 
 	reconnectTimeout time.Duration
 	clusterID        atomic.Pointer[string] // from the GCS's RegisterNodeReply
@@ -307,6 +312,7 @@ func New(cfg Config) (*Raylet, error) {
 		startTime: time.Now(),
 		hostname:  host,
 		closing:   make(chan struct{}),
+		regDone:   make(chan struct{}),
 		done:      make(chan struct{}),
 	}
 	if r.hbPeriod <= 0 {
@@ -373,7 +379,12 @@ func (r *Raylet) Run(ctx context.Context) error {
 		link *gcsLink
 	)
 	if r.cfg.GCS != nil {
+		r.registering.Store(true)
 		reply, err := r.registerAtStart(ctx)
+		if err == nil {
+			r.registered.Store(true)
+		}
+		close(r.regDone)
 		if err != nil {
 			if ctx.Err() != nil || r.stopping.Load() {
 				return nil
@@ -381,7 +392,6 @@ func (r *Raylet) Run(ctx context.Context) error {
 			r.stopWith(err)
 			return fmt.Errorf("raylet: registering node %s with the GCS: %w", r.cfg.NodeID, err)
 		}
-		r.registered.Store(true)
 		period := r.hbPeriod
 		if ms := reply.GetHeartbeatPeriodMs(); ms > 0 {
 			period = time.Duration(ms) * time.Millisecond
@@ -522,6 +532,14 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 		cancel()
 		if err != nil {
 			r.log.Warn("reporting the node's actors failed to the GCS", "error", err)
+		}
+	}
+	if r.registering.Load() {
+		// A registration under way ends with closing; wait for its
+		// verdict, so that one the GCS took just now is undone below.
+		select {
+		case <-r.regDone:
+		case <-ctx.Done():
 		}
 	}
 	if r.registered.Load() && gcsUp {

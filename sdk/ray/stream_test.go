@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,44 +67,56 @@ func crashMidStream(ctx context.Context, p crashPlan, yield func(int) error) err
 	return nil
 }
 
-// Tracker counts what a generator made and whether it stopped.
-type Tracker struct {
-	made    int
-	stopped string
+// tracker is where a tracked generator reports, in files of a directory
+// the test reads: how many items it made ("made", after each) and why it
+// stopped ("stopped"). Files, not an actor: the reports must cost little
+// next to the stream they watch (10,000 items under the race detector).
+type tracker struct{ Dir string }
+
+// report writes name atomically.
+func (tr tracker) report(name, value string) error {
+	tmp := filepath.Join(tr.Dir, name+".tmp")
+	if err := os.WriteFile(tmp, []byte(value), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(tr.Dir, name))
 }
-
-func NewTracker(ctx context.Context) (*Tracker, error) { return &Tracker{}, nil }
-
-func (t *Tracker) Made(ctx context.Context, n int) (int, error) { t.made = n; return n, nil }
-
-func (t *Tracker) Stop(ctx context.Context, why string) (int, error) { t.stopped = why; return 0, nil }
 
 type trackerState struct {
 	Made    int
 	Stopped string
 }
 
-func (t *Tracker) State(ctx context.Context) (trackerState, error) {
-	return trackerState{t.made, t.stopped}, nil
+// state reads the reports so far.
+func (tr tracker) state(t *testing.T) trackerState {
+	t.Helper()
+	var st trackerState
+	if b, err := os.ReadFile(filepath.Join(tr.Dir, "made")); err == nil {
+		n, err := strconv.Atoi(string(b))
+		if err != nil {
+			t.Fatalf("made: %v", err)
+		}
+		st.Made = n
+	}
+	if b, err := os.ReadFile(filepath.Join(tr.Dir, "stopped")); err == nil {
+		st.Stopped = string(b)
+	}
+	return st
 }
 
-// tracked yields n items (forever when n < 0), telling tr after each how
-// many it made, and why it stopped.
-func tracked(ctx context.Context, tr ray.ActorHandle[Tracker], n int, yield func(int) error) error {
-	// The reports use a context of their own, so that a cancellation is
-	// seen by yield only.
-	own := context.WithoutCancel(ctx)
+// tracked yields n items (forever when n < 0), reporting to tr after each
+// how many it made, and why it stopped.
+func tracked(ctx context.Context, tr tracker, n int, yield func(int) error) error {
 	for i := 0; n < 0 || i < n; i++ {
 		if err := yield(i); err != nil {
-			_, _ = TrackerStop.On(tr).Remote(own, ray.V("yield: "+err.Error())).Get(own)
+			_ = tr.report("stopped", "yield: "+err.Error())
 			return err
 		}
-		if _, err := TrackerMade.On(tr).Remote(own, ray.V(i+1)).Get(own); err != nil {
+		if err := tr.report("made", strconv.Itoa(i+1)); err != nil {
 			return err
 		}
 	}
-	_, _ = TrackerStop.On(tr).Remote(own, ray.V("done")).Get(own)
-	return nil
+	return tr.report("stopped", "done")
 }
 
 func split(ctx context.Context, s string) (string, int, error) {
@@ -192,10 +206,6 @@ var (
 	FailAt         = ray.Generator1(failAt)
 	CrashMidStream = ray.Generator1(crashMidStream)
 	Tracked        = ray.Generator2(tracked)
-	TrackerA       = ray.Actor0(NewTracker)
-	TrackerMade    = ray.Method1((*Tracker).Made)
-	TrackerStop    = ray.Method1((*Tracker).Stop)
-	TrackerState   = ray.Method0((*Tracker).State)
 	Split          = ray.Task1R2(split)
 	Halves         = ray.Task1R2(halves)
 	Stats          = ray.Method1R3((*Counter).Stats)
@@ -349,16 +359,10 @@ func TestStreamErrorInOrder(t *testing.T) {
 func TestStreamBackpressure(t *testing.T) {
 	ctx := testCtx(t)
 	const total, bound = 10000, 16
-	tr := TrackerA.Remote(ctx)
+	tr := tracker{t.TempDir()}
 	s := Tracked.Options(ray.Backpressure(bound)).Remote(ctx, ray.V(tr), ray.V(total))
 	defer s.Close()
-	state := func() trackerState {
-		st, err := TrackerState.On(tr).Remote(ctx).Get(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	state := func() trackerState { return tr.state(t) }
 	taken := 0
 	check := func() trackerState {
 		st := state()
@@ -405,7 +409,7 @@ func TestStreamCloseStopsProducer(t *testing.T) {
 	for _, how := range []string{"Close", "context"} {
 		t.Run(how, func(t *testing.T) {
 			ctx := testCtx(t)
-			tr := TrackerA.Remote(ctx)
+			tr := tracker{t.TempDir()}
 			sctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			s := Tracked.Options(ray.Backpressure(4)).Remote(sctx, ray.V(tr), ray.V(-1))
@@ -428,9 +432,8 @@ func TestStreamCloseStopsProducer(t *testing.T) {
 			}
 			var st trackerState
 			waitFor(t, "the generator to stop", func() bool {
-				var err error
-				st, err = TrackerState.On(tr).Remote(ctx).Get(ctx)
-				return err == nil && st.Stopped != ""
+				st = tr.state(t)
+				return st.Stopped != ""
 			})
 			if !strings.Contains(st.Stopped, "yield: ") || !strings.Contains(st.Stopped, "ray.Cancel") {
 				t.Fatalf("the generator stopped with %q, want its yield cancelled", st.Stopped)

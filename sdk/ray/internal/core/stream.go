@@ -35,9 +35,13 @@ const maxAckWait = 10 * time.Second
 
 // Stream is the consumer's side of a streaming generator call.
 type Stream struct {
-	cw   *CoreWorker
-	rec  *taskRecord
-	done *Handle // the call's own return: its end (value or error)
+	cw  *CoreWorker
+	rec *taskRecord // for lineage only: a retry replaces rec.spec
+	// Fixed when the call is made (read without a lock).
+	taskID   ids.ID
+	function string
+	bound    int     // the spec's backpressure (0: none)
+	done     *Handle // the call's own return: its end (value or error)
 
 	mu       sync.Mutex
 	changed  chan struct{} // closed and replaced when items arrive or the stream ends
@@ -90,7 +94,8 @@ func (cw *CoreWorker) streamOf(ctx context.Context, h *Handle) *Stream {
 
 // newStream creates the stream state of generator call rec.
 func newStream(cw *CoreWorker, rec *taskRecord) *Stream {
-	st := &Stream{cw: cw, rec: rec, changed: make(chan struct{}), ackCh: make(chan struct{}, 1)}
+	st := &Stream{cw: cw, rec: rec, taskID: ids.MustFromBytes(rec.spec.TaskId), function: rec.spec.Function, bound: int(rec.spec.Backpressure),
+		changed: make(chan struct{}), ackCh: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(cw.ctx)
 	st.stop = cancel
 	go st.acker(ctx)
@@ -98,7 +103,7 @@ func newStream(cw *CoreWorker, rec *taskRecord) *Stream {
 }
 
 // ID returns the generator call's task id.
-func (st *Stream) ID() ids.ID { return ids.MustFromBytes(st.rec.spec.TaskId) }
+func (st *Stream) ID() ids.ID { return st.taskID }
 
 // Next returns the next item's handle, the error that ended the stream
 // (once, after the items made before it), or io.EOF at its end. It waits
@@ -218,15 +223,15 @@ func (st *Stream) item(index int64, ret *pb.ReturnObject) {
 		last := st.received - 1
 		st.mu.Unlock()
 		st.cw.objects.complete(id, ret, nil, true)
-		st.broken(fmt.Errorf("goray: generator %s sent item %d after item %d", st.rec.spec.Function, index, last))
+		st.broken(fmt.Errorf("goray: generator %s sent item %d after item %d", st.function, index, last))
 		return
 	}
-	if bound := int(st.rec.spec.Backpressure); bound > 0 && len(st.items) >= 2*bound+16 {
+	if bound := st.bound; bound > 0 && len(st.items) >= 2*bound+16 {
 		// The producer ignores its bound: keep no more of its items.
 		n := len(st.items) + 1
 		st.mu.Unlock()
 		st.cw.objects.complete(id, ret, nil, true)
-		st.broken(fmt.Errorf("goray: generator %s sent %d items its caller has not taken, over its bound of %d", st.rec.spec.Function, n, bound))
+		st.broken(fmt.Errorf("goray: generator %s sent %d items its caller has not taken, over its bound of %d", st.function, n, bound))
 		return
 	}
 	st.cw.objects.newOwned(id, st.rec, 1)
@@ -248,7 +253,7 @@ func (st *Stream) finish(total int64, ret *pb.ReturnObject, sysErr error) {
 		total = st.receivedCount() // failed by the owner
 	}
 	if err == nil && total > st.receivedCount() {
-		err = fmt.Errorf("goray: generator %s made %d items, %d reached the caller", st.rec.spec.Function, total, st.receivedCount())
+		err = fmt.Errorf("goray: generator %s made %d items, %d reached the caller", st.function, total, st.receivedCount())
 	}
 	st.end(total, err)
 }
@@ -327,7 +332,7 @@ func (st *Stream) acker(ctx context.Context) {
 		cli, err := st.cw.peer(peer)
 		if err == nil {
 			actx, cancel := context.WithTimeout(ctx, maxAckWait)
-			_, err = cli.AckStream(actx, &pb.AckStreamRequest{TaskId: st.rec.spec.TaskId, Consumed: taken})
+			_, err = cli.AckStream(actx, &pb.AckStreamRequest{TaskId: st.taskID.Bytes(), Consumed: taken})
 			cancel()
 		}
 		if err != nil {
