@@ -181,6 +181,7 @@ func TestMetricNames(t *testing.T) {
 		{"n_n_async_actor_calls_async", 20000},
 		{"placement_group_create/removal", 100},
 		{"single_client_get_calls_store", 1},
+		{"single_client_generator_items", 1000},
 		{"single_client_put_calls_store", 1},
 		{"tensor_transfer_shm_actor_to_actor", float64(64<<20) / 1e9},
 		{"object_transfer_node_to_node", float64(256<<20) / 1e9},

@@ -40,7 +40,13 @@ const (
 	// goray's own: Ray's small put and get, through the store.
 	MetricGetCallsStore = "single_client_get_calls_store"
 	MetricPutCallsStore = "single_client_put_calls_store"
+	// goray's own: the items of a streaming generator taken by its caller.
+	MetricGeneratorItems = "single_client_generator_items"
 )
+
+// generatorItems is how many items one call of the generator metric
+// streams.
+const generatorItems = 1000
 
 // storeValueSize is the value of the store-backed put and get metrics:
 // above goray's default inline limit (100 KiB), so each call goes through
@@ -175,7 +181,19 @@ func (c *benchClient) smallValueBatchArg(ctx context.Context, n int) (int, error
 	return len(refs), err
 }
 
+// yieldSmall is a streaming generator of n small values (Ray's
+// small_value, b"ok", as each item).
+func yieldSmall(ctx context.Context, n int, yield func([]byte) error) error {
+	for range n {
+		if err := yield([]byte("ok")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 var (
+	yieldSmallGen        = ray.Generator1(yieldSmall)
 	smallValueTask       = ray.Task0(smallValue)
 	doPutSmallTask       = ray.Task0(doPutSmall)
 	doPutLargeTask       = ray.Task2(doPutLarge)
@@ -585,6 +603,25 @@ func (e *env) metrics() []workload {
 				}
 				return fn, func(context.Context) { v.Release(); dropPayload() }, nil
 			},
+		},
+		{
+			name: MetricGeneratorItems, unit: UnitPerSecond, mult: generatorItems,
+			note: fmt.Sprintf("goray's own; nearest Ray workload: none in ray microbenchmark (Ray's streaming generators, ObjectRefGenerator); per call a task streams %d items of b\"ok\" with the default Backpressure (64) and the driver takes and gets each (Stream.Values); figure = items per second", generatorItems),
+			setup: simple(func(ctx context.Context) error {
+				s := yieldSmallGen.Remote(ctx, ray.V(generatorItems))
+				defer s.Close()
+				n := 0
+				for _, err := range s.Values(ctx) {
+					if err != nil {
+						return err
+					}
+					n++
+				}
+				if n != generatorItems {
+					return fmt.Errorf("the stream gave %d items, want %d", n, generatorItems)
+				}
+				return nil
+			}),
 		},
 		{
 			name: MetricPutCallsStore, unit: UnitPerSecond, mult: 1,
