@@ -154,6 +154,8 @@ func (p *producer) finish() int64 {
 	return p.produced
 }
 
+// AckStream records how many items the consumer of a generator call
+// running here has taken (flow control; see producer.yield).
 func (s *coreWorkerService) AckStream(ctx context.Context, req *pb.AckStreamRequest) (*pb.AckStreamReply, error) {
 	id, err := ids.FromBytes(req.GetTaskId())
 	if err != nil {
