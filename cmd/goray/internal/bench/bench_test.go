@@ -185,6 +185,7 @@ func TestMetricNames(t *testing.T) {
 		{"single_client_put_calls_store", 1},
 		{"tensor_transfer_shm_actor_to_actor", float64(64<<20) / 1e9},
 		{"object_transfer_node_to_node", float64(256<<20) / 1e9},
+		{"object_pull_node_to_node", float64(256<<20) / 1e9},
 		{"allreduce_bus_bandwidth_2_ranks_1MiB", float64(1<<20) / 1e9},
 		{"allreduce_bus_bandwidth_2_ranks_64MiB", float64(64<<20) / 1e9},
 		{"allreduce_bus_bandwidth_2_ranks_256MiB", float64(256<<20) / 1e9},

@@ -106,3 +106,105 @@ func (e *env) nodeTransferMetric() workload {
 		setup: e.nodeTransferSetup(size),
 	}
 }
+
+// MetricObjectPullNodes is the pull alone between two nodes: the objects
+// are put before timing (object_transfer_node_to_node times the put too).
+const MetricObjectPullNodes = "object_pull_node_to_node"
+
+// pullObjects is how many objects the pull metric cycles through; the
+// second node's store holds pullResident of them, so every read pulls.
+const (
+	pullObjects  = 4
+	pullResident = 2
+)
+
+// nodePullSetup starts a second node in this process whose store holds
+// pullResident objects of size bytes, puts pullObjects objects on this
+// node, and returns a call that has a task pinned to the second node read
+// the next object in turn: its raylet pulls it, evicting an older copy.
+func (e *env) nodePullSetup(size int) setupFunc {
+	return func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
+		if e.gcsAddress == "" {
+			return nil, nil, &notAvailableError{reason: "no GCS address to start a second node with a small store"}
+		}
+		cfg := config.Default()
+		one := 1.0
+		cfg.Resources.CPU = &one
+		cfg.ObjectStore.Memory = int64(pullResident*size + 64<<20)
+		dir, err := os.MkdirTemp("", "goray-bench-node-")
+		if err != nil {
+			return nil, nil, err
+		}
+		cfg.TempDir = dir
+		nd, err := ray.StartNode(ctx, cfg)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, nil, fmt.Errorf("starting a second node: %w", err)
+		}
+		other := nd.ID().String()
+		var refs []ray.Ref[[]byte]
+		teardown := func(ctx context.Context) {
+			for _, r := range refs {
+				r.Release()
+			}
+			_ = nd.Stop(ctx)
+			os.RemoveAll(dir)
+		}
+		blob := make([]byte, size)
+		for i := range pullObjects {
+			for j := 0; j < size; j += 4096 {
+				blob[j] = byte(i + j>>12)
+			}
+			r, err := ray.Put(ctx, blob)
+			if err != nil {
+				teardown(ctx)
+				return nil, nil, err
+			}
+			refs = append(refs, r)
+		}
+		next := 0
+		fn := func(ctx context.Context) error {
+			ref := refs[next%pullObjects]
+			next++
+			n, err := remoteLenTask.Options(ray.NodeAffinity(other, false), ray.CPUs(0)).Remote(ctx, ref).Get(ctx)
+			if err == nil && n != size {
+				err = fmt.Errorf("the other node read %d bytes, want %d", n, size)
+			}
+			return err
+		}
+		// Warm up through every object (this also starts a worker there),
+		// then check the node did not keep them all: a read must pull.
+		for range pullObjects {
+			if err := fn(ctx); err != nil {
+				teardown(ctx)
+				return nil, nil, err
+			}
+		}
+		st, err := nd.Stats(ctx)
+		if err != nil {
+			teardown(ctx)
+			return nil, nil, err
+		}
+		if st.GetStoreObjects() >= pullObjects {
+			teardown(ctx)
+			return nil, nil, fmt.Errorf("the second node keeps %d objects of %d: its reads would not pull", st.GetStoreObjects(), pullObjects)
+		}
+		return fn, teardown, nil
+	}
+}
+
+// nodePullMetric is object_pull_node_to_node.
+func (e *env) nodePullMetric() workload {
+	size, sizeNote := 256<<20, ""
+	if e.quick {
+		size, sizeNote = 32<<20, "; quick mode: smaller objects"
+	}
+	return workload{
+		name: MetricObjectPullNodes, unit: UnitGBps, mult: float64(size) / 1e9,
+		note: fmt.Sprintf("goray's own; nearest Ray workload: as %s; the pull alone: the driver puts %d objects of %s on its node before timing, and per call a task pinned to a second node started in this process (whose store holds %d of them, so it evicts an older copy) reads the next in turn, so that node's raylet pulls it over the object data plane; "+
+			"figure = object bytes ÷ time (GB = 10^9 bytes); ratio = ÷ TCP loopback bandwidth%s",
+			MetricObjectTransferNodes, pullObjects, humanize.IBytes(uint64(size)), pullResident, sizeNote),
+		limit: LimitTCP, ratio: func(mean, limit float64) float64 { return mean / limit },
+		setup: e.nodePullSetup(size),
+	}
+}

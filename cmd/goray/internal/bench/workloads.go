@@ -641,6 +641,7 @@ func (e *env) metrics() []workload {
 		},
 		e.tensorTransferMetric(),
 		e.nodeTransferMetric(),
+		e.nodePullMetric(),
 	}, append(e.transportPluginMetrics(), e.spillMetrics()...)...)
 }
 
