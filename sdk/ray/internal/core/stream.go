@@ -291,12 +291,12 @@ func (st *Stream) end(total int64, err error) {
 
 // dispatched notes the worker an attempt was sent to and returns the
 // count of items taken that the attempt starts from (no bound once the
-// stream ended or was closed: a re-run only rebuilds).
+// stream ended: a re-run only rebuilds).
 func (st *Stream) dispatched(worker *pb.Address) int64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.peer = worker
-	if st.ended || st.closed {
+	if st.ended {
 		return math.MaxInt64 / 2
 	}
 	return st.taken
@@ -322,7 +322,10 @@ func (st *Stream) acker(ctx context.Context) {
 		}
 		st.mu.Lock()
 		taken, peer := st.taken, st.peer
-		if st.ended || st.closed {
+		if st.ended {
+			// A re-run rebuilding a lost item need not wait. A closed
+			// stream whose producer runs keeps its bound: the producer is
+			// being cancelled, not let loose.
 			taken = math.MaxInt64 / 2
 		}
 		st.mu.Unlock()
