@@ -147,7 +147,9 @@ func (e *env) nodePullSetup(size int) setupFunc {
 		cfg := config.Default()
 		one := 1.0
 		cfg.Resources.CPU = &one
-		cfg.ObjectStore.Memory = int64(pullResident*size + 64<<20)
+		// Room for pullResident objects and half of another, whatever the
+		// size (quick mode's objects are small): a third must evict one.
+		cfg.ObjectStore.Memory = int64(pullResident*size + size/2)
 		dir, err := os.MkdirTemp("", "goray-bench-node-")
 		if err != nil {
 			return nil, nil, err
