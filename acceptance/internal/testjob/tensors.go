@@ -97,6 +97,41 @@ func sumTensors(ctx context.Context, ts []transport.Tensor) (float64, error) {
 	return s, nil
 }
 
+// actorToActor has p make a tensor of n float32 values whose result
+// travels by mk's transport, c sum it and the driver read it too. It
+// checks the sums and that c read p's segment (no copy), and returns the
+// reference and that segment.
+func actorToActor(ctx context.Context, mk *ray.MethodFunc1[Producer, []transport.Tensor, int], p ray.ActorHandle[Producer], c ray.ActorHandle[Consumer], n int) (ray.Ref[[]transport.Tensor], string, error) {
+	want := float64(n) * float64(n-1) / 2
+	ref := mk.On(p).Remote(ctx, ray.V(n))
+	got, err := Sum.On(c).Remote(ctx, ref).Get(ctx)
+	if err != nil {
+		return ref, "", fmt.Errorf("actor-to-actor transfer: %w", err)
+	}
+	src, err := LastSegment.On(p).Remote(ctx).Get(ctx)
+	if err != nil {
+		return ref, "", err
+	}
+	if got.Sum != want {
+		return ref, "", fmt.Errorf("consumer summed %v, want %v", got.Sum, want)
+	}
+	if got.Segment != src {
+		return ref, "", fmt.Errorf("the consumer's tensor is in segment %q, the producer's in %q: it was copied", got.Segment, src)
+	}
+	ts, err := ref.Get(ctx)
+	if err != nil {
+		return ref, "", fmt.Errorf("driver get: %w", err)
+	}
+	s, err := sumTensors(ctx, ts)
+	for _, t := range ts {
+		t.Release() // the mappings sumTensors took
+	}
+	if err != nil || s != want {
+		return ref, "", fmt.Errorf("driver sum %v, %v; want %v", s, err, want)
+	}
+	return ref, src, nil
+}
+
 // runTensors moves tensors between actors and the driver through the shm
 // transport and checks bytes, zero copy, garbage collection and the error
 // for a missing transport.
@@ -106,32 +141,11 @@ func runTensors(ctx context.Context) error {
 	p := ProducerActor.Options(ray.Transports("shm")).Remote(ctx)
 	c := ConsumerActor.Options(ray.Transports("shm")).Remote(ctx)
 
-	// Actor to actor: the method's result travels by the transport.
-	ref := Make.On(p).Remote(ctx, ray.V(n))
-	got, err := Sum.On(c).Remote(ctx, ref).Get(ctx)
-	if err != nil {
-		return fmt.Errorf("actor-to-actor transfer: %w", err)
-	}
-	src, err := LastSegment.On(p).Remote(ctx).Get(ctx)
+	ref, src, err := actorToActor(ctx, Make, p, c, n)
 	if err != nil {
 		return err
 	}
-	if got.Sum != want {
-		return fmt.Errorf("consumer summed %v, want %v", got.Sum, want)
-	}
-	if got.Segment != src {
-		return fmt.Errorf("the consumer's tensor is in segment %q, the producer's in %q: it was copied", got.Segment, src)
-	}
 	fmt.Println("actor-to-actor: ok, zero copy through segment", src)
-
-	// The driver reads the same object.
-	ts, err := ref.Get(ctx)
-	if err != nil {
-		return fmt.Errorf("driver get: %w", err)
-	}
-	if s, err := sumTensors(ctx, ts); err != nil || s != want {
-		return fmt.Errorf("driver sum %v, %v; want %v", s, err, want)
-	}
 	fmt.Println("driver get: ok")
 
 	// The driver puts tensors with the transport (Ray cannot).
@@ -144,16 +158,13 @@ func runTensors(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("put tensors: %w", err)
 	}
-	got, err = Sum.On(c).Remote(ctx, put).Get(ctx)
+	got, err := Sum.On(c).Remote(ctx, put).Get(ctx)
 	if err != nil || got.Sum != want || got.Segment != mineSeg {
 		return fmt.Errorf("driver put -> actor: %+v, %v", got, err)
 	}
 	fmt.Println("driver put: ok")
 
 	// The last reference gone: the transport frees the segments.
-	for _, t := range ts {
-		t.Release()
-	}
 	ref.Release()
 	put.Release()
 	deadline := time.Now().Add(20 * time.Second)
