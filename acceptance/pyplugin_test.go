@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/goray-dev/goray/sdk/python/pythontest"
+	"github.com/goray-dev/goray/internal/testservers/pythontest"
 )
 
 // TestPythonTransportMovesTensors runs a node whose transport is the

@@ -1,17 +1,18 @@
 // Package pythontest finds the Python plugin SDK's environment
 // (sdk/python) for Go tests: the virtualenv `make pyplugin` creates under
 // .tools/pyplugin, its interpreter and the example transport's plugin
-// binary. Its tests run the Go conformance suite (sdk/transport/transporttest)
-// against the Python shared-memory transport through a real host, and the
-// SDK's own Python unit tests.
+// binary. The tests in sdk/python/pythontest run the Go conformance suite
+// (sdk/transport/transporttest) against the Python shared-memory transport
+// through a real host, and the SDK's own Python unit tests.
 package pythontest
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/goray-dev/goray/internal/testservers/testbin"
 )
 
 // VenvDir is the virtualenv `make pyplugin` creates, relative to the
@@ -25,30 +26,11 @@ const PyshmBinary = "goray-transport-pyshm"
 // Install says how to create the virtualenv.
 const Install = "run `make pyplugin` at the repository root (it needs python3 with venv: `apt-get install python3 python3-venv` on Debian)"
 
-// RepoRoot returns the repository root: the nearest directory above the
-// working directory holding go.mod.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
-
 // Venv returns the absolute path of the virtualenv, failing t with how to
 // create it when it (or python3 itself) is missing.
 func Venv(t testing.TB) string {
 	t.Helper()
-	root, err := RepoRoot()
+	root, err := testbin.ModuleRoot()
 	if err != nil {
 		t.Fatalf("pythontest: %v", err)
 	}

@@ -12,8 +12,9 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/host"
+	"github.com/goray-dev/goray/internal/testservers/pythontest"
+	"github.com/goray-dev/goray/internal/testservers/testbin"
 	"github.com/goray-dev/goray/sdk/plugin"
-	"github.com/goray-dev/goray/sdk/python/pythontest"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/goray-dev/goray/sdk/transport/transporttest"
@@ -131,7 +132,7 @@ func TestPythonPluginRunByHand(t *testing.T) {
 func TestPythonUnitTests(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	root, err := pythontest.RepoRoot()
+	root, err := testbin.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
