@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/dustin/go-humanize"
 
-	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/sdk/ray"
 )
 
@@ -39,6 +37,17 @@ var (
 	remoteBufferLenTask = ray.Task1(remoteBufferLen)
 )
 
+// startSecondNode starts a node of one CPU and a store of storeBytes in
+// this process, joined to the cluster (startPluginNode with no plugins);
+// failing to start is an error of the metric, not "not available".
+func startSecondNode(ctx context.Context, storeBytes int64) (*pluginNode, error) {
+	nd, err := startPluginNode(ctx, nodeSpec{cpus: 1, storeBytes: storeBytes})
+	if err != nil {
+		return nil, fmt.Errorf("starting a second node: %v", err)
+	}
+	return nd, nil
+}
+
 // nodeTransferSetup finds another node (or starts one in this process,
 // joining the cluster) and returns a call that puts a fresh size-byte
 // object on this node and runs a task pinned to the other node that takes
@@ -59,25 +68,11 @@ func (e *env) nodeTransferSetup(size int) setupFunc {
 			if e.gcsAddress == "" {
 				return nil, nil, &notAvailableError{reason: "no second node and no GCS address to start one"}
 			}
-			cfg := config.Default()
-			one := 1.0
-			cfg.Resources.CPU = &one
-			cfg.ObjectStore.Memory = int64(4*size + 64<<20)
-			dir, err := os.MkdirTemp("", "goray-bench-node-")
+			nd, err := startSecondNode(ctx, int64(4*size+64<<20))
 			if err != nil {
 				return nil, nil, err
 			}
-			cfg.TempDir = dir
-			nd, err := ray.StartNode(ctx, cfg)
-			if err != nil {
-				os.RemoveAll(dir)
-				return nil, nil, fmt.Errorf("starting a second node: %w", err)
-			}
-			other = nd.ID().String()
-			teardown = func(ctx context.Context) {
-				_ = nd.Stop(ctx)
-				os.RemoveAll(dir)
-			}
+			other, teardown = nd.id, nd.stop
 		}
 		blob := make([]byte, size)
 		for i := 0; i < size; i += 4096 {
@@ -144,30 +139,19 @@ func (e *env) nodePullSetup(size int) setupFunc {
 		if e.gcsAddress == "" {
 			return nil, nil, &notAvailableError{reason: "no GCS address to start a second node with a small store"}
 		}
-		cfg := config.Default()
-		one := 1.0
-		cfg.Resources.CPU = &one
 		// Room for pullResident objects and half of another, whatever the
 		// size (quick mode's objects are small): a third must evict one.
-		cfg.ObjectStore.Memory = int64(pullResident*size + size/2)
-		dir, err := os.MkdirTemp("", "goray-bench-node-")
+		nd, err := startSecondNode(ctx, int64(pullResident*size+size/2))
 		if err != nil {
 			return nil, nil, err
 		}
-		cfg.TempDir = dir
-		nd, err := ray.StartNode(ctx, cfg)
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, nil, fmt.Errorf("starting a second node: %w", err)
-		}
-		other := nd.ID().String()
+		other := nd.id
 		var refs []ray.Ref[[]byte]
 		teardown := func(ctx context.Context) {
 			for _, r := range refs {
 				r.Release()
 			}
-			_ = nd.Stop(ctx)
-			os.RemoveAll(dir)
+			nd.stop(ctx)
 		}
 		blob := make([]byte, size)
 		for i := range pullObjects {
@@ -199,7 +183,7 @@ func (e *env) nodePullSetup(size int) setupFunc {
 				return nil, nil, err
 			}
 		}
-		st, err := nd.Stats(ctx)
+		st, err := nd.node.Stats(ctx)
 		if err != nil {
 			teardown(ctx)
 			return nil, nil, err

@@ -247,6 +247,23 @@ func dropPayload() {
 
 // ------------------------------------------------------------ workloads
 
+// putPayload is a workload that puts this process's filled buffer of size
+// bytes and releases the reference at once.
+func putPayload(size int) setupFunc {
+	return func(context.Context) (func(context.Context) error, func(context.Context), error) {
+		b := payload(size)
+		fn := func(ctx context.Context) error {
+			r, err := ray.Put(ctx, b)
+			if err != nil {
+				return err
+			}
+			r.Release()
+			return nil
+		}
+		return fn, func(context.Context) { dropPayload() }, nil
+	}
+}
+
 type setupFunc = func(ctx context.Context) (func(context.Context) error, func(context.Context), error)
 
 // simple wraps a workload that needs no set-up.
@@ -434,18 +451,7 @@ func (e *env) metrics() []workload {
 			name: MetricPutGigabytes, unit: UnitGBps, mult: bigMult,
 			note:  fmt.Sprintf("put of a filled %s []byte, reference released each call; Ray's multiplier counts 800 MiB as 0.8 GB; %s%s", humanize.IBytes(uint64(bigSize)), putGigabytesRatioNote, sizeNote),
 			limit: LimitMemcpy, ratio: func(mean, limit float64) float64 { return mean * exact / limit },
-			setup: func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
-				b := payload(bigSize)
-				fn := func(ctx context.Context) error {
-					r, err := ray.Put(ctx, b)
-					if err != nil {
-						return err
-					}
-					r.Release()
-					return nil
-				}
-				return fn, func(context.Context) { dropPayload() }, nil
-			},
+			setup: putPayload(bigSize),
 		},
 		{
 			name: MetricTasksAndGetBatch, unit: UnitPerSecond, mult: 1,
@@ -625,19 +631,8 @@ func (e *env) metrics() []workload {
 		},
 		{
 			name: MetricPutCallsStore, unit: UnitPerSecond, mult: 1,
-			note: fmt.Sprintf("goray's own; nearest Ray workload: %s. Here a %s []byte, above goray's inline limit, so each Put creates, fills and seals an object in the node's store; each reference is released at once", MetricPutCalls, humanize.IBytes(storeValueSize)),
-			setup: func(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
-				b := payload(storeValueSize)
-				fn := func(ctx context.Context) error {
-					r, err := ray.Put(ctx, b)
-					if err != nil {
-						return err
-					}
-					r.Release()
-					return nil
-				}
-				return fn, func(context.Context) { dropPayload() }, nil
-			},
+			note:  fmt.Sprintf("goray's own; nearest Ray workload: %s. Here a %s []byte, above goray's inline limit, so each Put creates, fills and seals an object in the node's store; each reference is released at once", MetricPutCalls, humanize.IBytes(storeValueSize)),
+			setup: putPayload(storeValueSize),
 		},
 		e.tensorTransferMetric(),
 		e.nodeTransferMetric(),
