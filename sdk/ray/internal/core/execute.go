@@ -236,15 +236,16 @@ func (e *executor) runTask(ctx context.Context, spec *pb.TaskSpec, self any, t *
 		}
 		defer e.dropProducer(p)
 		ctx = context.WithValue(ctx, producerKey{}, p)
-		rep := e.runTask1(ctx, spec, self, t, fn)
+		rep := e.runFunction(ctx, spec, self, t, fn)
 		rep.NumItems = p.finish()
 		return rep
 	}
-	return e.runTask1(ctx, spec, self, t, fn)
+	return e.runFunction(ctx, spec, self, t, fn)
 }
 
-// runTask1 is runTask of registered function fn.
-func (e *executor) runTask1(ctx context.Context, spec *pb.TaskSpec, self any, t *execTimes, fn *Function) *pb.TaskReply {
+// runFunction runs registered function fn for spec (runTask, once the
+// function and, for a generator, its stream are found).
+func (e *executor) runFunction(ctx context.Context, spec *pb.TaskSpec, self any, t *execTimes, fn *Function) *pb.TaskReply {
 	args, release, err := e.loadArgs(ctx, spec)
 	t.fetchEnd = nowUs()
 	if err != nil {

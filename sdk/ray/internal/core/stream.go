@@ -68,14 +68,12 @@ func ItemID(t ids.ID, index int64) ids.ObjectID { return ids.ObjectIDFor(t, uint
 // bounds its unconsumed items; 0 DefaultBackpressure, <0 none) and returns
 // its stream.
 func (cw *CoreWorker) SubmitStream(ctx context.Context, function string, args []ArgInput, opts TaskOptions) *Stream {
-	opts.NumReturns = 1
 	opts.streaming = true
 	return cw.streamOf(ctx, cw.SubmitTaskReturns(ctx, function, args, opts)[0])
 }
 
 // SubmitActorStream is SubmitStream of an actor method.
 func (cw *CoreWorker) SubmitActorStream(ctx context.Context, actor ActorRef, method string, args []ArgInput, opts TaskOptions) *Stream {
-	opts.NumReturns = 1
 	opts.streaming = true
 	return cw.streamOf(ctx, cw.SubmitActorTaskReturns(ctx, actor, method, args, opts)[0])
 }
