@@ -2,7 +2,9 @@ package acceptance
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -212,6 +214,11 @@ func TestNodeKilled(t *testing.T) {
 	if !ok || !node.mentions(h.tempDir) || !slices.Contains(node.cmdline, "start") {
 		t.Fatalf("pid %d from node.json is not the node of %s: %v", h.pid, h.tempDir, node)
 	}
+	// The node's tensor segment pool, which its SIGKILL leaves behind.
+	pools, _ := filepath.Glob(fmt.Sprintf("/dev/shm/goray-pool-%d-*", h.pid))
+	if len(pools) != 1 {
+		t.Fatalf("the node (pid %d) has tensor segment pools %v, want one", h.pid, pools)
+	}
 	if err := syscall.Kill(h.pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -235,6 +242,11 @@ func TestNodeKilled(t *testing.T) {
 	}
 	if !regexp.MustCompile(`Removed stale sockets .*` + regexp.QuoteMeta(h.session)).MatchString(r.stdout) {
 		t.Errorf("goray stop did not report removing the stale sockets of %s:\n%s", h.session, r)
+	}
+	// Any `goray stop` on the machine removes dead nodes' pools (another
+	// test's may have run first): the pool must be gone either way.
+	if _, err := os.Stat(pools[0]); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the killed node's tensor segment pool %s is still there after goray stop (%v):\n%s", pools[0], err, r)
 	}
 	checkCleanAfterStop(t, h, shm)
 }

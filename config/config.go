@@ -73,6 +73,9 @@ type Node struct {
 	// MemoryMonitor configures the raylet's memory monitor (the
 	// memory_monitor block).
 	MemoryMonitor MemoryMonitor
+	// TensorPool configures the node's pool of tensor segments (the
+	// tensor_pool block).
+	TensorPool TensorPool
 
 	// Labels are attached to the node and shown in status.
 	Labels map[string]string

@@ -46,6 +46,7 @@ func TestDefault(t *testing.T) {
 		HealthCheck:   HealthCheck{Period: 3 * time.Second, FailureThreshold: 5},
 		GCS:           GCS{ReconnectTimeout: 60 * time.Second},
 		MemoryMonitor: MemoryMonitor{UsageThreshold: 0.95, RefreshInterval: 250 * time.Millisecond},
+		TensorPool:    TensorPool{MaxMemory: DefaultTensorPoolMaxMemory, IdleTimeout: DefaultTensorPoolIdleTimeout},
 	}
 	got := Default()
 	if !reflect.DeepEqual(exported(got), want) {
@@ -113,6 +114,7 @@ func TestLoadFullFile(t *testing.T) {
 			Redis:            Redis{Address: "127.0.0.1:6379", Username: "goray", Password: "full-hcl-password", DB: 1, Prefix: "demo"},
 		},
 		MemoryMonitor: MemoryMonitor{UsageThreshold: 0.95, RefreshInterval: 250 * time.Millisecond},
+		TensorPool:    TensorPool{MaxMemory: DefaultTensorPoolMaxMemory, IdleTimeout: DefaultTensorPoolIdleTimeout},
 		Labels:        map[string]string{"zone": "a", "rack": "r7"},
 		PluginDir:     "./bin/plugins",
 		Plugins: []Plugin{

@@ -43,6 +43,7 @@ func Default() *Node {
 			UsageThreshold:  DefaultMemoryUsageThreshold,
 			RefreshInterval: DefaultMemoryRefreshInterval,
 		},
+		TensorPool: TensorPool{MaxMemory: DefaultTensorPoolMaxMemory, IdleTimeout: DefaultTensorPoolIdleTimeout},
 	}
 }
 
@@ -160,6 +161,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "metrics"},
 		{Type: "dashboard"},
 		{Type: "memory_monitor"},
+		{Type: "tensor_pool"},
 		{Type: "plugin", LabelNames: []string{"kind", "name"}},
 		{Type: "node_type", LabelNames: []string{"name"}},
 	},
@@ -320,12 +322,13 @@ func (d *decoder) root(body hcl.Body) {
 		}
 	}
 
-	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls", "gcs", "metrics", "dashboard", "memory_monitor")
+	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls", "gcs", "metrics", "dashboard", "memory_monitor", "tensor_pool")
 	d.security(single["auth"], single["tls"])
 	d.gcs(single["gcs"])
 	d.metrics(single["metrics"])
 	d.dashboard(single["dashboard"])
 	d.memoryMonitor(single["memory_monitor"])
+	d.tensorPool(single["tensor_pool"])
 
 	topAddr := c.Attributes["address"]
 	if hb := single["head"]; hb != nil {

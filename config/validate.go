@@ -96,6 +96,7 @@ func (v *validator) node() {
 	v.gcs()
 	v.observability()
 	v.memoryMonitor()
+	v.tensorPool()
 	v.port(keyPort, "port", n.Port)
 	v.port(keyRayletPort, "raylet_port", n.RayletPort)
 	if n.NodeIP != "" && net.ParseIP(n.NodeIP) == nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/sdk/transport/shmem"
 )
 
 var testworkerSum = sync.OnceValues(func() (string, error) { return digest.FileSHA256(testworkerBin) })
@@ -239,8 +240,14 @@ func TestLocalBinaryFromRunningDriver(t *testing.T) {
 // forwards (which wins); the runtime's own variables cannot be forwarded
 // over.
 func TestWorkerEnv(t *testing.T) {
-	h := newHarness(t, nil)
+	pool, err := shmem.NewPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Remove()
+	h := newHarness(t, func(c *Config) { c.TensorPool.Pool = pool })
 	t.Setenv("GORAY_TEST_NODE_VAR", "node")
+	t.Setenv(EnvShmPool, "/dev/shm/goray-pool-1-inherited")
 	t.Setenv("GORAY_TEST_SHARED", "node")
 	jobID := ids.New()
 	w := &worker{id: ids.New(), job: &job{id: jobID}}
@@ -261,6 +268,7 @@ func TestWorkerEnv(t *testing.T) {
 		"GORAY_TEST_SHARED":   "job",
 		EnvWorkerID:           w.id.String(),
 		EnvJobID:              jobID.String(),
+		EnvShmPool:            pool.Dir(),
 	} {
 		if got, ok := get(name); !ok || got != want {
 			t.Errorf("%s = %q (set %v), want %q", name, got, ok, want)

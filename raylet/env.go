@@ -21,6 +21,9 @@ const (
 	EnvLogLevel = workerenv.LogLevel
 	// EnvNodeIP is the IP address the worker listens on for other nodes.
 	EnvNodeIP = workerenv.NodeIP
+	// EnvShmPool is the directory of the node's tensor segment pool, set
+	// when the node has one.
+	EnvShmPool = workerenv.ShmPool
 )
 
 // workerEnvNames lists every variable above; inherited values of these are

@@ -74,6 +74,10 @@ type memoryMonitor struct {
 	nodeIP    string
 	workers   memoryWorkers
 	log       hclog.Logger
+	// release gives back memory the node keeps only as a cache (the
+	// tensor segment pool) and returns the bytes freed; the monitor calls
+	// it above the threshold before it kills anything (nil: nothing).
+	release func() int64
 
 	mu       sync.Mutex
 	kills    int64
@@ -166,6 +170,14 @@ func (m *memoryMonitor) check(now time.Time) *gorayv1.MemoryKill {
 	}
 	m.mu.Unlock()
 
+	if m.release != nil {
+		if freed := m.release(); freed > 0 {
+			// Read again at the next check before killing anything.
+			m.log.Info("memory use is above the threshold: emptied the tensor segment pool",
+				"freed", freed, "used", u.Used, "total", u.Total, "threshold", m.threshold)
+			return nil
+		}
+	}
 	cands := m.workers.memoryCandidates()
 	pick := make([]memory.Candidate, len(cands))
 	for i, c := range cands {

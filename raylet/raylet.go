@@ -217,6 +217,9 @@ type Config struct {
 	// MemoryMonitor configures the memory monitor (memmonitor.go); a zero
 	// RefreshInterval turns it off.
 	MemoryMonitor config.MemoryMonitor
+	// TensorPool is the node's pool of freed tensor segments
+	// (tensorpool.go); a nil Pool: none.
+	TensorPool TensorPoolConfig
 }
 
 // Raylet is the node's local scheduler, worker pool and object store front.
@@ -268,6 +271,7 @@ type Raylet struct {
 	logs    *logForwarder  // workers' output, to their drivers (logforward.go)
 	logHub  *logHub        // the output of this node's drivers' jobs (loghub.go)
 	memory  *memoryMonitor // kills workers when the node is low on memory
+	tensors *tensorPool    // the node's pool of freed tensor segments
 }
 
 // New validates cfg, creates the session's sockets and logs directories and
@@ -334,7 +338,9 @@ func New(cfg Config) (*Raylet, error) {
 	r.drainer = newDrainer(r.closing)
 	r.logHub = newLogHub()
 	r.logs = newLogForwarder(cfg, r.log, r)
+	r.tensors = newTensorPool(cfg.TensorPool, r.log.Named("tensor-pool"))
 	r.memory = newMemoryMonitor(cfg, r.log, r.pool)
+	r.memory.release = r.tensors.release
 	r.pool.output = r.logs
 	return r, nil
 }
@@ -410,6 +416,9 @@ func (r *Raylet) Run(ctx context.Context) error {
 	memDone := make(chan struct{})
 	go func() { defer close(memDone); r.memory.run(ctx, r.closing) }()
 	defer func() { <-memDone }()
+	poolDone := make(chan struct{})
+	go func() { defer close(poolDone); r.tensors.run(ctx, r.closing) }()
+	defer func() { <-poolDone }()
 	if r.objects.spill.Enabled() {
 		sctx, cancel := context.WithCancel(ctx)
 		defer cancel()

@@ -704,6 +704,9 @@ func (p *workerPool) workerEnv(w *worker, forwarded []string) []string {
 		}
 	}
 	env = append(env, p.cfg.Auth.Env()...)
+	if tp := p.cfg.TensorPool.Pool; tp != nil {
+		env = append(env, EnvShmPool+"="+tp.Dir())
+	}
 	return append(env,
 		EnvWorker+"=1",
 		EnvRayletSocket+"="+p.cfg.SocketPath,

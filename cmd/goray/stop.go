@@ -14,6 +14,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/workerenv"
+	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 )
@@ -52,6 +53,9 @@ type stopResult struct {
 	Killed  []leftover
 	// Cleaned are session dirs whose stale sockets or node.json were removed.
 	Cleaned []string
+	// Pools are the tensor segment pools of dead nodes removed from
+	// /dev/shm (shmem.CleanupPools).
+	Pools []string
 }
 
 // stopper stops every node under a temp dir.
@@ -113,6 +117,9 @@ func (s *stopper) run(ctx context.Context) (stopResult, error) {
 	errs = append(errs, err)
 
 	res.Cleaned, err = s.cleanStale()
+	errs = append(errs, err)
+	// A node killed with SIGKILL could not remove its segment pool.
+	res.Pools, err = shmem.CleanupPools()
 	errs = append(errs, err)
 	return res, errors.Join(errs...)
 }
@@ -287,6 +294,9 @@ func writeStopResult(w io.Writer, root string, r stopResult) {
 	}
 	if len(r.Cleaned) > 0 {
 		fmt.Fprintf(w, "Removed stale sockets of %s: %s\n", plural(len(r.Cleaned), "dead session", "dead sessions"), strings.Join(r.Cleaned, ", "))
+	}
+	if len(r.Pools) > 0 {
+		fmt.Fprintf(w, "Removed %s of dead nodes: %s\n", plural(len(r.Pools), "tensor segment pool", "tensor segment pools"), strings.Join(r.Pools, ", "))
 	}
 }
 

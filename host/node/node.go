@@ -40,6 +40,7 @@ import (
 	"github.com/goray-dev/goray/sdk/provider"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/transport"
+	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -129,22 +130,26 @@ type Node struct {
 	id      ids.ID
 	info    Info
 
-	auth       *auth.Credentials
-	store      *objstore.Store
-	plugins    *host.Manager
-	gcsIn      *gcsServer  // the GCS inside this process
-	gcsProc    *gcsProcess // or the GCS process
-	infoMu     sync.Mutex  // info's GCS fields change when the GCS restarts
-	published  bool        // node.json was written (infoMu)
-	gcsCC      *grpc.ClientConn
-	raylet     *raylet.Raylet
-	rayletGRPC *grpc.Server
-	dataLis    net.Listener // the raylet's object data plane
-	autoscaler *autoscaler.Autoscaler
-	asCancel   context.CancelFunc // stops the autoscaler
-	asWG       sync.WaitGroup     // the autoscaler's goroutine
-	metrics    *nodeMetrics       // the Prometheus endpoint (nil: off; metrics.go)
-	dash       *nodeDashboard     // the head's dashboard and job API (nil: none; dashboard.go)
+	auth    *auth.Credentials
+	store   *objstore.Store
+	plugins *host.Manager
+	// tensorPool is the node's pool of freed tensor segments (nil: off);
+	// ownsDefaultPool: this node set it as the process's default.
+	tensorPool      *shmem.Pool
+	ownsDefaultPool bool
+	gcsIn           *gcsServer  // the GCS inside this process
+	gcsProc         *gcsProcess // or the GCS process
+	infoMu          sync.Mutex  // info's GCS fields change when the GCS restarts
+	published       bool        // node.json was written (infoMu)
+	gcsCC           *grpc.ClientConn
+	raylet          *raylet.Raylet
+	rayletGRPC      *grpc.Server
+	dataLis         net.Listener // the raylet's object data plane
+	autoscaler      *autoscaler.Autoscaler
+	asCancel        context.CancelFunc // stops the autoscaler
+	asWG            sync.WaitGroup     // the autoscaler's goroutine
+	metrics         *nodeMetrics       // the Prometheus endpoint (nil: off; metrics.go)
+	dash            *nodeDashboard     // the head's dashboard and job API (nil: none; dashboard.go)
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -233,6 +238,9 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	// is registered before any actor can be created on this node. They
 	// learn the GCS (for rendezvous through its KV store), the node id and
 	// the node IP from their environment.
+	if err := n.startTensorPool(); err != nil {
+		return nil, fmt.Errorf("the tensor segment pool: %w", err)
+	}
 	if err := n.startPlugins(ctx); err != nil {
 		return nil, err
 	}
@@ -277,6 +285,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn, Auth: n.auth,
 		MetricsAddress: n.info.MetricsAddress, DashboardAddress: n.info.DashboardAddress,
 		MemoryMonitor: cfg.MemoryMonitor,
+		TensorPool:    raylet.TensorPoolConfig{Pool: n.tensorPool, MaxMemory: cfg.TensorPool.MaxMemory, IdleTimeout: cfg.TensorPool.IdleTimeout},
 	})
 	if err != nil {
 		_ = tcpLis.Close()
@@ -408,7 +417,7 @@ func (n *Node) startPlugins(ctx context.Context) error {
 		PluginDir: PluginDir(n.cfg), LockFile: lockFile, Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
 		SocketDir: filepath.Join(n.info.SessionDir, "sockets"), LogDir: filepath.Join(n.info.SessionDir, "logs"),
 		Env: append([]string{plugin.EnvGCSAddress + "=" + n.info.GCSAddress, plugin.EnvNodeID + "=" + n.id.String(),
-			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg), plugin.EnvGorayBinary + "=" + n.opts.GorayBinary}, n.auth.Env()...),
+			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg), plugin.EnvGorayBinary + "=" + n.opts.GorayBinary}, append(n.auth.Env(), n.tensorPoolEnv()...)...),
 		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}, plugin.KindStorage: {storage.APIVersion}, plugin.KindProvider: {provider.APIVersion}},
 	})
 	if diags := n.plugins.Start(ctx); diags.HasErrors() {
@@ -716,6 +725,7 @@ func (n *Node) Stop(ctx context.Context) error {
 	if n.gcsCC != nil {
 		_ = n.gcsCC.Close()
 	}
+	n.stopTensorPool() // after the plugins: nobody puts segments in it any more
 	if n.store != nil {
 		_ = n.store.Close()
 	}

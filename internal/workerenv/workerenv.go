@@ -5,6 +5,8 @@
 // kept here so that neither imports the other.
 package workerenv
 
+import "github.com/goray-dev/goray/sdk/transport/shmem"
+
 const (
 	// Worker is "1" in a worker process (the user binary re-executed in
 	// worker mode).
@@ -26,8 +28,11 @@ const (
 	LogLevel = "GORAY_LOG_LEVEL"
 	// NodeIP is the IP address the worker listens on for other nodes.
 	NodeIP = "GORAY_NODE_IP"
+	// ShmPool is the directory of the node's pool of tensor segments
+	// (shmem.EnvPool), set when the node has one.
+	ShmPool = shmem.EnvPool
 )
 
 // Names lists every variable above; the raylet replaces inherited values
 // of these, never duplicates them.
-var Names = []string{Worker, RayletSocket, WorkerID, NodeID, JobID, SessionDir, LogLevel, NodeIP}
+var Names = []string{Worker, RayletSocket, WorkerID, NodeID, JobID, SessionDir, LogLevel, NodeIP, ShmPool}

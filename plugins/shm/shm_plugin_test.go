@@ -142,3 +142,114 @@ func TestSendNotSupportedAcrossPlugin(t *testing.T) {
 		t.Fatalf("Info = %+v, want %+v", *info, want)
 	}
 }
+
+// withPool gives this test process and the plugins it launches a fresh
+// segment pool, as a node does, and removes it at the end.
+func withPool(t *testing.T) *shmem.Pool {
+	t.Helper()
+	p, err := shmem.NewPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(shmem.EnvPool, p.Dir())
+	old := shmem.SetDefaultPool(p)
+	t.Cleanup(func() {
+		shmem.SetDefaultPool(old)
+		if err := p.Remove(); err != nil {
+			t.Error(err)
+		}
+	})
+	return p
+}
+
+// TestConformancePluginWithPool runs the conformance suite with a node's
+// segment pool: collected segments go back to the pool and new tensors
+// come from it.
+func TestConformancePluginWithPool(t *testing.T) {
+	p := withPool(t)
+	src := launch(t, `max_poll = "5ms"`)
+	dst := launch(t, ``)
+	transporttest.Run(t, func(t *testing.T) (transport.Transport, transport.Transport) {
+		return src, dst
+	}, transporttest.Options{Inspector: manifestGone})
+	if n, _, err := p.Usage(); err != nil || n == 0 {
+		t.Fatalf("the pool holds %d segments (%v): the plugin did not return collected segments to it", n, err)
+	}
+}
+
+// TestPooledSegmentOutlivesObject: a reader still mapping a received tensor
+// after its object is collected keeps reading that tensor's bytes; the
+// segment goes to the pool but is handed to a new tensor only once the
+// reader lets go.
+func TestPooledSegmentOutlivesObject(t *testing.T) {
+	withPool(t)
+	src := launch(t, ``)
+	dst := launch(t, ``)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 1 << 18 // 1 MiB of float32
+	in, err := transport.NewTensor(transport.Float32, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := in.Bytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(b, "first tensor")
+	in.Release()
+	id := "1123456789abcdef0123456789abcdef01234567"
+	meta, err := src.ExtractMetadata(ctx, &transport.ExtractMetadataRequest{ObjectID: id, Tensors: []transport.Tensor{in}, TransferOwnership: true})
+	if err != nil {
+		_ = in.Free()
+		t.Fatal(err)
+	}
+	r, err := dst.Receive(ctx, &transport.ReceiveRequest{ObjectID: id, Tensors: meta.Tensors, TransportData: meta.TransportData})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Map it through a cache of its own, as another process would.
+	reader := shmem.NewCache(4)
+	defer reader.Purge()
+	got, err := reader.Acquire(r.Tensors[0].Buffer.Segment, 0, r.Tensors[0].Buffer.Length)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.GarbageCollect(ctx, &transport.GarbageCollectRequest{ObjectID: id}); err != nil {
+		t.Fatal(err)
+	}
+	if shmem.Exists(in.Buffer.Segment) {
+		t.Fatal("the collected tensor's segment keeps its name")
+	}
+	other, err := transport.NewTensor(transport.Float32, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ob, err := other.Bytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(ob, "second tensor")
+	other.Release()
+	if string(got[:12]) != "first tensor" {
+		t.Fatalf("the reader of the collected tensor reads %q", got[:12])
+	}
+	reader.Release(r.Tensors[0].Buffer.Segment)
+	if err := other.Free(); err != nil {
+		t.Fatal(err)
+	}
+	// Both are free now: the next two tensors of the class reuse them.
+	for i := 0; i < 2; i++ {
+		again, err := transport.NewTensor(transport.Float32, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size, _ := shmem.Stat(again.Buffer.Segment); size != shmem.ClassSize(4*n) {
+			t.Fatalf("size %d", size)
+		}
+		defer again.Free()
+	}
+	if segs, _, _ := shmem.DefaultPool().Usage(); segs != 0 {
+		t.Fatalf("%d segments left in the pool after two tensors took both", segs)
+	}
+}

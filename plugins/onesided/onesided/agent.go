@@ -89,12 +89,14 @@ type Agent struct {
 	nextReg   uint64
 	regs      map[uint64]*registration
 	regByName map[string]*registration
-	objects   map[string]*object
-	byKey     map[uint64]*object
-	peers     map[string]*AgentMetadata // cached metadata of other agents
-	pools     map[string]*connPool
-	conns     map[net.Conn]struct{}
-	regStats  regStats
+	// maps holds registrations' mappings, by file (see register).
+	maps     *shmem.Cache
+	objects  map[string]*object
+	byKey    map[uint64]*object
+	peers    map[string]*AgentMetadata // cached metadata of other agents
+	pools    map[string]*connPool
+	conns    map[net.Conn]struct{}
+	regStats regStats
 
 	readsServed, bytesServed         atomic.Int64
 	publishes, refreshes             atomic.Int64
@@ -110,8 +112,9 @@ type registration struct {
 	size    int64
 	ino     uint64
 	data    []byte
-	refs    int  // objects using it; under Agent.mu
-	owned   bool // unlink when deregistered; under Agent.mu
+	maps    *shmem.Cache // holds the mapping (and the segment's shared lock) until unmapped
+	refs    int          // objects using it; under Agent.mu
+	owned   bool         // unlink when deregistered; under Agent.mu
 
 	mu       sync.Mutex
 	inflight int
@@ -151,7 +154,7 @@ func (r *registration) retire() {
 
 func (r *registration) unmapLocked() {
 	if r.data != nil {
-		_ = unix.Munmap(r.data)
+		r.maps.Release(r.segment)
 		r.data = nil
 	}
 }
@@ -212,6 +215,7 @@ func NewAgent(ctx context.Context, cfg Config, opts AgentOptions) (*Agent, error
 		version:   1,
 		regs:      map[uint64]*registration{},
 		regByName: map[string]*registration{},
+		maps:      shmem.NewCache(shmem.DefaultIdle),
 		objects:   map[string]*object{},
 		byKey:     map[uint64]*object{},
 		peers:     map[string]*AgentMetadata{},
@@ -422,6 +426,7 @@ func (a *Agent) Close() error {
 	if a.kvClose != nil {
 		_ = a.kvClose()
 	}
+	a.maps.Purge() // the idle mappings of registrations that ended
 	s := a.Stats()
 	a.log.Info("agent closed", "registrations", s.Registered, "reused", s.Reused,
 		"register_total", s.RegisterTotal, "register_bytes", s.RegisterBytes,
@@ -508,41 +513,44 @@ func checkTensor(i int, t transport.Tensor) (segInfo, error) {
 	return si, nil
 }
 
-// register maps a segment read-only with its pages populated (the analogue
-// of pinning memory for RDMA) and records the cost.
+// register maps a segment with its pages populated (the analogue of
+// pinning memory for RDMA) and records the cost. The mapping comes from
+// the agent's cache, which keeps it by file: a segment that comes back
+// from the node's pool under a new name (a new tensor in the same memory)
+// registers again without a new mapping. While registered, the segment
+// holds the cache's shared lock, so the pool does not hand it to another
+// tensor while a read may still be served from it.
 func (a *Agent) register(name string, want segInfo) (*registration, error) {
 	start := time.Now()
-	f, err := os.Open(shmem.Path(name))
+	if want.size <= 0 || int64(int(want.size)) != want.size {
+		return nil, badMeta(nil, "register segment %s: size %d", name, want.size)
+	}
+	data, fresh, err := a.maps.AcquireMapping(name, 0, want.size)
 	if err != nil {
 		return nil, badMeta(nil, "register segment %s: %v", name, err)
 	}
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
-		return nil, fmt.Errorf("register segment %s: %w", name, err)
-	}
-	if st.Ino != want.ino || st.Size != want.size {
+	if si, err := statSegment(name); err != nil || si.ino != want.ino || si.size != want.size {
+		a.maps.Release(name)
 		return nil, badMeta(nil, "register segment %s: it changed while being registered", name)
 	}
-	if st.Size <= 0 || int64(int(st.Size)) != st.Size {
-		return nil, badMeta(nil, "register segment %s: size %d", name, st.Size)
-	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_POPULATE)
-	if err != nil {
-		return nil, fmt.Errorf("register segment %s: mmap: %w", name, err)
+	// Populate a new mapping's page tables now rather than on the first
+	// read (a mapping the cache kept has them: walking them again would
+	// cost about 3 ms per 64 MiB).
+	if fresh {
+		_ = unix.Madvise(data, unix.MADV_POPULATE_READ)
 	}
 	d := time.Since(start)
-	r := &registration{segment: name, size: st.Size, ino: st.Ino, data: data}
+	r := &registration{segment: name, size: want.size, ino: want.ino, data: data, maps: a.maps}
 	a.mu.Lock()
 	a.nextReg++
 	r.id = a.nextReg
 	a.regStats.count++
 	a.regStats.total += d
 	a.regStats.last = d
-	a.regStats.bytes += st.Size
+	a.regStats.bytes += want.size
 	n, total := a.regStats.count, a.regStats.total
 	a.mu.Unlock()
-	a.log.Debug("registered segment", "segment", name, "registration", r.id, "bytes", st.Size, "duration", d)
+	a.log.Debug("registered segment", "segment", name, "registration", r.id, "bytes", want.size, "duration", d)
 	if n%64 == 0 {
 		a.log.Info("registration cost", "registrations", n, "total", total, "mean", total/time.Duration(n), "last", d)
 	}
@@ -756,8 +764,9 @@ func (a *Agent) collect(objectID string) (uint64, bool, error) {
 	}
 	for i, r := range dead {
 		if owned[i] {
-			shmem.Default.Forget(r.segment)
-			if err := shmem.Unlink(r.segment); err != nil && !errors.Is(err, shmem.ErrNotFound) {
+			// Back to the node's pool (unlinked without one); handed out
+			// again only once this registration's reads are over.
+			if err := shmem.Recycle(r.segment); err != nil && !errors.Is(err, shmem.ErrNotFound) {
 				errs = append(errs, err)
 			}
 		}

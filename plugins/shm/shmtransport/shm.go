@@ -473,7 +473,8 @@ func (t *Transport) copyInto(ctx context.Context, dst, src transport.Tensor) err
 }
 
 // GarbageCollect implements transport.Transport: it removes the manifest
-// and unlinks owned segments no other object references.
+// and gives owned segments no other object references back to the node's
+// segment pool (shmem.Recycle; unlinked when there is none).
 func (t *Transport) GarbageCollect(_ context.Context, req *transport.GarbageCollectRequest) (*transport.GarbageCollectResponse, error) {
 	if req == nil {
 		req = &transport.GarbageCollectRequest{}
@@ -497,7 +498,7 @@ func (t *Transport) GarbageCollect(_ context.Context, req *transport.GarbageColl
 	if err := shmem.Unlink(ManifestName(id)); err != nil && !errors.Is(err, shmem.ErrNotFound) {
 		errs = append(errs, err)
 	}
-	unlinked := 0
+	freed := 0
 	for _, s := range obj.segments {
 		r := t.segs[s]
 		if r == nil {
@@ -511,14 +512,13 @@ func (t *Transport) GarbageCollect(_ context.Context, req *transport.GarbageColl
 		if !r.owned {
 			continue
 		}
-		t.maps.Forget(s)
-		if err := shmem.Unlink(s); err != nil && !errors.Is(err, shmem.ErrNotFound) {
+		if err := shmem.Recycle(s); err != nil && !errors.Is(err, shmem.ErrNotFound) {
 			errs = append(errs, err)
 			continue
 		}
-		unlinked++
+		freed++
 	}
-	t.log.Debug("collected", "object", id, "unlinked", unlinked)
+	t.log.Debug("collected", "object", id, "freed", freed)
 	if err := errors.Join(errs...); err != nil {
 		t.log.Warn("garbage collect", "object", id, "error", err)
 		return nil, &transport.TransferError{ObjectID: id, Op: transport.OpGarbageCollect, Err: err}
@@ -529,7 +529,7 @@ func (t *Transport) GarbageCollect(_ context.Context, req *transport.GarbageColl
 // collectOrphan collects an object this instance does not know, e.g. one
 // extracted before the plugin restarted: if the transport data matches the
 // published manifest, the manifest is removed and, when the segments were
-// owned, each segment no other manifest references is unlinked.
+// owned, each segment no other manifest references is freed (pooled or unlinked).
 func (t *Transport) collectOrphan(id string, data []byte) error {
 	if len(data) == 0 {
 		return nil
@@ -575,7 +575,7 @@ func (t *Transport) collectOrphan(id string, data []byte) error {
 			continue
 		}
 		inUse[mt.Segment] = true // once
-		if err := shmem.Unlink(mt.Segment); err != nil && !errors.Is(err, shmem.ErrNotFound) {
+		if err := shmem.Recycle(mt.Segment); err != nil && !errors.Is(err, shmem.ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}

@@ -169,6 +169,10 @@ func (s *Segment) Name() string { return s.name }
 // Size returns the segment's size in bytes.
 func (s *Segment) Size() int64 { return s.size }
 
+// Inode returns the number of the segment's file: two names of one
+// segment (a segment back from a Pool) have the same.
+func (s *Segment) Inode() uint64 { return s.ino }
+
 // Bytes returns the mapped bytes. They are valid until Close; writes are seen
 // by every process that maps the segment.
 func (s *Segment) Bytes() []byte { return s.data }

@@ -334,8 +334,7 @@ func (cw *CoreWorker) receiveTensors(ctx context.Context, data []byte) ([]transp
 // transport (a Get or a task argument): segments a receive allocated for
 // this process (ReceiveResponse.Allocated, for example a copy that came
 // from another node) are unlinked; tensors that share a source's memory
-// (zero copy) are left to their source, and only this process's idle
-// mapping of them is dropped. Tensors this process did not receive are
+// (zero copy) are left to their source. Tensors this process did not receive are
 // never unlinked. It returns the first unlink error.
 func (cw *CoreWorker) ReleaseTensors(ts []transport.Tensor) error {
 	var first error
@@ -349,7 +348,9 @@ func (cw *CoreWorker) ReleaseTensors(ts []transport.Tensor) error {
 		delete(cw.transports.allocated, seg)
 		cw.transports.mu.Unlock()
 		if !mine {
-			shmem.Default.Forget(seg)
+			// Its idle mapping stays: a segment that comes back from the
+			// node's pool is then read again without a page fault, and
+			// one that is unlinked is unmapped by the cache's sweep.
 			continue
 		}
 		// Free also takes it out of the ledger (segtrack).

@@ -1,0 +1,71 @@
+package raylet
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/sdk/transport/shmem"
+)
+
+// poolOf makes a segment pool holding n free 1 MiB segments, removed at
+// the end of the test.
+func poolOf(t *testing.T, n int) *shmem.Pool {
+	t.Helper()
+	p, err := shmem.NewPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Remove() })
+	pre := shmem.NewName(shmem.Prefix+"raylet-pool-test-") + "-"
+	for i := 0; i < n; i++ {
+		s, err := shmem.Create(shmem.NewName(pre), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		if err := p.Put(s.Name()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// TestMemoryMonitorEmptiesTensorPoolFirst: above the threshold, the memory
+// monitor gives back the tensor pool's memory and kills nothing while that
+// frees something; with an empty pool it kills as before.
+func TestMemoryMonitorEmptiesTensorPoolFirst(t *testing.T) {
+	p := poolOf(t, 2)
+	tp := newTensorPool(TensorPoolConfig{Pool: p, MaxMemory: 1 << 30, IdleTimeout: time.Hour}, hclog.NewNullLogger())
+	cand := memoryCandidate{w: &worker{id: ids.New()}, leaseID: ids.New(), holder: ids.New(), pid: 11, retriable: true, function: "main.hog", granted: time.Now()}
+	mem := &fakeMemory{}
+	ws := &fakeWorkers{cands: []memoryCandidate{cand}, exits: map[*worker]chan struct{}{}}
+	m := newTestMonitor(t, mem, ws)
+	m.release = tp.release
+
+	mem.set(950, nil)
+	if k := m.check(time.Now()); k != nil || len(ws.killed) != 0 {
+		t.Fatalf("killed %v with 2 MiB in the tensor pool", ws.killed)
+	}
+	if n, _, _ := p.Usage(); n != 0 {
+		t.Fatalf("the pool still holds %d segments above the threshold", n)
+	}
+	if k := m.check(time.Now()); k == nil || len(ws.killed) != 1 {
+		t.Fatalf("with the pool empty and memory still high: killed %v", ws.killed)
+	}
+}
+
+// TestTensorPoolTrimsIdle: the raylet's trimming keeps the pool within its
+// idle timeout and its memory bound.
+func TestTensorPoolTrimsIdle(t *testing.T) {
+	p := poolOf(t, 3)
+	tp := newTensorPool(TensorPoolConfig{Pool: p, MaxMemory: 2 << 20, IdleTimeout: time.Hour}, hclog.NewNullLogger())
+	if got := tp.trim(tp.cfg.IdleTimeout, tp.cfg.MaxMemory); got != 1<<20 {
+		t.Fatalf("trimmed %d bytes, want 1 MiB (the pool holds 3 MiB, bound 2 MiB)", got)
+	}
+	if got := tp.trim(0, tp.cfg.MaxMemory); got != 2<<20 {
+		t.Fatalf("trimmed %d bytes of idle segments, want 2 MiB", got)
+	}
+}
