@@ -1,5 +1,5 @@
 // Command quickstart shows goray's core API: tasks, references as
-// arguments, Put/Get/Wait, an actor with state, and an error surfaced from a
+// arguments, Put/Get/Wait, a large []byte read in place, an actor with state, and an error surfaced from a
 // remote panic. It runs on an embedded single-node cluster with
 //
 //	go run ./examples/quickstart
@@ -35,6 +35,17 @@ func sumAll(ctx context.Context, xs []int) (int, error) {
 	return s, nil
 }
 
+// checksum reads a large []byte without copying it: a *ray.Buffer
+// parameter points into the node's shared-memory object store for the
+// call (do not modify it or keep it after returning).
+func checksum(ctx context.Context, b *ray.Buffer) (uint64, error) {
+	var s uint64
+	for _, c := range b.Bytes() {
+		s += uint64(c)
+	}
+	return s, nil
+}
+
 // divide panics on a zero divisor; the panic comes back as an error.
 func divide(ctx context.Context, a, b int) (int, error) { return a / b, nil }
 
@@ -54,6 +65,7 @@ var (
 	Add          = ray.Task2(add)
 	Square       = ray.Task1(square)
 	SumAll       = ray.Task1(sumAll)
+	Checksum     = ray.Task1(checksum)
 	Divide       = ray.Task2(divide)
 	CounterActor = ray.Actor1(NewCounter)
 	Inc          = ray.Method1((*Counter).Inc)
@@ -135,6 +147,27 @@ func run() error {
 		return err
 	}
 	if err := check("SumAll(Put(0..999)) x4", sums, []int{499500, 499500, 499500, 499500}); err != nil {
+		return err
+	}
+
+	// A large []byte goes to the object store once; a *ray.Buffer
+	// parameter reads it there in place (ray.BufferRef passes the ref).
+	blob := make([]byte, 8<<20)
+	var want uint64
+	for i := range blob {
+		blob[i] = byte(i)
+		want += uint64(blob[i])
+	}
+	big, err := ray.Put(ctx, blob)
+	if err != nil {
+		return err
+	}
+	defer big.Release()
+	cs, err := Checksum.Remote(ctx, ray.BufferRef(big)).Get(ctx)
+	if err != nil {
+		return err
+	}
+	if err := check("Checksum(BufferRef(Put(8 MiB)))", cs, want); err != nil {
 		return err
 	}
 

@@ -3,6 +3,7 @@ package ray
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/goray-dev/goray/internal/codec"
@@ -221,8 +222,47 @@ func PutTensors(ctx context.Context, transportName string, tensors []transport.T
 // Buffer is a zero-copy view of a []byte object. Bytes points into the
 // node's shared memory for large objects; it stays valid until Release.
 // Do not modify it.
+//
+// A task or method parameter of type *Buffer takes a []byte argument
+// without a copy (BufferRef, BufferValue): its Bytes point into the node's
+// store, pinned until the call returns, where a []byte parameter gets a
+// fresh copy. The view is valid only during the call: copy what you keep,
+// and do not modify it (other readers share the memory). Release does
+// nothing on such a view.
 type Buffer struct {
-	v *core.Value
+	v    *core.Value
+	data []byte // an argument's bytes, borrowed for the call (v is nil)
+}
+
+// BufferRef passes the []byte object r to a *Buffer parameter: the callee
+// reads it without a copy (on a node that does not hold it, after its
+// raylet pulls it). Ray's equivalent is a zero-copy, read-only numpy array
+// argument.
+func BufferRef(r Ref[[]byte]) Arg[*Buffer] { return bufferArg{core.ArgInput{Handle: r.h}} }
+
+// BufferValue passes b by value to a *Buffer parameter (a large b goes
+// through the object store like any value argument).
+func BufferValue(b []byte) Arg[*Buffer] { return bufferArg{core.ArgInput{Value: b}} }
+
+type bufferArg struct{ in core.ArgInput }
+
+func (a bufferArg) argInput() core.ArgInput { return a.in }
+func (bufferArg) argType(*Buffer)           {}
+
+func init() {
+	core.RegisterArgDecoder(reflect.TypeFor[**Buffer](), func(ptr any, f codec.Format, data []byte) error {
+		b := &Buffer{data: data}
+		if f != codec.FormatRaw {
+			// Encoded some other way (a nil slice through msgpack): decode.
+			var v []byte
+			if err := codec.DecodeInto(f, data, &v, false); err != nil {
+				return err
+			}
+			b.data = v
+		}
+		*ptr.(**Buffer) = b
+		return nil
+	})
 }
 
 // GetBuffer waits for a []byte object and returns a zero-copy view of it.
@@ -253,16 +293,23 @@ func GetBuffer(ctx context.Context, r Ref[[]byte]) (*Buffer, error) {
 
 // Bytes returns the object's bytes.
 func (b *Buffer) Bytes() []byte {
-	if b == nil || b.v == nil {
+	switch {
+	case b == nil:
 		return nil
+	case b.v != nil:
+		return b.v.Data
 	}
-	return b.v.Data
+	return b.data
 }
 
 // Release unpins the shared memory behind Bytes. Idempotent.
 func (b *Buffer) Release() {
-	if b != nil && b.v != nil {
+	if b == nil {
+		return
+	}
+	if b.v != nil {
 		b.v.Release()
 		b.v = nil
 	}
+	b.data = nil
 }

@@ -14,9 +14,10 @@ import (
 // nodes (not one of Ray's metrics).
 const MetricObjectTransferNodes = "object_transfer_node_to_node"
 
-// remoteLen returns the length of a byte slice it received as an argument
-// (on the node the object was pulled to).
-func remoteLen(ctx context.Context, b []byte) (int, error) { return len(b), nil }
+// remoteLen returns the length of the object it received as a *ray.Buffer
+// argument: read without a copy in the store of the node it was pulled to
+// (a []byte parameter would copy it into the worker's heap first).
+func remoteLen(ctx context.Context, b *ray.Buffer) (int, error) { return len(b.Bytes()), nil }
 
 // remoteBufferLen returns the length of the object r refers to, read where
 // it runs without a copy (ray.GetBuffer maps it from that node's store,
@@ -84,7 +85,7 @@ func (e *env) nodeTransferSetup(size int) setupFunc {
 				return err
 			}
 			defer ref.Release()
-			n, err := remoteLenTask.Options(ray.NodeAffinity(other, false), ray.CPUs(0)).Remote(ctx, ref).Get(ctx)
+			n, err := remoteLenTask.Options(ray.NodeAffinity(other, false), ray.CPUs(0)).Remote(ctx, ray.BufferRef(ref)).Get(ctx)
 			if err == nil && n != size {
 				err = fmt.Errorf("the other node read %d bytes, want %d", n, size)
 			}
@@ -111,7 +112,7 @@ func (e *env) nodeTransferMetric() workload {
 	return workload{
 		name: MetricObjectTransferNodes, unit: UnitGBps, mult: float64(size) / 1e9,
 		note: fmt.Sprintf("goray's own; nearest Ray workload: the object transfer of Ray's release tests (object_store: a large object read on other nodes), not in ray microbenchmark; per call the driver puts a fresh %s object on its node and a task pinned to a second node (another node of the cluster, "+
-			"or one started in this process on loopback) takes it as an argument, so that node's raylet pulls it over the object data plane; "+
+			"or one started in this process on loopback) takes it as a *ray.Buffer argument (read in that node's store without a copy), so that node's raylet pulls it over the object data plane; "+
 			"the time includes the put (about memcpy speed) and the task; figure = object bytes ÷ time (GB = 10^9 bytes); ratio = ÷ TCP loopback bandwidth%s",
 			humanize.IBytes(uint64(size)), sizeNote),
 		limit: LimitTCP, ratio: func(mean, limit float64) float64 { return mean / limit },

@@ -31,6 +31,9 @@ func (a ArgValue) Decode(fn string, ptr any) error {
 		if a.Format == codec.FormatTransport {
 			return AssignTensors(ptr, a.Tensors)
 		}
+		if dec := argDecoders[reflect.TypeOf(ptr)]; dec != nil {
+			return dec(ptr, a.Format, a.Data)
+		}
 		return codec.DecodeInto(a.Format, a.Data, ptr, false)
 	}
 	if err := decode(); err != nil {
