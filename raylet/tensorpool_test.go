@@ -1,6 +1,7 @@
 package raylet
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -68,4 +69,30 @@ func TestTensorPoolTrimsIdle(t *testing.T) {
 	if got := tp.trim(0, tp.cfg.MaxMemory); got != 2<<20 {
 		t.Fatalf("trimmed %d bytes of idle segments, want 2 MiB", got)
 	}
+}
+
+// TestTensorPoolRunGivesBackIdle: left running, the trimming loop empties a
+// pool nobody uses within its idle timeout, and stops with its context.
+func TestTensorPoolRunGivesBackIdle(t *testing.T) {
+	p := poolOf(t, 2)
+	tp := newTensorPool(TensorPoolConfig{Pool: p, MaxMemory: 1 << 30, IdleTimeout: 100 * time.Millisecond}, hclog.NewNullLogger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); tp.run(ctx, nil) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, _, err := p.Usage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle segments still pooled after 30s with a 100ms idle timeout", n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling the pool, not synchronising
+	}
+	cancel()
+	<-done
 }
