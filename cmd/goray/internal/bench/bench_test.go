@@ -355,6 +355,24 @@ func BenchmarkTasksAsync1000(b *testing.B) {
 	b.ReportMetric(float64(b.N)*1000/b.Elapsed().Seconds(), "tasks/s")
 }
 
+// BenchmarkActorCallSync is 1_1_actor_calls_sync: one call at a time,
+// each waited for.
+func BenchmarkActorCallSync(b *testing.B) {
+	ctx := context.Background()
+	as, err := newActors(ctx, 1, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer killAll(ctx, as)
+	for b.Loop() {
+		r := actorSmallValue.On(as[0]).Remote(ctx)
+		if _, err := r.Get(ctx); err != nil {
+			b.Fatal(err)
+		}
+		r.Release()
+	}
+}
+
 func BenchmarkActorCallAsync(b *testing.B) {
 	ctx := context.Background()
 	as, err := newActors(ctx, 1, 1)

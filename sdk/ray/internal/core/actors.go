@@ -571,9 +571,80 @@ func (cw *CoreWorker) submitActorTask(ctx context.Context, actor ActorRef, metho
 	c.running = true
 	c.mu.Unlock()
 	if start {
-		go c.run()
+		c.runFirst(rec)
 	}
 	return h, more
+}
+
+// runFirst starts sending the queue of an idle client, whose only call is
+// rec. When rec needs no waiting — the actor is alive with its stream
+// open and no call under way, rec's arguments resolved — it is sent from
+// the submitting goroutine
+// (a synchronous call then costs no goroutine of its own: callpath.go);
+// whatever needs waiting, and calls queued meanwhile, go to run.
+func (c *actorClient) runFirst(rec *taskRecord) {
+	if c.trySend(rec) {
+		c.mu.Lock()
+		if len(c.queue) == 0 || c.dead != nil {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+	}
+	go c.run()
+}
+
+// trySend sends rec, the head of the queue, if that needs no waiting: the
+// actor is alive, its stream open and rec's arguments resolved. It
+// reports whether it sent rec. Only a client with no call under way
+// sends this way: behind calls not answered yet the stream's flow-control
+// window may be full (an actor applying back-pressure), and Send would
+// block the caller, whose Remote never waits for the cluster.
+func (c *actorClient) trySend(rec *taskRecord) bool {
+	c.mu.Lock()
+	if c.dead != nil || !c.alive || c.stream == nil || len(c.inflight) > 0 || len(c.queue) == 0 || c.queue[0] != rec ||
+		len(rec.pending) > 0 || rec.ctx.Err() != nil {
+		c.mu.Unlock()
+		return false
+	}
+	st := c.stream
+	spec := c.takeHeadLocked(rec)
+	c.mu.Unlock()
+	c.sendSpec(st, spec)
+	return true
+}
+
+// takeHeadLocked takes rec, the head of the queue, off it to be sent to
+// the actor's current instance: it numbers it and records it under way.
+// c.mu is held. It returns the spec to send (a retry replaces rec.spec:
+// taskretry.go).
+func (c *actorClient) takeHeadLocked(rec *taskRecord) *pb.TaskSpec {
+	cw := c.m.cw
+	c.queue = c.queue[1:]
+	c.seq++
+	rec.spec.Seq = c.seq
+	if rec.stream != nil {
+		rec.spec.StreamConsumed = rec.stream.dispatched(c.addr)
+	}
+	spec, addr := rec.spec, c.addr
+	c.inflight[ids.MustFromBytes(spec.TaskId)] = rec
+	cw.submitter.mu.Lock()
+	rec.state, rec.worker, rec.node = stateRunning, addr.WorkerId, addr.NodeId
+	cw.taskDispatched(rec, time.Now(), addr.NodeId, addr.WorkerId)
+	cw.submitter.mu.Unlock()
+	return spec
+}
+
+// sendSpec sends a call taken off the queue on st.
+func (c *actorClient) sendSpec(st pb.CoreWorker_PushTasksClient, spec *pb.TaskSpec) {
+	c.sendMu.Lock()
+	err := st.Send(&pb.TaskRequest{Spec: spec})
+	c.sendMu.Unlock()
+	if err != nil {
+		// The call stays under way: the stream's end decides its fate.
+		c.m.cw.log.Debug("sending actor call failed", "actor", c.ref.ID.Short(), "error", err)
+	}
 }
 
 // run sends queued calls in order, resolving their arguments first. The
@@ -618,8 +689,6 @@ var errNotHead = errors.New("actor call not at the head of the queue")
 // send sends rec on the stream to the actor's current instance, waiting
 // (again) while the actor is restarting or suspended.
 func (c *actorClient) send(rec *taskRecord) error {
-	cw := c.m.cw
-	tid := ids.MustFromBytes(rec.spec.TaskId)
 	for {
 		st, err := c.ensureStream()
 		if errors.Is(err, errNotAlive) {
@@ -644,26 +713,9 @@ func (c *actorClient) send(rec *taskRecord) error {
 			c.mu.Unlock()
 			return errNotHead
 		}
-		c.queue = c.queue[1:]
-		c.seq++
-		rec.spec.Seq = c.seq
-		if rec.stream != nil {
-			rec.spec.StreamConsumed = rec.stream.dispatched(c.addr)
-		}
-		spec, addr := rec.spec, c.addr // a retry replaces rec.spec (taskretry.go)
-		c.inflight[tid] = rec
-		cw.submitter.mu.Lock()
-		rec.state, rec.worker, rec.node = stateRunning, addr.WorkerId, addr.NodeId
-		cw.taskDispatched(rec, time.Now(), addr.NodeId, addr.WorkerId)
-		cw.submitter.mu.Unlock()
+		spec := c.takeHeadLocked(rec)
 		c.mu.Unlock()
-		c.sendMu.Lock()
-		err = st.Send(&pb.TaskRequest{Spec: spec})
-		c.sendMu.Unlock()
-		if err != nil {
-			// The call stays under way: the stream's end decides its fate.
-			cw.log.Debug("sending actor call failed", "actor", c.ref.ID.Short(), "error", err)
-		}
+		c.sendSpec(st, spec)
 		return nil
 	}
 }

@@ -194,7 +194,7 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 		return fmt.Errorf("goray: listening on %s for other nodes: %w", ip, err)
 	}
 	cw.tcpLis = tcpLis
-	cw.server = grpc.NewServer(rpc.ServerOptions(cw.cfg.Auth)...)
+	cw.server = grpc.NewServer(append(rpc.ServerOptions(cw.cfg.Auth), peerServerOptions()...)...)
 	pb.RegisterCoreWorkerServer(cw.server, &coreWorkerService{cw: cw})
 	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path, TcpAddr: tcpLis.Addr().String()}
 
@@ -424,7 +424,7 @@ func (cw *CoreWorker) conn(addr *pb.Address) (*grpc.ClientConn, error) {
 	if c, ok := cw.conns[target]; ok {
 		return c, nil
 	}
-	c, err := rpc.Dial(target, cw.cfg.Auth)
+	c, err := rpc.Dial(target, cw.cfg.Auth, peerDialOptions()...)
 	if err != nil {
 		return nil, err
 	}

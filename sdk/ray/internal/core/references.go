@@ -317,7 +317,18 @@ func (t *objectTable) maybeReleaseLocked(o *object) {
 	}
 }
 
+// signal wakes the flush loop when something is queued for it: a store
+// free, a borrower removal or a tensor collection. Most releases and
+// completions queue nothing (small values live in this process), and
+// waking the loop for nothing would cost a goroutine hand-off per call
+// (callpath.go).
 func (t *objectTable) signal() {
+	t.mu.Lock()
+	work := len(t.frees) > 0 || len(t.removes) > 0 || len(t.tensorGC) > 0
+	t.mu.Unlock()
+	if !work {
+		return
+	}
 	select {
 	case t.kick <- struct{}{}:
 	default:
@@ -684,6 +695,7 @@ func (t *objectTable) flushFrees() {
 		t.mu.Lock()
 		t.frees = append(t.frees, frees...)
 		t.mu.Unlock()
+		time.AfterFunc(time.Second, t.signal)
 	}
 }
 

@@ -160,6 +160,13 @@ type lease struct {
 	dead     bool
 	// tasks counts the tasks sent on the lease.
 	tasks int
+	// The linger timer (lingerThenReturn): idleSince is when the lease
+	// last became idle, at idleGen idleSinceGen; lingering is set while
+	// the timer is armed.
+	lingerTimer  *time.Timer
+	lingering    bool
+	idleSince    time.Time
+	idleSinceGen int
 }
 
 // spread reports whether k's tasks are spread over the nodes: each task
@@ -178,12 +185,15 @@ type submitter struct {
 	closed bool
 	// sweeping: a sweepLater is scheduled and has not started.
 	sweeping bool
+	// linger is how long an idle lease is kept (leaseLinger; tests
+	// change it).
+	linger time.Duration
 }
 
 const taskHistory = 10000
 
 func newSubmitter(cw *CoreWorker) *submitter {
-	return &submitter{cw: cw, keys: map[string]*schedKey{}, tasks: map[ids.ID]*taskRecord{}}
+	return &submitter{cw: cw, keys: map[string]*schedKey{}, tasks: map[ids.ID]*taskRecord{}, linger: leaseLinger}
 }
 
 // SubmitTask submits a normal task and returns a handle to its result. It
@@ -751,27 +761,64 @@ func (s *submitter) recvLoop(l *lease) {
 	}
 }
 
-// lingerThenReturn returns an idle lease unless it is used again soon.
+// lingerThenReturn returns an idle lease unless it is used again soon:
+// once it has had nothing to do (idle since idleGen gen) for leaseLinger.
+// One timer per lease serves every idle spell: a loop of Remote and Get
+// makes the lease idle once per call, and a timer (and goroutine) per
+// spell would cost more than the call itself (callpath.go). When the
+// timer fires early for the current spell it waits out the rest.
 func (s *submitter) lingerThenReturn(l *lease, gen int) {
-	linger := leaseLinger
 	s.mu.Lock()
-	if l.key.spread() && l.tasks > 0 {
-		linger = 0 // spread: one task per lease
+	defer s.mu.Unlock()
+	if l.dead || l.idleGen != gen || len(l.inflight) > 0 {
+		return // used again meanwhile: its next idle spell calls again
 	}
-	s.mu.Unlock()
-	time.AfterFunc(linger, func() {
-		s.mu.Lock()
-		if l.dead || l.idleGen != gen || len(l.inflight) > 0 {
-			s.mu.Unlock()
-			return
-		}
-		l.dead = true
-		delete(l.key.leases, l)
+	l.idleSince, l.idleSinceGen = time.Now(), gen
+	if l.lingering {
+		return
+	}
+	l.lingering = true
+	linger := s.lingerLocked(l)
+	if l.lingerTimer == nil {
+		l.lingerTimer = time.AfterFunc(linger, func() { s.lingerExpired(l) })
+		return
+	}
+	l.lingerTimer.Reset(linger)
+}
+
+// lingerLocked is how long l is kept idle: leaseLinger, or nothing for a
+// spread key's lease that ran its task (one task per lease).
+func (s *submitter) lingerLocked(l *lease) time.Duration {
+	if l.key.spread() && l.tasks > 0 {
+		return 0
+	}
+	return s.linger
+}
+
+// lingerExpired runs when l's linger timer fires: it returns l if it has
+// been idle for its whole linger, waits out the rest of a later idle
+// spell, and leaves a busy lease to its next idle spell.
+func (s *submitter) lingerExpired(l *lease) {
+	s.mu.Lock()
+	if l.dead || len(l.inflight) > 0 || l.idleGen != l.idleSinceGen {
+		// Busy, or its idle spell not recorded yet: lingerThenReturn arms
+		// the timer again when it is idle.
+		l.lingering = false
 		s.mu.Unlock()
-		_ = l.stream.CloseSend()
-		l.cancel()
-		s.returnLease(l, false)
-	})
+		return
+	}
+	if rest := s.lingerLocked(l) - time.Since(l.idleSince); rest > 0 {
+		l.lingerTimer.Reset(rest)
+		s.mu.Unlock()
+		return
+	}
+	l.lingering = false
+	l.dead = true
+	delete(l.key.leases, l)
+	s.mu.Unlock()
+	_ = l.stream.CloseSend()
+	l.cancel()
+	s.returnLease(l, false)
 }
 
 // returnLease returns l to its raylet, which says whether its memory
