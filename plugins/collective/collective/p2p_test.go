@@ -177,7 +177,8 @@ func TestGroupTransfer(t *testing.T) {
 
 // TestConfigure covers the config block's validation.
 func TestConfigure(t *testing.T) {
-	ok := map[string]any{"timeout": "5s", "chunk_size": int64(256 << 10), "listen": "127.0.0.1:0", "kv_namespace": "x", "segment_prefix": testPrefix}
+	ok := map[string]any{"timeout": "5s", "chunk_size": int64(256 << 10), "listen": "127.0.0.1:0", "kv_namespace": "x", "segment_prefix": testPrefix,
+		"algorithm": "recursive_doubling", "recursive_doubling_max": int64(0), "in_process": false}
 	tr := collective.New()
 	defer tr.Close()
 	if err := tr.ConfigSpec().Configure(context.Background(), ok); err != nil {
@@ -203,6 +204,9 @@ func TestConfigure(t *testing.T) {
 		"listen":         {"listen": "nonsense"},
 		"namespace":      {"kv_namespace": ""},
 		"prefix":         {"segment_prefix": "mine-"},
+		"algorithm":      {"algorithm": "tree"},
+		"rd max":         {"recursive_doubling_max": int64(1 << 30)},
+		"rd negative":    {"recursive_doubling_max": int64(-1)},
 	} {
 		if err := collective.New().ConfigSpec().Configure(context.Background(), bad); err == nil {
 			t.Errorf("Configure accepted a bad %s: %v", name, bad)

@@ -59,6 +59,20 @@ func typed[T number](op transport.ReduceOp) reduceFunc {
 	case transport.ReduceSum:
 		f = func(d, s []T) {
 			s = s[:len(d)]
+			// Unrolled: the loop's bounds checks and branch are paid once
+			// per 8 elements.
+			for len(d) >= 8 && len(s) >= 8 {
+				d0, s0 := d[:8:8], s[:8:8]
+				d0[0] += s0[0]
+				d0[1] += s0[1]
+				d0[2] += s0[2]
+				d0[3] += s0[3]
+				d0[4] += s0[4]
+				d0[5] += s0[5]
+				d0[6] += s0[6]
+				d0[7] += s0[7]
+				d, s = d[8:], s[8:]
+			}
 			for i := range d {
 				d[i] += s[i]
 			}

@@ -36,6 +36,12 @@ type plan struct {
 	es           int64 // element size: chunks are whole elements
 	sends, recvs []xfer
 	reduce       reduceFunc
+	// unit is the size of the plan's largest step, from which the chunk
+	// size follows (the same on every rank).
+	unit int64
+	// doubling: run by recursive doubling (execDoubling), not on the ring;
+	// local: in memory among ranks this instance hosts (execLocal).
+	doubling, local bool
 }
 
 // part returns the byte range of part i of count elements split over n
@@ -104,6 +110,13 @@ func (t *Transport) AllReduce(ctx context.Context, req *transport.AllReduceReque
 		count := tn.ByteSize() / es
 		p := &plan{buf: buf, es: es, reduce: red, hdr: opHeader{Seq: seq, Op: transport.OpAllReduce,
 			DType: string(tn.DType), Count: count, Shape: tn.Shape, Reduce: string(req.Op.OrSum())}}
+		set, local := m.settings()
+		if set.useDoubling(m.world, int64(len(buf))) {
+			p.doubling, p.hdr.Algo = true, AlgorithmRecursiveDoubling
+			return p, nil
+		}
+		p.local = local && set.algo == AlgorithmAuto
+		_, p.unit = part(count, m.world, 0, es)
 		p.ringSteps(m.world, m.rank, func(i int) (int64, int64) { return part(count, m.world, i, es) }, true, true)
 		return p, nil
 	}, nil)
@@ -132,7 +145,7 @@ func (t *Transport) Broadcast(ctx context.Context, req *transport.BroadcastReque
 			return nil, err
 		}
 		es := int64(tn.DType.ElementSize())
-		p := &plan{buf: buf, es: es, hdr: opHeader{Seq: seq, Op: transport.OpBroadcast,
+		p := &plan{buf: buf, es: es, unit: int64(len(buf)), hdr: opHeader{Seq: seq, Op: transport.OpBroadcast,
 			DType: string(tn.DType), Count: tn.ByteSize() / es, Shape: tn.Shape, Root: req.Root}}
 		d := (m.rank - req.Root + m.world) % m.world
 		n := int64(len(buf))
@@ -187,7 +200,7 @@ func (t *Transport) AllGather(ctx context.Context, req *transport.AllGatherReque
 		if !inPlace {
 			copy(buf[int64(m.rank)*blk:], src)
 		}
-		p := &plan{buf: buf, es: es, hdr: opHeader{Seq: seq, Op: transport.OpAllGather,
+		p := &plan{buf: buf, es: es, unit: blk, hdr: opHeader{Seq: seq, Op: transport.OpAllGather,
 			DType: string(in.DType), Count: blk / es, Shape: in.Shape}}
 		p.ringSteps(m.world, m.rank, func(i int) (int64, int64) {
 			i = ((i % m.world) + m.world) % m.world
@@ -238,6 +251,7 @@ func (t *Transport) ReduceScatter(ctx context.Context, req *transport.ReduceScat
 		buf := slices.Clone(src)
 		p := &plan{buf: buf, es: es, reduce: red, hdr: opHeader{Seq: seq, Op: transport.OpReduceScatter,
 			DType: string(in.DType), Count: count, Shape: in.Shape, Reduce: string(req.Op.OrSum())}}
+		_, p.unit = part(count, m.world, 0, es)
 		p.ringSteps(m.world, m.rank, func(i int) (int64, int64) { return part(count, m.world, i, es) }, true, false)
 		outOff, outLen = part(count, m.world, m.rank, es)
 		return p, nil
@@ -353,7 +367,14 @@ func (m *member) run(ctx context.Context, op string, prepare func(*member, uint6
 		return m.failLocal(call(op, seq), err)
 	}
 	if m.world > 1 {
-		if err := m.exec(opCtx, p); err != nil {
+		exec := m.exec
+		switch {
+		case p.doubling:
+			exec = m.execDoubling
+		case p.local:
+			exec = m.execLocal
+		}
+		if err := exec(opCtx, p); err != nil {
 			return err
 		}
 	}
@@ -370,9 +391,9 @@ func (m *member) run(ctx context.Context, op string, prepare func(*member, uint6
 // wait for sends.
 func (m *member) exec(ctx context.Context, p *plan) error {
 	m.mu.Lock()
-	next, prev := m.next, m.prev
+	next, prev, set := m.next, m.prev, m.set
 	m.mu.Unlock()
-	cs := max(p.es, m.t.config().ChunkSize/p.es*p.es)
+	cs := set.chunkSize(p.unit, p.es)
 	if p.reduce != nil && int64(len(m.scratch)) < cs {
 		m.scratch = make([]byte, cs)
 	}
@@ -394,8 +415,13 @@ func (m *member) exec(ctx context.Context, p *plan) error {
 		close(quit)
 	}
 	serr := <-sent
-	fired := !stop()
-	if rerr == nil && serr == nil && !fired {
+	return m.outcome(errors.Join(rerr, serr), !stop())
+}
+
+// outcome is the result of a collective whose steps returned err and
+// whose context's deadline or cancellation fired (or not).
+func (m *member) outcome(err error, fired bool) error {
+	if err == nil && !fired {
 		return nil
 	}
 	// The group is broken now (by whoever failed first); report this
@@ -406,14 +432,22 @@ func (m *member) exec(ctx context.Context, p *plan) error {
 	if err := m.causeErr(); err != nil {
 		return err
 	}
-	return errors.Join(rerr, serr) // not reached: a failed step breaks the group
+	return err // not reached: a failed step breaks the group
+}
+
+// settings returns the group's settings and whether this instance hosts
+// every rank.
+func (m *member) settings() (groupSettings, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.set, m.local != nil
 }
 
 // sendSteps writes the header and the plan's sends to the next rank.
 func (m *member) sendSteps(ctx context.Context, p *plan, c net.Conn, cs int64, base []int, progress <-chan struct{}, quit <-chan struct{}) error {
 	next := (m.rank + 1) % m.world
-	if err := writeFrame(c, p.hdr); err != nil {
-		return m.linkFailed(ctx, next, "sending to", err)
+	if err := m.sendHeader(ctx, p, c); err != nil {
+		return err
 	}
 	var hdr [dataHeaderLen]byte
 	done := 0 // receive chunks known complete
@@ -455,9 +489,17 @@ func (m *member) sendSteps(ctx context.Context, p *plan, c net.Conn, cs int64, b
 	return nil
 }
 
-// recvSteps reads the header and the plan's receives from the previous
-// rank, reducing into or copying to the buffer, and reports each chunk.
-func (m *member) recvSteps(ctx context.Context, p *plan, c net.Conn, cs int64, progress chan<- struct{}) error {
+// sendHeader writes the plan's op header to the next rank.
+func (m *member) sendHeader(ctx context.Context, p *plan, c net.Conn) error {
+	if err := writeFrame(c, p.hdr); err != nil {
+		return m.linkFailed(ctx, (m.rank+1)%m.world, "sending to", err)
+	}
+	return nil
+}
+
+// recvHeader reads the previous rank's op header and checks that it
+// called the same collective as this rank.
+func (m *member) recvHeader(ctx context.Context, p *plan, c net.Conn) error {
 	prev := (m.rank - 1 + m.world) % m.world
 	var h opHeader
 	if err := readFrame(c, &h); err != nil {
@@ -466,6 +508,16 @@ func (m *member) recvSteps(ctx context.Context, p *plan, c net.Conn, cs int64, p
 	if !h.equal(p.hdr) {
 		err := fmt.Errorf("%w: rank %d called %s, this rank (%d) called %s", transport.ErrBadMetadata, prev, h, m.rank, p.hdr)
 		return m.failLocal(call(p.hdr.Op, p.hdr.Seq), err)
+	}
+	return nil
+}
+
+// recvSteps reads the header and the plan's receives from the previous
+// rank, reducing into or copying to the buffer, and reports each chunk.
+func (m *member) recvSteps(ctx context.Context, p *plan, c net.Conn, cs int64, progress chan<- struct{}) error {
+	prev := (m.rank - 1 + m.world) % m.world
+	if err := m.recvHeader(ctx, p, c); err != nil {
+		return err
 	}
 	var hdr [dataHeaderLen]byte
 	for i, x := range p.recvs {
@@ -486,16 +538,53 @@ func (m *member) recvSteps(ctx context.Context, p *plan, c net.Conn, cs int64, p
 			}
 			dst := p.buf[off : off+n]
 			if x.reduce {
-				tmp := m.scratch[:n]
-				if _, err := io.ReadFull(c, tmp); err != nil {
+				if err := readReduce(c, dst, p.es, m.scratch, p.reduce); err != nil {
 					return m.linkFailed(ctx, prev, "receiving from", err)
 				}
-				p.reduce(dst, tmp)
 			} else if _, err := io.ReadFull(c, dst); err != nil {
 				return m.linkFailed(ctx, prev, "receiving from", err)
 			}
 			progress <- struct{}{}
 		}
+	}
+	return nil
+}
+
+// funcReader is a connection whose reader can work on the writer's bytes
+// in place (memConn).
+type funcReader interface {
+	readFunc(max int, fn func([]byte) int) (int, error)
+}
+
+// readReduce reads len(dst) bytes from c and reduces them into dst: in
+// place from the writer's memory when c is in-process, else through
+// scratch (at least one element long, a whole number of elements).
+func readReduce(c io.Reader, dst []byte, es int64, scratch []byte, red reduceFunc) error {
+	if fr, ok := c.(funcReader); ok {
+		for len(dst) > 0 {
+			whole := 0
+			if _, err := fr.readFunc(len(dst), func(b []byte) int {
+				whole = len(b) / int(es) * int(es)
+				if whole > 0 {
+					red(dst[:whole], b[:whole])
+				}
+				return whole
+			}); err != nil {
+				return err
+			}
+			if whole == 0 {
+				break // a partial element: finish through scratch
+			}
+			dst = dst[whole:]
+		}
+	}
+	for len(dst) > 0 {
+		n := min(len(dst), len(scratch)/int(es)*int(es))
+		if _, err := io.ReadFull(c, scratch[:n]); err != nil {
+			return err
+		}
+		red(dst[:n], scratch[:n])
+		dst = dst[n:]
 	}
 	return nil
 }
@@ -524,11 +613,22 @@ func (m *member) linkFailed(ctx context.Context, peer int, dir string, err error
 	return m.causeErr()
 }
 
-// closeRing closes the ring connections.
+// closeRing closes the ring connections and the recursive-doubling links.
 func (m *member) closeRing() {
 	m.mu.Lock()
-	next, prev := m.next, m.prev
+	links := m.linksLocked()
 	m.mu.Unlock()
-	m.t.closeConn(next)
-	m.t.closeConn(prev)
+	for _, c := range links {
+		m.t.closeConn(c)
+	}
+}
+
+// linksLocked returns the member's data connections: the ring's and the
+// recursive-doubling links. m.mu is held.
+func (m *member) linksLocked() []net.Conn {
+	links := []net.Conn{m.next, m.prev}
+	for _, c := range m.peers {
+		links = append(links, c)
+	}
+	return links
 }

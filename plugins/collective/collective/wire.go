@@ -7,6 +7,8 @@ package collective
 //	join   rank r → rank 0's instance: the control connection of a group
 //	       (rendezvous: roster, ready/go; afterwards failure notices)
 //	ring   rank r → rank r+1's instance: the data connection of the ring
+//	peer   rank r → rank q's instance (q > r): a recursive-doubling link
+//	       (see partners), used in both directions
 //	fetch  destination → source instance: one point-to-point transfer
 //
 // and is answered with a reply frame (empty = accepted). Frames are a
@@ -51,6 +53,7 @@ const (
 const (
 	helloJoin  = "join"
 	helloRing  = "ring"
+	helloPeer  = "peer"
 	helloFetch = "fetch"
 )
 
@@ -110,6 +113,11 @@ type ctrlMsg struct {
 	Epoch  string   `json:"epoch,omitempty"`
 	Addrs  []string `json:"addrs,omitempty"`
 	Nonces []string `json:"nonces,omitempty"`
+	// Chunk, Algo and RDMax (roster) are rank 0's chunk_size, algorithm
+	// and recursive_doubling_max, which the whole group uses.
+	Chunk int64  `json:"chunk,omitempty"`
+	Algo  string `json:"algo,omitempty"`
+	RDMax int64  `json:"rd_max,omitempty"`
 	// Rank, Kind and Msg describe a failure (abort, leave).
 	Rank int    `json:"rank,omitempty"`
 	Kind string `json:"kind,omitempty"`
@@ -143,6 +151,9 @@ type opHeader struct {
 	Shape  []int64 `json:"shape,omitempty"`
 	Reduce string  `json:"reduce,omitempty"`
 	Root   int     `json:"root,omitempty"`
+	// Algo is set when the collective does not run on the ring
+	// (AlgorithmRecursiveDoubling).
+	Algo string `json:"algo,omitempty"`
 }
 
 func (h opHeader) String() string {
@@ -156,12 +167,15 @@ func (h opHeader) String() string {
 	if h.Op == transport.OpBroadcast {
 		s += fmt.Sprintf(" from root %d", h.Root)
 	}
+	if h.Algo != "" {
+		s += " by " + h.Algo
+	}
 	return s
 }
 
 func (h opHeader) equal(o opHeader) bool {
 	return h.Seq == o.Seq && h.Op == o.Op && h.DType == o.DType && h.Count == o.Count &&
-		slices.Equal(h.Shape, o.Shape) && h.Reduce == o.Reduce && h.Root == o.Root
+		slices.Equal(h.Shape, o.Shape) && h.Reduce == o.Reduce && h.Root == o.Root && h.Algo == o.Algo
 }
 
 // transportData is ExtractMetadataResponse.TransportData.
@@ -263,14 +277,23 @@ func jsonBytes(v any) ([]byte, error) { return json.Marshal(v) }
 
 // writeFrame writes v as a length-prefixed JSON frame.
 func writeFrame(w io.Writer, v any) error {
-	body, err := json.Marshal(v)
+	buf, err := encodeFrame(v)
 	if err != nil {
 		return err
 	}
+	_, err = w.Write(buf)
+	return err
+}
+
+// encodeFrame returns v as a length-prefixed JSON frame.
+func encodeFrame(v any) ([]byte, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
 	buf := make([]byte, 4, 4+len(body))
 	binary.BigEndian.PutUint32(buf, uint32(len(body)))
-	_, err = w.Write(append(buf, body...))
-	return err
+	return append(buf, body...), nil
 }
 
 // readFrame reads a length-prefixed JSON frame into v.

@@ -472,10 +472,10 @@ func (e *env) allReduceMetrics() []workload {
 			bus := float64(size) * 2 * float64(n-1) / float64(n)
 			out = append(out, workload{
 				name: allReduceMetricName(n, size), unit: UnitGBps, mult: bus / 1e9,
-				note: fmt.Sprintf("goray's own; nearest Ray workload: ray.util.collective allreduce (NCCL or Gloo), which ray microbenchmark does not measure; bus bandwidth as nccl-tests defines it; %d rank actors on a node started in this process (running the collective plugin: one plugin process hosts every rank, the ring runs over TCP loopback) "+
+				note: fmt.Sprintf("goray's own; nearest Ray workload: ray.util.collective allreduce (NCCL or Gloo), which ray microbenchmark does not measure; bus bandwidth as nccl-tests defines it; %d rank actors on a node started in this process (running the collective plugin: one plugin process hosts every rank, so with algorithm = auto the all-reduce meets in memory: each rank reduces its part from every rank's tensor, then copies the other parts; no TCP loopback) "+
 					"each all-reduce (sum, in place) a %s float32 tensor through sdk/ray/collective, the driver calling every rank per call; "+
 					"figure = bus bandwidth = bytes × 2(n−1)/n ÷ time (nccl-tests' busbw; GB = 10^9 bytes); "+
-					"ratio = ÷ TCP loopback bandwidth, the ring's limit: each rank's bytes cross its link once per direction, and all ranks share this machine's cores",
+					"ratio = ÷ TCP loopback bandwidth, what a ring link between nodes could reach (the ring over TCP loopback on this machine stays below it: n links share the 2 cores); in memory the ranks are bound by the reduction and the copies, all ranks sharing this machine's cores",
 					n, humanize.IBytes(uint64(size))),
 				limit: LimitTCP, ratio: func(mean, limit float64) float64 { return mean / limit },
 				setup: e.allReduceSetup(n, size),
