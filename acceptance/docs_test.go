@@ -93,6 +93,7 @@ var documented = []docEntry{
 	{file: "docs/state.md", first: "goray start --head --port 6380", test: "TestDocState"},
 	{file: "docs/logs.md", first: "goray start --head --port 6380", test: "TestDocLogs"},
 	{file: "docs/dashboard.md", first: "goray start --head --port 6380 --dashboard-port 8265", test: "TestDocDashboard"},
+	{file: "docs/scale.md", first: "goray scale --nodes 20 --duration 1s --events 2 --json bin/scale-quick.json", test: "TestDocScale"},
 	{file: "docs/benchmarks.md", first: "make bench", test: "TestDocMicrobenchmark", skip: map[string]string{
 		"make bench":                        "it rewrites docs/benchmarks.md from a full run, which takes minutes",
 		"go run ./cmd/goray microbenchmark": whyFullBench,

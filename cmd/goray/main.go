@@ -178,5 +178,6 @@ func (a *app) rootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&a.logLevel, "log-level", "", "log level: trace, debug, info, warn or error (for start: the node's log)")
 	root.AddCommand(a.startCmd(), a.stopCmd(), a.upCmd(), a.downCmd(), a.statusCmd(), a.listCmd(), a.versionCmd(), a.microbenchmarkCmd(), a.pluginsCmd(), a.authCmd(), a.certCmd(), a.gcsServerCmd(), a.logsCmd(), a.jobCmd())
 	root.AddCommand(a.summaryCmd(), a.memoryCmd(), a.timelineCmd()) // cluster-wide state (statecmds.go)
+	root.AddCommand(a.scaleCmd())                                   // the scale harness (scale.go)
 	return root
 }
