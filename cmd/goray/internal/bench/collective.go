@@ -583,8 +583,8 @@ func (e *env) oneSidedMetrics() []workload {
 		},
 		{
 			name: MetricOneSidedRegister, unit: UnitMicros, latency: true,
-			note: fmt.Sprintf("goray's own; nearest Ray workload: NIXL memory registration under Ray's NIXL transport, not measured by Ray; per call an actor extracts an object on a %s tensor whose segment is not registered (the plugin maps it read-only with its pages populated: the registration) "+
-				"and collects it (deregistered, unmapped): two plugin calls through the raylet; figure = µs per call; ratio = ÷ the time memcpy takes for %s", hs, hs),
+			note: fmt.Sprintf("goray's own; nearest Ray workload: NIXL memory registration under Ray's NIXL transport, not measured by Ray; per call an actor extracts an object on a %s tensor whose segment is not registered (the registration) "+
+				"and collects it (deregistered): two plugin calls through the raylet; the agent keeps a registration's mapping by file once it ends, so after the first call the segment registers again without a new mapping or page population, as a segment back from the node's pool does; figure = µs per call; ratio = ÷ the time memcpy takes for %s", hs, hs),
 			limit: LimitMemcpy, ratio: func(mean, limit float64) float64 { return mean / memcpyMicros(limit) },
 			setup: e.registerSetup(size, false),
 		},
