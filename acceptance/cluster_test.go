@@ -292,3 +292,51 @@ func copyFile(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// TestClusterFreesPulledCopies: objects the driver put on the head and
+// tasks on another node read (that node pulls a copy of each) leave no
+// store once the driver releases them, while the driver still runs: the
+// owner's free, sent only to the nodes that may hold a copy, reaches the
+// node that pulled them.
+func TestClusterFreesPulledCopies(t *testing.T) {
+	ctx := testCtx(t)
+	h := startClusterHead(t, ctx)
+	n2 := joinNode(t, ctx, h, "127.0.0.2", "")
+	dir := shortTempDir(t)
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "copies", dir, n2.id)
+	want := strings.Fields(waitFile(t, j, 60*time.Second, filepath.Join(dir, "ids")))
+	if len(want) != 4 {
+		t.Fatalf("job wrote %d object ids, want 4", len(want))
+	}
+	var left []string
+	waitFor(t, 20*time.Second, "the pulled copies to be freed on every node", func() bool {
+		r := runGoray(t, ctx, "list", "objects", "--json", "--temp-dir", n2.tempDir)
+		if r.code != 0 {
+			return false
+		}
+		var out struct {
+			Objects []struct {
+				ObjectID   string   `json:"object_id"`
+				StoreNodes []string `json:"store_nodes"`
+			} `json:"objects"`
+		}
+		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
+			return false
+		}
+		left = left[:0]
+		for _, o := range out.Objects {
+			for _, id := range want {
+				if o.ObjectID == id && len(o.StoreNodes) > 0 {
+					left = append(left, id[:8]+" on "+strings.Join(o.StoreNodes, ","))
+				}
+			}
+		}
+		return len(left) == 0
+	})
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, out := j.wait(ctx); code != 0 {
+		t.Fatalf("copies job exited %d:\n%s", code, out)
+	}
+}

@@ -51,11 +51,15 @@ func (s *Server) DrainNode(ctx context.Context, req *gorayv1.DrainNodeRequest) (
 	}
 	s.mu.Lock()
 	if n := s.nodes[id]; n != nil && n.info.GetState() == StateAlive {
+		was := n.draining
 		switch {
 		case req.GetCancel():
 			n.draining = false
 		case rep.GetAccepted():
 			n.draining = true
+		}
+		if n.draining != was {
+			s.nodeChangedLocked(id, n)
 		}
 	}
 	s.mu.Unlock()

@@ -30,6 +30,16 @@ type nodeEntry struct {
 	// available resources, so that no one sees a group's reservation
 	// while it is partial; placement itself uses the true figures.
 	holding resources.Set
+	// pubAvailable is available as last published to versioned views,
+	// at pubAt; loadDrift: available moved since, less than the
+	// threshold (nodeversions.go).
+	pubAvailable *gorayv1.Resources
+	pubAt        time.Time
+	loadDrift    bool
+	// pubView is the view versioned refreshes get, as of its last change
+	// (nil: not built since; see publishedLocked). Never changed once
+	// built: replies share it.
+	pubView *gorayv1.NodeView
 }
 
 // totalLocked is the node's total: its own resources and the placement
@@ -144,6 +154,7 @@ func (s *Server) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequ
 	}
 	s.nodes[id] = n
 	s.nodeOrder = append(s.nodeOrder, id)
+	s.nodeChangedLocked(id, n)
 	s.saveLocked(tableNodes, id.String(), info)
 	d = s.durableNow()
 	s.log.Info("node registered", "node", id.Short(), "name", info.GetNodeName(), "head", info.GetIsHead())
@@ -215,17 +226,25 @@ func (s *Server) ReportHeartbeat(_ context.Context, req *gorayv1.HeartbeatReques
 	}
 	n.storeUsed = req.GetStoreUsed()
 	n.storeCapacity = req.GetStoreCapacity()
+	drained := n.draining != req.GetDraining()
 	n.draining = req.GetDraining()
 	n.pending = n.pending[:0]
 	for _, p := range req.GetPending() {
 		n.pending = append(n.pending, cloneMsg(p))
 	}
+	if drained {
+		s.nodeChangedLocked(id, n)
+	} else {
+		s.availableChangedLocked(id, n)
+	}
 	return &gorayv1.HeartbeatReply{}, nil
 }
 
-// GetAllNodes returns every node, alive and dead, with its latest view.
-func (s *Server) GetAllNodes(context.Context, *gorayv1.GetAllNodesRequest) (*gorayv1.GetAllNodesReply, error) {
-	return &gorayv1.GetAllNodesReply{Nodes: s.Nodes()}, nil
+// GetAllNodes returns every node, alive and dead, with its latest view;
+// a request with the epoch and version of the caller's last reply gets
+// only the nodes changed since, when the GCS can tell (NodesSince).
+func (s *Server) GetAllNodes(_ context.Context, req *gorayv1.GetAllNodesRequest) (*gorayv1.GetAllNodesReply, error) {
+	return s.NodesSince(req.GetSinceEpoch(), req.GetSinceVersion()), nil
 }
 
 // checkHealth declares dead every alive node whose last heartbeat is more
@@ -243,7 +262,9 @@ func (s *Server) checkHealth() {
 		if since := now.Sub(n.lastHeartbeat); since > limit {
 			reason := fmt.Sprintf("missed %d health checks (last seen %.1fs ago)", s.threshold, since.Seconds())
 			s.markNodeDeadLocked(id, n, reason)
+			continue
 		}
+		s.republishLoadLocked(id, n, now)
 	}
 }
 
@@ -257,6 +278,7 @@ func (s *Server) markNodeDeadLocked(id ids.ID, n *nodeEntry, reason string) {
 	n.info.State = StateDead
 	n.info.EndTimeMs = s.nowMs()
 	n.info.DeathReason = reason
+	s.nodeChangedLocked(id, n)
 	s.saveLocked(tableNodes, id.String(), n.info)
 	s.log.Warn("node dead", "node", id.Short(), "name", n.info.GetNodeName(), "reason", reason)
 	s.publishLocked(Event{Kind: EventNodeDead, Node: n.info})

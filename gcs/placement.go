@@ -56,6 +56,8 @@ type pgEntry struct {
 	// changed is closed and replaced on every state change, for
 	// GetPlacementGroup's wait_ready.
 	changed chan struct{}
+	// told are the nodes told of the group's removal (pgremove.go).
+	told map[ids.ID]bool
 }
 
 // changedLocked wakes e's waiters and saves it; p.mu must be held.
@@ -363,6 +365,7 @@ func (p *placementGroups) run(ctx context.Context) {
 		}
 		p.retrySweeps(ctx)
 		p.retryCancels(ctx)
+		p.sweepRemovedDemand(ctx)
 		p.schedule(ctx)
 		if d, ok := p.nextSweep(); ok {
 			due.Reset(d)
@@ -450,7 +453,11 @@ func (p *placementGroups) remove(ctx context.Context, id ids.ID, reason string) 
 	if name := e.info.GetName(); name != "" && p.byName[name] == id {
 		delete(p.byName, name)
 	}
+	holding := map[ids.ID]bool{}
 	for _, b := range e.info.GetBundles() {
+		if len(b.GetNodeId()) > 0 {
+			holding[ids.MustFromBytes(b.GetNodeId())] = true
+		}
 		b.NodeId = nil
 	}
 	p.changedLocked(e)
@@ -461,9 +468,9 @@ func (p *placementGroups) remove(ctx context.Context, id ids.ID, reason string) 
 	p.log.Info("placement group removed", "group", id.Short(), "reason", reason)
 	why := fmt.Sprintf("placement group %s was removed (%s)", id.Short(), reason)
 	p.s.groupRemoved(id, why)
-	// Every node hears of it, not only those holding bundles: a node with
-	// requests queued for the group fails them.
-	p.cancelOn(ctx, id, p.s.aliveNodes(), why)
+	// The nodes holding its bundles hear of it, and those with requests
+	// queued for it fail them (pgremove.go).
+	p.cancelGroupOn(ctx, id, p.s.removalTargets(id, holding), why)
 	// What it held is free: groups waiting for it get their turn now.
 	p.wake()
 	return nil
@@ -808,6 +815,7 @@ func (s *Server) setAvailable(id ids.ID, avail *gorayv1.Resources) {
 	defer s.mu.Unlock()
 	if n := s.nodes[id]; n != nil && n.info.GetState() == StateAlive {
 		n.available = cloneMsg(avail)
+		s.availableChangedLocked(id, n)
 	}
 }
 
@@ -827,6 +835,7 @@ func (s *Server) hold(id ids.ID, avail *gorayv1.Resources, held resources.Set) {
 		n.holding = resources.Set{}
 	}
 	n.holding.Add(held)
+	s.nodeChangedLocked(id, n)
 }
 
 // releaseHolds forgets what a reservation held on nodes.
@@ -834,8 +843,9 @@ func (s *Server) releaseHolds(nodes map[string]ids.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range nodes {
-		if n := s.nodes[id]; n != nil {
+		if n := s.nodes[id]; n != nil && n.holding != nil {
 			n.holding = nil
+			s.nodeChangedLocked(id, n)
 		}
 	}
 }
@@ -852,6 +862,7 @@ func (s *Server) addGroupResources(id ids.ID, add resources.Set) {
 		n.groups = resources.Set{}
 	}
 	n.groups.Add(add)
+	s.nodeChangedLocked(id, n)
 }
 
 // dropBundleResources takes bundles idx of group off a node's total.
@@ -870,6 +881,7 @@ func (s *Server) dropBundleResources(id ids.ID, group ids.ID, idx []int32, bundl
 			}
 		}
 	}
+	s.nodeChangedLocked(id, n)
 }
 
 // dropGroupResources takes every resource of group off a node's total.
@@ -881,10 +893,15 @@ func (s *Server) dropGroupResources(node ids.ID, group ids.ID) {
 	if n == nil {
 		return
 	}
+	dropped := false
 	for k := range n.groups {
 		if strings.HasSuffix(k, suffix) {
 			delete(n.groups, k)
+			dropped = true
 		}
+	}
+	if dropped {
+		s.nodeChangedLocked(node, n)
 	}
 }
 

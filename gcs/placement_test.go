@@ -24,6 +24,7 @@ type fakeRaylets struct {
 	held      map[ids.ID]map[ids.ID]map[int32]resources.Set // node -> group -> index -> bundle
 	committed map[ids.ID]map[ids.ID]map[int32]bool
 	cancels   map[ids.ID]int // group -> Cancel calls
+	cancelsOn map[ids.ID]int // node -> Cancel calls
 	// cancelFails makes that many Cancel calls fail first.
 	cancelFails int
 	// releaseFails makes that many ReleaseUnused calls fail first;
@@ -44,6 +45,7 @@ func newFakeRaylets() *fakeRaylets {
 		held:      map[ids.ID]map[ids.ID]map[int32]resources.Set{},
 		committed: map[ids.ID]map[ids.ID]map[int32]bool{},
 		cancels:   map[ids.ID]int{},
+		cancelsOn: map[ids.ID]int{},
 		releases:  map[ids.ID]int{},
 		failOn:    map[ids.ID]bool{},
 		gate:      map[ids.ID]chan struct{}{},
@@ -129,6 +131,7 @@ func (f *fakeRaylets) Cancel(_ context.Context, n *gorayv1.NodeInfo, g ids.ID, i
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cancels[g]++
+	f.cancelsOn[node]++
 	if f.cancelFails > 0 {
 		f.cancelFails--
 		return nil, errors.New("connection reset")

@@ -106,6 +106,8 @@ type Server struct {
 	// which is never DEAD: an actor's death frees its name.
 	byName map[actorName]ids.ID
 	subs   map[*subscriber]struct{}
+	// changes numbers the changes of nodes' views (nodeversions.go).
+	changes nodeChanges
 
 	kvMu     sync.Mutex
 	kv       map[string]map[string][]byte
@@ -164,6 +166,7 @@ func New(opts Options) *Server {
 		kvUse:     map[string]*kvUsage{},
 		started:   opts.Now(),
 		clusterID: ids.New().String(),
+		changes:   newNodeChanges(maxNodeChanges),
 	}
 	s.pgs = newPlacementGroups(s, opts.Reserver, opts.Logger, opts.HeartbeatPeriod)
 	s.taskEvents = newTaskEventStore(opts.TaskEvents)

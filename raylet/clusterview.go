@@ -49,6 +49,10 @@ func dialOptions(addr string, creds *auth.Credentials) []grpc.DialOption {
 type clusterSnapshot struct {
 	list []*policy.Node // ordered by id
 	byID map[ids.ID]*policy.Node
+	// epoch and version are the GCS's for this view: the next refresh
+	// asks for the changes since (an empty epoch: the whole table).
+	epoch   string
+	version uint64
 }
 
 var emptySnapshot = &clusterSnapshot{byID: map[ids.ID]*policy.Node{}}
@@ -88,9 +92,10 @@ func newClusterView(nodeID ids.ID, gcs gorayv1.GcsClient, creds *auth.Credential
 // snapshot returns the current view.
 func (cv *clusterView) snapshot() *clusterSnapshot { return cv.view.Load() }
 
-// refresh reads the nodes from the GCS and publishes a new view; it
-// returns the nodes that died since the last view (ok is false when the
-// GCS could not be read).
+// refresh reads the nodes changed since the view's version from the GCS
+// (the whole table when the GCS cannot tell: see gcs.NodesSince) and
+// publishes a new view; it returns the nodes that died since the last
+// view (ok is false when the GCS could not be read).
 func (cv *clusterView) refresh(ctx context.Context) (died []*policy.Node, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 	defer cancel()
@@ -99,21 +104,22 @@ func (cv *clusterView) refresh(ctx context.Context) (died []*policy.Node, ok boo
 	// later-asked one was published, so an older answer never undoes a
 	// newer one (a dead node coming back alive).
 	gen := cv.asked.Add(1)
-	rep, err := cv.gcs.GetAllNodes(ctx, &gorayv1.GetAllNodesRequest{})
+	base := cv.view.Load()
+	rep, err := cv.gcs.GetAllNodes(ctx, &gorayv1.GetAllNodesRequest{SinceEpoch: base.epoch, SinceVersion: base.version})
 	if err != nil {
 		cv.log.Debug("refreshing the cluster view failed", "error", err)
 		return nil, false
 	}
 	cv.syncMu.Lock()
 	defer cv.syncMu.Unlock()
-	if gen < cv.published {
+	old := cv.view.Load()
+	if !publishable(old, rep, gen < cv.published) {
 		return nil, true
 	}
-	cv.published = gen
-	old := cv.view.Load()
-	next := &clusterSnapshot{byID: make(map[ids.ID]*policy.Node, len(old.byID))}
+	cv.published = max(cv.published, gen)
+	next := &clusterSnapshot{byID: make(map[ids.ID]*policy.Node, len(old.byID)), epoch: rep.GetEpoch(), version: rep.GetVersion()}
 	for id, p := range old.byID {
-		next.byID[id] = p // nodes the GCS no longer lists stay as they were
+		next.byID[id] = p // nodes the GCS no longer lists (or did not change) stay as they were
 	}
 	for _, v := range rep.GetNodes() {
 		id, err := ids.FromBytes(v.GetInfo().GetNodeId())
@@ -138,6 +144,24 @@ func (cv *clusterView) refresh(ctx context.Context) (died []*policy.Node, ok boo
 	policy.SortByID(next.list)
 	cv.view.Store(next)
 	return died, true
+}
+
+// publishable reports whether reply rep changes view old. Within one
+// GCS incarnation (epoch) versions order the replies: an older one is
+// dropped, and a delta applies to any view at or past the version it was
+// asked from (views only move forward, and a delta holds every node
+// changed since). A whole table of another epoch (the GCS restarted) or
+// of a GCS without versions is published unless a later-asked refresh
+// already was (askedLater).
+func publishable(old *clusterSnapshot, rep *gorayv1.GetAllNodesReply, askedLater bool) bool {
+	switch {
+	case rep.GetEpoch() != "" && rep.GetEpoch() == old.epoch:
+		return rep.GetVersion() > old.version || (rep.GetVersion() == old.version && !rep.GetDelta())
+	case rep.GetDelta():
+		return false // from a view this one is not
+	default:
+		return !askedLater
+	}
 }
 
 // peer returns the view of node id (nil when unknown).

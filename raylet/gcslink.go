@@ -173,17 +173,48 @@ type gcsLink struct {
 	b       *backoff.ExponentialBackOff
 	lastErr error
 	gaveUp  bool // the node stopped itself: no more calls
+	// refresh asks refreshLoop for a refresh of the cluster view (one
+	// pending at most: asks while one waits merge into it).
+	refresh chan struct{}
 }
 
 func newGCSLink(period time.Duration) *gcsLink {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval = period, max(period, gcsRetryMax)
-	return &gcsLink{b: b}
+	return &gcsLink{b: b, refresh: make(chan struct{}, 1)}
+}
+
+// askRefresh asks refreshLoop for a refresh of the cluster view, without
+// waiting.
+func (l *gcsLink) askRefresh() {
+	select {
+	case l.refresh <- struct{}{}:
+	default: // one is already asked for
+	}
+}
+
+// refreshLoop refreshes the cluster view whenever a report asks for it,
+// until ctx ends or the node stops. Refreshes run here, not in Run's
+// loop, so that a slow one (a GCS under load) never delays the heartbeat
+// that keeps the node alive: a GCS that answers slowly must not turn
+// into nodes declared dead.
+func (r *Raylet) refreshLoop(ctx context.Context, l *gcsLink) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.closing:
+			return
+		case <-l.refresh:
+			r.syncCluster(ctx)
+		}
+	}
 }
 
 // tick runs one report to the GCS: a heartbeat (or, during an outage, a
 // retry once its backoff passed), a registration again when the GCS does
-// not know the node, and the cluster view's refresh when the GCS answered.
+// not know the node, and, when the GCS answered, asks refreshLoop for the
+// cluster view's refresh.
 // It stops the node when the GCS is silent for the reconnect timeout or
 // refuses the node.
 func (r *Raylet) tick(ctx context.Context, l *gcsLink) {
@@ -241,7 +272,7 @@ func (r *Raylet) tick(ctx context.Context, l *gcsLink) {
 	if l.gaveUp = r.Err() != nil; l.gaveUp {
 		return
 	}
-	r.syncCluster(ctx)
+	l.askRefresh()
 }
 
 // tellGCS makes a report the GCS must not miss (a worker's death, a job's

@@ -359,6 +359,7 @@ func (r *Raylet) NodeID() ids.ID { return r.cfg.NodeID }
 func (r *Raylet) Register(g *grpc.Server) {
 	gorayv1.RegisterRayletServer(g, r)
 	r.registerLogServices(g)
+	r.registerObjectCopies(g)
 }
 
 // Done is closed when the node is asked to stop: by the ShutdownNode RPC,
@@ -411,7 +412,11 @@ func (r *Raylet) Run(ctx context.Context) error {
 		hb = t.C
 		link = newGCSLink(every)
 		r.log.Info("node registered", "node_id", r.cfg.NodeID, "cluster", reply.GetClusterId(), "heartbeat_period", period)
-		r.syncCluster(ctx)
+		rctx, stopRefresh := context.WithCancel(ctx)
+		refreshDone := make(chan struct{})
+		go func() { defer close(refreshDone); r.refreshLoop(rctx, link) }()
+		defer func() { stopRefresh(); <-refreshDone }()
+		link.askRefresh()
 	}
 	memDone := make(chan struct{})
 	go func() { defer close(memDone); r.memory.run(ctx, r.closing) }()

@@ -191,6 +191,8 @@ func main() {
 		runErr = runSpill(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "lineage":
 		runErr = runLineage(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "copies":
+		runErr = runCopiesFreed(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "secondaries":
 		runErr = runSecondaries(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "spill-nodekill":

@@ -10,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/goray-dev/goray/sdk/ray"
@@ -271,4 +273,34 @@ func runLineage(ctx context.Context, dir, victim string) error {
 	}
 	fmt.Println("lineage: a second result and a generator item rebuilt")
 	return nil
+}
+
+// testjob copies DIR N2: four 8 MiB objects put by the driver (on its
+// node) are read by tasks on node N2, which pulls a copy of each; the
+// driver then releases them and writes their ids to DIR/ids, and waits for
+// DIR/go (the test checks that no store still holds them: the owner's free
+// reached N2, although it was sent only to the nodes holding a copy).
+func runCopiesFreed(ctx context.Context, dir, n2 string) error {
+	const size = 8 << 20
+	var idList []string
+	for i := range 4 {
+		ref, err := ray.Put(ctx, spillBlock(i, size))
+		if err != nil {
+			return fmt.Errorf("put %d: %w", i, err)
+		}
+		sum, err := FnvOf.Options(ray.NodeAffinity(n2, false)).Remote(ctx, ref).Get(ctx)
+		if err != nil {
+			return fmt.Errorf("task on N2 reading object %d: %w", i, err)
+		}
+		if sum != fnvSum(spillBlock(i, size)) {
+			return fmt.Errorf("task on N2 read object %d wrong", i)
+		}
+		idList = append(idList, ref.ID())
+		ref.Release()
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ids"), []byte(strings.Join(idList, "\n")), 0o644); err != nil {
+		return err
+	}
+	fmt.Println("copies: 4 objects read on N2 and released")
+	return pollFile(ctx, filepath.Join(dir, "go"))
 }

@@ -6460,8 +6460,16 @@ func (x *HeartbeatReply) GetDead() bool {
 	return false
 }
 
+// GetAllNodesRequest asks for the node table. A caller that keeps a view
+// (a raylet) sends the epoch and version of the last reply it applied and
+// gets only the nodes whose view changed since (see GetAllNodesReply); a
+// caller without an epoch gets the whole table.
 type GetAllNodesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The epoch of the caller's last reply; empty: send the whole table.
+	SinceEpoch string `protobuf:"bytes,1,opt,name=since_epoch,json=sinceEpoch,proto3" json:"since_epoch,omitempty"`
+	// The version of the caller's last reply.
+	SinceVersion  uint64 `protobuf:"varint,2,opt,name=since_version,json=sinceVersion,proto3" json:"since_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6494,6 +6502,20 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
 	return file_goray_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *GetAllNodesRequest) GetSinceEpoch() string {
+	if x != nil {
+		return x.SinceEpoch
+	}
+	return ""
+}
+
+func (x *GetAllNodesRequest) GetSinceVersion() uint64 {
+	if x != nil {
+		return x.SinceVersion
+	}
+	return 0
 }
 
 type NodeView struct {
@@ -6608,8 +6630,20 @@ func (x *NodeView) GetMemory() *MemoryMonitorStats {
 }
 
 type GetAllNodesReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Nodes         []*NodeView            `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The whole table, or with delta only the nodes whose view changed since
+	// the request's version.
+	Nodes []*NodeView `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// The GCS's incarnation: a GCS that restarted has another, and callers
+	// of the old one get the whole table.
+	Epoch string `protobuf:"bytes,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The version of the table this reply brings the caller to: it grows
+	// with every change of a node's view (registration, state, total,
+	// draining, available resources beyond the load threshold).
+	Version uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// True when nodes holds only the changes since the request's version
+	// (an empty delta: nothing changed); false when it is the whole table.
+	Delta         bool `protobuf:"varint,4,opt,name=delta,proto3" json:"delta,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6649,6 +6683,27 @@ func (x *GetAllNodesReply) GetNodes() []*NodeView {
 		return x.Nodes
 	}
 	return nil
+}
+
+func (x *GetAllNodesReply) GetEpoch() string {
+	if x != nil {
+		return x.Epoch
+	}
+	return ""
+}
+
+func (x *GetAllNodesReply) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *GetAllNodesReply) GetDelta() bool {
+	if x != nil {
+		return x.Delta
+	}
+	return false
 }
 
 type AddJobRequest struct {
@@ -8874,8 +8929,11 @@ const file_goray_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x1b\n" +
 	"\tin_memory\x18\x05 \x01(\bR\binMemory\"$\n" +
 	"\x0eHeartbeatReply\x12\x12\n" +
-	"\x04dead\x18\x01 \x01(\bR\x04dead\"\x14\n" +
-	"\x12GetAllNodesRequest\"\x88\x03\n" +
+	"\x04dead\x18\x01 \x01(\bR\x04dead\"Z\n" +
+	"\x12GetAllNodesRequest\x12\x1f\n" +
+	"\vsince_epoch\x18\x01 \x01(\tR\n" +
+	"sinceEpoch\x12#\n" +
+	"\rsince_version\x18\x02 \x01(\x04R\fsinceVersion\"\x88\x03\n" +
 	"\bNodeView\x12&\n" +
 	"\x04info\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04info\x121\n" +
 	"\tavailable\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tavailable\x12\x1d\n" +
@@ -8886,9 +8944,12 @@ const file_goray_proto_rawDesc = "" +
 	"\x11last_heartbeat_ms\x18\x06 \x01(\x03R\x0flastHeartbeatMs\x12*\n" +
 	"\x05spill\x18\a \x01(\v2\x14.goray.v1.SpillStatsR\x05spill\x12\x1a\n" +
 	"\bdraining\x18\b \x01(\bR\bdraining\x124\n" +
-	"\x06memory\x18\x14 \x01(\v2\x1c.goray.v1.MemoryMonitorStatsR\x06memory\"<\n" +
+	"\x06memory\x18\x14 \x01(\v2\x1c.goray.v1.MemoryMonitorStatsR\x06memory\"\x82\x01\n" +
 	"\x10GetAllNodesReply\x12(\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x12.goray.v1.NodeViewR\x05nodes\"4\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x12.goray.v1.NodeViewR\x05nodes\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\tR\x05epoch\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05delta\x18\x04 \x01(\bR\x05delta\"4\n" +
 	"\rAddJobRequest\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.goray.v1.JobInfoR\x03job\"\r\n" +
 	"\vAddJobReply\"/\n" +

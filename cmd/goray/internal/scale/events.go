@@ -42,7 +42,8 @@ func (c *cluster) measureEvents(ctx context.Context, res *Result, opts Options) 
 	counts := &c.fleet.counters
 
 	// An object free: a store object (above the inline limit) put by the
-	// driver and released; its owner frees it with broadcast.
+	// driver and released; its owner frees it on the nodes that may hold
+	// a copy (only the driver's node here).
 	free, err := c.broadcastAfter(ctx, func() (int64, int64) { return counts.frees.Load(), counts.freeBytes.Load() },
 		func(nd *simNode) int32 { return nd.frees.Load() }, n, func() error {
 			ref, err := ray.Put(ctx, make([]byte, 256<<10))

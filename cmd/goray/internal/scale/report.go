@@ -32,6 +32,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("reports done / due", num("%.2f", func(r Result) float64 { return r.Steady.Achieved }))
 	row("report latency ms", num("%.1f", func(r Result) float64 { return r.Steady.ReportLatencyMs }))
 	row("refresh bytes", num("%.0f", func(r Result) float64 { return r.Steady.RefreshBytes }))
+	row("GCS CPU per refresh µs", num("%.1f", func(r Result) float64 { return r.Steady.GCSCPUPerRefreshUs }))
+	row("whole-table refreshes", num("%.0f", func(r Result) float64 { return float64(r.Steady.FullRefreshes) }))
 	row("refresh MB/s (all nodes)", num("%.1f", func(r Result) float64 { return r.Steady.RefreshBytesPerS / 1e6 }))
 	row("declared dead (late reports)", num("%.0f", func(r Result) float64 { return float64(r.Steady.DeclaredDead) }))
 	row("free: messages", num("%.0f", func(r Result) float64 { return float64(r.Free.Messages) }))

@@ -185,8 +185,14 @@ type Steady struct {
 	RefreshBytes      float64 `json:"refresh_bytes"`
 	HeartbeatBytes    float64 `json:"heartbeat_bytes"`
 	RefreshBytesPerS  float64 `json:"refresh_bytes_per_sec"` // all nodes
-	ReportLatencyMs   float64 `json:"report_latency_ms"`     // mean of a heartbeat + refresh
+	ReportLatencyMs   float64 `json:"report_latency_ms"`     // mean of a heartbeat (its refresh runs apart)
 	ReportLatencyMaxM float64 `json:"report_latency_max_ms"`
+
+	// GCSCPUPerRefreshUs is the GCS's CPU in GetAllNodes per refresh;
+	// FullRefreshes the refreshes answered with the whole table rather
+	// than the changes since the caller's version.
+	GCSCPUPerRefreshUs float64 `json:"gcs_cpu_per_refresh_us"`
+	FullRefreshes      int64   `json:"full_refreshes"`
 }
 
 // Broadcast is what one event sent to the simulated nodes.
@@ -329,7 +335,11 @@ func runOne(ctx context.Context, n int, opts Options) (_ *Result, err error) {
 	_ = heap0
 	res.GCSHeapPerNode = float64(hs.GCS) / float64(n)
 
-	// Steady state.
+	// Steady state, once every node has its first view (a whole table;
+	// later refreshes are the changes since).
+	wctx, wcancel := context.WithTimeout(ctx, 20*opts.ReportPeriod)
+	c.fleet.warm(wctx)
+	wcancel()
 	st, err := steady(ctx, c.fleet, n, opts)
 	if err != nil {
 		return nil, err
@@ -390,7 +400,9 @@ func steady(ctx context.Context, f *fleet, n int, opts Options) (Steady, error) 
 	st.ReportLatencyMaxM = float64(c1.reportMax) / 1e6
 	if st.Refreshes > 0 {
 		st.RefreshBytes = float64(c1.refreshBytes-c0.refreshBytes) / float64(st.Refreshes)
+		st.GCSCPUPerRefreshUs = st.GCSCPUByRPC["GetAllNodes"] * 1000 / float64(st.Refreshes)
 	}
+	st.FullRefreshes = c1.fullRefreshes - c0.fullRefreshes
 	st.RefreshBytesPerS = float64(c1.refreshBytes-c0.refreshBytes) / split.Wall.Seconds()
 	st.GCSCPUPerNodeUs = st.GCSCPUMs * 1000 / split.Wall.Seconds() / float64(n)
 	return st, nil
@@ -399,6 +411,7 @@ func steady(ctx context.Context, f *fleet, n int, opts Options) (Steady, error) 
 // counterValues is a copy of the fleet's counters.
 type counterValues struct {
 	heartbeats, heartbeatErrs, refreshes, refreshErrs, refreshBytes, heartbeatByte   int64
+	fullRefreshes                                                                    int64
 	skipped, declaredDead, frees, freeBytes, died, diedBytes, reportNanos, reportMax int64
 }
 
@@ -408,6 +421,7 @@ func snapshotCounters(c *counters) counterValues {
 		refreshBytes: c.refreshBytes.Load(), heartbeatByte: c.heartbeatByte.Load(), skipped: c.skipped.Load(), declaredDead: c.declaredDead.Load(),
 		frees: c.frees.Load(), freeBytes: c.freeBytes.Load(), died: c.died.Load(), diedBytes: c.diedBytes.Load(),
 		reportNanos: c.reportNanos.Load(), reportMax: c.reportMax.Load(),
+		fullRefreshes: c.fullRefreshes.Load(),
 	}
 }
 
@@ -520,7 +534,14 @@ func (c *cluster) broadcastAfter(ctx context.Context, count func() (msgs, bytes 
 		if m-m0 != last {
 			last, lastChange = m-m0, time.Now()
 		}
-		return m-m0 >= want || (last > 0 && time.Since(lastChange) > 2*time.Second)
+		// Done when every node got it, or nothing more arrived for 2 s
+		// (5 s for a first message: an event sent to no simulated node,
+		// such as a free of an object with no copy on them, ends here).
+		quiet := 5 * time.Second
+		if last > 0 {
+			quiet = 2 * time.Second
+		}
+		return m-m0 >= want || time.Since(lastChange) > quiet
 	})
 	m1, b1 := count()
 	b.Messages, b.Bytes = m1-m0, b1-b0

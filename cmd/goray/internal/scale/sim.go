@@ -66,6 +66,10 @@ type fleet struct {
 	stopOnce sync.Once
 	stopped  chan struct{}
 	wg       sync.WaitGroup
+
+	// refreshes are the refreshes asked by heartbeats, run by their own
+	// goroutines (as a raylet's run apart from its heartbeats).
+	refreshQ chan *simNode
 }
 
 // spillTarget is where a simulated node sends the lease requests it gets.
@@ -87,6 +91,12 @@ type simNode struct {
 	lastHB    atomic.Int64 // unix nanoseconds of its last heartbeat the GCS took
 	frees     atomic.Int32 // FreeObjects calls received
 	deaths    atomic.Int32 // WorkersDied calls received
+
+	// viewEpoch and viewVersion are those of the last GetAllNodes reply:
+	// the next refresh asks for the changes since, as a raylet does.
+	viewEpoch   atomic.Pointer[string]
+	viewVersion atomic.Uint64
+	refreshing  atomic.Bool // a refresh is asked for or under way
 }
 
 // counters are what the simulated nodes sent and received, in total.
@@ -94,6 +104,8 @@ type counters struct {
 	heartbeats, heartbeatErrs   atomic.Int64
 	refreshes, refreshErrs      atomic.Int64
 	refreshBytes, heartbeatByte atomic.Int64
+	fullRefreshes               atomic.Int64 // refreshes answered with the whole table
+	refreshSkipped              atomic.Int64 // not asked: the node's previous refresh was still under way
 	skipped                     atomic.Int64 // turns skipped: the previous report was still under way
 	declaredDead                atomic.Int64 // heartbeats answered "dead"
 
@@ -238,14 +250,27 @@ func (f *fleet) join(ctx context.Context, inFlight int) error {
 func (f *fleet) run(workers int) {
 	const slots = 50
 	work := make(chan *simNode, workers*4)
+	f.refreshQ = make(chan *simNode, workers*4)
 	pprof.Do(context.Background(), pprof.Labels(labelPart, partSim), func(ctx context.Context) {
 		for range workers {
-			f.wg.Add(1)
+			f.wg.Add(2)
 			go func() {
 				defer f.wg.Done()
 				for nd := range work {
 					f.report(nd)
 					nd.busy.Store(false)
+				}
+			}()
+			go func() {
+				defer f.wg.Done()
+				for {
+					select {
+					case <-f.stopped:
+						return
+					case nd := <-f.refreshQ:
+						f.refresh(nd)
+						nd.refreshing.Store(false)
+					}
 				}
 			}()
 		}
@@ -285,8 +310,9 @@ func (f *fleet) run(workers int) {
 }
 
 // report is one turn of a node: the heartbeat a raylet sends
-// (raylet/raylet.go heartbeat) and, when it succeeded, the refresh of its
-// cluster view (raylet/clusterview.go refresh: the whole node table).
+// (raylet/raylet.go heartbeat) and, when it succeeded, asking for the
+// refresh of its cluster view, which runs apart (raylet/gcslink.go
+// refreshLoop) unless the node's previous one is still under way.
 func (f *fleet) report(nd *simNode) {
 	start := time.Now()
 	defer func() {
@@ -322,19 +348,69 @@ func (f *fleet) report(nd *simNode) {
 		nd.killed.Store(true)
 		return
 	}
+	if !nd.refreshing.CompareAndSwap(false, true) {
+		f.counters.refreshSkipped.Add(1)
+		return
+	}
+	select {
+	case f.refreshQ <- nd:
+	default: // every refresher is busy
+		nd.refreshing.Store(false)
+		f.counters.refreshSkipped.Add(1)
+	}
+}
+
+// refresh is a node's refresh of its cluster view
+// (raylet/clusterview.go refresh): the changes since its view's version.
+func (f *fleet) refresh(nd *simNode) {
+	ctx, cancel := context.WithTimeout(context.Background(), max(f.period, 10*time.Second))
+	defer cancel()
 	raw := &rawReply{}
 	if w := f.watch.Load(); w != nil && !w.seen[nd.idx].Load() {
 		raw.watch = w.id[:]
 	}
-	err = nd.gcs.Invoke(ctx, gorayv1.Gcs_GetAllNodes_FullMethodName, &gorayv1.GetAllNodesRequest{}, raw, grpc.ForceCodec(rawCodec{}))
+	refresh := &gorayv1.GetAllNodesRequest{SinceVersion: nd.viewVersion.Load()}
+	if e := nd.viewEpoch.Load(); e != nil {
+		refresh.SinceEpoch = *e
+	}
+	err := nd.gcs.Invoke(ctx, gorayv1.Gcs_GetAllNodes_FullMethodName, refresh, raw, grpc.ForceCodec(rawCodec{}))
 	if err != nil {
 		f.counters.refreshErrs.Add(1)
 		return
 	}
 	f.counters.refreshes.Add(1)
+	if !raw.delta {
+		f.counters.fullRefreshes.Add(1)
+	}
+	nd.viewEpoch.Store(&raw.epoch)
+	nd.viewVersion.Store(raw.version)
 	f.counters.refreshBytes.Add(int64(raw.n))
 	if raw.dead {
 		f.watch.Load().saw(nd.idx)
+	}
+}
+
+// warm waits until every reporting node has a view (its first refresh,
+// the whole table, is done), or until ctx ends: the steady state is
+// measured after.
+func (f *fleet) warm(ctx context.Context) {
+	t := time.NewTicker(f.period / 10)
+	defer t.Stop()
+	for {
+		cold := 0
+		for _, nd := range f.nodes {
+			if nd.reporting.Load() && !nd.killed.Load() && nd.viewEpoch.Load() == nil {
+				cold++
+			}
+		}
+		if cold == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
@@ -408,13 +484,17 @@ func (w *deathWatch) saw(i int) {
 }
 
 // rawReply receives a GetAllNodes reply without decoding it: its size,
-// and whether the watched node is DEAD in it (a protowire scan). A
-// simulated node does not need the table, and decoding thousands of
-// entries per report would take the CPU the GCS is measured with.
+// its epoch, version and whether it is a delta, and whether the watched
+// node is DEAD in it (a protowire scan). A simulated node does not need
+// the table, and decoding thousands of entries per report would take the
+// CPU the GCS is measured with.
 type rawReply struct {
-	n     int
-	watch []byte
-	dead  bool
+	n       int
+	watch   []byte
+	dead    bool
+	epoch   string
+	version uint64
+	delta   bool
 }
 
 // rawCodec encodes requests as protobuf and keeps replies raw.
@@ -437,7 +517,38 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 	if r.watch != nil {
 		r.dead = nodeDeadIn(data, r.watch)
 	}
+	r.epoch, r.version, r.delta = replyVersion(data)
 	return nil
+}
+
+// replyVersion reads a GetAllNodesReply's epoch (2), version (3) and
+// delta (4), skipping its nodes.
+func replyVersion(b []byte) (epoch string, version uint64, delta bool) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return "", 0, false
+		}
+		b = b[n:]
+		switch {
+		case num == 2 && typ == protowire.BytesType:
+			v, m := protowire.ConsumeBytes(b)
+			epoch, n = string(v), m
+		case num == 3 && typ == protowire.VarintType:
+			version, n = protowire.ConsumeVarint(b)
+		case num == 4 && typ == protowire.VarintType:
+			var v uint64
+			v, n = protowire.ConsumeVarint(b)
+			delta = v != 0
+		default:
+			n = protowire.ConsumeFieldValue(num, typ, b)
+		}
+		if n < 0 {
+			return "", 0, false
+		}
+		b = b[n:]
+	}
+	return epoch, version, delta
 }
 
 // Name is "proto": the server decodes the request with its usual codec.

@@ -61,7 +61,7 @@ func TestOwnedObjectFreedWhenLastReferenceGoes(t *testing.T) {
 			if tb.lookup(id) != nil {
 				t.Fatal("object not freed after its last reference went")
 			}
-			if len(tb.frees) != 1 || tb.frees[0] != id {
+			if len(tb.frees) != 1 || tb.frees[0].id != id {
 				t.Fatalf("store copy not queued for freeing: %v", tb.frees)
 			}
 			if _, err := cw.objects.readyChan(id); err == nil {

@@ -155,6 +155,11 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, own
 	// A pulled copy may be evicted (the node needed room) between the pull
 	// and the read, which pins it: pull it again, a few times (a store under
 	// heavy pressure on a loaded machine can lose it more than twice).
+	if remote && !cw.isSelf(owner) {
+		// The owner learns this node before a copy lands here, so that
+		// its free reaches the copy (copies.go).
+		cw.objects.noteCopy(ctx, id, owner)
+	}
 	for attempt := 0; ; attempt++ {
 		if remote {
 			if err := cw.pullObject(ctx, id, node, owner); err != nil {

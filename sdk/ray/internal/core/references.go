@@ -30,6 +30,7 @@ type object struct {
 	submitted int // in-flight tasks that take the object as an argument
 	contained int // values held by this process that contain the reference
 	borrowers map[string]*pb.Address
+	copies    []ids.ID // nodes of its borrowers, which may hold a copy (copies.go)
 
 	ready chan struct{} // closed when done
 	done  bool
@@ -72,7 +73,10 @@ type objectTable struct {
 	adds map[ownerKey]*borrowBatch
 	// Borrower removals and store frees, sent in the background.
 	removes map[ownerKey]*borrowBatch
-	frees   []ids.ObjectID
+	frees   []pendingFree
+	// noted are borrowed objects whose owners know this node may hold a
+	// copy (copies.go).
+	noted map[ids.ObjectID]struct{}
 	// tensorGC are envelopes of freed transport objects to collect.
 	tensorGC [][]byte
 	kick     chan struct{}
@@ -273,7 +277,7 @@ func (t *objectTable) maybeReleaseLocked(o *object) {
 			t.kickOwnership()
 		}
 		if o.ret != nil && o.ret.InStore {
-			t.frees = append(t.frees, o.id)
+			t.queueFreeLocked(o.id, o.ret, o.copies)
 		}
 		if o.ret != nil && codec.FormatOf(o.ret.Metadata) == codec.FormatTransport && !o.collected {
 			t.tensorGC = append(t.tensorGC, o.ret.Data)
@@ -344,7 +348,7 @@ func (t *objectTable) complete(id ids.ObjectID, ret *pb.ReturnObject, sysErr err
 		// Nobody holds the object any more: free a store copy at once.
 		if o == nil && ret != nil && ret.InStore {
 			t.mu.Lock()
-			t.frees = append(t.frees, id)
+			t.queueFreeLocked(id, ret, nil)
 			t.mu.Unlock()
 			t.signal()
 		}
@@ -561,6 +565,7 @@ func (t *objectTable) updateBorrowers(req *pb.UpdateBorrowersRequest) []ids.Obje
 			o.borrowers = map[string]*pb.Address{}
 		}
 		o.borrowers[key] = req.Borrower
+		o.addCopyNodeLocked(req.Borrower.GetNodeId())
 	}
 	for _, b := range req.Remove {
 		id, err := ids.ObjectIDFromBytes(b)
@@ -681,16 +686,11 @@ func (t *objectTable) flushFrees() {
 	if len(frees) == 0 || t.cw.raylet == nil {
 		return
 	}
-	// Broadcast: copies pulled by other nodes go too.
-	req := &pb.FreeObjectsRequest{Broadcast: true}
-	for _, id := range frees {
-		req.ObjectIds = append(req.ObjectIds, id.Bytes())
-	}
 	// Not tied to any caller's context: a free must not be dropped because
-	// a Put's context ended.
+	// a Put's context ended. Copies pulled by other nodes go too.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := t.cw.raylet.FreeObjects(ctx, req); err != nil {
+	if err := t.sendFrees(ctx, frees); err != nil {
 		t.cw.log.Debug("freeing objects failed; will retry", "count", len(frees), "error", err)
 		t.mu.Lock()
 		t.frees = append(t.frees, frees...)

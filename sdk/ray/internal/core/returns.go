@@ -126,7 +126,7 @@ func (t *objectTable) freeStored(rets []*pb.ReturnObject) {
 	for _, r := range rets {
 		if r.GetInStore() {
 			if id, err := ids.ObjectIDFromBytes(r.ObjectId); err == nil {
-				t.frees = append(t.frees, id)
+				t.queueFreeLocked(id, r, nil)
 			}
 		}
 	}
