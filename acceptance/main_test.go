@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goray-dev/goray/sdk/transport/shmem"
 )
 
 // Binaries built once by TestMain.
@@ -526,7 +528,10 @@ func waitFile(t *testing.T, j *job, d time.Duration, path string) string {
 // are not ours.
 const otherTestsShmPrefix = "goray-t-tt-"
 
-// shmEntries lists /dev/shm, less other packages' test segments.
+// shmEntries lists /dev/shm, less other packages' test segments and the
+// segment pools of live processes (nodes of tests running alongside, which
+// keep their pool as long as they run; a stopped or killed node's pool,
+// whose process is gone, is listed).
 func shmEntries(t *testing.T) []string {
 	t.Helper()
 	ents, err := os.ReadDir("/dev/shm")
@@ -535,11 +540,23 @@ func shmEntries(t *testing.T) []string {
 	}
 	var names []string
 	for _, e := range ents {
-		if !strings.HasPrefix(e.Name(), otherTestsShmPrefix) {
+		if !strings.HasPrefix(e.Name(), otherTestsShmPrefix) && !livePool(e.Name()) {
 			names = append(names, e.Name())
 		}
 	}
 	return names
+}
+
+// livePool reports whether name is the segment pool of a running process
+// (shmem.PoolPrefix + "<pid>-<random>").
+func livePool(name string) bool {
+	rest, ok := strings.CutPrefix(name, shmem.PoolPrefix)
+	if !ok {
+		return false
+	}
+	pidStr, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidStr)
+	return err == nil && alive(pid)
 }
 
 // checkNoNewShm fails when /dev/shm keeps entries that were not in before.
