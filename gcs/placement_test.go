@@ -383,9 +383,7 @@ func TestPlacementGroupsRacingNeverHoldParts(t *testing.T) {
 	_, err := pc.c.RemovePlacementGroup(ctxT(t), &gorayv1.RemovePlacementGroupRequest{PlacementGroupId: created.Bytes()})
 	mustOK(t, err)
 	pc.waitState(t, waiting, stCreated)
-	if n := pc.f.heldBy(created); n != 0 {
-		t.Fatalf("the removed group still holds %d bundles", n)
-	}
+	waitFor(t, "the removed group's bundles returned", func() bool { return pc.f.heldBy(created) == 0 })
 }
 
 func TestPlacementGroupFailedPrepareReleasesTheOthers(t *testing.T) {
@@ -459,9 +457,8 @@ func TestPlacementGroupRemoveEndsActorsAndJobEndRemovesGroups(t *testing.T) {
 	if g.GetRemovalReason() != "its job finished" {
 		t.Errorf("removal reason = %q", g.GetRemovalReason())
 	}
-	if n := pc.f.heldBy(id); n != 0 {
-		t.Errorf("removed group holds %d bundles", n)
-	}
+	// The nodes are told in the background (in parallel): wait for it.
+	waitFor(t, "the removed group's bundles returned", func() bool { return pc.f.heldBy(id) == 0 })
 	if got := getActor(t, pc.c, actor); got.GetState() != gorayv1.ActorState_ACTOR_STATE_DEAD {
 		t.Errorf("actor in the removed group is %v, want DEAD", got.GetState())
 	}
