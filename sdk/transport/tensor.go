@@ -287,9 +287,5 @@ func (t Tensor) Free() error {
 		return nil
 	}
 	segtrack.Freed(t.Buffer.Segment)
-	if p := shmem.DefaultPool(); p != nil {
-		return p.Put(t.Buffer.Segment)
-	}
-	shmem.Default.Forget(t.Buffer.Segment)
-	return shmem.Unlink(t.Buffer.Segment)
+	return shmem.Recycle(t.Buffer.Segment)
 }

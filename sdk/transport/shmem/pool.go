@@ -184,14 +184,14 @@ func (p *Pool) Get(prefix string, size int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := ValidName(NewName(prefix)); err != nil {
+		return "", err
+	}
 	for _, e := range es {
 		if e.size != class {
 			continue
 		}
 		name := NewName(prefix)
-		if err := ValidName(name); err != nil {
-			return "", err
-		}
 		ok, err := p.take(e, name)
 		if err != nil {
 			return "", err
@@ -345,11 +345,13 @@ func processAlive(pid int) bool {
 }
 
 // Recycle returns a segment the caller owns to the process's pool
-// (DefaultPool), or unlinks it when there is none: what a transport calls
-// where it would unlink a segment it collects.
+// (DefaultPool), or unlinks it when there is none (dropping Default's idle
+// mapping of it): what a transport calls where it would unlink a segment
+// it collects.
 func Recycle(name string) error {
 	if p := DefaultPool(); p != nil {
 		return p.Put(name)
 	}
+	Default.Forget(name)
 	return Unlink(name)
 }

@@ -19,24 +19,7 @@ const MetricObjectTransferNodes = "object_transfer_node_to_node"
 // (a []byte parameter would copy it into the worker's heap first).
 func remoteLen(ctx context.Context, b *ray.Buffer) (int, error) { return len(b.Bytes()), nil }
 
-// remoteBufferLen returns the length of the object r refers to, read where
-// it runs without a copy (ray.GetBuffer maps it from that node's store,
-// whose raylet pulls it first): the transfer alone, not a copy of it into
-// the task's heap as a []byte argument makes.
-func remoteBufferLen(ctx context.Context, r ray.Ref[[]byte]) (int, error) {
-	buf, err := ray.GetBuffer(ctx, r)
-	if err != nil {
-		return 0, err
-	}
-	n := len(buf.Bytes())
-	buf.Release()
-	return n, nil
-}
-
-var (
-	remoteLenTask       = ray.Task1(remoteLen)
-	remoteBufferLenTask = ray.Task1(remoteBufferLen)
-)
+var remoteLenTask = ray.Task1(remoteLen)
 
 // startSecondNode starts a node of one CPU and a store of storeBytes in
 // this process, joined to the cluster (startPluginNode with no plugins);
@@ -170,7 +153,7 @@ func (e *env) nodePullSetup(size int) setupFunc {
 		fn := func(ctx context.Context) error {
 			ref := refs[next%pullObjects]
 			next++
-			n, err := remoteBufferLenTask.Options(ray.NodeAffinity(other, false), ray.CPUs(0)).Remote(ctx, ray.V(ref)).Get(ctx)
+			n, err := remoteLenTask.Options(ray.NodeAffinity(other, false), ray.CPUs(0)).Remote(ctx, ray.BufferRef(ref)).Get(ctx)
 			if err == nil && n != size {
 				err = fmt.Errorf("the other node read %d bytes, want %d", n, size)
 			}
@@ -205,7 +188,7 @@ func (e *env) nodePullMetric() workload {
 	}
 	return workload{
 		name: MetricObjectPullNodes, unit: UnitGBps, mult: float64(size) / 1e9,
-		note: fmt.Sprintf("goray's own; nearest Ray workload: as %s; the pull alone: the driver puts %d objects of %s on its node before timing, and per call a task pinned to a second node started in this process (whose store holds %d of them, so it evicts an older copy) reads the next in turn without a copy (it takes the reference and maps the object with ray.GetBuffer), so that node's raylet pulls it over the object data plane; "+
+		note: fmt.Sprintf("goray's own; nearest Ray workload: as %s; the pull alone: the driver puts %d objects of %s on its node before timing, and per call a task pinned to a second node started in this process (whose store holds %d of them, so it evicts an older copy) reads the next in turn without a copy (a *ray.Buffer argument), so that node's raylet pulls it over the object data plane; "+
 			"figure = object bytes ÷ time (GB = 10^9 bytes); ratio = ÷ TCP loopback bandwidth%s",
 			MetricObjectTransferNodes, pullObjects, humanize.IBytes(uint64(size)), pullResident, sizeNote),
 		limit: LimitTCP, ratio: func(mean, limit float64) float64 { return mean / limit },
