@@ -650,3 +650,38 @@ func TestDrainAfterShutdown(t *testing.T) {
 		t.Fatalf("drain after Shutdown: %v, want ErrShuttingDown", err)
 	}
 }
+
+// heldRegistration is a GCS client whose RegisterNode reaches the GCS but
+// whose answer never reaches the caller before its context ends: a
+// registration cancelled by Shutdown after the GCS took it.
+type heldRegistration struct {
+	gorayv1.GcsClient
+}
+
+func (h heldRegistration) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequest, opts ...grpc.CallOption) (*gorayv1.RegisterNodeReply, error) {
+	if _, err := h.GcsClient.RegisterNode(ctx, req, opts...); err != nil {
+		return nil, err
+	}
+	<-ctx.Done()
+	return nil, status.FromContextError(ctx.Err()).Err()
+}
+
+// TestShutdownUndoesUnansweredRegistration: a node shut down while its
+// registration's answer is on the way unregisters all the same, so the
+// GCS does not keep a stopped node ALIVE (a race-stage flake of
+// TestDrainNodeUnknownOrDead: Shutdown cancelled the answered call and
+// skipped the unregistration).
+func TestShutdownUndoesUnansweredRegistration(t *testing.T) {
+	g, addr, _ := drainGCS(t)
+	h := newGCSHarness(t, addr, time.Minute, func(c *Config) {
+		c.GCS = heldRegistration{c.GCS}
+	})
+	waitFor(t, "the node to be ALIVE in the GCS", func() bool {
+		n := h.nodeIn(g)
+		return n != nil && n.GetInfo().GetState() == gcs.StateAlive
+	})
+	h.shutdown()
+	if n := h.nodeIn(g); n.GetInfo().GetState() != gcs.StateDead {
+		t.Fatalf("after Shutdown the GCS has the node %s; want DEAD", n.GetInfo().GetState())
+	}
+}

@@ -88,8 +88,14 @@ func (r *Raylet) register(ctx context.Context) (*gorayv1.RegisterNodeReply, erro
 		req.ClusterId = *c
 	}
 	cctx, cancel := context.WithTimeout(ctx, gcsTimeout)
+	r.regUnanswered.Store(true)
 	reply, err := r.cfg.GCS.RegisterNode(cctx, req)
 	cancel()
+	if ctx.Err() == nil {
+		// Answered, or failed on its own: only a cancelled call leaves
+		// the GCS's verdict unknown.
+		r.regUnanswered.Store(false)
+	}
 	if err != nil {
 		return nil, r.registrationError(req.GetClusterId(), err)
 	}

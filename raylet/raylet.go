@@ -97,6 +97,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/auth"
@@ -256,6 +258,10 @@ type Raylet struct {
 	// registration the GCS took is always undone).
 	registering atomic.Bool
 	regDone     chan struct{}
+	// regUnanswered is set while a RegisterNode call has no answer, and
+	// stays set when the call was cancelled (Shutdown started): the GCS
+	// may have taken it, so Shutdown unregisters the node all the same.
+	regUnanswered atomic.Bool
 
 	reconnectTimeout time.Duration
 	clusterID        atomic.Pointer[string] // from the GCS's RegisterNodeReply
@@ -556,12 +562,16 @@ func (r *Raylet) shutdown(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	if r.registered.Load() && gcsUp {
+	// A registration cancelled before its answer may still have been
+	// taken by the GCS: unregister then too (a GCS that never took it
+	// answers NotFound, which is no failure here).
+	maybe := !r.registered.Load() && r.regUnanswered.Load()
+	if (r.registered.Load() || maybe) && gcsUp {
 		uctx, cancel := context.WithTimeout(ctx, gcsTimeout)
 		defer cancel()
 		if _, err := r.cfg.GCS.UnregisterNode(uctx, &gorayv1.UnregisterNodeRequest{
 			NodeId: r.cfg.NodeID.Bytes(), Reason: "node shut down",
-		}); err != nil {
+		}); err != nil && !(maybe && status.Code(err) == codes.NotFound) {
 			return fmt.Errorf("raylet: unregistering node %s: %w", r.cfg.NodeID, err)
 		}
 	}
