@@ -288,7 +288,7 @@ func TestDestroyAndRecreate(t *testing.T) {
 	// the others start first and must wait for the new rank 0, never
 	// joining the stale one.
 	_ = insts[0].Close() // Close destroys, so put back a stale record by hand
-	stale := fmt.Sprintf(`{"v":1,"nonce":"00","addr":%q,"world":3}`, insts[1].Addr())
+	stale := fmt.Sprintf(`{"v":%d,"nonce":"00","addr":%q,"world":3}`, collective.WireVersion, insts[1].Addr())
 	if err := kv.Put(context.Background(), "g/"+name+"/r/0", []byte(stale)); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package collective
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"testing"
@@ -85,4 +86,30 @@ func TestMemConn(t *testing.T) {
 			t.Errorf("Read of the closed end: %v, want ErrClosedPipe", err)
 		}
 	})
+}
+
+// TestOtherWireVersionRefused: a connection saying another protocol
+// version is refused with a reply naming both versions, whatever it is
+// for (an instance of an older release joining a group).
+func TestOtherWireVersionRefused(t *testing.T) {
+	tr := New()
+	defer tr.Close()
+	for _, v := range []int{wireVersion - 1, wireVersion + 1} {
+		a, b := memPipe()
+		done := make(chan struct{})
+		go func() { defer close(done); tr.dispatch(b) }()
+		if err := writeFrame(a, hello{V: v, Type: helloJoin, Group: "g"}); err != nil {
+			t.Fatal(err)
+		}
+		var r reply
+		if err := readFrame(a, &r); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf("protocol version %d, want %d", v, wireVersion)
+		if r.Kind != replyBad || r.Error != want {
+			t.Fatalf("version %d: reply %+v, want %s %q", v, r, replyBad, want)
+		}
+		<-done
+		a.Close()
+	}
 }

@@ -34,8 +34,11 @@ import (
 
 const (
 	// wireVersion versions the records, the transport and communicator
-	// data and the TCP protocol together.
-	wireVersion = 1
+	// data and the TCP protocol together. 2: the roster carries rank 0's
+	// chunk size, algorithm and recursive-doubling threshold, and an
+	// operation header its algorithm (a version-1 instance would refuse
+	// those fields as unknown; it is refused by version instead).
+	wireVersion = 2
 	// maxFrame bounds a JSON frame (a roster of many members is the largest).
 	maxFrame = 8 << 20
 	// helloTimeout bounds how long a new connection may take to say what it
