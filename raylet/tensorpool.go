@@ -2,8 +2,11 @@ package raylet
 
 import (
 	"context"
+	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/sdk/transport/shmem"
@@ -25,17 +28,30 @@ type TensorPoolConfig struct {
 // pool names it in every worker's environment, EnvShmPool): every
 // tick it unlinks the segments idle longer than the timeout, then the
 // oldest beyond the memory bound; the memory monitor empties it before it
-// kills a worker.
+// kills a worker. It also zeroes the segments freed into the pool as they
+// arrive (shmem.Scrubber, woken by the directory's events), so that a new
+// tensor's zero fill is done here, on another core, instead of in the
+// producer's call.
 type tensorPool struct {
 	cfg TensorPoolConfig
 	log hclog.Logger
+	// zeroedOnEvent counts the segments zeroed by rounds a pool event
+	// woke (the others were zeroed at a tick).
+	zeroedOnEvent atomic.Int64
 }
+
+// scrubRound bounds the bytes one wake-up of the scrubber zeroes before it
+// looks at its other duties again.
+const scrubRound = 1 << 30
+
+// scrubMaps bounds the mappings the scrubber keeps for reuse.
+const scrubMaps = 64
 
 func newTensorPool(cfg TensorPoolConfig, log hclog.Logger) *tensorPool {
 	return &tensorPool{cfg: cfg, log: log}
 }
 
-// run trims the pool until ctx ends or closing closes.
+// run trims and scrubs the pool until ctx ends or closing closes.
 func (t *tensorPool) run(ctx context.Context, closing <-chan struct{}) {
 	if t.cfg.Pool == nil {
 		return
@@ -43,16 +59,73 @@ func (t *tensorPool) run(ctx context.Context, closing <-chan struct{}) {
 	every := min(max(t.cfg.IdleTimeout/4, 10*time.Millisecond), time.Second)
 	tick := time.NewTicker(every)
 	defer tick.Stop()
+	scrubber := shmem.NewScrubber(t.cfg.Pool, scrubMaps)
+	defer scrubber.Close()
+	// Without events (no inotify), the tick scrubs: later, never wrong.
+	var events <-chan fsnotify.Event
+	if w, err := fsnotify.NewWatcher(); err != nil {
+		t.log.Warn("watching the tensor segment pool failed; freed segments are zeroed at each tick only", "error", err)
+	} else {
+		defer w.Close()
+		if err := w.Add(t.cfg.Pool.Dir()); err != nil {
+			t.log.Warn("watching the tensor segment pool failed; freed segments are zeroed at each tick only", "dir", t.cfg.Pool.Dir(), "error", err)
+		} else {
+			events = w.Events
+			go func() { // errors are rare (queue overflow); the tick covers them
+				for err := range w.Errors {
+					t.log.Debug("tensor segment pool watch", "error", err)
+				}
+			}()
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-closing:
 			return
+		case ev, ok := <-events:
+			if !ok {
+				events = nil
+				continue
+			}
+			if !ev.Has(fsnotify.Create) || strings.HasSuffix(ev.Name, shmem.ZeroedSuffix) {
+				continue // removals, the scrubber's own renames
+			}
+			drain(events) // one round for a burst of frees
+			t.zeroedOnEvent.Add(int64(t.scrub(ctx, scrubber)))
 		case <-tick.C:
 			t.trim(t.cfg.IdleTimeout, t.cfg.MaxMemory)
+			t.scrub(ctx, scrubber)
 		}
 	}
+}
+
+// drain takes the events already queued.
+func drain(events <-chan fsnotify.Event) {
+	for {
+		select {
+		case _, ok := <-events:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
+	}
+}
+
+// scrub zeroes what was freed into the pool, at most scrubRound bytes,
+// and returns how many segments it zeroed.
+func (t *tensorPool) scrub(ctx context.Context, s *shmem.Scrubber) int {
+	n, bytes, err := s.Scrub(ctx, scrubRound)
+	if err != nil {
+		t.log.Warn("zeroing freed tensor segments", "error", err)
+	}
+	if n > 0 {
+		t.log.Trace("tensor segments zeroed", "segments", n, "bytes", bytes)
+	}
+	return n
 }
 
 // release empties the pool (the node is short of memory) and returns the

@@ -96,3 +96,59 @@ func TestTensorPoolRunGivesBackIdle(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// TestTensorPoolRunZeroesFreed: left running, the loop zeroes a segment
+// freed into the pool when the pool's directory says one arrived (not only
+// at its tick), so that the next tensor made from it needs no fill; its
+// bytes are gone, and it stops with its context.
+func TestTensorPoolRunZeroesFreed(t *testing.T) {
+	p := poolOf(t, 0)
+	tp := newTensorPool(TensorPoolConfig{Pool: p, MaxMemory: 1 << 30, IdleTimeout: 4 * time.Hour}, hclog.NewNullLogger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); tp.run(ctx, nil) }()
+	defer func() { cancel(); <-done }()
+	pre := shmem.NewName(shmem.Prefix+"raylet-pool-test-") + "-"
+	for i := 0; i < 3; i++ {
+		s, err := shmem.Create(shmem.NewName(pre), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		copy(s.Bytes(), "a tensor's bytes")
+		_ = s.Close()
+		if err := p.Put(s.Name()); err != nil { // freed, after the watch began or not
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			name, zeroed, err := p.Get(pre, 1<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if zeroed {
+				seg, err := shmem.Open(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := string(seg.Bytes()[:16]); got != string(make([]byte, 16)) {
+					t.Fatalf("a segment said zeroed reads %q", got)
+				}
+				_ = seg.Close()
+				_ = shmem.Unlink(name)
+				break
+			}
+			if name != "" {
+				if err := p.Put(name); err != nil { // not zeroed yet: back it goes
+					t.Fatal(err)
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("a freed segment was not zeroed within 30s")
+			}
+			time.Sleep(5 * time.Millisecond) // polling the pool, not synchronising
+		}
+	}
+	if tp.zeroedOnEvent.Load() == 0 {
+		t.Fatal("every segment was zeroed at a tick: the pool's events woke no round")
+	}
+}

@@ -217,14 +217,14 @@ func newTensor(prefix string, zero bool, dtype DType, shape []int64) (Tensor, er
 		return newSegmentTensor(t, prefix, 0)
 	}
 	if pool := shmem.DefaultPool(); pool != nil && size >= shmem.MinPooled {
-		name, err := pool.Get(prefix, size)
+		name, zeroed, err := pool.Get(prefix, size)
 		if err != nil {
 			return Tensor{}, fmt.Errorf("transport: new tensor %s: %w", t.Meta(), err)
 		}
 		if name != "" {
 			segtrack.Created(name) // a goray process unlinks it if it dies first
 			t.Buffer.Segment = name
-			if zero {
+			if zero && !zeroed { // the node's scrubber did not get to it
 				b, err := shmem.Default.Acquire(name, 0, size)
 				if err != nil {
 					segtrack.Freed(name)

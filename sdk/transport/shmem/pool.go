@@ -59,7 +59,8 @@ func ClassSize(n int64) int64 {
 //
 // The pool is a directory in Dir (tmpfs) shared by every process of the
 // node: Put moves a freed segment into it with rename(2), Get moves one
-// out under a fresh name. Entries are named "<size>-<unix nanoseconds>-<random>".
+// out under a fresh name. Entries are named "<size>-<unix nanoseconds>-<random>",
+// with "-z" at the end once a Scrubber zeroed them.
 // A segment is never handed out while some process still reads it: a
 // process holds a shared flock(2) on every segment it maps through a Cache
 // while it references it, and Get takes a segment only when it gets the
@@ -135,10 +136,15 @@ func SetDefaultPool(p *Pool) *Pool {
 
 // poolEntry is a segment in the pool.
 type poolEntry struct {
-	name string // in the pool directory
-	size int64
-	at   int64 // unix nanoseconds of the Put
+	name   string // in the pool directory
+	size   int64
+	at     int64 // unix nanoseconds of the Put
+	zeroed bool  // a Scrubber zeroed it since its last user
 }
+
+// ZeroedSuffix ends the name of a pool entry a Scrubber zeroed (what a
+// watcher of the pool directory skips: the Scrubber's own renames).
+const ZeroedSuffix = "-z"
 
 func parseEntry(name string) (poolEntry, bool) {
 	parts := strings.SplitN(name, "-", 3)
@@ -150,7 +156,7 @@ func parseEntry(name string) (poolEntry, bool) {
 	if err1 != nil || err2 != nil || size <= 0 {
 		return poolEntry{}, false
 	}
-	return poolEntry{name: name, size: size, at: at}, true
+	return poolEntry{name: name, size: size, at: at, zeroed: strings.HasSuffix(parts[2], ZeroedSuffix)}, true
 }
 
 // entries lists the pool's segments, most recently put first.
@@ -175,18 +181,29 @@ func (p *Pool) entries() ([]poolEntry, error) {
 }
 
 // Get takes a segment of ClassSize(size) bytes out of the pool and names it
-// NewName(prefix). The segment holds what its last user wrote. It returns
-// "" when the pool has no free segment of that size (those it has are all
-// still mapped by a reader).
-func (p *Pool) Get(prefix string, size int64) (string, error) {
+// NewName(prefix), preferring one a Scrubber zeroed (zeroed reports
+// whether it got one; any other holds what its last user wrote). It
+// returns "" when the pool has no free segment of that size (those it has
+// are all still mapped by a reader, or being zeroed).
+func (p *Pool) Get(prefix string, size int64) (name string, zeroed bool, err error) {
 	class := ClassSize(size)
 	es, err := p.entries()
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	if err := ValidName(NewName(prefix)); err != nil {
-		return "", err
+		return "", false, err
 	}
+	// Zeroed ones first, each kind most recent first (entries' order).
+	slices.SortStableFunc(es, func(a, b poolEntry) int {
+		switch {
+		case a.zeroed == b.zeroed:
+			return 0
+		case a.zeroed:
+			return -1
+		}
+		return 1
+	})
 	for _, e := range es {
 		if e.size != class {
 			continue
@@ -194,13 +211,13 @@ func (p *Pool) Get(prefix string, size int64) (string, error) {
 		name := NewName(prefix)
 		ok, err := p.take(e, name)
 		if err != nil {
-			return "", err
+			return "", false, err
 		}
 		if ok {
-			return name, nil
+			return name, e.zeroed, nil
 		}
 	}
-	return "", nil
+	return "", false, nil
 }
 
 // take moves entry e out of the pool as name if no process holds it.

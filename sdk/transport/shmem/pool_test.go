@@ -84,11 +84,11 @@ func TestPoolPutGetTrim(t *testing.T) {
 		t.Fatalf("Usage = %d, %d, %v; want 1 segment of 1 MiB", n, b, err)
 	}
 	// Another size class finds nothing.
-	if name, err := p.Get(pre, 2<<20); err != nil || name != "" {
+	if name, _, err := p.Get(pre, 2<<20); err != nil || name != "" {
 		t.Fatalf("Get of another size = %q, %v; want nothing", name, err)
 	}
 	// Any size of the class gets it, under a fresh name, pages intact.
-	b, err := p.Get(pre, 1<<20-100)
+	b, _, err := p.Get(pre, 1<<20-100)
 	if err != nil || b == "" {
 		t.Fatalf("Get = %q, %v", b, err)
 	}
@@ -98,7 +98,7 @@ func TestPoolPutGetTrim(t *testing.T) {
 	if got, err := ReadAll(b, 2<<20); err != nil || !strings.HasPrefix(string(got), "tensor one") {
 		t.Fatalf("the segment from the pool holds %.10q, %v", got, err)
 	}
-	if name, _ := p.Get(pre, 1<<20); name != "" {
+	if name, _, _ := p.Get(pre, 1<<20); name != "" {
 		t.Fatalf("a second Get found %q in a pool of one", name)
 	}
 	// Sizes that are not a class, and small ones, are unlinked.
@@ -130,7 +130,7 @@ func TestPoolPutGetTrim(t *testing.T) {
 	if n, bytes, err := p.Trim(time.Hour, 2<<20); err != nil || n != 1 || bytes != 1<<20 {
 		t.Fatalf("Trim(1h, 2 MiB) removed %d (%d bytes), %v; want the older 1 MiB one", n, bytes, err)
 	}
-	if name, _ := p.Get(pre, 2<<20); name == "" {
+	if name, _, _ := p.Get(pre, 2<<20); name == "" {
 		t.Fatal("the newer segment was trimmed")
 	} else if err := p.Put(name); err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestPoolNeverHandsOutAReadSegment(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, release := range []func(){func() { reader1.Release(a) }, func() { reader2.Release(a) }} {
-		if name, err := p.Get(pre, 1<<20); err != nil || name != "" {
+		if name, _, err := p.Get(pre, 1<<20); err != nil || name != "" {
 			t.Fatalf("Get while %d reader(s) still map the segment = %q, %v", 2-i, name, err)
 		}
 		if string(r2) != "tensor A" {
@@ -175,7 +175,7 @@ func TestPoolNeverHandsOutAReadSegment(t *testing.T) {
 	if string(r1) != "tensor A" {
 		t.Fatalf("reader 1 read %q before releasing", r1)
 	}
-	b, err := p.Get(pre, 1<<20)
+	b, _, err := p.Get(pre, 1<<20)
 	if err != nil || b == "" {
 		t.Fatalf("Get after every reader released = %q, %v", b, err)
 	}
@@ -216,7 +216,7 @@ func TestCacheKeepsMappingAcrossNames(t *testing.T) {
 	if err := p.Put(a); err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.Get(pre, 1<<20)
+	b, _, err := p.Get(pre, 1<<20)
 	if err != nil || b == "" {
 		t.Fatalf("Get = %q, %v", b, err)
 	}
@@ -275,14 +275,14 @@ func TestPoolReaderKilled(t *testing.T) {
 	if err := p.Put(a); err != nil {
 		t.Fatal(err)
 	}
-	if name, _ := p.Get(pre, 1<<20); name != "" {
+	if name, _, _ := p.Get(pre, 1<<20); name != "" {
 		t.Fatalf("Get handed out %q while another process maps it", name)
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	name, err := p.Get(pre, 1<<20)
+	name, _, err := p.Get(pre, 1<<20)
 	if err != nil || name == "" {
 		t.Fatalf("Get after the reader was killed = %q, %v", name, err)
 	}
@@ -365,7 +365,7 @@ func TestPoolConcurrent(t *testing.T) {
 			c := NewCache(2)
 			defer c.Purge()
 			for i := 0; i < 50; i++ {
-				name, err := p.Get(pre, 1<<20)
+				name, _, err := p.Get(pre, 1<<20)
 				if err != nil {
 					errs <- err
 					return
