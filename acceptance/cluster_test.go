@@ -310,28 +310,14 @@ func TestClusterFreesPulledCopies(t *testing.T) {
 	}
 	var left []string
 	waitFor(t, 20*time.Second, "the pulled copies to be freed on every node", func() bool {
-		r := runGoray(t, ctx, "list", "objects", "--json", "--temp-dir", n2.tempDir)
-		if r.code != 0 {
-			return false
-		}
-		var out struct {
-			Objects []struct {
-				ObjectID   string   `json:"object_id"`
-				StoreNodes []string `json:"store_nodes"`
-			} `json:"objects"`
-		}
-		if err := json.Unmarshal([]byte(r.stdout), &out); err != nil {
-			return false
-		}
+		nodes, ok := objectStoreNodes(t, ctx, n2.tempDir)
 		left = left[:0]
-		for _, o := range out.Objects {
-			for _, id := range want {
-				if o.ObjectID == id && len(o.StoreNodes) > 0 {
-					left = append(left, id[:8]+" on "+strings.Join(o.StoreNodes, ","))
-				}
+		for _, id := range want {
+			if len(nodes[id]) > 0 {
+				left = append(left, id[:8]+" on "+strings.Join(nodes[id], ","))
 			}
 		}
-		return len(left) == 0
+		return ok && len(left) == 0
 	})
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)

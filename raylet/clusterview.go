@@ -81,11 +81,14 @@ type clusterView struct {
 	conns  map[string]*grpc.ClientConn // to other raylets, by address
 
 	wg sync.WaitGroup // calls to other raylets in the background
+
+	deaths *deathNotifier // local deaths, batched per peer (deaths.go)
 }
 
 func newClusterView(nodeID ids.ID, gcs gorayv1.GcsClient, creds *auth.Credentials, log hclog.Logger) *clusterView {
 	cv := &clusterView{nodeID: nodeID, gcs: gcs, auth: creds, log: log, conns: map[string]*grpc.ClientConn{}}
 	cv.view.Store(emptySnapshot)
+	cv.deaths = newDeathNotifier(cv)
 	return cv
 }
 
@@ -229,6 +232,7 @@ func (cv *clusterView) tell(what string, call func(context.Context, gorayv1.Rayl
 
 // close waits for the calls in flight and closes the connections.
 func (cv *clusterView) close() {
+	cv.deaths.close()
 	cv.wg.Wait()
 	cv.connMu.Lock()
 	defer cv.connMu.Unlock()

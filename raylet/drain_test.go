@@ -334,8 +334,9 @@ func sharedSpill(t *testing.T, dir string, node ids.ID) SpillConfig {
 }
 
 // newTestNode starts a node at ip with res, reporting to the GCS at
-// gcsAddr; spill (when its Storage is set) configures spilling.
-func newTestNode(t *testing.T, gcsAddr, ip string, res resources.Set, spill func(node ids.ID) SpillConfig) *testNode {
+// gcsAddr; spill (when its Storage is set) configures spilling; srvOpts
+// are added to its TCP server's options.
+func newTestNode(t *testing.T, gcsAddr, ip string, res resources.Set, spill func(node ids.ID) SpillConfig, srvOpts ...grpc.ServerOption) *testNode {
 	t.Helper()
 	n := &testNode{id: ids.New()}
 	dir, err := os.MkdirTemp("", "st")
@@ -366,7 +367,7 @@ func newTestNode(t *testing.T, gcsAddr, ip string, res resources.Set, spill func
 			c.Spill = spill(n.id)
 		}
 	})
-	n.srv = grpc.NewServer(rpc.ServerOptions(nil)...)
+	n.srv = grpc.NewServer(append(rpc.ServerOptions(nil), srvOpts...)...)
 	n.r.Register(n.srv)
 	go n.srv.Serve(tcp)
 	go n.r.ServeData(n.data)

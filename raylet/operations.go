@@ -359,12 +359,10 @@ func (r *Raylet) broadcastDied(dead ids.ID) {
 	r.pool.push(dead, died)
 }
 
-// notifyPeersDied tells the other nodes that a local driver or worker died.
+// notifyPeersDied tells the other nodes that a local driver or worker
+// died, batched with the other deaths not sent to each yet (deaths.go).
 func (r *Raylet) notifyPeersDied(id ids.ID) {
-	r.cluster.tell("worker died", func(ctx context.Context, c gorayv1.RayletClient) error {
-		_, err := c.WorkersDied(ctx, &gorayv1.WorkersDiedRequest{WorkerIds: [][]byte{id.Bytes()}, NodeId: r.cfg.NodeID.Bytes()})
-		return err
-	})
+	r.cluster.deaths.died(id)
 }
 
 // sweepReceived unlinks the tensor segments receives allocated for a dead
@@ -397,6 +395,7 @@ func (r *Raylet) syncCluster(ctx context.Context) {
 		r.pool.push(ids.Nil, cmd)
 		deadIDs = append(deadIDs, p.ID)
 	}
+	r.cluster.deaths.forget(deadIDs)
 	r.sched.respill(r.cluster.snapshot(), time.Now())
 	r.objects.freeOwnedOn(deadIDs)
 	r.syncJobs(ctx)

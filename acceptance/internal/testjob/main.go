@@ -19,7 +19,7 @@
 //	testjob metrics NODE DIR N SIZE  N tasks here and N on NODE, then a put
 //	                         of SIZE bytes held until DIR/release (metrics.go)
 //
-// and the multi-node jobs of cluster.go and restart.go, the memory
+// and the multi-node jobs of cluster.go, deaths.go and restart.go, the memory
 // monitor's of memory.go, the actor task retries' of taskretry.go, and the
 // autoscaler's of autoscale.go. $TESTJOB_TIMEOUT bounds the job (default
 // 55s).
@@ -193,6 +193,8 @@ func main() {
 		runErr = runLineage(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "copies":
 		runErr = runCopiesFreed(ctx, arg(rt, args, 0), arg(rt, args, 1))
+	case "deaths":
+		runErr = runDeaths(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2), arg(rt, args, 3))
 	case "secondaries":
 		runErr = runSecondaries(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "spill-nodekill":
