@@ -21,7 +21,9 @@ func (a *app) scaleCmd() *cobra.Command {
 		nodes                []int
 		period, dur, hperiod time.Duration
 		threshold, events    int
+		conns                int
 		jsonPath, svgPath    string
+		from                 []string
 	)
 	cmd := &cobra.Command{
 		Use:   "scale",
@@ -44,12 +46,26 @@ creation throughput. Exits 1 only if a size cannot be measured.`,
 			if period <= 0 || dur <= 0 || hperiod <= 0 || threshold < 1 || events < 1 {
 				return usagef("--report-period, --duration and --health-period must be positive, --failure-threshold and --events at least 1")
 			}
-			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			rep, err := scale.Run(ctx, scale.Options{
-				Nodes: nodes, ReportPeriod: period, Duration: dur, HealthPeriod: hperiod, FailureThreshold: threshold,
-				Events: events, Log: a.stderr, Logger: a.log,
-			})
+			if conns < 0 {
+				return usagef("--connections %d: want 0 (as many as the descriptor limit allows) or more", conns)
+			}
+			var (
+				rep *scale.Report
+				err error
+			)
+			if len(from) > 0 {
+				rep, err = mergeReports(from)
+				if err != nil {
+					return err
+				}
+			} else {
+				ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				rep, err = scale.Run(ctx, scale.Options{
+					Nodes: nodes, ReportPeriod: period, Duration: dur, HealthPeriod: hperiod, FailureThreshold: threshold,
+					Events: events, Connections: conns, Log: a.stderr, Logger: a.log,
+				})
+			}
 			if rep != nil {
 				rep.Command = "goray " + strings.Join(a.args, " ")
 				if werr := rep.WriteTable(a.stdout); werr != nil && err == nil {
@@ -80,7 +96,28 @@ creation throughput. Exits 1 only if a size cannot be measured.`,
 	f.DurationVar(&hperiod, "health-period", scale.DefaultHealthPeriod, "the GCS's health check period")
 	f.IntVar(&threshold, "failure-threshold", scale.DefaultFailureThreshold, "missed health check periods before the GCS declares a node dead")
 	f.IntVar(&events, "events", 10, "tasks, actors and placement groups per scheduling measurement")
+	f.IntVar(&conns, "connections", 0, "at most this many GCS connections and listeners, shared by the simulated nodes (0: one per node when the descriptor limit allows)")
+	f.StringSliceVar(&from, "from", nil, "measure nothing: merge these reports of earlier runs (--json files, comma-separated; the median run per size) and print, write and plot that")
 	f.StringVar(&jsonPath, "json", "", "also write the report as JSON to this file")
 	f.StringVar(&svgPath, "svg", "", "also write the growth curves as an SVG plot to this file")
 	return cmd
+}
+
+// mergeReports reads the reports of earlier runs (goray scale --json) and
+// merges them (scale.Merge).
+func mergeReports(paths []string) (*scale.Report, error) {
+	var reps []*scale.Report
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return nil, usagef("--from: %v", err)
+		}
+		rep, err := scale.ReadReport(f)
+		f.Close()
+		if err != nil {
+			return nil, usagef("--from %s: %v", p, err)
+		}
+		reps = append(reps, rep)
+	}
+	return scale.Merge(reps...), nil
 }

@@ -33,7 +33,7 @@ func TestHarnessRefusesStrangers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.Close()
-	f, err := newFleet(2, g.Addr(), creds, time.Second)
+	f, err := newFleet(2, g.Addr(), creds, time.Second, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

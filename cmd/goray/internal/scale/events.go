@@ -2,7 +2,9 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/goray-dev/goray/gcs"
@@ -72,6 +74,15 @@ func (c *cluster) measureEvents(ctx context.Context, res *Result, opts Options) 
 	}
 	wd := res.WorkerDeath
 	fmt.Fprintf(opts.Log, "  worker death: %d messages, %d bytes, %d nodes reached in %.0f ms\n", wd.Messages, wd.Bytes, wd.Reached, wd.Ms)
+
+	// Worker deaths in a burst: actors on the driver's node, killed at once.
+	burst, err := c.measureDeathBurst(ctx, burstDeaths)
+	if err != nil {
+		fail("worker deaths in a burst", err)
+	}
+	res.DeathBurst = burst
+	fmt.Fprintf(opts.Log, "  %d worker deaths at once: %d messages (at most %d per node), %d bytes, %d ids; %d nodes got every id, in %.0f ms\n",
+		burst.Deaths, burst.Messages, burst.MaxPerNode, burst.Bytes, burst.IDs, burst.Complete, burst.Ms)
 
 	// Scheduling latency: each call a new shape (so a new lease request,
 	// never a kept lease), on a resource only one real node has.
@@ -224,4 +235,89 @@ wait:
 		res.NodeDeath.InformedMs = ms(time.Unix(0, last).Sub(declared))
 	}
 	fmt.Fprintf(opts.Log, "  node death: declared after %.0f ms; %d nodes informed within %.0f ms\n", res.NodeDeath.DetectMs, res.NodeDeath.Informed, res.NodeDeath.InformedMs)
+}
+
+// burstDeaths is how many actors the burst event kills at once.
+const burstDeaths = 16
+
+// DeathBurst is what k worker deaths at once on the driver's node sent to
+// the simulated nodes: WorkersDied messages and the worker ids they
+// carried, in total and per node (per node only with per-node
+// connections).
+type DeathBurst struct {
+	Deaths   int   `json:"deaths"`   // actors killed at once
+	Messages int64 `json:"messages"` // WorkersDied calls, every simulated node
+	Bytes    int64 `json:"bytes"`
+	IDs      int64 `json:"ids"` // worker ids those calls carried
+	// MaxPerNode is the most WorkersDied calls one node got; Complete
+	// the nodes that got every dead worker's id.
+	MaxPerNode int32   `json:"max_per_node"`
+	Complete   int     `json:"complete"`
+	Ms         float64 `json:"ms"` // from the kills to the last message
+}
+
+// measureDeathBurst starts k actors on the driver's node, kills them at
+// once and counts what the simulated nodes receive until each got k ids
+// or nothing more arrived for 2 s.
+func (c *cluster) measureDeathBurst(ctx context.Context, k int) (DeathBurst, error) {
+	b := DeathBurst{Deaths: k}
+	hs := make([]ray.ActorHandle[probe], k)
+	for i := range hs {
+		hs[i] = probeActor.Options(ray.NodeAffinity(c.local, false)).Remote(ctx)
+	}
+	kill := func() error {
+		errs := make([]error, len(hs))
+		var wg sync.WaitGroup
+		for i, h := range hs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errs[i] = h.Kill(ctx)
+			}()
+		}
+		wg.Wait()
+		return errors.Join(errs...)
+	}
+	for _, h := range hs {
+		if _, err := probePing.On(h).Remote(ctx).Get(ctx); err != nil {
+			_ = kill()
+			return b, err
+		}
+	}
+	nodes := c.fleet.nodes
+	calls0, ids0 := make([]int32, len(nodes)), make([]int32, len(nodes))
+	for i, nd := range nodes {
+		calls0[i], ids0[i] = nd.deaths.Load(), nd.deathIDs.Load()
+	}
+	counts := &c.fleet.counters
+	m0, by0 := counts.died.Load(), counts.diedBytes.Load()
+	idsNow := func() int64 {
+		var n int64
+		for i, nd := range nodes {
+			n += int64(nd.deathIDs.Load() - ids0[i])
+		}
+		return n
+	}
+	start := time.Now()
+	if err := kill(); err != nil {
+		return b, err
+	}
+	want := int64(len(nodes)) * int64(k)
+	last, lastChange := int64(0), time.Now()
+	pollUntil(ctx, time.Minute, func() bool {
+		if n := idsNow(); n != last {
+			last, lastChange = n, time.Now()
+		}
+		return last >= want || time.Since(lastChange) > 2*time.Second
+	})
+	b.Messages, b.Bytes = counts.died.Load()-m0, counts.diedBytes.Load()-by0
+	b.IDs = idsNow()
+	b.Ms = ms(lastChange.Sub(start))
+	for i, nd := range nodes {
+		b.MaxPerNode = max(b.MaxPerNode, nd.deaths.Load()-calls0[i])
+		if nd.deathIDs.Load()-ids0[i] >= int32(k) {
+			b.Complete++
+		}
+	}
+	return b, nil
 }

@@ -24,6 +24,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("simulated nodes", num("%.0f", func(r Result) float64 { return float64(r.Nodes) }))
 	row("connections (per node?)", func(r Result) string { return fmt.Sprintf("%d (%v)", r.Connections, r.PerNodeConnections) })
 	row("join ms", num("%.0f", func(r Result) float64 { return r.JoinMs }))
+	row("join: first views ms", num("%.0f", func(r Result) float64 { return r.Join.ViewMs }))
+	row("join: GCS cores", num("%.2f", func(r Result) float64 { return r.Join.GCSCores }))
+	row("join: heartbeats done / due", num("%.2f", func(r Result) float64 { return r.Join.Achieved }))
+	row("join: refresh MB", num("%.0f", func(r Result) float64 { return r.Join.RefreshMB }))
+	row("join: declared dead", num("%.0f", func(r Result) float64 { return float64(r.Join.DeclaredDead) }))
 	row("heap per node B", num("%.0f", func(r Result) float64 { return r.HeapPerNode }))
 	row("GCS heap per node B", num("%.0f", func(r Result) float64 { return r.GCSHeapPerNode }))
 	row("GCS cores (steady)", num("%.2f", func(r Result) float64 { return r.Steady.GCSCores }))
@@ -40,6 +45,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	row("free: bytes", num("%.0f", func(r Result) float64 { return float64(r.Free.Bytes) }))
 	row("worker death: messages", num("%.0f", func(r Result) float64 { return float64(r.WorkerDeath.Messages) }))
 	row("worker death: bytes", num("%.0f", func(r Result) float64 { return float64(r.WorkerDeath.Bytes) }))
+	row("death burst: messages (max per node)", func(r Result) string {
+		return fmt.Sprintf("%d (%d)", r.DeathBurst.Messages, r.DeathBurst.MaxPerNode)
+	})
 	row("node death: detect ms", num("%.0f", func(r Result) float64 { return r.NodeDeath.DetectMs }))
 	row("node death: all informed ms", num("%.0f", func(r Result) float64 { return r.NodeDeath.InformedMs }))
 	row("node death: informed", num("%.0f", func(r Result) float64 { return float64(r.NodeDeath.Informed) }))
@@ -71,6 +79,10 @@ func (r *Report) WriteSVG(w io.Writer) error {
 		{"messages per PG removal", func(r Result) float64 { return r.PGRemovalMessages }},
 		{"join time (s)", func(r Result) float64 { return r.JoinMs / 1e3 }},
 		{"GCS heap per node (KB)", func(r Result) float64 { return r.GCSHeapPerNode / 1e3 }},
+		{"messages per worker death", func(r Result) float64 { return float64(r.WorkerDeath.Messages) }},
+		{"join: views sent (MB)", func(r Result) float64 { return r.Join.RefreshMB }},
+		{"join: heartbeats done / due", func(r Result) float64 { return r.Join.Achieved }},
+		{"join: nodes declared dead", func(r Result) float64 { return float64(r.Join.DeclaredDead) }},
 	}
 	const (
 		cols, pw, ph = 4, 240, 170

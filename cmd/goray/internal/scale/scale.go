@@ -59,6 +59,12 @@ type Options struct {
 	// Events is how many tasks, actors and placement groups the scheduling
 	// measurements create (default 10).
 	Events int
+	// Connections caps the GCS connections and raylet listeners the
+	// simulated nodes get (0: one each per node when the descriptor limit
+	// allows, else as many as it allows, shared). A cap below the node
+	// count shares them, which measures what a connection costs the GCS
+	// apart from what a node costs it.
+	Connections int
 	// Log receives progress lines (nil: none).
 	Log io.Writer
 	// Logger receives the runtime's logs (nil: discarded).
@@ -85,6 +91,9 @@ func (o *Options) defaults() error {
 	}
 	if o.FailureThreshold <= 0 {
 		o.FailureThreshold = DefaultFailureThreshold
+	}
+	if o.Connections < 0 {
+		return fmt.Errorf("scale: %d connections: want 0 (as many as fit) or more", o.Connections)
 	}
 	if o.Events <= 0 {
 		o.Events = 10
@@ -122,8 +131,13 @@ type Result struct {
 	// and listener (false: a pool of Connections shared).
 	PerNodeConnections bool `json:"per_node_connections"`
 	Connections        int  `json:"connections"`
+	// FDLimit is the process's descriptor limit the plan was made with.
+	FDLimit uint64 `json:"fd_limit"`
 
 	JoinMs float64 `json:"join_ms"` // until every simulated node is registered
+	// Join is the whole join: from the first registration until every
+	// node has its first view of the cluster (or the wait for it ended).
+	Join JoinPhase `json:"join"`
 
 	// Heap in use (after GC) added by the simulated nodes joining, and the
 	// part of it the heap profile attributes to the GCS.
@@ -132,9 +146,10 @@ type Result struct {
 
 	Steady Steady `json:"steady"`
 
-	Free        Broadcast `json:"free"`
-	WorkerDeath Broadcast `json:"worker_death"`
-	NodeDeath   NodeDeath `json:"node_death"`
+	Free        Broadcast  `json:"free"`
+	WorkerDeath Broadcast  `json:"worker_death"`
+	DeathBurst  DeathBurst `json:"death_burst"` // k worker deaths at once (events.go)
+	NodeDeath   NodeDeath  `json:"node_death"`
 
 	// Scheduling latency (Remote to Get) of a task that needs a new lease:
 	// granted on the driver's node, and spilled back by it to the other
@@ -193,6 +208,33 @@ type Steady struct {
 	// than the changes since the caller's version.
 	GCSCPUPerRefreshUs float64 `json:"gcs_cpu_per_refresh_us"`
 	FullRefreshes      int64   `json:"full_refreshes"`
+}
+
+// JoinPhase is what the join cost: every node registering at once, then
+// reporting and asking for its first view (a whole table) while the others
+// still register.
+type JoinPhase struct {
+	// ViewMs: from the first registration until every node still alive
+	// has its first view; Cold the nodes without one when the wait ended.
+	ViewMs float64 `json:"view_ms"`
+	Cold   int     `json:"cold"`
+	// The GCS's CPU over the join, by RPC method as in Steady.
+	ProcessCPUMs float64            `json:"process_cpu_ms"`
+	GCSCPUMs     float64            `json:"gcs_cpu_ms"`
+	GCSCPUByRPC  map[string]float64 `json:"gcs_cpu_by_rpc_ms"`
+	GCSCores     float64            `json:"gcs_cores"`
+	// Heartbeats done against every node's heartbeats of every period
+	// since the join's start (more than were due while nodes were still
+	// registering), heartbeats and refreshes that failed (time-out), and
+	// nodes the GCS declared dead during the join.
+	Heartbeats   int64   `json:"heartbeats"`
+	Achieved     float64 `json:"achieved"`
+	Errors       int64   `json:"errors"`
+	DeclaredDead int64   `json:"declared_dead"`
+	// Refreshes answered, how many with the whole table, and their bytes.
+	Refreshes     int64   `json:"refreshes"`
+	FullRefreshes int64   `json:"full_refreshes"`
+	RefreshMB     float64 `json:"refresh_mb"`
 }
 
 // Broadcast is what one event sent to the simulated nodes.
@@ -312,21 +354,39 @@ func runOne(ctx context.Context, n int, opts Options) (_ *Result, err error) {
 	if c.gcs, err = startGCS(ctx, "127.0.0.1", c.creds, opts.HealthPeriod, opts.FailureThreshold, opts.Logger.Named("gcs")); err != nil {
 		return nil, err
 	}
-	if c.fleet, err = newFleet(n, c.gcs.Addr(), c.creds, opts.ReportPeriod); err != nil {
+	if c.fleet, err = newFleet(n, c.gcs.Addr(), c.creds, opts.ReportPeriod, opts.Connections); err != nil {
 		return nil, err
 	}
-	res.PerNodeConnections, res.Connections = c.fleet.perNode, len(c.fleet.conns)
+	res.PerNodeConnections, res.Connections, res.FDLimit = c.fleet.perNode, len(c.fleet.conns), fdLimit()
+	fmt.Fprintf(opts.Log, "  %d GCS connections and listeners (one per node: %v; descriptor limit %d)\n", res.Connections, res.PerNodeConnections, res.FDLimit)
 	hbase := heapInUse()
 
 	// Join: every node at once (64 registrations in flight), reporting as
 	// soon as registered.
 	c.fleet.run(min(512, n))
+	c0 := snapshotCounters(&c.fleet.counters)
+	jprof := startCPUProfile()
 	start := time.Now()
 	if err := c.fleet.join(ctx, 64); err != nil {
+		_, _ = jprof.stop()
 		return nil, err
 	}
 	res.JoinMs = ms(time.Since(start))
 	fmt.Fprintf(opts.Log, "  joined in %.0f ms\n", res.JoinMs)
+	// Steady state, once every node has its first view (a whole table;
+	// later refreshes are the changes since).
+	wctx, wcancel := context.WithTimeout(ctx, warmTimeout(n, opts.ReportPeriod))
+	res.Join.Cold = c.fleet.warm(wctx)
+	wcancel()
+	res.Join.ViewMs = ms(time.Since(start))
+	jsplit, jerr := jprof.stop()
+	if jerr != nil {
+		res.Errors = append(res.Errors, jerr.Error())
+	}
+	res.Join.fill(jsplit, c0, snapshotCounters(&c.fleet.counters), n, opts.ReportPeriod)
+	j := res.Join
+	fmt.Fprintf(opts.Log, "  first views in %.0f ms (%d without): GCS %.2f cores, %.0f%% of heartbeats done, %d failed calls, %d declared dead, %d whole tables (%.0f MB) of %d refreshes\n",
+		j.ViewMs, j.Cold, j.GCSCores, 100*j.Achieved, j.Errors, j.DeclaredDead, j.FullRefreshes, j.RefreshMB, j.Refreshes)
 	hs, herr := heapProfile()
 	if herr != nil {
 		res.Errors = append(res.Errors, herr.Error())
@@ -335,11 +395,6 @@ func runOne(ctx context.Context, n int, opts Options) (_ *Result, err error) {
 	_ = heap0
 	res.GCSHeapPerNode = float64(hs.GCS) / float64(n)
 
-	// Steady state, once every node has its first view (a whole table;
-	// later refreshes are the changes since).
-	wctx, wcancel := context.WithTimeout(ctx, 20*opts.ReportPeriod)
-	c.fleet.warm(wctx)
-	wcancel()
 	st, err := steady(ctx, c.fleet, n, opts)
 	if err != nil {
 		return nil, err
@@ -406,6 +461,29 @@ func steady(ctx context.Context, f *fleet, n int, opts Options) (Steady, error) 
 	st.RefreshBytesPerS = float64(c1.refreshBytes-c0.refreshBytes) / split.Wall.Seconds()
 	st.GCSCPUPerNodeUs = st.GCSCPUMs * 1000 / split.Wall.Seconds() / float64(n)
 	return st, nil
+}
+
+// fill sets the join's figures from its CPU split and the counters at its
+// start and end.
+func (j *JoinPhase) fill(split cpuSplit, c0, c1 counterValues, n int, period time.Duration) {
+	j.ProcessCPUMs = ms(split.Process)
+	j.GCSCPUMs = ms(split.GCSProcess())
+	j.GCSCPUByRPC = map[string]float64{}
+	for k, v := range split.ByRPC {
+		j.GCSCPUByRPC[k] = ms(split.scale(v))
+	}
+	if split.Wall > 0 {
+		j.GCSCores = j.GCSCPUMs / ms(split.Wall)
+	}
+	j.Heartbeats = c1.heartbeats - c0.heartbeats
+	if due := float64(n) * float64(split.Wall) / float64(period); due > 0 {
+		j.Achieved = float64(j.Heartbeats) / due
+	}
+	j.Errors = (c1.heartbeatErrs - c0.heartbeatErrs) + (c1.refreshErrs - c0.refreshErrs)
+	j.DeclaredDead = c1.declaredDead - c0.declaredDead
+	j.Refreshes = c1.refreshes - c0.refreshes
+	j.FullRefreshes = c1.fullRefreshes - c0.fullRefreshes
+	j.RefreshMB = float64(c1.refreshBytes-c0.refreshBytes) / 1e6
 }
 
 // counterValues is a copy of the fleet's counters.

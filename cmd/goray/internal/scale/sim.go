@@ -48,6 +48,8 @@ type fleet struct {
 	creds   *auth.Credentials
 	gcsAddr string
 	period  time.Duration
+	// timeout bounds each heartbeat and refresh (see callTimeout).
+	timeout time.Duration
 
 	nodes []*simNode
 	conns []*grpc.ClientConn
@@ -91,6 +93,7 @@ type simNode struct {
 	lastHB    atomic.Int64 // unix nanoseconds of its last heartbeat the GCS took
 	frees     atomic.Int32 // FreeObjects calls received
 	deaths    atomic.Int32 // WorkersDied calls received
+	deathIDs  atomic.Int32 // worker ids those calls carried
 
 	// viewEpoch and viewVersion are those of the last GetAllNodes reply:
 	// the next refresh asks for the changes since, as a raylet does.
@@ -119,27 +122,56 @@ type counters struct {
 	reportNanos, reportMax atomic.Int64
 }
 
-// connPlan decides how many GCS connections and raylet listeners the
-// simulated nodes get: one each per node when the descriptor limit leaves
-// room for about six per node (the node's connection to the GCS, both
-// ends; its listener; the connections real raylets and the GCS open to it,
-// both ends), else as many as fit, shared.
-func connPlan(n int) (pool int, perNode bool) {
-	limit := fdLimit()
-	const reserve = 2000 // real nodes, workers, the driver
-	fit := int((limit - reserve) / 6)
+// fdReserve is the descriptors connPlan leaves for the rest of the
+// process: the GCS's own, the real nodes, their workers and the driver.
+const fdReserve = 2000
+
+// fdPerNode is what one simulated node with its own connection and
+// listener costs in descriptors: its connection to the GCS (both ends, in
+// this process), its listener, and the connections real raylets and the
+// GCS open to it (both ends).
+const fdPerNode = 6
+
+// connPlan decides how many GCS connections and raylet listeners n
+// simulated nodes get, given the process's descriptor limit and a cap
+// (maxConns; 0: none): one each per node when the limit leaves
+// fdPerNode descriptors per node beyond fdReserve and the cap allows,
+// else as many as fit, shared by the nodes (perNode false).
+func connPlan(n int, limit uint64, maxConns int) (pool int, perNode bool) {
+	fit := 1
+	if limit > fdReserve+fdPerNode {
+		fit = int((limit - fdReserve) / fdPerNode)
+	}
+	if maxConns > 0 {
+		fit = min(fit, maxConns)
+	}
 	if fit >= n {
 		return n, true
 	}
 	return max(fit, 1), false
 }
 
+// callTimeout bounds a simulated node's heartbeat and refresh: 10 s (a
+// raylet's is 5 s) or the report period if longer, plus 2 ms per node, so
+// that a node's first view (the whole table, about 400 bytes per node:
+// 4 MB at 10,000 nodes) can arrive while thousands of nodes ask for theirs
+// at once during a join; a refresh given up is asked again from scratch.
+func callTimeout(n int, period time.Duration) time.Duration {
+	return max(period, 10*time.Second) + time.Duration(n)*2*time.Millisecond
+}
+
+// warmTimeout bounds the wait for every node's first view before the
+// steady state is measured: 20 report periods plus 10 ms per node.
+func warmTimeout(n int, period time.Duration) time.Duration {
+	return 20*period + time.Duration(n)*10*time.Millisecond
+}
+
 // newFleet prepares n simulated nodes (nothing registered yet): their
 // listeners on distinct loopback addresses 127.1.x.y and their GCS
-// connections.
-func newFleet(n int, gcsAddr string, creds *auth.Credentials, period time.Duration) (*fleet, error) {
-	pool, perNode := connPlan(n)
-	f := &fleet{creds: creds, gcsAddr: gcsAddr, period: period, perNode: perNode, byAddr: map[string]*simNode{}, stopped: make(chan struct{})}
+// connections (at most maxConns of each, shared, when it is not 0).
+func newFleet(n int, gcsAddr string, creds *auth.Credentials, period time.Duration, maxConns int) (*fleet, error) {
+	pool, perNode := connPlan(n, fdLimit(), maxConns)
+	f := &fleet{creds: creds, gcsAddr: gcsAddr, period: period, timeout: callTimeout(n, period), perNode: perNode, byAddr: map[string]*simNode{}, stopped: make(chan struct{})}
 	f.srv = grpc.NewServer(rpc.ServerOptions(creds)...)
 	gorayv1.RegisterRayletServer(f.srv, &simRaylet{f: f})
 	gorayv1.RegisterWorkerLogsServer(f.srv, &simLogs{f: f})
@@ -325,7 +357,7 @@ func (f *fleet) report(nd *simNode) {
 			}
 		}
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), max(f.period, 10*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	req := &gorayv1.HeartbeatRequest{
 		NodeId:        nd.id.Bytes(),
@@ -363,7 +395,7 @@ func (f *fleet) report(nd *simNode) {
 // refresh is a node's refresh of its cluster view
 // (raylet/clusterview.go refresh): the changes since its view's version.
 func (f *fleet) refresh(nd *simNode) {
-	ctx, cancel := context.WithTimeout(context.Background(), max(f.period, 10*time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), f.timeout)
 	defer cancel()
 	raw := &rawReply{}
 	if w := f.watch.Load(); w != nil && !w.seen[nd.idx].Load() {
@@ -392,8 +424,8 @@ func (f *fleet) refresh(nd *simNode) {
 
 // warm waits until every reporting node has a view (its first refresh,
 // the whole table, is done), or until ctx ends: the steady state is
-// measured after.
-func (f *fleet) warm(ctx context.Context) {
+// measured after. It returns how many nodes still had none.
+func (f *fleet) warm(ctx context.Context) int {
 	t := time.NewTicker(f.period / 10)
 	defer t.Stop()
 	for {
@@ -404,11 +436,11 @@ func (f *fleet) warm(ctx context.Context) {
 			}
 		}
 		if cold == 0 {
-			return
+			return 0
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return cold
 		case <-t.C:
 		}
 	}
@@ -638,6 +670,7 @@ func (s *simRaylet) WorkersDied(ctx context.Context, req *gorayv1.WorkersDiedReq
 	s.f.counters.diedBytes.Add(int64(proto.Size(req)))
 	if nd := s.node(ctx); nd != nil {
 		nd.deaths.Add(1)
+		nd.deathIDs.Add(int32(len(req.GetWorkerIds())))
 	}
 	return &gorayv1.WorkersDiedReply{}, nil
 }
