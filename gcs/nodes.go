@@ -72,16 +72,7 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 		Draining:        n.draining,
 	}
 	if n.available != nil {
-		v.Available = cloneMsg(n.available)
-		if len(n.holding) > 0 {
-			tot := n.totalLocked().GetAmounts()
-			if v.Available.Amounts == nil {
-				v.Available.Amounts = map[string]int64{}
-			}
-			for k, h := range n.holding {
-				v.Available.Amounts[k] = min(v.Available.Amounts[k]+h, tot[k])
-			}
-		}
+		v.Available = n.availableViewLocked()
 	}
 	if n.spill != nil {
 		v.Spill = cloneMsg(n.spill)
@@ -93,6 +84,23 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 		v.Pending = append(v.Pending, cloneMsg(p))
 	}
 	return v
+}
+
+// availableViewLocked returns a copy of the node's available resources as
+// views show them: with what a placement group being reserved holds on it
+// added back. n.available must not be nil; s.mu must be held.
+func (n *nodeEntry) availableViewLocked() *gorayv1.Resources {
+	a := cloneMsg(n.available)
+	if len(n.holding) > 0 {
+		tot := n.totalLocked().GetAmounts()
+		if a.Amounts == nil {
+			a.Amounts = map[string]int64{}
+		}
+		for k, h := range n.holding {
+			a.Amounts[k] = min(a.Amounts[k]+h, tot[k])
+		}
+	}
+	return a
 }
 
 // RegisterNode adds the node in state ALIVE with the server's start time; its
@@ -248,18 +256,27 @@ func (s *Server) GetAllNodes(_ context.Context, req *gorayv1.GetAllNodesRequest)
 }
 
 // checkHealth declares dead every alive node whose last heartbeat is more
-// than FailureThreshold periods old.
+// than FailureThreshold periods old, or twice that while the GCS itself is
+// behind reading heartbeats (health.go).
 func (s *Server) checkHealth() {
-	now := s.now()
 	limit := time.Duration(s.threshold) * s.period
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now() // after the lock: waiting for it is the GCS's lateness, not the nodes'
+	silences := make([]time.Duration, 0, len(s.nodeOrder))
+	for _, id := range s.nodeOrder {
+		if n := s.nodes[id]; n.info.GetState() != StateDead {
+			silences = append(silences, now.Sub(n.lastHeartbeat))
+		}
+	}
+	grace := healthGrace(silences, s.period, limit)
+	s.noteGraceLocked(grace)
 	for _, id := range s.nodeOrder {
 		n := s.nodes[id]
 		if n.info.GetState() == StateDead {
 			continue
 		}
-		if since := now.Sub(n.lastHeartbeat); since > limit {
+		if since := now.Sub(n.lastHeartbeat); since > limit+grace {
 			reason := fmt.Sprintf("missed %d health checks (last seen %.1fs ago)", s.threshold, since.Seconds())
 			s.markNodeDeadLocked(id, n, reason)
 			continue

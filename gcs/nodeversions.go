@@ -184,13 +184,41 @@ func (n *nodeEntry) publishedLocked() *gorayv1.NodeView {
 	return n.pubView
 }
 
+// currentViewLocked returns n's view with its last heartbeat's figures, as
+// callers without a version get it. It clones nothing: the NodeInfo is the
+// published view's (which changes only with the view, and is never
+// changed once built), and the heartbeat's messages are the entry's own,
+// which heartbeats replace and never change. The reply must not change
+// it. A joining raylet's first refresh is such a call, a thousand of them
+// during a thousand nodes' join, each under s.mu: cloning every view there
+// held the lock for milliseconds per call, and heartbeats waited behind
+// it (docs/scale.md, the join storm). s.mu must be held.
+func (n *nodeEntry) currentViewLocked() *gorayv1.NodeView {
+	v := &gorayv1.NodeView{
+		Info:            n.publishedLocked().GetInfo(),
+		Available:       n.available,
+		StoreUsed:       n.storeUsed,
+		StoreCapacity:   n.storeCapacity,
+		LastHeartbeatMs: n.lastHeartbeat.UnixMilli(),
+		Draining:        n.draining,
+		Spill:           n.spill,
+		Memory:          n.memory,
+		Pending:         slices.Clone(n.pending),
+	}
+	if n.available != nil && len(n.holding) > 0 {
+		v.Available = n.availableViewLocked()
+	}
+	return v
+}
+
 // NodesSince returns the node table as a caller at version v of epoch
 // needs it: only the views changed since, when the change log reaches
 // back to v in this epoch (delta), else every node in registration order.
 // Either way the reply carries the epoch and version to ask from next. A
-// caller without an epoch gets every node's current view (cloned, as
-// Nodes); a versioned caller gets the published views (publishedLocked),
-// which the reply shares with other replies: it must not change them.
+// caller without an epoch gets every node's current view
+// (currentViewLocked); a versioned caller gets the published views
+// (publishedLocked). Both share messages with the GCS's tables and other
+// replies: the caller must not change them.
 func (s *Server) NodesSince(epoch string, v uint64) *gorayv1.GetAllNodesReply {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -198,7 +226,7 @@ func (s *Server) NodesSince(epoch string, v uint64) *gorayv1.GetAllNodesReply {
 	if epoch == "" {
 		rep.Nodes = make([]*gorayv1.NodeView, 0, len(s.nodeOrder))
 		for _, id := range s.nodeOrder {
-			rep.Nodes = append(rep.Nodes, s.nodes[id].viewLocked())
+			rep.Nodes = append(rep.Nodes, s.nodes[id].currentViewLocked())
 		}
 		return rep
 	}

@@ -108,6 +108,8 @@ type Server struct {
 	subs   map[*subscriber]struct{}
 	// changes numbers the changes of nodes' views (nodeversions.go).
 	changes nodeChanges
+	// grace is the extra silence the last health check allowed (health.go).
+	grace time.Duration
 
 	kvMu     sync.Mutex
 	kv       map[string]map[string][]byte

@@ -163,7 +163,7 @@ func TestSubscribe(t *testing.T) {
 	mustOK(t, err)
 	_, err = s.UpdateActor(ctx, &gorayv1.UpdateActorRequest{Actor: &gorayv1.ActorInfo{ActorId: actor.Bytes(), Pid: 4}}) // no event
 	mustOK(t, err)
-	clock.Advance(10 * time.Second)
+	clock.Advance(11 * time.Second) // its only node: declared dead after 2 × 5 periods (health.go)
 	s.checkHealth()
 	_, err = s.MarkJobFinished(ctx, &gorayv1.MarkJobFinishedRequest{JobId: job.Bytes()})
 	mustOK(t, err)
@@ -189,7 +189,7 @@ func TestSubscribe(t *testing.T) {
 		{EventActorRegistered, "ACTOR_STATE_PENDING "},
 		{EventActorStateChanged, "ACTOR_STATE_ALIVE "},
 		{EventNodeDead, StateDead},
-		{EventActorStateChanged, fmt.Sprintf("ACTOR_STATE_DEAD node %s died: missed 5 health checks (last seen 10.0s ago)", node.Short())},
+		{EventActorStateChanged, fmt.Sprintf("ACTOR_STATE_DEAD node %s died: missed 5 health checks (last seen 11.0s ago)", node.Short())},
 		{EventJobFinished, StateFinished},
 	}
 	next := func(ch <-chan Event) Event {
