@@ -177,18 +177,6 @@ func (d *deathNotifier) forget(nodes []ids.ID) {
 	d.trimLocked()
 }
 
-// pending returns how many deaths peer's sender has still to send (not
-// counting a send under way) and whether it has a sender.
-func (d *deathNotifier) pending(peer ids.ID) (n int, sending bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	st := d.peers[peer]
-	if st == nil {
-		return 0, false
-	}
-	return int(d.base + uint64(len(d.log)) - max(st.next, d.base)), true
-}
-
 // close takes no more deaths. Senders finish what they have (at most the
 // send under way and one more per peer); clusterView.close waits for them.
 func (d *deathNotifier) close() {

@@ -291,3 +291,15 @@ func TestWorkerDeathsPeerDies(t *testing.T) {
 		t.Errorf("%d WorkersDied calls reached the node, want only the held one", calls)
 	}
 }
+
+// pending returns how many deaths peer's sender has still to send (not
+// counting a send under way) and whether it has a sender.
+func (d *deathNotifier) pending(peer ids.ID) (n int, sending bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := d.peers[peer]
+	if st == nil {
+		return 0, false
+	}
+	return int(d.base + uint64(len(d.log)) - max(st.next, d.base)), true
+}

@@ -92,7 +92,7 @@ func (t *tensorPool) run(ctx context.Context, closing <-chan struct{}) {
 			if !ev.Has(fsnotify.Create) || strings.HasSuffix(ev.Name, shmem.ZeroedSuffix) {
 				continue // removals, the scrubber's own renames
 			}
-			drain(events) // one round for a burst of frees
+			drainEvents(events) // one round for a burst of frees
 			t.zeroedOnEvent.Add(int64(t.scrub(ctx, scrubber)))
 		case <-tick.C:
 			t.trim(t.cfg.IdleTimeout, t.cfg.MaxMemory)
@@ -101,8 +101,8 @@ func (t *tensorPool) run(ctx context.Context, closing <-chan struct{}) {
 	}
 }
 
-// drain takes the events already queued.
-func drain(events <-chan fsnotify.Event) {
+// drainEvents takes the events already queued.
+func drainEvents(events <-chan fsnotify.Event) {
 	for {
 		select {
 		case _, ok := <-events:

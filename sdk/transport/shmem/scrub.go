@@ -159,13 +159,6 @@ func (s *Scrubber) closeLocked(ino uint64, m *scrubMap) {
 	_ = m.f.Close()
 }
 
-// Mapped returns how many mappings the Scrubber holds.
-func (s *Scrubber) Mapped() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.maps)
-}
-
 // Close unmaps everything the Scrubber mapped. It may be used again after.
 func (s *Scrubber) Close() error {
 	s.mu.Lock()

@@ -66,15 +66,15 @@ func TestScrubber(t *testing.T) {
 	if n, _, _ := s.Scrub(ctx, -1); n != 1 {
 		t.Fatalf("Scrub after the reader released: zeroed %d, want 1", n)
 	}
-	if s.Mapped() != 1 {
-		t.Fatalf("the scrubber holds %d mappings; want the one it reuses", s.Mapped())
+	if s.mapped() != 1 {
+		t.Fatalf("the scrubber holds %d mappings; want the one it reuses", s.mapped())
 	}
 	if _, _, err := p.Trim(0, 0); err != nil {
 		t.Fatal(err)
 	}
 	_, _, _ = s.Scrub(ctx, -1)
-	if s.Mapped() != 0 {
-		t.Fatalf("the scrubber still maps %d trimmed segments", s.Mapped())
+	if s.mapped() != 0 {
+		t.Fatalf("the scrubber still maps %d trimmed segments", s.mapped())
 	}
 	Default.Purge()
 	reader.Purge()
@@ -146,4 +146,11 @@ func TestScrubberNeverZeroesATakenSegment(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// mapped returns how many mappings s holds.
+func (s *Scrubber) mapped() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.maps)
 }

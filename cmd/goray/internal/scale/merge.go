@@ -1,9 +1,11 @@
 package scale
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 )
 
@@ -33,21 +35,10 @@ func Merge(reps ...*Report) *Report {
 			bySize[res.Nodes] = append(bySize[res.Nodes], res)
 		}
 	}
-	var sizes []int
-	for n := range bySize {
-		sizes = append(sizes, n)
-	}
-	slices.Sort(sizes)
-	for _, n := range sizes {
+	for _, n := range slices.Sorted(maps.Keys(bySize)) {
 		rs := bySize[n]
 		slices.SortStableFunc(rs, func(a, b Result) int {
-			switch x, y := a.Steady.GCSCPUPerReportUs, b.Steady.GCSCPUPerReportUs; {
-			case x < y:
-				return -1
-			case x > y:
-				return 1
-			}
-			return 0
+			return cmp.Compare(a.Steady.GCSCPUPerReportUs, b.Steady.GCSCPUPerReportUs)
 		})
 		out.Results = append(out.Results, rs[(len(rs)-1)/2])
 	}
