@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 func TestQuickRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	wantLimits := []string{LimitMemcpy, LimitGRPC, LimitPlugin}
+	wantLimits := []string{LimitMemcpy, LimitGRPC, LimitGRPCStream, LimitPlugin}
 	wantMetrics := []string{MetricGetCalls, MetricPutCalls, MetricTasksSync, MetricActorSync, MetricPlacementGroup, MetricTensorTransferShm}
 	var quoted []string
 	for _, n := range append(append([]string{}, wantLimits...), wantMetrics...) {
@@ -85,9 +85,9 @@ func TestQuickRun(t *testing.T) {
 	}
 	for _, name := range []string{MetricTasksSync, MetricActorSync} {
 		r := find(rep.Metrics, name)
-		want := (1e6 / r.Mean) / find(rep.Limits, LimitGRPC).Mean
-		if r.LimitName != LimitGRPC || r.Ratio <= 0 || abs(r.Ratio-want) > 1e-9*want {
-			t.Errorf("%s: limit %q ratio %v, want %s and ratio %v", name, r.LimitName, r.Ratio, LimitGRPC, want)
+		want := (1e6 / r.Mean) / find(rep.Limits, LimitGRPCStream).Mean
+		if r.LimitName != LimitGRPCStream || r.Ratio <= 0 || abs(r.Ratio-want) > 1e-9*want {
+			t.Errorf("%s: limit %q ratio %v, want %s and ratio %v", name, r.LimitName, r.Ratio, LimitGRPCStream, want)
 		}
 	}
 	if r := find(rep.Metrics, MetricTensorTransferShm); r.LimitName != LimitMemcpy || r.Unit != UnitGBps ||

@@ -23,7 +23,12 @@ const (
 	LimitTCP    = "tcp_loopback_bandwidth"
 	LimitUnix   = "unix_socket_bandwidth"
 	LimitGRPC   = "grpc_unary_round_trip"
-	LimitPlugin = "go_plugin_round_trip"
+	// LimitGRPCStream is one message each way on an open gRPC stream to
+	// a server in another process: what a synchronous task or actor call
+	// is made of between two core workers, which are always two
+	// processes, without goray's own work.
+	LimitGRPCStream = "grpc_stream_round_trip_other_process"
+	LimitPlugin     = "go_plugin_round_trip"
 )
 
 // streamWriteSize is the write (and read) size of the socket limits.
@@ -68,6 +73,11 @@ func (e *env) limits() []workload {
 			name: LimitGRPC, unit: UnitMicros, latency: true,
 			note:  "bare grpc-go unary call (hand-written echo service, 2-byte payload, default options) over a unix socket",
 			setup: grpcSetup,
+		},
+		{
+			name: LimitGRPCStream, unit: UnitMicros, latency: true,
+			note:  "one 2-byte message each way on an open bidirectional stream to this binary re-executed as a bare gRPC server (default options, no go-plugin) over a unix socket: it crosses processes, as a call from a driver to a worker does",
+			setup: e.grpcStreamSetup,
 		},
 		{
 			name: LimitPlugin, unit: UnitMicros, latency: true,
@@ -241,6 +251,40 @@ func echoOnce(ctx context.Context, c *pluginecho.Client) error {
 		return fmt.Errorf("echo returned %q, want \"ok\"", out)
 	}
 	return nil
+}
+
+func (e *env) grpcStreamSetup(ctx context.Context) (func(context.Context) error, func(context.Context), error) {
+	if !pluginHook.Load() {
+		return nil, nil, &notAvailableError{reason: "this binary does not call bench.MaybeServePlugin, so it cannot serve as the echo server"}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, nil, &notAvailableError{reason: "cannot find this program's executable: " + err.Error()}
+	}
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	s, err := pluginecho.StartServer(sctx, exe)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The stream lives as long as the limit, not the setup's context.
+	st, err := s.OpenStream(context.WithoutCancel(ctx))
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	fn := func(ctx context.Context) error {
+		out, err := st.RoundTrip(ctx, okPayload)
+		if err == nil && string(out) != "ok" {
+			err = fmt.Errorf("echo stream returned %q, want \"ok\"", out)
+		}
+		return err
+	}
+	teardown := func(context.Context) {
+		st.Close()
+		s.Close()
+	}
+	return fn, teardown, nil
 }
 
 func (e *env) pluginSetup(ctx context.Context) (func(context.Context) error, func(context.Context), error) {

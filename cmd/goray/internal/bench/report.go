@@ -128,7 +128,7 @@ func limitCell(r Result) string {
 // limitUnit is the unit of a metric's limit.
 func limitUnit(r Result) string {
 	switch r.LimitName {
-	case LimitGRPC, LimitPlugin:
+	case LimitGRPC, LimitGRPCStream, LimitPlugin:
 		return UnitMicros
 	}
 	return UnitGBps

@@ -59,7 +59,7 @@ const (
 	asyncActorNote        = "goray has no separate async actors: the actor runs with MaxConcurrency(1000), Ray's default for async actors"
 	inlineNote            = "goray keeps values ≤ 100 KiB inline in the owner's memory, so no store round trip is involved"
 	putGigabytesRatioNote = "ratio = put bandwidth (exact bytes) ÷ memcpy bandwidth; target ≥ 0.5"
-	roundTripRatioNote    = "ratio = goray round trip (1/rate) ÷ bare gRPC round trip; target ≤ 4"
+	roundTripRatioNote    = "ratio = goray round trip (1/rate) ÷ a bare gRPC stream message round trip to another process (a call is one message each way from the driver to a worker process); grpc_unary_round_trip is a unary call inside one process"
 	placementGroupNote    = "Ray's workload: 100 groups of one {CPU: 0.001} bundle created, each waited ready, then removed; the figure counts groups; the group scheduler is one GCS goroutine placing groups one at a time"
 )
 
@@ -518,7 +518,7 @@ func (e *env) metrics() []workload {
 		},
 		{
 			name: MetricTasksSync, unit: UnitPerSecond, mult: 1, note: roundTripRatioNote,
-			limit: LimitGRPC, ratio: roundTripRatio,
+			limit: LimitGRPCStream, ratio: roundTripRatio,
 			setup: simple(syncCall(func(ctx context.Context) ray.Ref[[]byte] { return smallValueTask.Remote(ctx) })),
 		},
 		{
@@ -544,7 +544,7 @@ func (e *env) metrics() []workload {
 		},
 		{
 			name: MetricActorSync, unit: UnitPerSecond, mult: 1, note: roundTripRatioNote,
-			limit: LimitGRPC, ratio: roundTripRatio,
+			limit: LimitGRPCStream, ratio: roundTripRatio,
 			setup: actorSetup(1, 1, func(as []ray.ActorHandle[benchActor]) func(context.Context) error {
 				return syncCall(func(ctx context.Context) ray.Ref[[]byte] { return actorSmallValue.On(as[0]).Remote(ctx) })
 			}),

@@ -2,18 +2,19 @@
 // microbenchmark to measure a bare plugin round trip, and a tiny
 // hand-written gRPC echo service (no code generation) that the benchmark
 // also serves directly over a unix socket to measure a bare gRPC round
-// trip.
+// trip, in its own process and in another one (StartServer).
 //
-// The plugin needs no separate binary: a program that calls MaybeServe
-// first thing in main serves the plugin when it is started by Start (which
-// re-executes the given executable with the handshake cookie set), and
-// returns at once otherwise.
+// Neither needs a separate binary: a program that calls MaybeServe first
+// thing in main serves the plugin when it is started by Start, and the
+// bare service when it is started by StartServer (both re-execute the
+// given executable with a variable set), and returns at once otherwise.
 package pluginecho
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"time"
@@ -39,6 +40,8 @@ const PluginName = "echo"
 const (
 	serviceName = "goray.bench.Echo"
 	echoMethod  = "/" + serviceName + "/Echo"
+	streamName  = "EchoStream"
+	streamPath  = "/" + serviceName + "/" + streamName
 )
 
 // ErrNotEcho is returned when the dispensed plugin is not an echo client.
@@ -69,11 +72,31 @@ func echoHandler(srv any, ctx context.Context, dec func(any) error, interceptor 
 	})
 }
 
+// echoStreamHandler sends back every message of a bidirectional stream.
+func echoStreamHandler(_ any, st grpc.ServerStream) error {
+	for {
+		m := new(wrapperspb.BytesValue)
+		if err := st.RecvMsg(m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := st.SendMsg(m); err != nil {
+			return err
+		}
+	}
+}
+
 var serviceDesc = grpc.ServiceDesc{
 	ServiceName: serviceName,
 	HandlerType: (*Echoer)(nil),
 	Methods:     []grpc.MethodDesc{{MethodName: "Echo", Handler: echoHandler}},
-	Metadata:    "pluginecho",
+	Streams: []grpc.StreamDesc{{
+		StreamName: streamName, Handler: echoStreamHandler,
+		ServerStreams: true, ClientStreams: true,
+	}},
+	Metadata: "pluginecho",
 }
 
 // Register registers the echo service on s.
@@ -92,6 +115,45 @@ func (c *Client) Echo(ctx context.Context, b []byte) ([]byte, error) {
 		return nil, err
 	}
 	return out.Value, nil
+}
+
+// Stream is an open echo stream: each RoundTrip is one message each way,
+// as a task push and its reply between two core workers.
+type Stream struct {
+	st     grpc.ClientStream
+	cancel context.CancelFunc
+}
+
+// OpenStream opens an echo stream; ctx bounds its life. Close it when done.
+func (c *Client) OpenStream(ctx context.Context) (*Stream, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	st, err := c.cc.NewStream(ctx, &serviceDesc.Streams[0], streamPath)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Stream{st: st, cancel: cancel}, nil
+}
+
+// RoundTrip sends b and returns what the service sent back. When ctx ends
+// first, the stream is cancelled (it cannot be used again).
+func (s *Stream) RoundTrip(ctx context.Context, b []byte) ([]byte, error) {
+	stop := context.AfterFunc(ctx, s.cancel)
+	defer stop()
+	if err := s.st.SendMsg(wrapperspb.Bytes(b)); err != nil {
+		return nil, err
+	}
+	out := new(wrapperspb.BytesValue)
+	if err := s.st.RecvMsg(out); err != nil {
+		return nil, err
+	}
+	return out.Value, nil
+}
+
+// Close ends the stream.
+func (s *Stream) Close() {
+	_ = s.st.CloseSend()
+	s.cancel()
 }
 
 // echoPlugin is the go-plugin definition (gRPC only).
@@ -114,9 +176,11 @@ func pluginSet() plugin.PluginSet { return plugin.PluginSet{PluginName: echoPlug
 func IsPlugin() bool { return os.Getenv(Handshake.MagicCookieKey) == Handshake.MagicCookieValue }
 
 // MaybeServe serves the echo plugin and exits the process when this process
-// was started by Start; otherwise it returns at once. Call it first thing in
-// main (or TestMain).
+// was started by Start, or the bare echo service when it was started by
+// StartServer; otherwise it returns at once. Call it first thing in main
+// (or TestMain).
 func MaybeServe() {
+	maybeServeBare()
 	if !IsPlugin() {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +93,94 @@ func TestBareGRPCEcho(t *testing.T) {
 	out, err := NewClient(cc).Echo(ctx, []byte("ok"))
 	if err != nil || string(out) != "ok" {
 		t.Fatalf("Echo = %q, %v; want \"ok\"", out, err)
+	}
+}
+
+func TestServerEcho(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := StartServer(ctx, exe)
+	if err != nil {
+		t.Fatalf("StartServer: %v", err)
+	}
+	if s.cmd.Process.Pid == os.Getpid() {
+		t.Fatal("the server runs in this process")
+	}
+	for _, in := range [][]byte{[]byte("ok"), bytes.Repeat([]byte{7}, 1<<16)} {
+		out, err := s.Echo(ctx, in)
+		if err != nil {
+			t.Fatalf("Echo(%d bytes): %v", len(in), err)
+		}
+		if !bytes.Equal(out, in) {
+			t.Fatalf("Echo(%d bytes) returned %d different bytes", len(in), len(out))
+		}
+	}
+	s.Close()
+	if s.cmd.ProcessState == nil || !s.cmd.ProcessState.Success() {
+		t.Fatalf("server process after Close: %v, want exited with 0 (it exits when its stdin closes)", s.cmd.ProcessState)
+	}
+	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
+		t.Fatalf("server directory %s still there after Close: %v", s.dir, err)
+	}
+}
+
+func TestStartServerFailures(t *testing.T) {
+	tests := []struct {
+		name    string
+		exe     string
+		timeout time.Duration
+	}{
+		{"binary that does not serve", "/bin/true", 10 * time.Second},
+		{"missing binary", filepath.Join(t.TempDir(), "nope"), 10 * time.Second},
+		{"context already done", "/bin/cat", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+			defer cancel()
+			s, err := StartServer(ctx, tc.exe)
+			if err == nil {
+				s.Close()
+				t.Fatal("StartServer succeeded, want an error")
+			}
+			if !strings.Contains(err.Error(), tc.exe) {
+				t.Errorf("error %q does not name the binary %s", err, tc.exe)
+			}
+		})
+	}
+}
+
+func TestServerStream(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := StartServer(ctx, exe)
+	if err != nil {
+		t.Fatalf("StartServer: %v", err)
+	}
+	defer s.Close()
+	st, err := s.OpenStream(ctx)
+	if err != nil {
+		t.Fatalf("OpenStream: %v", err)
+	}
+	defer st.Close()
+	for i := range 100 {
+		in := []byte{byte(i), 'x'}
+		out, err := st.RoundTrip(ctx, in)
+		if err != nil || !bytes.Equal(out, in) {
+			t.Fatalf("RoundTrip %d: %q, %v; want %q", i, out, err, in)
+		}
+	}
+	done, cancelDone := context.WithCancel(ctx)
+	cancelDone()
+	if _, err := st.RoundTrip(done, []byte("ok")); err == nil {
+		t.Fatal("RoundTrip with an ended context succeeded, want an error")
 	}
 }
