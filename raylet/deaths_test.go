@@ -260,6 +260,9 @@ func TestWorkerDeathsBound(t *testing.T) {
 	if n := dn.dropped.Load(); n != extra {
 		t.Errorf("dropped = %d, want %d", n, extra)
 	}
+	if n := from.r.MetricsStats().WorkerDeathsDropped; n != extra {
+		t.Errorf("MetricsStats().WorkerDeathsDropped = %d, want %d (goray_worker_deaths_dropped_total)", n, extra)
+	}
 	if from.count("worker deaths not told to a node") != 1 {
 		t.Errorf("no warning of the dropped deaths in the log:\n%s", from.logs.String())
 	}

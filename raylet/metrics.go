@@ -44,6 +44,7 @@ func (r *Raylet) MetricsStats() metrics.RayletStats {
 	}
 	s.PulledBytes, s.PushedBytes = r.objects.pulled.Load(), r.objects.data.SentBytes()
 	s.MemoryKills = r.memory.killCount()
+	s.WorkerDeathsDropped = r.cluster.deaths.dropped.Load()
 	return s
 }
 

@@ -33,6 +33,10 @@ type RayletStats struct {
 	// MemoryKills counts the workers the memory monitor killed since the
 	// node started.
 	MemoryKills int64
+	// WorkerDeathsDropped counts deaths of local drivers and workers some
+	// other node was never sent, because the raylet's bounded log of
+	// deaths not sent yet overflowed, since the node started.
+	WorkerDeathsDropped int64
 }
 
 // WorkerStates are the worker states goray_workers always reports (0
@@ -88,7 +92,7 @@ func byLabel[V int64 | float64](ch chan<- prometheus.Metric, d *prometheus.Desc,
 func RayletCollector(stats func() RayletStats) prometheus.Collector {
 	return funcCollector{
 		descs: []*prometheus.Desc{descResourceCapacity, descResourceUsed, descStoreBytes, descStoreObjects, descStoreCapacity,
-			descSpilledBytes, descRestoredBytes, descTransferBytes, descPendingLeases, descInfeasible, descGrantedLeases, descWorkers, descMemoryKills},
+			descSpilledBytes, descRestoredBytes, descTransferBytes, descPendingLeases, descInfeasible, descGrantedLeases, descWorkers, descMemoryKills, descDeathsDropped},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := stats()
 			byLabel(ch, descResourceCapacity, s.ResourceCapacity)
@@ -106,6 +110,7 @@ func RayletCollector(stats func() RayletStats) prometheus.Collector {
 			gauge(ch, descInfeasible, float64(s.InfeasibleLeases))
 			gauge(ch, descGrantedLeases, float64(s.GrantedLeases))
 			counter(ch, descMemoryKills, float64(s.MemoryKills))
+			counter(ch, descDeathsDropped, float64(s.WorkerDeathsDropped))
 			workers := maps.Clone(s.Workers)
 			if workers == nil {
 				workers = map[string]int64{}

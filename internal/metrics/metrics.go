@@ -83,6 +83,7 @@ var (
 	descGrantedLeases    = desc("scheduler_granted_leases", "Worker leases the node's raylet has granted and not taken back.")
 	descWorkers          = desc("workers", "Worker processes of the node by state (starting, idle, leased, actor).", LabelState)
 	descMemoryKills      = desc("memory_monitor_kills_total", "Workers the node's memory monitor killed because the node's memory use was above memory_monitor.usage_threshold.")
+	descDeathsDropped    = desc("worker_deaths_dropped_total", "Deaths of the node's drivers and workers another node was never told of, because the node's log of deaths not sent yet (8,192) overflowed first: that node keeps the dead process's objects and may keep it as a borrower.")
 	descPluginRestarts   = desc("plugin_restarts_total", "Times the node's plugin host restarted a plugin since the node started.", LabelKind, LabelName)
 	descPluginUp         = desc("plugin_up", "1 when the plugin is running, else 0.", LabelKind, LabelName)
 	// goray_gcs_up is made by the head's gatherer of the GCS process's

@@ -30,7 +30,7 @@ func TestRayletCollector(t *testing.T) {
 		StoreBytes:       4096, StoreObjects: 2, StoreCapacity: 1 << 20,
 		SpilledBytes: 100, SpilledObjects: 1, SpilledBytesTotal: 300, RestoredBytesTotal: 200,
 		PulledBytes: 7, PushedBytes: 9, PendingLeases: 3, InfeasibleLeases: 1, GrantedLeases: 2,
-		Workers: map[string]int64{"IDLE": 2, "LEASED": 1}, MemoryKills: 4,
+		Workers: map[string]int64{"IDLE": 2, "LEASED": 1}, MemoryKills: 4, WorkerDeathsDropped: 6,
 	}
 	c := RayletCollector(func() RayletStats { return stats })
 	want := `
@@ -56,6 +56,9 @@ goray_object_transfer_bytes_total{direction="pushed"} 9
 # HELP goray_scheduler_infeasible_leases Queued lease requests no node of the cluster can ever satisfy as it is.
 # TYPE goray_scheduler_infeasible_leases gauge
 goray_scheduler_infeasible_leases 1
+# HELP goray_worker_deaths_dropped_total Deaths of the node's drivers and workers another node was never told of, because the node's log of deaths not sent yet (8,192) overflowed first: that node keeps the dead process's objects and may keep it as a borrower.
+# TYPE goray_worker_deaths_dropped_total counter
+goray_worker_deaths_dropped_total 6
 # HELP goray_workers Worker processes of the node by state (starting, idle, leased, actor).
 # TYPE goray_workers gauge
 goray_workers{state="ACTOR"} 0
@@ -65,7 +68,7 @@ goray_workers{state="STARTING"} 0
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want),
 		"goray_memory_monitor_kills_total", "goray_node_resource_capacity", "goray_node_resource_used", "goray_object_store_bytes",
-		"goray_object_transfer_bytes_total", "goray_scheduler_infeasible_leases", "goray_workers"); err != nil {
+		"goray_object_transfer_bytes_total", "goray_scheduler_infeasible_leases", "goray_worker_deaths_dropped_total", "goray_workers"); err != nil {
 		t.Fatal(err)
 	}
 	// Every metric the collector makes is one it describes (a registry
