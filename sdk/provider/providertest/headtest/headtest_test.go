@@ -67,10 +67,22 @@ func TestProcessesKillAll(t *testing.T) {
 	dir := ShortTempDir(t, "ght")
 	tests := []struct {
 		name string
-		cmd  func() *exec.Cmd
+		cmd  func(t *testing.T) *exec.Cmd
 	}{
-		{"argument", func() *exec.Cmd { return exec.Command("/bin/sh", "-c", "sleep 60", filepath.Join(dir, "x")) }},
-		{"environment", func() *exec.Cmd {
+		// The shell waits in a builtin (read, on a pipe nobody writes)
+		// rather than in sleep: a shell that forks sleep has a child with
+		// its own arguments, dir included, until the child execs.
+		{"argument", func(t *testing.T) *exec.Cmd {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { r.Close(); w.Close() })
+			c := exec.Command("/bin/sh", "-c", "read line", filepath.Join(dir, "x"))
+			c.Stdin = r
+			return c
+		}},
+		{"environment", func(*testing.T) *exec.Cmd {
 			c := exec.Command("sleep", "60")
 			c.Env = append(os.Environ(), "STATE="+dir)
 			return c
@@ -78,7 +90,7 @@ func TestProcessesKillAll(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := tt.cmd()
+			cmd := tt.cmd(t)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
