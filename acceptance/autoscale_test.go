@@ -131,12 +131,18 @@ func (c *asCluster) autoscaler(ctx context.Context) (asStatusJSON, statusJSON) {
 // processes under the provider's state_dir.
 func (c *asCluster) instances() []int {
 	var pids []int
-	for _, p := range findProcs(func(p proc) bool {
-		return len(p.cmdline) > 1 && p.cmdline[1] == "start" && p.mentions(c.stateDir)
-	}) {
+	for _, p := range c.instanceProcs() {
 		pids = append(pids, p.pid)
 	}
 	return pids
+}
+
+// instanceProcs returns the instance nodes' processes: `goray start`
+// under the provider's state dir, children caught starting left out.
+func (c *asCluster) instanceProcs() []proc {
+	return outermost(findProcs(func(p proc) bool {
+		return len(p.cmdline) > 1 && p.cmdline[1] == "start" && p.mentions(c.stateDir)
+	}))
 }
 
 // waitInstances waits until exactly n instance nodes run and the GCS
@@ -153,18 +159,21 @@ func (c *asCluster) waitInstances(ctx context.Context, n int, d time.Duration, w
 }
 
 // peak samples the number of instance nodes until stop is called, and
-// returns the highest seen.
-func (c *asCluster) peak() (stop func() int) {
+// returns the highest seen with the processes seen then.
+func (c *asCluster) peak() (stop func() (int, []proc)) {
 	var mu sync.Mutex
 	high := 0
+	var at []proc
 	done := make(chan struct{})
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
 		for {
-			n := len(c.instances())
+			ps := c.instanceProcs()
 			mu.Lock()
-			high = max(high, n)
+			if len(ps) > high {
+				high, at = len(ps), ps
+			}
 			mu.Unlock()
 			select {
 			case <-done:
@@ -173,12 +182,12 @@ func (c *asCluster) peak() (stop func() int) {
 			}
 		}
 	}()
-	return func() int {
+	return func() (int, []proc) {
 		close(done)
 		<-finished
 		mu.Lock()
 		defer mu.Unlock()
-		return high
+		return high, at
 	}
 }
 
@@ -233,8 +242,8 @@ node_type "cpu" {
 		t.Fatalf("goray status shows no active cpu worker right after the burst: %+v", a.Autoscaler)
 	}
 	c.waitInstances(ctx, 0, 90*time.Second, "idle workers terminated")
-	if high := stop(); high != 2 {
-		t.Fatalf("at most %d instance nodes ran at once; want max_workers = 2 (the burst wants more)", high)
+	if high, at := stop(); high != 2 {
+		t.Fatalf("at most %d instance nodes ran at once; want max_workers = 2 (the burst wants more); then: %v", high, at)
 	}
 	if log := c.headLog(); !strings.Contains(log, `reason="idle for 3s and drained"`) {
 		t.Fatalf("the head's log does not say the workers were idle:\n%s", log)

@@ -407,6 +407,7 @@ func (j *job) procs() []proc {
 // proc is a live (non-zombie) process.
 type proc struct {
 	pid     int
+	ppid    int
 	cmdline []string
 	env     []string
 }
@@ -414,7 +415,7 @@ type proc struct {
 func (p proc) hasEnv(kv string) bool { return slices.Contains(p.env, kv) }
 
 func (p proc) String() string {
-	return fmt.Sprintf("pid %d %q", p.pid, strings.Join(p.cmdline, " "))
+	return fmt.Sprintf("pid %d (parent %d) %q", p.pid, p.ppid, strings.Join(p.cmdline, " "))
 }
 
 // mentions reports whether the directory dir, or a path under it, occurs
@@ -446,6 +447,18 @@ func findProcs(match func(proc) bool) []proc {
 	return out
 }
 
+// outermost drops the processes whose parent is among ps. A process that
+// starts another (os/exec, a shell) has a child that, between its clone
+// and its exec, shows the parent's command line: it is the same program
+// starting something, not a second one.
+func outermost(ps []proc) []proc {
+	pids := map[int]bool{}
+	for _, p := range ps {
+		pids[p.pid] = true
+	}
+	return slices.DeleteFunc(ps, func(p proc) bool { return pids[p.ppid] })
+}
+
 // readProc reads a process; ok is false for gone and zombie processes.
 func readProc(pid int) (proc, bool) {
 	dir := filepath.Join("/proc", strconv.Itoa(pid))
@@ -458,6 +471,9 @@ func readProc(pid int) (proc, bool) {
 		return proc{}, false
 	}
 	p := proc{pid: pid}
+	if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) > 1 {
+		p.ppid, _ = strconv.Atoi(f[1])
+	}
 	if b, err := os.ReadFile(filepath.Join(dir, "cmdline")); err == nil {
 		p.cmdline = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 	}
@@ -630,5 +646,41 @@ func wantLines(t *testing.T, out string, subs ...string) {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q; output:\n%s", s, out)
 		}
+	}
+}
+
+// TestOutermost: a child whose parent is in the set (a process caught
+// between its clone and its exec, with its parent's command line) is
+// dropped; a process whose parent is not, kept.
+func TestOutermost(t *testing.T) {
+	tests := []struct {
+		name string
+		in   []proc
+		want []int
+	}{
+		{"none", nil, nil},
+		{"two nodes", []proc{{pid: 10, ppid: 1}, {pid: 20, ppid: 1}}, []int{10, 20}},
+		{"a node starting a worker", []proc{{pid: 10, ppid: 1}, {pid: 11, ppid: 10}, {pid: 20, ppid: 2}}, []int{10, 20}},
+		{"the child alone, its parent gone", []proc{{pid: 11, ppid: 10}}, []int{11}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []int
+			for _, p := range outermost(tt.in) {
+				got = append(got, p.pid)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("outermost = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	// readProc reads the parent: this test's process is its child's.
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if p, ok := readProc(cmd.Process.Pid); !ok || p.ppid != os.Getpid() {
+		t.Fatalf("readProc(%d) = %+v, %v; want ppid %d", cmd.Process.Pid, p, ok, os.Getpid())
 	}
 }

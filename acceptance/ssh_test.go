@@ -112,9 +112,9 @@ node_type "head" {
 // on (--node-ip).
 func (c *sshCluster) nodes() map[int]string {
 	out := map[int]string{}
-	for _, p := range findProcs(func(p proc) bool {
+	for _, p := range outermost(findProcs(func(p proc) bool {
 		return len(p.cmdline) > 1 && p.cmdline[1] == "start" && slices.Contains(p.cmdline, "--block") && p.mentions(c.remote)
-	}) {
+	})) {
 		if i := slices.Index(p.cmdline, "--node-ip"); i > 0 && i+1 < len(p.cmdline) {
 			out[p.pid] = p.cmdline[i+1]
 		} else {
@@ -197,6 +197,7 @@ node_type "cpu" {
 	shm := shmEntries(t)
 	var mu sync.Mutex
 	high, hostsSeen := 0, map[string]bool{}
+	var at map[int]string
 	done := make(chan struct{})
 	sampled := make(chan struct{})
 	go func() {
@@ -204,7 +205,9 @@ node_type "cpu" {
 		for {
 			ns := c.nodes()
 			mu.Lock()
-			high = max(high, len(ns))
+			if len(ns) > high {
+				high, at = len(ns), ns
+			}
 			for _, h := range ns {
 				hostsSeen[h] = true
 			}
@@ -245,7 +248,7 @@ node_type "cpu" {
 	<-sampled
 	mu.Lock()
 	if high != 2 || len(hostsSeen) != 2 {
-		t.Errorf("at most %d SSH nodes ran at once, on hosts %v; want max_workers = 2, one on each host", high, hostsSeen)
+		t.Errorf("at most %d SSH nodes ran at once, on hosts %v; want max_workers = 2, one on each host; then, by pid: %v", high, hostsSeen, at)
 	}
 	mu.Unlock()
 	if log := c.headLog(); !strings.Contains(log, `reason="idle for 3s and drained"`) {
