@@ -138,6 +138,10 @@ func (c *Client) OpenStream(ctx context.Context) (*Stream, error) {
 // RoundTrip sends b and returns what the service sent back. When ctx ends
 // first, the stream is cancelled (it cannot be used again).
 func (s *Stream) RoundTrip(ctx context.Context, b []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		s.cancel()
+		return nil, err
+	}
 	stop := context.AfterFunc(ctx, s.cancel)
 	defer stop()
 	if err := s.st.SendMsg(wrapperspb.Bytes(b)); err != nil {
