@@ -215,7 +215,7 @@ func Start(ctx context.Context, exe string, logger hclog.Logger) (*Plugin, error
 		timeout = time.Until(dl)
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pluginecho: starting %s: %w", exe, err)
 	}
 	pc := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  Handshake,

@@ -45,26 +45,41 @@ func TestPluginEcho(t *testing.T) {
 	}
 }
 
+// TestStartFailures: both starters fail, naming the binary, for a binary
+// that does not serve, a missing one, and a context already done.
 func TestStartFailures(t *testing.T) {
+	type closer interface{ Close() }
+	starters := []struct {
+		name  string
+		start func(context.Context, string) (closer, error)
+	}{
+		{"plugin", func(ctx context.Context, exe string) (closer, error) { return Start(ctx, exe, nil) }},
+		{"server", func(ctx context.Context, exe string) (closer, error) { return StartServer(ctx, exe) }},
+	}
 	tests := []struct {
 		name    string
 		exe     string
 		timeout time.Duration
 	}{
-		{"binary that does not serve the plugin", "/bin/true", 10 * time.Second},
+		{"binary that does not serve", "/bin/true", 10 * time.Second},
 		{"missing binary", filepath.Join(t.TempDir(), "nope"), 10 * time.Second},
-		{"context already done", "/bin/true", 0},
+		{"context already done", "/bin/cat", 0},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
-			defer cancel()
-			p, err := Start(ctx, tc.exe, nil)
-			if err == nil {
-				p.Close()
-				t.Fatal("Start succeeded, want an error")
-			}
-		})
+	for _, st := range starters {
+		for _, tc := range tests {
+			t.Run(st.name+"/"+tc.name, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
+				defer cancel()
+				c, err := st.start(ctx, tc.exe)
+				if err == nil {
+					c.Close()
+					t.Fatal("the start succeeded, want an error")
+				}
+				if !strings.Contains(err.Error(), tc.exe) {
+					t.Errorf("error %q does not name the binary %s", err, tc.exe)
+				}
+			})
+		}
 	}
 }
 
@@ -125,32 +140,6 @@ func TestServerEcho(t *testing.T) {
 	}
 	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
 		t.Fatalf("server directory %s still there after Close: %v", s.dir, err)
-	}
-}
-
-func TestStartServerFailures(t *testing.T) {
-	tests := []struct {
-		name    string
-		exe     string
-		timeout time.Duration
-	}{
-		{"binary that does not serve", "/bin/true", 10 * time.Second},
-		{"missing binary", filepath.Join(t.TempDir(), "nope"), 10 * time.Second},
-		{"context already done", "/bin/cat", 0},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), tc.timeout)
-			defer cancel()
-			s, err := StartServer(ctx, tc.exe)
-			if err == nil {
-				s.Close()
-				t.Fatal("StartServer succeeded, want an error")
-			}
-			if !strings.Contains(err.Error(), tc.exe) {
-				t.Errorf("error %q does not name the binary %s", err, tc.exe)
-			}
-		})
 	}
 }
 
