@@ -111,6 +111,9 @@ func TestBareGRPCEcho(t *testing.T) {
 	}
 }
 
+// TestServerEcho: the bare server runs in another process and echoes
+// unary calls and stream messages; a round trip with an ended context
+// fails; Close stops the process and removes its directory.
 func TestServerEcho(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -134,32 +137,10 @@ func TestServerEcho(t *testing.T) {
 			t.Fatalf("Echo(%d bytes) returned %d different bytes", len(in), len(out))
 		}
 	}
-	s.Close()
-	if s.cmd.ProcessState == nil || !s.cmd.ProcessState.Success() {
-		t.Fatalf("server process after Close: %v, want exited with 0 (it exits when its stdin closes)", s.cmd.ProcessState)
-	}
-	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
-		t.Fatalf("server directory %s still there after Close: %v", s.dir, err)
-	}
-}
-
-func TestServerStream(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	s, err := StartServer(ctx, exe)
-	if err != nil {
-		t.Fatalf("StartServer: %v", err)
-	}
-	defer s.Close()
 	st, err := s.OpenStream(ctx)
 	if err != nil {
 		t.Fatalf("OpenStream: %v", err)
 	}
-	defer st.Close()
 	for i := range 100 {
 		in := []byte{byte(i), 'x'}
 		out, err := st.RoundTrip(ctx, in)
@@ -171,5 +152,13 @@ func TestServerStream(t *testing.T) {
 	cancelDone()
 	if _, err := st.RoundTrip(done, []byte("ok")); err == nil {
 		t.Fatal("RoundTrip with an ended context succeeded, want an error")
+	}
+	st.Close()
+	s.Close()
+	if s.cmd.ProcessState == nil || !s.cmd.ProcessState.Success() {
+		t.Fatalf("server process after Close: %v, want exited with 0 (it exits when its stdin closes)", s.cmd.ProcessState)
+	}
+	if _, err := os.Stat(s.dir); !os.IsNotExist(err) {
+		t.Fatalf("server directory %s still there after Close: %v", s.dir, err)
 	}
 }
