@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 
+	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
@@ -128,10 +129,10 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 		Stderr:       stderr,
 		SyncStdout:   stdio,
 		SyncStderr:   stdio,
-		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+		GRPCDialOptions: append(rpc.FixedWindowDialOptions(), grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize),
 			grpc.MaxCallSendMsgSize(plugin.MaxMessageSize),
-		)},
+		)),
 		UnixSocketConfig: &goplugin.UnixSocketConfig{TempDir: s.socketDir},
 	})
 

@@ -296,7 +296,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		_ = tcpLis.Close()
 		return nil, fmt.Errorf("listening on %s: %w", n.info.RayletSocket, err)
 	}
-	n.rayletGRPC = grpc.NewServer(append(rpc.ServerOptions(n.auth), n.registry().GRPCServerOptions()...)...)
+	n.rayletGRPC = grpc.NewServer(append(append(rpc.ServerOptions(n.auth), rpc.FixedWindowServerOptions()...), n.registry().GRPCServerOptions()...)...)
 	n.raylet.Register(n.rayletGRPC)
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); _ = n.rayletGRPC.Serve(lis) }()

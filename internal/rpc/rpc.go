@@ -71,3 +71,37 @@ func Dial(target string, creds *auth.Credentials, extra ...grpc.DialOption) (*gr
 	}
 	return grpc.NewClient(target, append(DialOptions(target, creds), extra...)...)
 }
+
+// Flow-control windows of connections on a call path (core worker to core
+// worker, core worker to its raylet, raylet to plugin). Setting them turns
+// off gRPC's bandwidth-delay-product estimator, which on every data frame
+// received after its last probe was answered writes a connection window
+// update and a PING, and the peer a PING ack: with one small message each
+// way per call, that is two extra frames and a wake-up of the writer
+// goroutine on each side per message. The sizes are as large as the
+// estimator lets windows grow (16 MiB), so the throughput of large
+// messages does not suffer; they also bound what a peer may send before
+// its messages are read. See "Where the time goes" in docs/benchmarks.md.
+const (
+	StreamWindow = 4 << 20
+	ConnWindow   = 16 << 20
+)
+
+// FixedWindowDialOptions are the client side of StreamWindow and
+// ConnWindow.
+func FixedWindowDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithInitialWindowSize(StreamWindow),
+		grpc.WithInitialConnWindowSize(ConnWindow),
+	}
+}
+
+// FixedWindowServerOptions are the server side of StreamWindow and
+// ConnWindow.
+func FixedWindowServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InitialWindowSize(StreamWindow),
+		grpc.InitialConnWindowSize(ConnWindow),
+		grpc.NumStreamWorkers(4),
+	}
+}

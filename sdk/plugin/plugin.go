@@ -37,6 +37,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/goray-dev/goray/internal/proto/pluginv1"
+	"github.com/goray-dev/goray/internal/rpc"
 )
 
 // Handshake is go-plugin's handshake for every goray plugin. The magic
@@ -178,6 +179,9 @@ func Serve(cfg ServeConfig) {
 			opts = append(opts,
 				grpc.MaxRecvMsgSize(MaxMessageSize),
 				grpc.MaxSendMsgSize(MaxMessageSize))
+			// Fixed windows: no flow-control probe per message on the
+			// host's calls (rpc.StreamWindow says why).
+			opts = append(opts, rpc.FixedWindowServerOptions()...)
 			return grpc.NewServer(opts...)
 		},
 		Logger: logger,

@@ -198,7 +198,7 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 	pb.RegisterCoreWorkerServer(cw.server, &coreWorkerService{cw: cw})
 	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path, TcpAddr: tcpLis.Addr().String()}
 
-	cc, err := rpc.Dial(cw.cfg.RayletSocket, cw.cfg.Auth)
+	cc, err := rpc.Dial(cw.cfg.RayletSocket, cw.cfg.Auth, peerDialOptions()...)
 	if err != nil {
 		return fmt.Errorf("goray: connecting to raylet at %s: %w", cw.cfg.RayletSocket, err)
 	}
