@@ -20,7 +20,6 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 
-	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
@@ -129,10 +128,14 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 		Stderr:       stderr,
 		SyncStdout:   stdio,
 		SyncStderr:   stdio,
-		GRPCDialOptions: append(rpc.FixedWindowDialOptions(), grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize),
-			grpc.MaxCallSendMsgSize(plugin.MaxMessageSize),
-		)),
+		GRPCDialOptions: []grpc.DialOption{
+			grpc.WithDefaultCallOptions(
+				grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize),
+				grpc.MaxCallSendMsgSize(plugin.MaxMessageSize),
+			),
+			grpc.WithInitialWindowSize(plugin.StreamWindow),
+			grpc.WithInitialConnWindowSize(plugin.ConnWindow),
+		},
 		UnixSocketConfig: &goplugin.UnixSocketConfig{TempDir: s.socketDir},
 	})
 

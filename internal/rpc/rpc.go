@@ -73,7 +73,8 @@ func Dial(target string, creds *auth.Credentials, extra ...grpc.DialOption) (*gr
 }
 
 // Flow-control windows of connections on a call path (core worker to core
-// worker, core worker to its raylet, raylet to plugin). Setting them turns
+// worker, core worker to its raylet; the plugin protocol has its own,
+// plugin.StreamWindow). Setting them turns
 // off gRPC's bandwidth-delay-product estimator, which on every data frame
 // received after its last probe was answered writes a connection window
 // update and a PING, and the peer a PING ack: with one small message each

@@ -37,7 +37,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/goray-dev/goray/internal/proto/pluginv1"
-	"github.com/goray-dev/goray/internal/rpc"
 )
 
 // Handshake is go-plugin's handshake for every goray plugin. The magic
@@ -54,6 +53,17 @@ var Handshake = goplugin.HandshakeConfig{
 // is raised only so that large metadata (listings, batches of handles) is
 // not cut off by gRPC's 4 MiB default.
 const MaxMessageSize = 64 << 20
+
+// StreamWindow and ConnWindow are the gRPC flow-control windows of both
+// ends of the plugin protocol, per stream and per connection. Fixed
+// windows turn off gRPC's bandwidth-delay estimator, which would add a
+// window update, a PING and a PING ack to every message of a call; they
+// are as large as the estimator lets windows grow, so large messages
+// lose no throughput.
+const (
+	StreamWindow = 4 << 20
+	ConnWindow   = 16 << 20
+)
 
 // PluginName is the name under which the goray plugin is registered in
 // go-plugin's plugin sets (one per API version).
@@ -179,9 +189,9 @@ func Serve(cfg ServeConfig) {
 			opts = append(opts,
 				grpc.MaxRecvMsgSize(MaxMessageSize),
 				grpc.MaxSendMsgSize(MaxMessageSize))
-			// Fixed windows: no flow-control probe per message on the
-			// host's calls (rpc.StreamWindow says why).
-			opts = append(opts, rpc.FixedWindowServerOptions()...)
+			opts = append(opts,
+				grpc.InitialWindowSize(StreamWindow),
+				grpc.InitialConnWindowSize(ConnWindow))
 			return grpc.NewServer(opts...)
 		},
 		Logger: logger,
