@@ -9,16 +9,33 @@ import (
 )
 
 // startLocked runs start in a goroutine locked to its thread that then
-// exits, which terminates the thread.
+// exits, which terminates the thread. Not the main thread: a goroutine
+// that exits locked to it leaves the thread running (the runtime never
+// ends the main thread), so a child's parent-death signal would never
+// come; a goroutine that lands there keeps the main thread busy while
+// another tries again elsewhere.
 func startLocked(t *testing.T, start func(*exec.Cmd) error) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command("sleep", "60")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // not unlocked: the thread exits with the goroutine
-		done <- start(cmd)
-	}()
+	started := make(chan struct{})
+	var try func()
+	try = func() {
+		go func() {
+			runtime.LockOSThread()
+			if syscall.Gettid() == syscall.Getpid() {
+				try() // this goroutine holds the main thread meanwhile
+				<-started
+				runtime.UnlockOSThread()
+				return
+			}
+			done <- start(cmd)
+			close(started)
+			// Not unlocked: the thread exits with the goroutine.
+		}()
+	}
+	try()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
