@@ -103,6 +103,5 @@ func FixedWindowServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InitialWindowSize(StreamWindow),
 		grpc.InitialConnWindowSize(ConnWindow),
-		grpc.NumStreamWorkers(4),
 	}
 }
