@@ -11,11 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/testservers/freeport"
 	"github.com/goray-dev/goray/internal/testservers/testbin"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -93,13 +95,14 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		logDir:    logDir,
 		logPath:   filepath.Join(logDir, "minio.log"),
 	}
-	ports, err := freePorts(2)
+	// The server may lose the race for its ports ("Specified port is
+	// already in use"); freeport.Start then tries new ones.
+	err = freeport.Start(2, nil, func(ports []int) error {
+		s.Endpoint = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		s.console = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
+		return s.start(ctx)
+	})
 	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	s.Endpoint, s.console = ports[0], ports[1]
-	if err := s.start(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -117,26 +120,6 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// freePorts returns n distinct free 127.0.0.1 addresses.
-func freePorts(n int) ([]string, error) {
-	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	return out, nil
 }
 
 // start runs the server process and waits until it is ready.

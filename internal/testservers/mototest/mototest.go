@@ -20,7 +20,6 @@ package mototest
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,6 +34,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/testservers/freeport"
 	"github.com/goray-dev/goray/internal/testservers/testbin"
 )
 
@@ -100,23 +100,15 @@ func Start(t testing.TB) *Server {
 		s.Stop()
 		_ = os.RemoveAll(dir)
 	})
-	var lastErr error
-	for range 5 { // the server may lose the race for its port
-		if lastErr = s.start(bin); lastErr == nil {
-			return s
-		}
+	// The server may lose the race for its port; freeport.Start then
+	// tries another.
+	if err := freeport.Start(1, nil, func(ports []int) error { return s.start(bin, ports[0]) }); err != nil {
+		t.Fatalf("mototest: %v", err)
 	}
-	t.Fatalf("mototest: %v", lastErr)
-	return nil
+	return s
 }
 
-func (s *Server) start(bin string) error {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
+func (s *Server) start(bin string, port int) error {
 	s.Endpoint = "http://127.0.0.1:" + strconv.Itoa(port)
 	logf, err := os.Create(filepath.Join(s.Dir, "moto.log"))
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/testservers/freeport"
 	"github.com/goray-dev/goray/internal/testservers/testbin"
 )
 
@@ -89,20 +90,14 @@ func Start(t testing.TB, o Options) *Server {
 	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("promtest: %v", err)
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if lastErr = s.start(bin, conf, addr); lastErr == nil {
-			t.Cleanup(s.Stop)
-			return s
-		}
+	err = freeport.Start(1, nil, func(ports []int) error {
+		return s.start(bin, conf, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
+	})
+	if err != nil {
+		t.Fatalf("promtest: %v", err)
 	}
-	t.Fatalf("promtest: %v", lastErr)
-	return nil
+	t.Cleanup(s.Stop)
+	return s
 }
 
 // Config is the prometheus.yml of a server for o: one job, goray,
@@ -120,17 +115,6 @@ func Config(o Options) string {
 	}
 	fmt.Fprintf(&b, "    file_sd_configs:\n      - files: [%s]\n        refresh_interval: 1s\n", strconv.Quote(o.DiscoveryFile))
 	return b.String()
-}
-
-// freePort finds a port nothing listens on now (the server may lose a
-// race for it; Start then tries another).
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) start(bin, conf, addr string) error {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/testservers/freeport"
 	"github.com/goray-dev/goray/internal/testservers/testbin"
 )
 
@@ -61,31 +62,15 @@ func Start(t testing.TB) *Server {
 		t.Fatalf("redistest: %v", err)
 	}
 	s := &Server{t: t, bin: bin, Dir: t.TempDir(), Password: fmt.Sprintf("pw%d", time.Now().UnixNano())}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("redistest: %v", err)
-		}
-		s.Address = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		if lastErr = s.start(); lastErr == nil {
-			t.Cleanup(s.Stop)
-			return s
-		}
-	}
-	t.Fatalf("redistest: %v", lastErr)
-	return nil
-}
-
-// freePort finds a port nothing listens on now (the server may lose a
-// race for it; Start then tries another).
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	err = freeport.Start(1, nil, func(ports []int) error {
+		s.Address = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
+		return s.start()
+	})
 	if err != nil {
-		return 0, err
+		t.Fatalf("redistest: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	t.Cleanup(s.Stop)
+	return s
 }
 
 func (s *Server) start() error {

@@ -35,6 +35,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/testservers/freeport"
 	"github.com/goray-dev/goray/internal/testservers/testbin"
 )
 
@@ -114,26 +115,22 @@ func Start(t testing.TB, ips ...string) *Server {
 	if err := privsepDir(); err != nil {
 		t.Fatalf("sshdtest: %v", err)
 	}
-	var lastErr error
-	for range 5 {
-		port, err := freePort(ips)
-		if err != nil {
-			t.Fatalf("sshdtest: %v", err)
-		}
+	err = freeport.Start(1, ips, func(ports []int) error {
+		port := ports[0]
 		s.Port = port
 		s.Addrs = s.Addrs[:0]
 		for _, ip := range ips {
 			s.Addrs = append(s.Addrs, net.JoinHostPort(ip, strconv.Itoa(port)))
 		}
 		if err := s.writeKnownHosts(s.KnownHostsFile, s.HostKey); err != nil {
-			t.Fatalf("sshdtest: %v", err)
+			return err
 		}
-		if lastErr = s.start(); lastErr == nil {
-			return s
-		}
+		return s.start()
+	})
+	if err != nil {
+		t.Fatalf("sshdtest: %v", err)
 	}
-	t.Fatalf("sshdtest: %v", lastErr)
-	return nil
+	return s
 }
 
 // privsepDir creates sshd's privilege separation directory (/run/sshd)
@@ -228,36 +225,6 @@ func (s *Server) ClientConfig() (*ssh.ClientConfig, error) {
 		return nil, err
 	}
 	return &ssh.ClientConfig{User: s.User, Auth: []ssh.AuthMethod{ssh.PublicKeys(s.Signer)}, HostKeyCallback: cb, Timeout: 10 * time.Second}, nil
-}
-
-// freePort finds a port nothing listens on now on any of ips (sshd may
-// lose a race for it; Start then tries another).
-func freePort(ips []string) (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		free := true
-		var held []net.Listener
-		for _, ip := range ips[1:] {
-			m, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
-			if err != nil {
-				free = false
-				break
-			}
-			held = append(held, m)
-		}
-		for _, m := range held {
-			m.Close()
-		}
-		l.Close()
-		if free {
-			return port, nil
-		}
-	}
-	return 0, fmt.Errorf("no port is free on every one of %v", ips)
 }
 
 // config is the server's sshd_config.

@@ -1,0 +1,86 @@
+// Package freeport finds loopback ports for the real servers tests start
+// (MinIO, redis-server, Prometheus, moto, sshd), and retries a start that
+// lost the race for them.
+//
+// A port found free is closed again before the server binds it, so another
+// process on the machine may take it in between: `go test ./...` runs many
+// packages at once, each listening on ports of its own. Start therefore
+// calls the server's start again with new ports when it fails, Attempts
+// times in all.
+package freeport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+)
+
+// Attempts is how many times Start tries a server's start, each time with
+// new ports.
+const Attempts = 5
+
+// Ports returns n distinct ports that are free now on every one of ips (on
+// 127.0.0.1 when ips is empty). The ports are closed again when Ports
+// returns; the caller's server may lose them to another process (see
+// Start).
+func Ports(n int, ips ...string) ([]int, error) {
+	if len(ips) == 0 {
+		ips = []string{"127.0.0.1"}
+	}
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			_ = l.Close()
+		}
+	}()
+	var ports []int
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 20*n {
+			return nil, fmt.Errorf("freeport: no %d ports free on every one of %v", n, ips)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort(ips[0], "0"))
+		if err != nil {
+			return nil, fmt.Errorf("freeport: listening on %s: %w", ips[0], err)
+		}
+		held = append(held, l)
+		port := l.Addr().(*net.TCPAddr).Port
+		free := true
+		for _, ip := range ips[1:] {
+			m, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+			if err != nil {
+				free = false
+				break
+			}
+			held = append(held, m)
+		}
+		if free {
+			ports = append(ports, port)
+		}
+	}
+	return ports, nil
+}
+
+// Start calls start with n new ports from Ports(n, ips...) until it
+// returns nil, at most Attempts times, and returns the last error, saying
+// how many attempts were made, when none succeeded. An error of Ports, or
+// one of start that is a context's (context.Canceled or
+// DeadlineExceeded), ends the attempts at once.
+func Start(n int, ips []string, start func(ports []int) error) error {
+	var last error
+	for attempt := 1; attempt <= Attempts; attempt++ {
+		ports, err := Ports(n, ips...)
+		if err != nil {
+			return err
+		}
+		last = start(ports)
+		switch {
+		case last == nil:
+			return nil
+		case errors.Is(last, context.Canceled), errors.Is(last, context.DeadlineExceeded):
+			return last
+		}
+	}
+	return fmt.Errorf("%w (the last of %d attempts, each on new ports)", last, Attempts)
+}
