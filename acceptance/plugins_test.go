@@ -237,3 +237,90 @@ func TestTransferTimeoutIsTypedAndAborted(t *testing.T) {
 	}
 	checkNoNewShm(t, before)
 }
+
+// TestWorkersCallTheirPluginDirectly: workers call their node's transport
+// plugin over connections of their own (not through the raylet), and
+// connect again to a plugin that restarted. The plugin's connected unix
+// sockets are counted: the host's one, plus one per worker calling it.
+func TestWorkersCallTheirPluginDirectly(t *testing.T) {
+	ctx := testCtx(t)
+	before := shmEntries(t)
+	h := startShmHead(t, ctx)
+	ps := h.plugins(t)
+	if len(ps) != 1 {
+		t.Fatalf("plugins: %+v", ps)
+	}
+	pid := ps[0].Pid
+	hostOnly := connectedUnixSockets(t, pid)
+	dir := shortTempDir(t)
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "tensors-direct", dir)
+	waitFile(t, j, 30*time.Second, filepath.Join(dir, "ready"))
+	// The producer's and the consumer's workers: two more.
+	waitFor(t, 30*time.Second, "the actors' workers to connect to the plugin", func() bool {
+		return connectedUnixSockets(t, pid) >= hostOnly+2
+	})
+	if err := os.WriteFile(filepath.Join(dir, "checked"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFile(t, j, 30*time.Second, filepath.Join(dir, "waiting"))
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "killed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var restarted int
+	waitFor(t, 30*time.Second, "the plugin to restart", func() bool {
+		ps := h.plugins(t)
+		if len(ps) == 1 && ps[0].State == "running" && ps[0].Pid != pid {
+			restarted = ps[0].Pid
+			return true
+		}
+		return false
+	})
+	waitFor(t, 30*time.Second, "the workers to connect to the restarted plugin", func() bool {
+		return connectedUnixSockets(t, restarted) >= hostOnly+2
+	})
+	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("job failed (exit %d):\n%s", code, out)
+	}
+	wantLines(t, out, "direct after restart: ok")
+	if r := runGoray(t, ctx, "stop", "--temp-dir", h.tempDir); r.code != 0 {
+		t.Fatalf("goray stop: %s", r)
+	}
+	checkNoNewShm(t, before)
+}
+
+// connectedUnixSockets counts the connected unix sockets process pid holds
+// (by its descriptors' inodes in /proc/net/unix, state 03).
+func connectedUnixSockets(t *testing.T, pid int) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return -1 // gone: a restart, or not yet
+	}
+	mine := map[string]bool{}
+	for _, fd := range fds {
+		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if inode, ok := strings.CutPrefix(l, "socket:["); err == nil && ok {
+			mine[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		// Num RefCount Protocol Flags Type St Inode [Path]
+		f := strings.Fields(line)
+		if len(f) >= 7 && f[5] == "03" && mine[f[6]] {
+			n++
+		}
+	}
+	return n
+}

@@ -45,6 +45,9 @@ type proc struct {
 	conn    *grpc.ClientConn
 	version int
 	info    *plugin.InfoClient
+	// endpoint is how other processes of the node call the plugin
+	// directly (its Address is empty when it could not be read).
+	endpoint Endpoint
 }
 
 // pid is the plugin's process id.
@@ -103,7 +106,7 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 	if s.output != nil {
 		stdio, stderr = io.MultiWriter(stdio, s.output), io.MultiWriter(tail, s.output)
 	}
-	client := goplugin.NewClient(&goplugin.ClientConfig{
+	cfg := &goplugin.ClientConfig{
 		HandshakeConfig:  plugin.Handshake,
 		VersionedPlugins: sets,
 		RunnerFunc: func(l hclog.Logger, cmd *exec.Cmd, socketDir string) (runner.Runner, error) {
@@ -137,7 +140,8 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 			grpc.WithInitialConnWindowSize(plugin.ConnWindow),
 		},
 		UnixSocketConfig: &goplugin.UnixSocketConfig{TempDir: s.socketDir},
-	})
+	}
+	client := goplugin.NewClient(cfg)
 
 	type result struct {
 		rpc goplugin.ClientProtocol
@@ -177,15 +181,22 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 		client.Kill()
 		return nil, fmt.Errorf("connecting to plugin %s (%s): go-plugin returned %T, not a gRPC connection", s.label, s.path, raw)
 	}
+	// A plugin whose endpoint cannot be read still serves the host; other
+	// processes then reach it through the host only.
+	ep, err := endpointOf(ctx, client, cfg, conn)
+	if err != nil {
+		s.log.Debug("the plugin cannot be called directly", "plugin", s.label, "error", err)
+	}
 	mu.Lock()
 	rr := r
 	mu.Unlock()
 	return &proc{
-		client:  client,
-		runner:  rr,
-		conn:    conn,
-		version: client.NegotiatedVersion(),
-		info:    plugin.NewInfoClient(conn),
+		client:   client,
+		runner:   rr,
+		conn:     conn,
+		version:  client.NegotiatedVersion(),
+		info:     plugin.NewInfoClient(conn),
+		endpoint: ep,
 	}, nil
 }
 

@@ -203,6 +203,10 @@ type Config struct {
 	// Transports connects to the node's transport plugins for
 	// TransportInvoke (nil: the node has none).
 	Transports TransportConnFunc
+	// TransportEndpoints says how the node's processes call its transport
+	// plugins directly, for TransportEndpoint (nil: only through
+	// TransportInvoke).
+	TransportEndpoints TransportEndpointFunc
 	// Auth is the cluster's credentials: presented to other raylets and
 	// data planes, required of this node's data-plane clients, and handed
 	// to workers in their environment (nil: none, for unit tests).

@@ -4,11 +4,13 @@ import (
 	"context"
 	"strings"
 
+	"github.com/goray-dev/goray/internal/plugindial"
 	_ "github.com/goray-dev/goray/internal/proto/collectivev1" // registers the Collective service's types
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	_ "github.com/goray-dev/goray/internal/proto/transportv1" // registers the Transport service's types
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -57,6 +59,33 @@ func (r *Raylet) TransportInvoke(ctx context.Context, req *gorayv1.TransportInvo
 		return nil, status.Errorf(codes.Internal, "transport %s: marshalling the %s reply: %v", req.GetName(), req.GetMethod(), err)
 	}
 	return &gorayv1.TransportInvokeReply{Payload: payload}, nil
+}
+
+// TransportEndpointFunc returns how a process of this node calls the
+// node's transport plugin name directly (see Config.TransportEndpoints).
+type TransportEndpointFunc func(name string) (plugindial.Endpoint, error)
+
+// TransportEndpoint tells a process of this node how to call the node's
+// transport plugin directly, without TransportInvoke's relay: the
+// plugin's socket and its launch's credentials. Only a caller on the
+// raylet's unix socket is answered: the plugin's socket is on this node's
+// disk, and its credentials are of no use and no business elsewhere.
+func (r *Raylet) TransportEndpoint(ctx context.Context, req *gorayv1.TransportEndpointRequest) (*gorayv1.TransportEndpointReply, error) {
+	if p, ok := peer.FromContext(ctx); !ok || p.Addr == nil || p.Addr.Network() != "unix" {
+		return nil, status.Errorf(codes.PermissionDenied, "transport endpoints are told only to processes of node %s, on its unix socket", r.cfg.NodeID.Short())
+	}
+	if r.cfg.TransportEndpoints == nil {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s has no transport plugins to call directly", r.cfg.NodeID.Short())
+	}
+	ep, err := r.cfg.TransportEndpoints(req.GetName())
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "transport %q on node %s: %v", req.GetName(), r.cfg.NodeID.Short(), err)
+	}
+	return &gorayv1.TransportEndpointReply{
+		Network: ep.Network, Address: ep.Address,
+		ClientCert: ep.ClientCert, ClientKey: ep.ClientKey, ServerCert: ep.ServerCert,
+		Pid: int32(ep.Pid),
+	}, nil
 }
 
 // transportMessages returns fresh request and reply messages for a full

@@ -3,15 +3,21 @@ package raylet
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 
+	"github.com/goray-dev/goray/internal/plugindial"
 	collectivev1 "github.com/goray-dev/goray/internal/proto/collectivev1"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	transportv1 "github.com/goray-dev/goray/internal/proto/transportv1"
@@ -137,5 +143,57 @@ func TestTransportInvokeForwardsCollectiveCalls(t *testing.T) {
 	none := &Raylet{}
 	if _, err := none.TransportInvoke(ctx, &gorayv1.TransportInvokeRequest{Name: "collective", Method: "/goray.collective.v1.Collective/Barrier"}); status.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("node without plugins: %v", err)
+	}
+}
+
+// TestTransportEndpoint: the endpoint of a local plugin is told on the
+// raylet's unix socket only, never over TCP, and a plugin that is down or
+// a node without plugins gets a clear status.
+func TestTransportEndpoint(t *testing.T) {
+	ep := plugindial.Endpoint{Network: "unix", Address: "/run/plugin.sock", ClientCert: []byte("c"), ClientKey: []byte("k"), ServerCert: []byte("s"), Pid: 42}
+	h := newHarness(t, func(c *Config) {
+		c.TransportEndpoints = func(name string) (plugindial.Endpoint, error) {
+			if name != "shm" {
+				return plugindial.Endpoint{}, fmt.Errorf("plugin transport %q is unavailable (restarting)", name)
+			}
+			return ep, nil
+		}
+	})
+	ctx := t.Context()
+	rep, err := h.cl.TransportEndpoint(ctx, &gorayv1.TransportEndpointRequest{Name: "shm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := plugindial.Endpoint{Network: rep.GetNetwork(), Address: rep.GetAddress(), ClientCert: rep.GetClientCert(),
+		ClientKey: rep.GetClientKey(), ServerCert: rep.GetServerCert(), Pid: int(rep.GetPid())}
+	if !reflect.DeepEqual(got, ep) {
+		t.Errorf("endpoint %+v, want %+v", got, ep)
+	}
+	if _, err := h.cl.TransportEndpoint(ctx, &gorayv1.TransportEndpointRequest{Name: "down"}); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "restarting") {
+		t.Errorf("a plugin that is down: %v, want Unavailable saying why", err)
+	}
+
+	// The same raylet over TCP, as other nodes reach it: refused.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	h.r.Register(srv)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cc.Close() })
+	_, err = gorayv1.NewRayletClient(cc).TransportEndpoint(ctx, &gorayv1.TransportEndpointRequest{Name: "shm"})
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "unix socket") {
+		t.Errorf("over TCP: %v, want PermissionDenied naming the unix socket", err)
+	}
+
+	none := newHarness(t, nil)
+	if _, err := none.cl.TransportEndpoint(ctx, &gorayv1.TransportEndpointRequest{Name: "shm"}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a node without plugins: %v, want FailedPrecondition", err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/metrics"
 	"github.com/goray-dev/goray/internal/objstore"
+	"github.com/goray-dev/goray/internal/plugindial"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/goray-dev/goray/internal/rpc"
@@ -282,7 +283,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
 		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
 		HeartbeatPeriod: cfg.HealthCheck.Period, GCSReconnectTimeout: cfg.GCS.ReconnectTimeout, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
-		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn, Auth: n.auth,
+		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn, TransportEndpoints: n.transportEndpoint, Auth: n.auth,
 		MetricsAddress: n.info.MetricsAddress, DashboardAddress: n.info.DashboardAddress,
 		MemoryMonitor: cfg.MemoryMonitor,
 		TensorPool:    raylet.TensorPoolConfig{Pool: n.tensorPool, MaxMemory: cfg.TensorPool.MaxMemory, IdleTimeout: cfg.TensorPool.IdleTimeout},
@@ -449,6 +450,15 @@ func (n *Node) transportConn(name string) (grpc.ClientConnInterface, error) {
 		return nil, err
 	}
 	return conn, nil
+}
+
+// transportEndpoint returns how the node's workers call transport plugin
+// name directly.
+func (n *Node) transportEndpoint(name string) (plugindial.Endpoint, error) {
+	if n.plugins == nil {
+		return plugindial.Endpoint{}, fmt.Errorf("no transport %q: this node runs no plugins", name)
+	}
+	return n.plugins.Endpoint(plugin.KindTransport, name)
 }
 
 // spillConfig sets up spilling: to the configured storage plugin, else to

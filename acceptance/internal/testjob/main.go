@@ -171,6 +171,8 @@ func main() {
 		runErr = runTensorsTimeout(ctx, arg(rt, args, 0))
 	case "tensors-restart":
 		runErr = runTensorsRestart(ctx, arg(rt, args, 0))
+	case "tensors-direct":
+		runErr = runTensorsDirect(ctx, arg(rt, args, 0))
 	case "tensors-pyshm":
 		runErr = runTensorsPyshm(ctx)
 	case "bigargs":

@@ -315,3 +315,52 @@ func signalAndWait(dir, mine, theirs string) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// runTensorsDirect moves tensors between two actors by the shm transport
+// until the test has seen their workers connect to the plugin themselves
+// (file "checked"), then, after the test has killed the plugin ("killed"),
+// until it has seen them connect to the restarted one ("stop"). A transfer
+// may fail only with a typed transfer error, and only while the plugin
+// restarts.
+func runTensorsDirect(ctx context.Context, dir string) error {
+	const n = 1 << 12
+	p := ProducerActor.Options(ray.Transports("shm")).Remote(ctx)
+	c := ConsumerActor.Options(ray.Transports("shm")).Remote(ctx)
+	transfers := func(until string, failOK bool) (ok, failed int, err error) {
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			ref, _, err := actorToActor(ctx, Make, p, c, n)
+			ref.Release()
+			switch {
+			case err == nil:
+				ok++
+			case failOK && errors.Is(err, ray.ErrTransferFailed):
+				failed++
+			default:
+				return ok, failed, err
+			}
+			if _, err := os.Stat(filepath.Join(dir, until)); err == nil && ok > 0 {
+				return ok, failed, nil
+			}
+			if time.Now().After(deadline) {
+				return ok, failed, fmt.Errorf("the test never created %s (%d transfers, %d failed)", until, ok, failed)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ready"), nil, 0o644); err != nil {
+		return err
+	}
+	if _, _, err := transfers("checked", false); err != nil {
+		return err
+	}
+	if err := signalAndWait(dir, "waiting", "killed"); err != nil {
+		return err
+	}
+	ok, failed, err := transfers("stop", true)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("direct after restart: ok (%d transfers, %d failed while the plugin restarted)\n", ok, failed)
+	return nil
+}

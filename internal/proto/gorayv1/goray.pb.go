@@ -3515,6 +3515,140 @@ func (x *TransportInvokeReply) GetPayload() []byte {
 	return nil
 }
 
+type TransportEndpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransportEndpointRequest) Reset() {
+	*x = TransportEndpointRequest{}
+	mi := &file_goray_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransportEndpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransportEndpointRequest) ProtoMessage() {}
+
+func (x *TransportEndpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransportEndpointRequest.ProtoReflect.Descriptor instead.
+func (*TransportEndpointRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *TransportEndpointRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type TransportEndpointReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The plugin's listener: network "unix" and the socket's path.
+	Network string `protobuf:"bytes,1,opt,name=network,proto3" json:"network,omitempty"`
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// The client certificate (DER) and its private key (PKCS #8, DER) made
+	// for this launch of the plugin; the plugin accepts only this client.
+	ClientCert []byte `protobuf:"bytes,3,opt,name=client_cert,json=clientCert,proto3" json:"client_cert,omitempty"`
+	ClientKey  []byte `protobuf:"bytes,4,opt,name=client_key,json=clientKey,proto3" json:"client_key,omitempty"`
+	// The plugin's own certificate (DER), made for this launch: the only
+	// server the caller should trust.
+	ServerCert []byte `protobuf:"bytes,5,opt,name=server_cert,json=serverCert,proto3" json:"server_cert,omitempty"`
+	// The plugin's process id: another one means another launch.
+	Pid           int32 `protobuf:"varint,6,opt,name=pid,proto3" json:"pid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransportEndpointReply) Reset() {
+	*x = TransportEndpointReply{}
+	mi := &file_goray_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransportEndpointReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransportEndpointReply) ProtoMessage() {}
+
+func (x *TransportEndpointReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransportEndpointReply.ProtoReflect.Descriptor instead.
+func (*TransportEndpointReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *TransportEndpointReply) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *TransportEndpointReply) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *TransportEndpointReply) GetClientCert() []byte {
+	if x != nil {
+		return x.ClientCert
+	}
+	return nil
+}
+
+func (x *TransportEndpointReply) GetClientKey() []byte {
+	if x != nil {
+		return x.ClientKey
+	}
+	return nil
+}
+
+func (x *TransportEndpointReply) GetServerCert() []byte {
+	if x != nil {
+		return x.ServerCert
+	}
+	return nil
+}
+
+func (x *TransportEndpointReply) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
 type LeaseReply struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	LeaseId []byte                 `protobuf:"bytes,1,opt,name=lease_id,json=leaseId,proto3" json:"lease_id,omitempty"`
@@ -3540,7 +3674,7 @@ type LeaseReply struct {
 
 func (x *LeaseReply) Reset() {
 	*x = LeaseReply{}
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +3686,7 @@ func (x *LeaseReply) String() string {
 func (*LeaseReply) ProtoMessage() {}
 
 func (x *LeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[48]
+	mi := &file_goray_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +3699,7 @@ func (x *LeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseReply.ProtoReflect.Descriptor instead.
 func (*LeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{48}
+	return file_goray_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *LeaseReply) GetLeaseId() []byte {
@@ -3635,7 +3769,7 @@ type ReturnLeaseRequest struct {
 
 func (x *ReturnLeaseRequest) Reset() {
 	*x = ReturnLeaseRequest{}
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3647,7 +3781,7 @@ func (x *ReturnLeaseRequest) String() string {
 func (*ReturnLeaseRequest) ProtoMessage() {}
 
 func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[49]
+	mi := &file_goray_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3660,7 +3794,7 @@ func (x *ReturnLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{49}
+	return file_goray_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReturnLeaseRequest) GetLeaseId() []byte {
@@ -3688,7 +3822,7 @@ type ReturnLeaseReply struct {
 
 func (x *ReturnLeaseReply) Reset() {
 	*x = ReturnLeaseReply{}
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3700,7 +3834,7 @@ func (x *ReturnLeaseReply) String() string {
 func (*ReturnLeaseReply) ProtoMessage() {}
 
 func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[50]
+	mi := &file_goray_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3713,7 +3847,7 @@ func (x *ReturnLeaseReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReturnLeaseReply.ProtoReflect.Descriptor instead.
 func (*ReturnLeaseReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{50}
+	return file_goray_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReturnLeaseReply) GetMemoryKill() *MemoryKill {
@@ -3739,7 +3873,7 @@ type CreateObjectRequest struct {
 
 func (x *CreateObjectRequest) Reset() {
 	*x = CreateObjectRequest{}
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3751,7 +3885,7 @@ func (x *CreateObjectRequest) String() string {
 func (*CreateObjectRequest) ProtoMessage() {}
 
 func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[51]
+	mi := &file_goray_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3764,7 +3898,7 @@ func (x *CreateObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectRequest.ProtoReflect.Descriptor instead.
 func (*CreateObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{51}
+	return file_goray_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateObjectRequest) GetObjectId() []byte {
@@ -3811,7 +3945,7 @@ type CreateObjectReply struct {
 
 func (x *CreateObjectReply) Reset() {
 	*x = CreateObjectReply{}
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3823,7 +3957,7 @@ func (x *CreateObjectReply) String() string {
 func (*CreateObjectReply) ProtoMessage() {}
 
 func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[52]
+	mi := &file_goray_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3836,7 +3970,7 @@ func (x *CreateObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateObjectReply.ProtoReflect.Descriptor instead.
 func (*CreateObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{52}
+	return file_goray_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateObjectReply) GetOffset() int64 {
@@ -3857,7 +3991,7 @@ type SealObjectRequest struct {
 
 func (x *SealObjectRequest) Reset() {
 	*x = SealObjectRequest{}
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +4003,7 @@ func (x *SealObjectRequest) String() string {
 func (*SealObjectRequest) ProtoMessage() {}
 
 func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[53]
+	mi := &file_goray_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +4016,7 @@ func (x *SealObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectRequest.ProtoReflect.Descriptor instead.
 func (*SealObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{53}
+	return file_goray_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SealObjectRequest) GetObjectId() []byte {
@@ -3907,7 +4041,7 @@ type SealObjectReply struct {
 
 func (x *SealObjectReply) Reset() {
 	*x = SealObjectReply{}
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +4053,7 @@ func (x *SealObjectReply) String() string {
 func (*SealObjectReply) ProtoMessage() {}
 
 func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[54]
+	mi := &file_goray_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4066,7 @@ func (x *SealObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SealObjectReply.ProtoReflect.Descriptor instead.
 func (*SealObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{54}
+	return file_goray_proto_rawDescGZIP(), []int{56}
 }
 
 type GetObjectsRequest struct {
@@ -3946,7 +4080,7 @@ type GetObjectsRequest struct {
 
 func (x *GetObjectsRequest) Reset() {
 	*x = GetObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3958,7 +4092,7 @@ func (x *GetObjectsRequest) String() string {
 func (*GetObjectsRequest) ProtoMessage() {}
 
 func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[55]
+	mi := &file_goray_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3971,7 +4105,7 @@ func (x *GetObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsRequest.ProtoReflect.Descriptor instead.
 func (*GetObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{55}
+	return file_goray_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetObjectsRequest) GetObjectIds() [][]byte {
@@ -4001,7 +4135,7 @@ type StoreObject struct {
 
 func (x *StoreObject) Reset() {
 	*x = StoreObject{}
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4147,7 @@ func (x *StoreObject) String() string {
 func (*StoreObject) ProtoMessage() {}
 
 func (x *StoreObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[56]
+	mi := &file_goray_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4160,7 @@ func (x *StoreObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreObject.ProtoReflect.Descriptor instead.
 func (*StoreObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{56}
+	return file_goray_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *StoreObject) GetObjectId() []byte {
@@ -4073,7 +4207,7 @@ type GetObjectsReply struct {
 
 func (x *GetObjectsReply) Reset() {
 	*x = GetObjectsReply{}
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4085,7 +4219,7 @@ func (x *GetObjectsReply) String() string {
 func (*GetObjectsReply) ProtoMessage() {}
 
 func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[57]
+	mi := &file_goray_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4098,7 +4232,7 @@ func (x *GetObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetObjectsReply.ProtoReflect.Descriptor instead.
 func (*GetObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{57}
+	return file_goray_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetObjectsReply) GetObjects() []*StoreObject {
@@ -4118,7 +4252,7 @@ type ReleaseObjectsRequest struct {
 
 func (x *ReleaseObjectsRequest) Reset() {
 	*x = ReleaseObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4130,7 +4264,7 @@ func (x *ReleaseObjectsRequest) String() string {
 func (*ReleaseObjectsRequest) ProtoMessage() {}
 
 func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[58]
+	mi := &file_goray_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4143,7 +4277,7 @@ func (x *ReleaseObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{58}
+	return file_goray_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReleaseObjectsRequest) GetObjectIds() [][]byte {
@@ -4168,7 +4302,7 @@ type ReleaseObjectsReply struct {
 
 func (x *ReleaseObjectsReply) Reset() {
 	*x = ReleaseObjectsReply{}
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4314,7 @@ func (x *ReleaseObjectsReply) String() string {
 func (*ReleaseObjectsReply) ProtoMessage() {}
 
 func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[59]
+	mi := &file_goray_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +4327,7 @@ func (x *ReleaseObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseObjectsReply.ProtoReflect.Descriptor instead.
 func (*ReleaseObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{59}
+	return file_goray_proto_rawDescGZIP(), []int{61}
 }
 
 type PullObjectRequest struct {
@@ -4209,7 +4343,7 @@ type PullObjectRequest struct {
 
 func (x *PullObjectRequest) Reset() {
 	*x = PullObjectRequest{}
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4221,7 +4355,7 @@ func (x *PullObjectRequest) String() string {
 func (*PullObjectRequest) ProtoMessage() {}
 
 func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[60]
+	mi := &file_goray_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4234,7 +4368,7 @@ func (x *PullObjectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectRequest.ProtoReflect.Descriptor instead.
 func (*PullObjectRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{60}
+	return file_goray_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *PullObjectRequest) GetObjectId() []byte {
@@ -4266,7 +4400,7 @@ type PullObjectReply struct {
 
 func (x *PullObjectReply) Reset() {
 	*x = PullObjectReply{}
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4278,7 +4412,7 @@ func (x *PullObjectReply) String() string {
 func (*PullObjectReply) ProtoMessage() {}
 
 func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[61]
+	mi := &file_goray_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4291,7 +4425,7 @@ func (x *PullObjectReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullObjectReply.ProtoReflect.Descriptor instead.
 func (*PullObjectReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{61}
+	return file_goray_proto_rawDescGZIP(), []int{63}
 }
 
 type FetchBinaryRequest struct {
@@ -4303,7 +4437,7 @@ type FetchBinaryRequest struct {
 
 func (x *FetchBinaryRequest) Reset() {
 	*x = FetchBinaryRequest{}
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4315,7 +4449,7 @@ func (x *FetchBinaryRequest) String() string {
 func (*FetchBinaryRequest) ProtoMessage() {}
 
 func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[62]
+	mi := &file_goray_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4328,7 +4462,7 @@ func (x *FetchBinaryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBinaryRequest.ProtoReflect.Descriptor instead.
 func (*FetchBinaryRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{62}
+	return file_goray_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *FetchBinaryRequest) GetSha256() string {
@@ -4348,7 +4482,7 @@ type BinaryChunk struct {
 
 func (x *BinaryChunk) Reset() {
 	*x = BinaryChunk{}
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4360,7 +4494,7 @@ func (x *BinaryChunk) String() string {
 func (*BinaryChunk) ProtoMessage() {}
 
 func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[63]
+	mi := &file_goray_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4373,7 +4507,7 @@ func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
 func (*BinaryChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{63}
+	return file_goray_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BinaryChunk) GetData() []byte {
@@ -4400,7 +4534,7 @@ type WorkersDiedRequest struct {
 
 func (x *WorkersDiedRequest) Reset() {
 	*x = WorkersDiedRequest{}
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4412,7 +4546,7 @@ func (x *WorkersDiedRequest) String() string {
 func (*WorkersDiedRequest) ProtoMessage() {}
 
 func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[64]
+	mi := &file_goray_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4425,7 +4559,7 @@ func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
 func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{64}
+	return file_goray_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
@@ -4450,7 +4584,7 @@ type WorkersDiedReply struct {
 
 func (x *WorkersDiedReply) Reset() {
 	*x = WorkersDiedReply{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4596,7 @@ func (x *WorkersDiedReply) String() string {
 func (*WorkersDiedReply) ProtoMessage() {}
 
 func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4609,7 @@ func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
 func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 type FreeObjectsRequest struct {
@@ -4489,7 +4623,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +4635,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +4648,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -4539,7 +4673,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4551,7 +4685,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4564,7 +4698,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 type GetNodeStatsRequest struct {
@@ -4579,7 +4713,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4591,7 +4725,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4604,7 +4738,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *GetNodeStatsRequest) GetIncludeOwned() bool {
@@ -4628,7 +4762,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +4774,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +4787,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -4709,7 +4843,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4721,7 +4855,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4734,7 +4868,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -4786,7 +4920,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4798,7 +4932,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4811,7 +4945,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -4932,7 +5066,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4944,7 +5078,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4957,7 +5091,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -5039,7 +5173,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5051,7 +5185,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5064,7 +5198,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -5082,7 +5216,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5094,7 +5228,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5107,7 +5241,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 type NodeInfo struct {
@@ -5142,7 +5276,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5154,7 +5288,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5167,7 +5301,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -5311,7 +5445,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5323,7 +5457,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5336,7 +5470,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -5456,7 +5590,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5468,7 +5602,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5481,7 +5615,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -5644,7 +5778,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5656,7 +5790,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5669,7 +5803,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DrainNodeRequest) GetNodeId() []byte {
@@ -5707,7 +5841,7 @@ type DrainNodeReply struct {
 
 func (x *DrainNodeReply) Reset() {
 	*x = DrainNodeReply{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5719,7 +5853,7 @@ func (x *DrainNodeReply) String() string {
 func (*DrainNodeReply) ProtoMessage() {}
 
 func (x *DrainNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +5866,7 @@ func (x *DrainNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeReply.ProtoReflect.Descriptor instead.
 func (*DrainNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *DrainNodeReply) GetAccepted() bool {
@@ -5778,7 +5912,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5790,7 +5924,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5803,7 +5937,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 type GetClusterInfoReply struct {
@@ -5828,7 +5962,7 @@ type GetClusterInfoReply struct {
 
 func (x *GetClusterInfoReply) Reset() {
 	*x = GetClusterInfoReply{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5840,7 +5974,7 @@ func (x *GetClusterInfoReply) String() string {
 func (*GetClusterInfoReply) ProtoMessage() {}
 
 func (x *GetClusterInfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5853,7 +5987,7 @@ func (x *GetClusterInfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoReply.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *GetClusterInfoReply) GetClusterId() string {
@@ -5918,7 +6052,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5930,7 +6064,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5943,7 +6077,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -5972,7 +6106,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5984,7 +6118,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5997,7 +6131,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -6024,7 +6158,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6036,7 +6170,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6049,7 +6183,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -6074,7 +6208,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6086,7 +6220,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6099,7 +6233,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 type HeartbeatRequest struct {
@@ -6120,7 +6254,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6132,7 +6266,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6145,7 +6279,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -6230,7 +6364,7 @@ type SpillStats struct {
 
 func (x *SpillStats) Reset() {
 	*x = SpillStats{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6242,7 +6376,7 @@ func (x *SpillStats) String() string {
 func (*SpillStats) ProtoMessage() {}
 
 func (x *SpillStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6255,7 +6389,7 @@ func (x *SpillStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
 func (*SpillStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *SpillStats) GetLocation() string {
@@ -6351,7 +6485,7 @@ type SpilledObject struct {
 
 func (x *SpilledObject) Reset() {
 	*x = SpilledObject{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6363,7 +6497,7 @@ func (x *SpilledObject) String() string {
 func (*SpilledObject) ProtoMessage() {}
 
 func (x *SpilledObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6376,7 +6510,7 @@ func (x *SpilledObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
 func (*SpilledObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *SpilledObject) GetObjectId() []byte {
@@ -6425,7 +6559,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6437,7 +6571,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6450,7 +6584,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -6476,7 +6610,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6488,7 +6622,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6501,7 +6635,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *GetAllNodesRequest) GetSinceEpoch() string {
@@ -6538,7 +6672,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6550,7 +6684,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6563,7 +6697,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -6650,7 +6784,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6662,7 +6796,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6675,7 +6809,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -6715,7 +6849,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6727,7 +6861,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6740,7 +6874,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -6758,7 +6892,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6770,7 +6904,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6783,7 +6917,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{96}
 }
 
 type MarkJobFinishedRequest struct {
@@ -6795,7 +6929,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6807,7 +6941,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6820,7 +6954,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{95}
+	return file_goray_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -6838,7 +6972,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6850,7 +6984,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6863,7 +6997,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{96}
+	return file_goray_proto_rawDescGZIP(), []int{98}
 }
 
 type GetAllJobsRequest struct {
@@ -6878,7 +7012,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6890,7 +7024,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6903,7 +7037,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{97}
+	return file_goray_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *GetAllJobsRequest) GetIncludeEnv() bool {
@@ -6922,7 +7056,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6934,7 +7068,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6947,7 +7081,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{98}
+	return file_goray_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -6970,7 +7104,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6982,7 +7116,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6995,7 +7129,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{99}
+	return file_goray_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -7023,7 +7157,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7035,7 +7169,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7048,7 +7182,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{100}
+	return file_goray_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *RegisterActorReply) GetExisting() *ActorInfo {
@@ -7067,7 +7201,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7079,7 +7213,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7092,7 +7226,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{101}
+	return file_goray_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -7110,7 +7244,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7122,7 +7256,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7135,7 +7269,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{102}
+	return file_goray_proto_rawDescGZIP(), []int{104}
 }
 
 type GetActorRequest struct {
@@ -7158,7 +7292,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7170,7 +7304,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7183,7 +7317,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{103}
+	return file_goray_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -7230,7 +7364,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7242,7 +7376,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7255,7 +7389,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{104}
+	return file_goray_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -7273,7 +7407,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7285,7 +7419,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7298,7 +7432,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{105}
+	return file_goray_proto_rawDescGZIP(), []int{107}
 }
 
 type ListActorsReply struct {
@@ -7310,7 +7444,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7322,7 +7456,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7335,7 +7469,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{106}
+	return file_goray_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -7360,7 +7494,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7372,7 +7506,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7385,7 +7519,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{107}
+	return file_goray_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -7424,7 +7558,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7436,7 +7570,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7449,7 +7583,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{108}
+	return file_goray_proto_rawDescGZIP(), []int{110}
 }
 
 type KVPutRequest struct {
@@ -7464,7 +7598,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7476,7 +7610,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7489,7 +7623,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{109}
+	return file_goray_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -7529,7 +7663,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7541,7 +7675,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7554,7 +7688,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{110}
+	return file_goray_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -7574,7 +7708,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7586,7 +7720,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7599,7 +7733,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{111}
+	return file_goray_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -7626,7 +7760,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7638,7 +7772,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7651,7 +7785,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{112}
+	return file_goray_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -7679,7 +7813,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7691,7 +7825,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7704,7 +7838,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{113}
+	return file_goray_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -7737,7 +7871,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7749,7 +7883,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7762,7 +7896,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{114}
+	return file_goray_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -7782,7 +7916,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7794,7 +7928,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7807,7 +7941,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{115}
+	return file_goray_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -7833,7 +7967,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7845,7 +7979,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7858,7 +7992,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{116}
+	return file_goray_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -7881,7 +8015,7 @@ type Bundle struct {
 
 func (x *Bundle) Reset() {
 	*x = Bundle{}
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7893,7 +8027,7 @@ func (x *Bundle) String() string {
 func (*Bundle) ProtoMessage() {}
 
 func (x *Bundle) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7906,7 +8040,7 @@ func (x *Bundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bundle.ProtoReflect.Descriptor instead.
 func (*Bundle) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{117}
+	return file_goray_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *Bundle) GetIndex() int32 {
@@ -7961,7 +8095,7 @@ type PlacementGroupInfo struct {
 
 func (x *PlacementGroupInfo) Reset() {
 	*x = PlacementGroupInfo{}
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7973,7 +8107,7 @@ func (x *PlacementGroupInfo) String() string {
 func (*PlacementGroupInfo) ProtoMessage() {}
 
 func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7986,7 +8120,7 @@ func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementGroupInfo.ProtoReflect.Descriptor instead.
 func (*PlacementGroupInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{118}
+	return file_goray_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *PlacementGroupInfo) GetPlacementGroupId() []byte {
@@ -8098,7 +8232,7 @@ type CreatePlacementGroupRequest struct {
 
 func (x *CreatePlacementGroupRequest) Reset() {
 	*x = CreatePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8110,7 +8244,7 @@ func (x *CreatePlacementGroupRequest) String() string {
 func (*CreatePlacementGroupRequest) ProtoMessage() {}
 
 func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8123,7 +8257,7 @@ func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{119}
+	return file_goray_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *CreatePlacementGroupRequest) GetGroup() *PlacementGroupInfo {
@@ -8141,7 +8275,7 @@ type CreatePlacementGroupReply struct {
 
 func (x *CreatePlacementGroupReply) Reset() {
 	*x = CreatePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8153,7 +8287,7 @@ func (x *CreatePlacementGroupReply) String() string {
 func (*CreatePlacementGroupReply) ProtoMessage() {}
 
 func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8166,7 +8300,7 @@ func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{120}
+	return file_goray_proto_rawDescGZIP(), []int{122}
 }
 
 type RemovePlacementGroupRequest struct {
@@ -8178,7 +8312,7 @@ type RemovePlacementGroupRequest struct {
 
 func (x *RemovePlacementGroupRequest) Reset() {
 	*x = RemovePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[121]
+	mi := &file_goray_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8190,7 +8324,7 @@ func (x *RemovePlacementGroupRequest) String() string {
 func (*RemovePlacementGroupRequest) ProtoMessage() {}
 
 func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[121]
+	mi := &file_goray_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8203,7 +8337,7 @@ func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{121}
+	return file_goray_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *RemovePlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -8221,7 +8355,7 @@ type RemovePlacementGroupReply struct {
 
 func (x *RemovePlacementGroupReply) Reset() {
 	*x = RemovePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[122]
+	mi := &file_goray_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8233,7 +8367,7 @@ func (x *RemovePlacementGroupReply) String() string {
 func (*RemovePlacementGroupReply) ProtoMessage() {}
 
 func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[122]
+	mi := &file_goray_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8246,7 +8380,7 @@ func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{122}
+	return file_goray_proto_rawDescGZIP(), []int{124}
 }
 
 type GetPlacementGroupRequest struct {
@@ -8261,7 +8395,7 @@ type GetPlacementGroupRequest struct {
 
 func (x *GetPlacementGroupRequest) Reset() {
 	*x = GetPlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[123]
+	mi := &file_goray_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8273,7 +8407,7 @@ func (x *GetPlacementGroupRequest) String() string {
 func (*GetPlacementGroupRequest) ProtoMessage() {}
 
 func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[123]
+	mi := &file_goray_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8286,7 +8420,7 @@ func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{123}
+	return file_goray_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *GetPlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -8319,7 +8453,7 @@ type GetPlacementGroupReply struct {
 
 func (x *GetPlacementGroupReply) Reset() {
 	*x = GetPlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[124]
+	mi := &file_goray_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8331,7 +8465,7 @@ func (x *GetPlacementGroupReply) String() string {
 func (*GetPlacementGroupReply) ProtoMessage() {}
 
 func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[124]
+	mi := &file_goray_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8344,7 +8478,7 @@ func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{124}
+	return file_goray_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *GetPlacementGroupReply) GetGroup() *PlacementGroupInfo {
@@ -8362,7 +8496,7 @@ type ListPlacementGroupsRequest struct {
 
 func (x *ListPlacementGroupsRequest) Reset() {
 	*x = ListPlacementGroupsRequest{}
-	mi := &file_goray_proto_msgTypes[125]
+	mi := &file_goray_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8374,7 +8508,7 @@ func (x *ListPlacementGroupsRequest) String() string {
 func (*ListPlacementGroupsRequest) ProtoMessage() {}
 
 func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[125]
+	mi := &file_goray_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8387,7 +8521,7 @@ func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{125}
+	return file_goray_proto_rawDescGZIP(), []int{127}
 }
 
 type ListPlacementGroupsReply struct {
@@ -8399,7 +8533,7 @@ type ListPlacementGroupsReply struct {
 
 func (x *ListPlacementGroupsReply) Reset() {
 	*x = ListPlacementGroupsReply{}
-	mi := &file_goray_proto_msgTypes[126]
+	mi := &file_goray_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8411,7 +8545,7 @@ func (x *ListPlacementGroupsReply) String() string {
 func (*ListPlacementGroupsReply) ProtoMessage() {}
 
 func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[126]
+	mi := &file_goray_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8424,7 +8558,7 @@ func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsReply.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{126}
+	return file_goray_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *ListPlacementGroupsReply) GetGroups() []*PlacementGroupInfo {
@@ -8678,7 +8812,19 @@ const file_goray_proto_rawDesc = "" +
 	"\x06method\x18\x02 \x01(\tR\x06method\x12\x18\n" +
 	"\apayload\x18\x03 \x01(\fR\apayload\"0\n" +
 	"\x14TransportInvokeReply\x12\x18\n" +
-	"\apayload\x18\x01 \x01(\fR\apayload\"\xc6\x02\n" +
+	"\apayload\x18\x01 \x01(\fR\apayload\".\n" +
+	"\x18TransportEndpointRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xbf\x01\n" +
+	"\x16TransportEndpointReply\x12\x18\n" +
+	"\anetwork\x18\x01 \x01(\tR\anetwork\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1f\n" +
+	"\vclient_cert\x18\x03 \x01(\fR\n" +
+	"clientCert\x12\x1d\n" +
+	"\n" +
+	"client_key\x18\x04 \x01(\fR\tclientKey\x12\x1f\n" +
+	"\vserver_cert\x18\x05 \x01(\fR\n" +
+	"serverCert\x12\x10\n" +
+	"\x03pid\x18\x06 \x01(\x05R\x03pid\"\xc6\x02\n" +
 	"\n" +
 	"LeaseReply\x12\x19\n" +
 	"\blease_id\x18\x01 \x01(\fR\aleaseId\x12)\n" +
@@ -9083,7 +9229,7 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12\x1b.goray.v1.CancelTaskRequest\x1a\x19.goray.v1.CancelTaskReply\x12J\n" +
 	"\fCancelObject\x12\x1d.goray.v1.CancelObjectRequest\x1a\x1b.goray.v1.CancelObjectReply\x12A\n" +
-	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xb1\r\n" +
+	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\x8c\x0e\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
 	"\rDriverSession\x12\x17.goray.v1.DriverMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12B\n" +
@@ -9091,7 +9237,8 @@ const file_goray_proto_rawDesc = "" +
 	"\x11ReturnWorkerLease\x12\x1c.goray.v1.ReturnLeaseRequest\x1a\x1a.goray.v1.ReturnLeaseReply\x12M\n" +
 	"\x11CancelWorkerLease\x12\x1c.goray.v1.CancelLeaseRequest\x1a\x1a.goray.v1.CancelLeaseReply\x12M\n" +
 	"\x11NotifyTaskBlocked\x12\x1c.goray.v1.TaskBlockedRequest\x1a\x1a.goray.v1.TaskBlockedReply\x12S\n" +
-	"\x0fTransportInvoke\x12 .goray.v1.TransportInvokeRequest\x1a\x1e.goray.v1.TransportInvokeReply\x12J\n" +
+	"\x0fTransportInvoke\x12 .goray.v1.TransportInvokeRequest\x1a\x1e.goray.v1.TransportInvokeReply\x12Y\n" +
+	"\x11TransportEndpoint\x12\".goray.v1.TransportEndpointRequest\x1a .goray.v1.TransportEndpointReply\x12J\n" +
 	"\fCreateObject\x12\x1d.goray.v1.CreateObjectRequest\x1a\x1b.goray.v1.CreateObjectReply\x12D\n" +
 	"\n" +
 	"SealObject\x12\x1b.goray.v1.SealObjectRequest\x1a\x19.goray.v1.SealObjectReply\x12D\n" +
@@ -9149,7 +9296,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 131)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 133)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                       // 0: goray.v1.TaskKind
 	(ActorState)(0),                     // 1: goray.v1.ActorState
@@ -9206,94 +9353,96 @@ var file_goray_proto_goTypes = []any{
 	(*TaskBlockedReply)(nil),            // 52: goray.v1.TaskBlockedReply
 	(*TransportInvokeRequest)(nil),      // 53: goray.v1.TransportInvokeRequest
 	(*TransportInvokeReply)(nil),        // 54: goray.v1.TransportInvokeReply
-	(*LeaseReply)(nil),                  // 55: goray.v1.LeaseReply
-	(*ReturnLeaseRequest)(nil),          // 56: goray.v1.ReturnLeaseRequest
-	(*ReturnLeaseReply)(nil),            // 57: goray.v1.ReturnLeaseReply
-	(*CreateObjectRequest)(nil),         // 58: goray.v1.CreateObjectRequest
-	(*CreateObjectReply)(nil),           // 59: goray.v1.CreateObjectReply
-	(*SealObjectRequest)(nil),           // 60: goray.v1.SealObjectRequest
-	(*SealObjectReply)(nil),             // 61: goray.v1.SealObjectReply
-	(*GetObjectsRequest)(nil),           // 62: goray.v1.GetObjectsRequest
-	(*StoreObject)(nil),                 // 63: goray.v1.StoreObject
-	(*GetObjectsReply)(nil),             // 64: goray.v1.GetObjectsReply
-	(*ReleaseObjectsRequest)(nil),       // 65: goray.v1.ReleaseObjectsRequest
-	(*ReleaseObjectsReply)(nil),         // 66: goray.v1.ReleaseObjectsReply
-	(*PullObjectRequest)(nil),           // 67: goray.v1.PullObjectRequest
-	(*PullObjectReply)(nil),             // 68: goray.v1.PullObjectReply
-	(*FetchBinaryRequest)(nil),          // 69: goray.v1.FetchBinaryRequest
-	(*BinaryChunk)(nil),                 // 70: goray.v1.BinaryChunk
-	(*WorkersDiedRequest)(nil),          // 71: goray.v1.WorkersDiedRequest
-	(*WorkersDiedReply)(nil),            // 72: goray.v1.WorkersDiedReply
-	(*FreeObjectsRequest)(nil),          // 73: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),            // 74: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),         // 75: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                 // 76: goray.v1.WorkerStats
-	(*PendingDemand)(nil),               // 77: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),           // 78: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),                // 79: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),         // 80: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),           // 81: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                    // 82: goray.v1.NodeInfo
-	(*JobInfo)(nil),                     // 83: goray.v1.JobInfo
-	(*ActorInfo)(nil),                   // 84: goray.v1.ActorInfo
-	(*DrainNodeRequest)(nil),            // 85: goray.v1.DrainNodeRequest
-	(*DrainNodeReply)(nil),              // 86: goray.v1.DrainNodeReply
-	(*GetClusterInfoRequest)(nil),       // 87: goray.v1.GetClusterInfoRequest
-	(*GetClusterInfoReply)(nil),         // 88: goray.v1.GetClusterInfoReply
-	(*RegisterNodeRequest)(nil),         // 89: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),           // 90: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),       // 91: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),         // 92: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),            // 93: goray.v1.HeartbeatRequest
-	(*SpillStats)(nil),                  // 94: goray.v1.SpillStats
-	(*SpilledObject)(nil),               // 95: goray.v1.SpilledObject
-	(*HeartbeatReply)(nil),              // 96: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),          // 97: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                    // 98: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),            // 99: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),               // 100: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                 // 101: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),      // 102: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),        // 103: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),           // 104: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),             // 105: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),        // 106: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),          // 107: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),          // 108: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),            // 109: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),             // 110: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),               // 111: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),           // 112: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),             // 113: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil),  // 114: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),    // 115: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),                // 116: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                  // 117: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),                // 118: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                  // 119: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),                // 120: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                  // 121: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),               // 122: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                 // 123: goray.v1.KVKeysReply
-	(*Bundle)(nil),                      // 124: goray.v1.Bundle
-	(*PlacementGroupInfo)(nil),          // 125: goray.v1.PlacementGroupInfo
-	(*CreatePlacementGroupRequest)(nil), // 126: goray.v1.CreatePlacementGroupRequest
-	(*CreatePlacementGroupReply)(nil),   // 127: goray.v1.CreatePlacementGroupReply
-	(*RemovePlacementGroupRequest)(nil), // 128: goray.v1.RemovePlacementGroupRequest
-	(*RemovePlacementGroupReply)(nil),   // 129: goray.v1.RemovePlacementGroupReply
-	(*GetPlacementGroupRequest)(nil),    // 130: goray.v1.GetPlacementGroupRequest
-	(*GetPlacementGroupReply)(nil),      // 131: goray.v1.GetPlacementGroupReply
-	(*ListPlacementGroupsRequest)(nil),  // 132: goray.v1.ListPlacementGroupsRequest
-	(*ListPlacementGroupsReply)(nil),    // 133: goray.v1.ListPlacementGroupsReply
-	nil,                                 // 134: goray.v1.Resources.AmountsEntry
-	nil,                                 // 135: goray.v1.TaskSpec.ConcurrencyGroupsEntry
-	nil,                                 // 136: goray.v1.NodeInfo.LabelsEntry
-	nil,                                 // 137: goray.v1.ActorInfo.ConcurrencyGroupsEntry
-	(*MemoryKill)(nil),                  // 138: goray.v1.MemoryKill
-	(*MemoryMonitorStats)(nil),          // 139: goray.v1.MemoryMonitorStats
+	(*TransportEndpointRequest)(nil),    // 55: goray.v1.TransportEndpointRequest
+	(*TransportEndpointReply)(nil),      // 56: goray.v1.TransportEndpointReply
+	(*LeaseReply)(nil),                  // 57: goray.v1.LeaseReply
+	(*ReturnLeaseRequest)(nil),          // 58: goray.v1.ReturnLeaseRequest
+	(*ReturnLeaseReply)(nil),            // 59: goray.v1.ReturnLeaseReply
+	(*CreateObjectRequest)(nil),         // 60: goray.v1.CreateObjectRequest
+	(*CreateObjectReply)(nil),           // 61: goray.v1.CreateObjectReply
+	(*SealObjectRequest)(nil),           // 62: goray.v1.SealObjectRequest
+	(*SealObjectReply)(nil),             // 63: goray.v1.SealObjectReply
+	(*GetObjectsRequest)(nil),           // 64: goray.v1.GetObjectsRequest
+	(*StoreObject)(nil),                 // 65: goray.v1.StoreObject
+	(*GetObjectsReply)(nil),             // 66: goray.v1.GetObjectsReply
+	(*ReleaseObjectsRequest)(nil),       // 67: goray.v1.ReleaseObjectsRequest
+	(*ReleaseObjectsReply)(nil),         // 68: goray.v1.ReleaseObjectsReply
+	(*PullObjectRequest)(nil),           // 69: goray.v1.PullObjectRequest
+	(*PullObjectReply)(nil),             // 70: goray.v1.PullObjectReply
+	(*FetchBinaryRequest)(nil),          // 71: goray.v1.FetchBinaryRequest
+	(*BinaryChunk)(nil),                 // 72: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),          // 73: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),            // 74: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),          // 75: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),            // 76: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),         // 77: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                 // 78: goray.v1.WorkerStats
+	(*PendingDemand)(nil),               // 79: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),           // 80: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),                // 81: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),         // 82: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),           // 83: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                    // 84: goray.v1.NodeInfo
+	(*JobInfo)(nil),                     // 85: goray.v1.JobInfo
+	(*ActorInfo)(nil),                   // 86: goray.v1.ActorInfo
+	(*DrainNodeRequest)(nil),            // 87: goray.v1.DrainNodeRequest
+	(*DrainNodeReply)(nil),              // 88: goray.v1.DrainNodeReply
+	(*GetClusterInfoRequest)(nil),       // 89: goray.v1.GetClusterInfoRequest
+	(*GetClusterInfoReply)(nil),         // 90: goray.v1.GetClusterInfoReply
+	(*RegisterNodeRequest)(nil),         // 91: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),           // 92: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),       // 93: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),         // 94: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),            // 95: goray.v1.HeartbeatRequest
+	(*SpillStats)(nil),                  // 96: goray.v1.SpillStats
+	(*SpilledObject)(nil),               // 97: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),              // 98: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),          // 99: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                    // 100: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),            // 101: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),               // 102: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                 // 103: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),      // 104: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),        // 105: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),           // 106: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),             // 107: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),        // 108: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),          // 109: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),          // 110: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),            // 111: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),             // 112: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),               // 113: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),           // 114: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),             // 115: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil),  // 116: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),    // 117: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),                // 118: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                  // 119: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),                // 120: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                  // 121: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),                // 122: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                  // 123: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),               // 124: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                 // 125: goray.v1.KVKeysReply
+	(*Bundle)(nil),                      // 126: goray.v1.Bundle
+	(*PlacementGroupInfo)(nil),          // 127: goray.v1.PlacementGroupInfo
+	(*CreatePlacementGroupRequest)(nil), // 128: goray.v1.CreatePlacementGroupRequest
+	(*CreatePlacementGroupReply)(nil),   // 129: goray.v1.CreatePlacementGroupReply
+	(*RemovePlacementGroupRequest)(nil), // 130: goray.v1.RemovePlacementGroupRequest
+	(*RemovePlacementGroupReply)(nil),   // 131: goray.v1.RemovePlacementGroupReply
+	(*GetPlacementGroupRequest)(nil),    // 132: goray.v1.GetPlacementGroupRequest
+	(*GetPlacementGroupReply)(nil),      // 133: goray.v1.GetPlacementGroupReply
+	(*ListPlacementGroupsRequest)(nil),  // 134: goray.v1.ListPlacementGroupsRequest
+	(*ListPlacementGroupsReply)(nil),    // 135: goray.v1.ListPlacementGroupsReply
+	nil,                                 // 136: goray.v1.Resources.AmountsEntry
+	nil,                                 // 137: goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	nil,                                 // 138: goray.v1.NodeInfo.LabelsEntry
+	nil,                                 // 139: goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	(*MemoryKill)(nil),                  // 140: goray.v1.MemoryKill
+	(*MemoryMonitorStats)(nil),          // 141: goray.v1.MemoryMonitorStats
 }
 var file_goray_proto_depIdxs = []int32{
-	134, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	136, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	7,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	9,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	9,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -9302,7 +9451,7 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
 	8,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
 	12,  // 8: goray.v1.TaskSpec.placement:type_name -> goray.v1.PlacementOptions
-	135, // 9: goray.v1.TaskSpec.concurrency_groups:type_name -> goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	137, // 9: goray.v1.TaskSpec.concurrency_groups:type_name -> goray.v1.TaskSpec.ConcurrencyGroupsEntry
 	9,   // 10: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
 	11,  // 11: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
 	13,  // 12: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
@@ -9313,7 +9462,7 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 17: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
 	29,  // 18: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
 	30,  // 19: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	124, // 20: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
+	126, // 20: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
 	8,   // 21: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
 	8,   // 22: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
 	39,  // 23: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
@@ -9321,63 +9470,63 @@ var file_goray_proto_depIdxs = []int32{
 	8,   // 25: goray.v1.ReleaseUnusedBundlesReply.available:type_name -> goray.v1.Resources
 	8,   // 26: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
 	7,   // 27: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	83,  // 28: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	85,  // 28: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
 	7,   // 29: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
 	5,   // 30: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	82,  // 31: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	84,  // 31: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
 	46,  // 32: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
 	8,   // 33: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
 	48,  // 34: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
 	6,   // 35: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
 	7,   // 36: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	138, // 37: goray.v1.ReturnLeaseReply.memory_kill:type_name -> goray.v1.MemoryKill
+	140, // 37: goray.v1.ReturnLeaseReply.memory_kill:type_name -> goray.v1.MemoryKill
 	7,   // 38: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
-	63,  // 39: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
+	65,  // 39: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
 	7,   // 40: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
 	7,   // 41: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
 	8,   // 42: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	82,  // 43: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	84,  // 43: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
 	8,   // 44: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	76,  // 45: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	77,  // 46: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
-	63,  // 47: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
+	78,  // 45: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	79,  // 46: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	65,  // 47: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
 	7,   // 48: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	79,  // 49: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	94,  // 50: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	95,  // 51: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	81,  // 49: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	96,  // 50: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	97,  // 51: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
 	31,  // 52: goray.v1.GetNodeStatsReply.owned:type_name -> goray.v1.ListOwnedReply
 	8,   // 53: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	136, // 54: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	138, // 54: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
 	1,   // 55: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
 	7,   // 56: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
 	7,   // 57: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
 	8,   // 58: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	137, // 59: goray.v1.ActorInfo.concurrency_groups:type_name -> goray.v1.ActorInfo.ConcurrencyGroupsEntry
-	82,  // 60: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	139, // 59: goray.v1.ActorInfo.concurrency_groups:type_name -> goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	84,  // 60: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
 	8,   // 61: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	77,  // 62: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	94,  // 63: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	139, // 64: goray.v1.HeartbeatRequest.memory:type_name -> goray.v1.MemoryMonitorStats
-	82,  // 65: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	79,  // 62: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	96,  // 63: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	141, // 64: goray.v1.HeartbeatRequest.memory:type_name -> goray.v1.MemoryMonitorStats
+	84,  // 65: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
 	8,   // 66: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	77,  // 67: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	94,  // 68: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	139, // 69: goray.v1.NodeView.memory:type_name -> goray.v1.MemoryMonitorStats
-	98,  // 70: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	83,  // 71: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	83,  // 72: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	84,  // 73: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	84,  // 74: goray.v1.RegisterActorReply.existing:type_name -> goray.v1.ActorInfo
-	84,  // 75: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	84,  // 76: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	84,  // 77: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	79,  // 67: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	96,  // 68: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	141, // 69: goray.v1.NodeView.memory:type_name -> goray.v1.MemoryMonitorStats
+	100, // 70: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	85,  // 71: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	85,  // 72: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	86,  // 73: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	86,  // 74: goray.v1.RegisterActorReply.existing:type_name -> goray.v1.ActorInfo
+	86,  // 75: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	86,  // 76: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	86,  // 77: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
 	8,   // 78: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
 	2,   // 79: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
-	124, // 80: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
+	126, // 80: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
 	3,   // 81: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
-	125, // 82: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
-	125, // 83: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
-	125, // 84: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
+	127, // 82: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
+	127, // 83: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
+	127, // 84: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
 	14,  // 85: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
 	15,  // 86: goray.v1.CoreWorker.AckStream:input_type -> goray.v1.AckStreamRequest
 	18,  // 87: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
@@ -9389,101 +9538,103 @@ var file_goray_proto_depIdxs = []int32{
 	43,  // 93: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
 	44,  // 94: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
 	47,  // 95: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	56,  // 96: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	58,  // 96: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
 	49,  // 97: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
 	51,  // 98: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
 	53,  // 99: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	58,  // 100: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	60,  // 101: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	62,  // 102: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	65,  // 103: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	73,  // 104: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	75,  // 105: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	67,  // 106: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	69,  // 107: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	71,  // 108: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	80,  // 109: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	34,  // 110: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
-	36,  // 111: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
-	41,  // 112: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
-	38,  // 113: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
-	32,  // 114: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
-	89,  // 115: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	91,  // 116: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	93,  // 117: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	97,  // 118: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	100, // 119: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	102, // 120: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	104, // 121: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	106, // 122: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	108, // 123: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	110, // 124: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	112, // 125: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	114, // 126: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	116, // 127: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	118, // 128: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	120, // 129: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	122, // 130: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	126, // 131: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
-	128, // 132: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
-	130, // 133: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
-	132, // 134: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
-	87,  // 135: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
-	85,  // 136: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
-	17,  // 137: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	16,  // 138: goray.v1.CoreWorker.AckStream:output_type -> goray.v1.AckStreamReply
-	19,  // 139: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	21,  // 140: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	23,  // 141: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	25,  // 142: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	27,  // 143: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
-	31,  // 144: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	45,  // 145: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	45,  // 146: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	55,  // 147: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	57,  // 148: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	50,  // 149: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	52,  // 150: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	54,  // 151: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	59,  // 152: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	61,  // 153: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	64,  // 154: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	66,  // 155: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	74,  // 156: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	78,  // 157: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	68,  // 158: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	70,  // 159: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	72,  // 160: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	81,  // 161: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	35,  // 162: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
-	37,  // 163: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
-	42,  // 164: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
-	40,  // 165: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
-	33,  // 166: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
-	90,  // 167: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	92,  // 168: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	96,  // 169: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	99,  // 170: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	101, // 171: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	103, // 172: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	105, // 173: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	107, // 174: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	109, // 175: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	111, // 176: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	113, // 177: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	115, // 178: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	117, // 179: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	119, // 180: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	121, // 181: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	123, // 182: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	127, // 183: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
-	129, // 184: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
-	131, // 185: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
-	133, // 186: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
-	88,  // 187: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
-	86,  // 188: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
-	137, // [137:189] is the sub-list for method output_type
-	85,  // [85:137] is the sub-list for method input_type
+	55,  // 100: goray.v1.Raylet.TransportEndpoint:input_type -> goray.v1.TransportEndpointRequest
+	60,  // 101: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	62,  // 102: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	64,  // 103: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	67,  // 104: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	75,  // 105: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	77,  // 106: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	69,  // 107: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	71,  // 108: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	73,  // 109: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	82,  // 110: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	34,  // 111: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
+	36,  // 112: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
+	41,  // 113: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
+	38,  // 114: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
+	32,  // 115: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
+	91,  // 116: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	93,  // 117: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	95,  // 118: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	99,  // 119: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	102, // 120: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	104, // 121: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	106, // 122: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	108, // 123: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	110, // 124: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	112, // 125: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	114, // 126: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	116, // 127: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	118, // 128: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	120, // 129: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	122, // 130: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	124, // 131: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	128, // 132: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
+	130, // 133: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
+	132, // 134: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
+	134, // 135: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
+	89,  // 136: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
+	87,  // 137: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
+	17,  // 138: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	16,  // 139: goray.v1.CoreWorker.AckStream:output_type -> goray.v1.AckStreamReply
+	19,  // 140: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	21,  // 141: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	23,  // 142: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	25,  // 143: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	27,  // 144: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	31,  // 145: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	45,  // 146: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	45,  // 147: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	57,  // 148: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	59,  // 149: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	50,  // 150: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	52,  // 151: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	54,  // 152: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	56,  // 153: goray.v1.Raylet.TransportEndpoint:output_type -> goray.v1.TransportEndpointReply
+	61,  // 154: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	63,  // 155: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	66,  // 156: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	68,  // 157: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	76,  // 158: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	80,  // 159: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	70,  // 160: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	72,  // 161: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	74,  // 162: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	83,  // 163: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	35,  // 164: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
+	37,  // 165: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
+	42,  // 166: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
+	40,  // 167: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
+	33,  // 168: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
+	92,  // 169: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	94,  // 170: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	98,  // 171: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	101, // 172: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	103, // 173: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	105, // 174: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	107, // 175: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	109, // 176: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	111, // 177: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	113, // 178: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	115, // 179: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	117, // 180: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	119, // 181: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	121, // 182: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	123, // 183: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	125, // 184: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	129, // 185: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
+	131, // 186: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
+	133, // 187: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
+	135, // 188: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
+	90,  // 189: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
+	88,  // 190: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
+	138, // [138:191] is the sub-list for method output_type
+	85,  // [85:138] is the sub-list for method input_type
 	85,  // [85:85] is the sub-list for extension type_name
 	85,  // [85:85] is the sub-list for extension extendee
 	0,   // [0:85] is the sub-list for field type_name
@@ -9501,7 +9652,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   131,
+			NumMessages:   133,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

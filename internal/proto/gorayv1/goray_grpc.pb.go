@@ -436,6 +436,7 @@ const (
 	Raylet_CancelWorkerLease_FullMethodName      = "/goray.v1.Raylet/CancelWorkerLease"
 	Raylet_NotifyTaskBlocked_FullMethodName      = "/goray.v1.Raylet/NotifyTaskBlocked"
 	Raylet_TransportInvoke_FullMethodName        = "/goray.v1.Raylet/TransportInvoke"
+	Raylet_TransportEndpoint_FullMethodName      = "/goray.v1.Raylet/TransportEndpoint"
 	Raylet_CreateObject_FullMethodName           = "/goray.v1.Raylet/CreateObject"
 	Raylet_SealObject_FullMethodName             = "/goray.v1.Raylet/SealObject"
 	Raylet_GetObjects_FullMethodName             = "/goray.v1.Raylet/GetObjects"
@@ -483,6 +484,13 @@ type RayletClient interface {
 	// marshalled request of the goray.transport.v1.Transport method; the
 	// plugin's error status comes back unchanged.
 	TransportInvoke(ctx context.Context, in *TransportInvokeRequest, opts ...grpc.CallOption) (*TransportInvokeReply, error)
+	// Says how a process of this node calls the node's transport plugin
+	// `name` itself, without TransportInvoke's relay: the plugin's socket and
+	// the mutual-TLS credentials made for its current launch. Answered only
+	// on the raylet's unix socket (PermissionDenied over TCP): the socket is
+	// on this node's disk, so only its processes can use the answer. Ask
+	// again when the plugin's process id changes (it restarted).
+	TransportEndpoint(ctx context.Context, in *TransportEndpointRequest, opts ...grpc.CallOption) (*TransportEndpointReply, error)
 	// Object store.
 	CreateObject(ctx context.Context, in *CreateObjectRequest, opts ...grpc.CallOption) (*CreateObjectReply, error)
 	SealObject(ctx context.Context, in *SealObjectRequest, opts ...grpc.CallOption) (*SealObjectReply, error)
@@ -608,6 +616,16 @@ func (c *rayletClient) TransportInvoke(ctx context.Context, in *TransportInvokeR
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TransportInvokeReply)
 	err := c.cc.Invoke(ctx, Raylet_TransportInvoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rayletClient) TransportEndpoint(ctx context.Context, in *TransportEndpointRequest, opts ...grpc.CallOption) (*TransportEndpointReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TransportEndpointReply)
+	err := c.cc.Invoke(ctx, Raylet_TransportEndpoint_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -803,6 +821,13 @@ type RayletServer interface {
 	// marshalled request of the goray.transport.v1.Transport method; the
 	// plugin's error status comes back unchanged.
 	TransportInvoke(context.Context, *TransportInvokeRequest) (*TransportInvokeReply, error)
+	// Says how a process of this node calls the node's transport plugin
+	// `name` itself, without TransportInvoke's relay: the plugin's socket and
+	// the mutual-TLS credentials made for its current launch. Answered only
+	// on the raylet's unix socket (PermissionDenied over TCP): the socket is
+	// on this node's disk, so only its processes can use the answer. Ask
+	// again when the plugin's process id changes (it restarted).
+	TransportEndpoint(context.Context, *TransportEndpointRequest) (*TransportEndpointReply, error)
 	// Object store.
 	CreateObject(context.Context, *CreateObjectRequest) (*CreateObjectReply, error)
 	SealObject(context.Context, *SealObjectRequest) (*SealObjectReply, error)
@@ -878,6 +903,9 @@ func (UnimplementedRayletServer) NotifyTaskBlocked(context.Context, *TaskBlocked
 }
 func (UnimplementedRayletServer) TransportInvoke(context.Context, *TransportInvokeRequest) (*TransportInvokeReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method TransportInvoke not implemented")
+}
+func (UnimplementedRayletServer) TransportEndpoint(context.Context, *TransportEndpointRequest) (*TransportEndpointReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransportEndpoint not implemented")
 }
 func (UnimplementedRayletServer) CreateObject(context.Context, *CreateObjectRequest) (*CreateObjectReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateObject not implemented")
@@ -1045,6 +1073,24 @@ func _Raylet_TransportInvoke_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(RayletServer).TransportInvoke(ctx, req.(*TransportInvokeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Raylet_TransportEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransportEndpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).TransportEndpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_TransportEndpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).TransportEndpoint(ctx, req.(*TransportEndpointRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1338,6 +1384,10 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TransportInvoke",
 			Handler:    _Raylet_TransportInvoke_Handler,
+		},
+		{
+			MethodName: "TransportEndpoint",
+			Handler:    _Raylet_TransportEndpoint_Handler,
 		},
 		{
 			MethodName: "CreateObject",

@@ -570,7 +570,7 @@ func (e *env) oneSidedMetrics() []workload {
 		{
 			name: MetricOneSidedReadNode, unit: UnitGBps, mult: float64(size) / 1e9,
 			note: fmt.Sprintf("goray's own; nearest Ray workload: none measured (Ray's NIXL tensor transport has no microbenchmark); an actor reads a %s tensor registered by another actor of its node through the onesided plugin (Receive into a pre-faulted target: "+
-				"one kernel copy from the source's registration), the call going driver → actor → raylet → plugin; figure = bytes ÷ time (GB = 10^9 bytes); ratio = ÷ memcpy bandwidth", hs),
+				"one kernel copy from the source's registration), the call going driver → actor → its node's plugin; figure = bytes ÷ time (GB = 10^9 bytes); ratio = ÷ memcpy bandwidth", hs),
 			limit: LimitMemcpy, ratio: func(mean, limit float64) float64 { return mean / limit },
 			setup: e.oneSidedReadSetup(size, false),
 		},
@@ -584,14 +584,14 @@ func (e *env) oneSidedMetrics() []workload {
 		{
 			name: MetricOneSidedRegister, unit: UnitMicros, latency: true,
 			note: fmt.Sprintf("goray's own; nearest Ray workload: NIXL memory registration under Ray's NIXL transport, not measured by Ray; per call an actor extracts an object on a %s tensor whose segment is not registered (the registration) "+
-				"and collects it (deregistered): two plugin calls through the raylet; the agent keeps a registration's mapping by file once it ends, so after the first call the segment registers again without a new mapping or page population, as a segment back from the node's pool does; figure = µs per call; ratio = ÷ the time memcpy takes for %s", hs, hs),
+				"and collects it (deregistered): two calls to the node's plugin, made directly by the actor's worker; the agent keeps a registration's mapping by file once it ends, so after the first call the segment registers again without a new mapping or page population, as a segment back from the node's pool does; figure = µs per call; ratio = ÷ the time memcpy takes for %s", hs, hs),
 			limit: LimitMemcpy, ratio: func(mean, limit float64) float64 { return mean / memcpyMicros(limit) },
 			setup: e.registerSetup(size, false),
 		},
 		{
 			name: MetricOneSidedRegisterReused, unit: UnitMicros, latency: true,
 			note: fmt.Sprintf("goray's own; as %s, but another live object keeps the segment registered, so the extraction reuses the registration: the difference is the registration's cost; "+
-				"ratio = ÷ go-plugin round trip (the call makes two plugin calls through the raylet)", MetricOneSidedRegister),
+				"ratio = ÷ go-plugin round trip (the call makes two plugin calls, each straight to the plugin)", MetricOneSidedRegister),
 			limit: LimitPlugin, ratio: func(mean, limit float64) float64 { return mean / limit },
 			setup: e.registerSetup(size, true),
 		},

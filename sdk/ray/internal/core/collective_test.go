@@ -212,12 +212,14 @@ func newRoutingWorker(t *testing.T) *routingWorker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.cw = &CoreWorker{log: hclog.NewNullLogger(), id: ids.New(), nodeID: w.local, raylet: pb.NewRayletClient(cc),
+	w.cw = &CoreWorker{ctx: t.Context(), log: hclog.NewNullLogger(), id: ids.New(), nodeID: w.local, raylet: pb.NewRayletClient(cc),
 		conns: map[string]*grpc.ClientConn{}, connOf: map[string]string{}}
 	w.cw.cfg.TransferTimeout = 5 * time.Second
 	w.cw.nodeDir.nodes = map[ids.ID]*pb.NodeInfo{w.remote: {NodeId: w.remote.Bytes(), State: "ALIVE", RayletTcp: remoteAddr}}
 	w.cw.nodeDir.fetched = time.Now()
 	t.Cleanup(func() {
+		w.cw.closeDirectTransports()
+		w.cw.wg.Wait() // endpoint requests (this fake raylet answers none)
 		cc.Close()
 		for _, c := range w.cw.conns {
 			c.Close()

@@ -483,6 +483,7 @@ func (cw *CoreWorker) Close() {
 			gcancel()
 		}
 		cw.releaseSegments()
+		cw.stopDirectTransports()
 		cw.cancel()
 		cw.stopLogs()
 		if cw.submitter != nil {
@@ -518,6 +519,7 @@ func (cw *CoreWorker) Close() {
 		// The flush loop may be sending frees and tensor collections: let it
 		// finish before the raylet connection goes.
 		cw.wg.Wait()
+		cw.closeDirectTransports()
 		if cw.rayletCC != nil {
 			_ = cw.rayletCC.Close()
 		}

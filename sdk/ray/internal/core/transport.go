@@ -63,9 +63,11 @@ type tensorEnvelope struct {
 }
 
 // transportProxy is a grpc.ClientConnInterface that reaches a node's
-// transport plugin through that node's raylet (TransportInvoke), so workers
-// never hold connections to plugin processes that may restart. node is the
-// plugin's node; nil (or this process's node) means the local raylet.
+// transport plugin. A plugin of this process's node is called directly
+// once a connection to it is ready (transportdirect.go); until then, and
+// for other nodes' plugins, the call goes through that node's raylet
+// (TransportInvoke), which always knows the plugin's current process. node
+// is the plugin's node; nil (or this process's node) means the local one.
 type transportProxy struct {
 	cw   *CoreWorker
 	name string
@@ -78,12 +80,18 @@ func (p *transportProxy) Invoke(ctx context.Context, method string, args, reply 
 	if !ok || !ok2 {
 		return status.Errorf(codes.Internal, "transport proxy: %T/%T are not protobuf messages", args, reply)
 	}
+	local := p.node.IsNil() || p.node == p.cw.nodeID
+	if local {
+		if conn := p.cw.directTransport(p.name); conn != nil {
+			return conn.Invoke(ctx, method, in, out)
+		}
+	}
 	payload, err := proto.Marshal(in)
 	if err != nil {
 		return err
 	}
 	r := p.cw.raylet
-	if !p.node.IsNil() && p.node != p.cw.nodeID {
+	if !local {
 		if r, err = p.cw.rayletOf(ctx, p.node); err != nil {
 			// The node is dead or unknown: nothing there will answer.
 			return status.Errorf(codes.Unavailable, "transport %q on node %s: %v", p.name, p.node.Short(), err)
@@ -107,6 +115,9 @@ type transportClients struct {
 	// allocated are the segments receives allocated for this process
 	// (ReceiveResponse.Allocated) that ReleaseTensors has not freed yet.
 	allocated map[string]struct{}
+	// direct are the connections to this node's plugins that bypass the
+	// raylet (transportdirect.go).
+	direct directTransports
 }
 
 // transportKey names a transport plugin of a node (the nil id: this
