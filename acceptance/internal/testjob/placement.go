@@ -177,7 +177,7 @@ func runPGHold(ctx context.Context, dir, strategy, n, cpu string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "made"), []byte(pg.ID()), 0o644); err != nil {
+	if err := writeFile(filepath.Join(dir, "made"), pg.ID()); err != nil {
 		return err
 	}
 	if err := pollFile(ctx, filepath.Join(dir, "go")); err != nil {

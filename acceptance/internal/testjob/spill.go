@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -298,7 +297,7 @@ func runCopiesFreed(ctx context.Context, dir, n2 string) error {
 		idList = append(idList, ref.ID())
 		ref.Release()
 	}
-	if err := os.WriteFile(filepath.Join(dir, "ids"), []byte(strings.Join(idList, "\n")), 0o644); err != nil {
+	if err := writeFile(filepath.Join(dir, "ids"), strings.Join(idList, "\n")); err != nil {
 		return err
 	}
 	fmt.Println("copies: 4 objects read on N2 and released")
