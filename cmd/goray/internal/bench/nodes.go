@@ -96,7 +96,7 @@ func (e *env) nodeTransferMetric() workload {
 		name: MetricObjectTransferNodes, unit: UnitGBps, mult: float64(size) / 1e9,
 		note: fmt.Sprintf("goray's own; nearest Ray workload: the object transfer of Ray's release tests (object_store: a large object read on other nodes), not in ray microbenchmark; per call the driver puts a fresh %s object on its node and a task pinned to a second node (another node of the cluster, "+
 			"or one started in this process on loopback) takes it as a *ray.Buffer argument (read in that node's store without a copy), so that node's raylet pulls it over the object data plane; "+
-			"the time includes the put (about memcpy speed) and the task; figure = object bytes ÷ time (GB = 10^9 bytes); ratio = ÷ TCP loopback bandwidth%s",
+			"the time includes the put (a copy into the store with every core: objstore.Copy) and the task; figure = object bytes ÷ time (GB = 10^9 bytes); ratio = ÷ TCP loopback bandwidth%s",
 			humanize.IBytes(uint64(size)), sizeNote),
 		limit: LimitTCP, ratio: func(mean, limit float64) float64 { return mean / limit },
 		setup: e.nodeTransferSetup(size),

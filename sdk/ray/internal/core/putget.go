@@ -13,6 +13,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/objstore"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/vmihailenco/msgpack/v5"
@@ -82,7 +83,7 @@ func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, owner *pb
 	if err != nil {
 		return nil, err
 	}
-	copy(dst, data)
+	objstore.Copy(dst, data) // with every core, for a large object
 	// Seal even if the caller's context ended during the copy: an unsealed
 	// object would hold its memory until this process exits.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
