@@ -1,13 +1,7 @@
 package host
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"testing"
 	"time"
 
@@ -15,6 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/goray-dev/goray/internal/plugindial"
+	"github.com/goray-dev/goray/internal/plugindial/plugindialtest"
 )
 
 // TestEndpoint calls a real plugin directly with the endpoint the host
@@ -42,7 +37,7 @@ func TestEndpoint(t *testing.T) {
 
 	// Only the launch's client certificate is let in, and only over TLS.
 	other := ep
-	other.ClientCert, other.ClientKey = selfSigned(t)
+	other.ClientCert, other.ClientKey = plugindialtest.Certificate(t)
 	if _, err := echo(ctx, dialEndpoint(t, other), "other"); err == nil {
 		t.Error("a client with another certificate was let in")
 	}
@@ -87,29 +82,4 @@ func dialEndpoint(t *testing.T, ep Endpoint) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	return conn
-}
-
-// selfSigned returns a client certificate and key (DER, PKCS #8) that no
-// plugin was told of.
-func selfSigned(t *testing.T) (cert, key []byte) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true,
-	}
-	cert, err = x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err = x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key
 }

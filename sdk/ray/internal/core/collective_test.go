@@ -126,6 +126,16 @@ func (r *recorder) Abort(context.Context, *transport.AbortRequest) (*transport.A
 type fakeRaylet struct {
 	pb.UnimplementedRayletServer
 	plugins map[string]*grpc.ClientConn
+	// endpoint answers TransportEndpoint (nil: Unimplemented, as an
+	// older raylet).
+	endpoint func(name string) (*pb.TransportEndpointReply, error)
+}
+
+func (f *fakeRaylet) TransportEndpoint(_ context.Context, req *pb.TransportEndpointRequest) (*pb.TransportEndpointReply, error) {
+	if f.endpoint == nil {
+		return nil, status.Error(codes.Unimplemented, "no TransportEndpoint")
+	}
+	return f.endpoint(req.GetName())
 }
 
 func (f *fakeRaylet) TransportInvoke(ctx context.Context, req *pb.TransportInvokeRequest) (*pb.TransportInvokeReply, error) {

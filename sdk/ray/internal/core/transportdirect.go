@@ -46,6 +46,12 @@ const (
 	endpointTimeout = 10 * time.Second
 )
 
+// directIdle is how long a direct connection stays open without a call: a
+// worker that stopped calling a plugin does not hold one of its
+// connections (the next call goes through the raylet while the connection
+// is made again). A variable for tests.
+var directIdle = time.Minute
+
 // directTransport returns a ready direct connection to this node's
 // transport plugin name, or nil: the call then goes through the raylet.
 // It never blocks: a connection that is not ready yet is being made (or
@@ -102,7 +108,7 @@ func (cw *CoreWorker) fetchEndpoint(name string, p *directPlugin) {
 			Network: rep.GetNetwork(), Address: rep.GetAddress(),
 			ClientCert: rep.GetClientCert(), ClientKey: rep.GetClientKey(), ServerCert: rep.GetServerCert(),
 			Pid: int(rep.GetPid()),
-		})
+		}, grpc.WithIdleTimeout(directIdle))
 	}
 	d := &cw.transports.direct
 	d.mu.Lock()
