@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/leaktest"
 	"github.com/goray-dev/goray/internal/plugindial/plugindialtest"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
@@ -27,6 +28,7 @@ import (
 // plugin once the raylet tells its new endpoint; an idle connection is
 // closed and made again.
 func TestDirectTransportCalls(t *testing.T) {
+	leaktest.Goroutines(t) // endpoint requests, connections
 	defer func(d time.Duration) { directIdle = d }(directIdle)
 	directIdle = 300 * time.Millisecond
 	log := &callLog{}
