@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/go-plugin/runner"
 	"google.golang.org/grpc"
 
+	"github.com/goray-dev/goray/internal/plugindial"
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
@@ -124,21 +125,15 @@ func launch(ctx context.Context, s launchSpec) (*proc, error) {
 		},
 		AllowedProtocols: []goplugin.Protocol{goplugin.ProtocolGRPC},
 		// Mutual TLS with a certificate made for this one launch: only this
-		// host can call the plugin, even over its socket.
-		AutoMTLS:     true,
-		Logger:       s.log,
-		StartTimeout: s.startTimeout,
-		Stderr:       stderr,
-		SyncStdout:   stdio,
-		SyncStderr:   stdio,
-		GRPCDialOptions: []grpc.DialOption{
-			grpc.WithDefaultCallOptions(
-				grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize),
-				grpc.MaxCallSendMsgSize(plugin.MaxMessageSize),
-			),
-			grpc.WithInitialWindowSize(plugin.StreamWindow),
-			grpc.WithInitialConnWindowSize(plugin.ConnWindow),
-		},
+		// host, and the node's processes the raylet hands that certificate
+		// to (host/endpoint.go), can call the plugin, even over its socket.
+		AutoMTLS:         true,
+		Logger:           s.log,
+		StartTimeout:     s.startTimeout,
+		Stderr:           stderr,
+		SyncStdout:       stdio,
+		SyncStderr:       stdio,
+		GRPCDialOptions:  plugindial.ProtocolDialOptions(),
 		UnixSocketConfig: &goplugin.UnixSocketConfig{TempDir: s.socketDir},
 	}
 	client := goplugin.NewClient(cfg)

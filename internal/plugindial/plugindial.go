@@ -68,17 +68,11 @@ func TLSConfig(ep Endpoint) (*tls.Config, error) {
 	}, nil
 }
 
-// Dial returns a connection to the plugin at ep, with the plugin
-// protocol's message limit and flow-control windows (as the host's own
-// connection has). Like grpc.NewClient it connects lazily; opts come
-// after these.
-func Dial(ep Endpoint, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
-	cfg, err := TLSConfig(ep)
-	if err != nil {
-		return nil, err
-	}
-	base := []grpc.DialOption{
-		grpc.WithTransportCredentials(credentials.NewTLS(cfg)),
+// ProtocolDialOptions are the client side of the plugin protocol: its
+// message limit and flow-control windows (the plugin SDK's server sets
+// the same). The host's connection and Dial's both use them.
+func ProtocolDialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
 		grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(plugin.MaxMessageSize),
 			grpc.MaxCallSendMsgSize(plugin.MaxMessageSize),
@@ -86,6 +80,17 @@ func Dial(ep Endpoint, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 		grpc.WithInitialWindowSize(plugin.StreamWindow),
 		grpc.WithInitialConnWindowSize(plugin.ConnWindow),
 	}
+}
+
+// Dial returns a connection to the plugin at ep, with the plugin
+// protocol's options (ProtocolDialOptions), as the host's own connection
+// has. Like grpc.NewClient it connects lazily; opts come after these.
+func Dial(ep Endpoint, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	cfg, err := TLSConfig(ep)
+	if err != nil {
+		return nil, err
+	}
+	base := append(ProtocolDialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	conn, err := grpc.NewClient("unix://"+ep.Address, append(base, opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("plugindial: %w", err)
