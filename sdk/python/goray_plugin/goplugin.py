@@ -271,9 +271,15 @@ class _TLSProxy:
     """Accepts the host's mutual-TLS connections on a unix socket and pipes
     each, decrypted, to the gRPC server's private socket. Runs an asyncio
     loop in its own thread; at most MAX_CONNECTIONS at once, and a slow
-    side holds the other back (bounded buffers, no unbounded queue)."""
+    side holds the other back (bounded buffers, no unbounded queue).
 
-    MAX_CONNECTIONS = 64
+    The host holds one connection and each worker of the node that calls
+    the plugin one more, so the limit is well above a node's workers; a
+    connection over it is closed, and that worker's calls go through the
+    raylet (it asks again later, less and less often). Each connection
+    buffers at most about 2 * (CHUNK + 64 KiB) when one side is slow."""
+
+    MAX_CONNECTIONS = 256
     CHUNK = 256 << 10
     HANDSHAKE_TIMEOUT = 10.0
 
@@ -371,6 +377,11 @@ class _TLSProxy:
             loop.run_forever()
         finally:
             self._server.close()
+            # End the connections still open, so none is left pending.
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
             loop.close()
 
 

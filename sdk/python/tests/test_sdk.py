@@ -163,6 +163,95 @@ class HandshakeTest(unittest.TestCase):
         self.assertNotIn("=", b64)
 
 
+class TLSProxyTest(unittest.TestCase):
+    """The proxy in front of the plugin's gRPC server: mutual TLS, and a
+    connection over MAX_CONNECTIONS closed (that worker then goes through
+    the raylet) until one of the others ends."""
+
+    def test_limit(self):
+        import socket
+        import ssl
+        import tempfile
+
+        tmp = tempfile.mkdtemp(prefix="goray-proxy-test-")
+        self.addCleanup(__import__("shutil").rmtree, tmp)
+        target = tmp + "/target.sock"
+        backend = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        backend.bind(target)
+        backend.listen(8)
+        self.addCleanup(backend.close)
+
+        def echo(conn):
+            with conn:
+                while True:
+                    data = conn.recv(1024)
+                    if not data:
+                        return
+                    conn.sendall(data)
+
+        def accept():
+            while True:
+                try:
+                    conn, _ = backend.accept()
+                except OSError:
+                    return
+                threading.Thread(target=echo, args=(conn,), daemon=True).start()
+
+        threading.Thread(target=accept, daemon=True).start()
+        cert, key, _ = goplugin.make_certificate()
+        client_cert, client_key, _ = goplugin.make_certificate()
+        proxy = goplugin._TLSProxy(tmp + "/proxy.sock", target, cert, key, client_cert)
+        proxy.MAX_CONNECTIONS = 2
+        proxy.start()
+        self.addCleanup(proxy.stop)
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(cadata=cert.decode())
+        for name, data in (("cert.pem", client_cert), ("key.pem", client_key)):
+            with open(f"{tmp}/{name}", "wb") as f:
+                f.write(data)
+        ctx.load_cert_chain(f"{tmp}/cert.pem", f"{tmp}/key.pem")
+
+        def dial():
+            raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            raw.settimeout(10)
+            raw.connect(tmp + "/proxy.sock")
+            return ctx.wrap_socket(raw, server_hostname="localhost")
+
+        def echoes(conn, msg=b"ping"):
+            try:
+                conn.sendall(msg)
+                return conn.recv(len(msg)) == msg
+            except (OSError, ssl.SSLError):
+                return False
+
+        first, second = dial(), dial()
+        self.assertTrue(echoes(first))
+        self.assertTrue(echoes(second))
+        third = dial()
+        try:
+            third.sendall(b"ping")
+            got = third.recv(4)
+        except socket.timeout:
+            self.fail("a connection over the limit was held, not closed")
+        except (OSError, ssl.SSLError):
+            got = b""
+        self.assertEqual(got, b"", "a connection over the limit was served")
+        third.close()
+        first.close()
+        deadline = time.monotonic() + 10
+        while True:
+            conn = dial()
+            ok = echoes(conn)
+            conn.close()
+            if ok:
+                break
+            self.assertLess(time.monotonic(), deadline, "no connection served after one of two ended")
+            time.sleep(0.01)  # polling interval
+        self.assertTrue(echoes(second))
+        second.close()
+
+
 class FakeContext:
     """Enough of grpc.ServicerContext for PluginInfoServicer."""
 

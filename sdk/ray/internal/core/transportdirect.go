@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
@@ -31,14 +32,22 @@ type directTransports struct {
 type directPlugin struct {
 	conn     *grpc.ClientConn // nil: none yet, or dropped
 	pid      int32            // the plugin process conn reaches
+	ready    bool             // conn has been ready at least once
 	fetching bool             // an endpoint request is under way
 	retryAt  time.Time        // no new endpoint request before this
+	// wait spaces endpoint requests that fail, or whose connection never
+	// becomes ready (a plugin that refuses more connections, say): each
+	// such failure waits longer, up to directRetryMax; a connection that
+	// was ready starts it again.
+	wait *backoff.ExponentialBackOff
 }
 
+// directRetry is how long a process first waits before asking its raylet
+// again for an endpoint it could not get or use; each failure in a row
+// doubles it, up to directRetryMax. Variables for tests.
+var directRetry, directRetryMax = time.Second, 30 * time.Second
+
 const (
-	// directRetry is how long a process waits before asking its raylet
-	// again for an endpoint it could not get or use.
-	directRetry = time.Second
 	// directNever is how long it waits when the raylet will not tell (an
 	// older raylet, a driver not on the node's unix socket).
 	directNever = 1000 * time.Hour
@@ -68,12 +77,18 @@ func (cw *CoreWorker) directTransport(name string) *grpc.ClientConn {
 		if d.m == nil {
 			d.m = map[string]*directPlugin{}
 		}
-		p = &directPlugin{}
+		p = &directPlugin{wait: backoff.NewExponentialBackOff()}
+		p.wait.InitialInterval, p.wait.MaxInterval, p.wait.Multiplier = directRetry, directRetryMax, 2
+		p.wait.Reset()
 		d.m[name] = p
 	}
 	if p.conn != nil {
 		switch p.conn.GetState() {
 		case connectivity.Ready:
+			if !p.ready {
+				p.ready = true
+				p.wait.Reset()
+			}
 			return p.conn
 		case connectivity.Idle: // the plugin closed it, or it was never used
 			p.conn.Connect()
@@ -83,12 +98,14 @@ func (cw *CoreWorker) directTransport(name string) *grpc.ClientConn {
 		default: // TransientFailure, Shutdown: the plugin is gone or restarted
 			cw.log.Debug("dropping the direct connection to a transport plugin", "transport", name, "pid", p.pid, "state", p.conn.GetState())
 			_ = p.conn.Close()
-			p.conn = nil
+			if !p.ready { // refused, or never reachable: wait longer
+				p.retryAt = time.Now().Add(p.wait.NextBackOff())
+			}
+			p.conn, p.ready = nil, false
 		}
 	}
 	if !p.fetching && time.Now().After(p.retryAt) {
 		p.fetching = true
-		p.retryAt = time.Now().Add(directRetry)
 		cw.wg.Add(1) // under d.mu while not closed: before Close waits
 		go cw.fetchEndpoint(name, p)
 	}
@@ -118,6 +135,8 @@ func (cw *CoreWorker) fetchEndpoint(name string, p *directPlugin) {
 		switch status.Code(err) {
 		case codes.Unimplemented, codes.PermissionDenied, codes.FailedPrecondition:
 			p.retryAt = time.Now().Add(directNever)
+		default:
+			p.retryAt = time.Now().Add(p.wait.NextBackOff())
 		}
 		cw.log.Debug("calling a transport plugin through the raylet", "transport", name, "reason", err)
 		return

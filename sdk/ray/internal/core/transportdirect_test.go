@@ -63,17 +63,7 @@ func TestDirectTransportCalls(t *testing.T) {
 	}
 	t.Cleanup(func() { relay.Close() })
 	r.plugins["shm"] = relay
-	cc, err := rpc.Dial(serve(t, func(s *grpc.Server) { pb.RegisterRayletServer(s, r) }), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cw := &CoreWorker{ctx: t.Context(), log: hclog.NewNullLogger(), id: ids.New(), nodeID: ids.New(), raylet: pb.NewRayletClient(cc)}
-	t.Cleanup(func() {
-		cw.stopDirectTransports()
-		cw.wg.Wait()
-		cw.closeDirectTransports()
-		cc.Close()
-	})
+	cw := directTestWorker(t, r)
 
 	// call collects an object and says which side answered ("" on error).
 	call := func() string {
@@ -142,6 +132,88 @@ func TestDirectTransportCalls(t *testing.T) {
 		t.Errorf("the first call after the connection went idle went to %q, want the relay", got)
 	}
 	until("direct", "a call straight to the plugin after idling")
+}
+
+// directTestWorker is a core worker whose raylet is r, closed as Close
+// closes it at the end of the test.
+func directTestWorker(t *testing.T, r *fakeRaylet) *CoreWorker {
+	t.Helper()
+	cc, err := rpc.Dial(serve(t, func(s *grpc.Server) { pb.RegisterRayletServer(s, r) }), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw := &CoreWorker{ctx: t.Context(), log: hclog.NewNullLogger(), id: ids.New(), nodeID: ids.New(), raylet: pb.NewRayletClient(cc)}
+	t.Cleanup(func() {
+		cw.stopDirectTransports()
+		cw.wg.Wait()
+		cw.closeDirectTransports()
+		cc.Close()
+	})
+	return cw
+}
+
+// TestDirectTransportBacksOff: a plugin that refuses a worker's connection
+// (here: credentials it does not accept, as a plugin that serves no more
+// connections refuses them) is asked for less and less often, each failure
+// in a row doubling the wait up to directRetryMax, and the worker goes
+// straight to the plugin once the connection is accepted.
+func TestDirectTransportBacksOff(t *testing.T) {
+	leaktest.Goroutines(t)
+	defer func(a, b time.Duration) { directRetry, directRetryMax = a, b }(directRetry, directRetryMax)
+	directRetry, directRetryMax = 20*time.Millisecond, 160*time.Millisecond
+	plugin := plugindialtest.Serve(t, func(s *grpc.Server) {
+		transport.Register(s, &recorder{node: "direct", info: transport.InfoResponse{Name: "shm"}, log: &callLog{}})
+	})
+	otherCert, otherKey := plugindialtest.Certificate(t)
+	var (
+		mu     sync.Mutex
+		asks   []time.Time
+		accept bool
+	)
+	cw := directTestWorker(t, &fakeRaylet{endpoint: func(string) (*pb.TransportEndpointReply, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asks = append(asks, time.Now())
+		ep := plugin.Endpoint
+		cert, key := otherCert, otherKey
+		if accept {
+			cert, key = ep.ClientCert, ep.ClientKey
+		}
+		return &pb.TransportEndpointReply{Network: ep.Network, Address: ep.Address, ClientCert: cert,
+			ClientKey: key, ServerCert: ep.ServerCert, Pid: int32(ep.Pid)}, nil
+	}})
+
+	// A worker making calls all the time for 1.2 s (as calls through the
+	// raylet go on meanwhile): with a fixed 20 ms wait it would ask about
+	// 60 times.
+	for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end); {
+		if cw.directTransport("shm") != nil {
+			t.Fatal("a connection the plugin refuses was used")
+		}
+		time.Sleep(2 * time.Millisecond) // the pace of calls
+	}
+	mu.Lock()
+	got := append([]time.Time(nil), asks...)
+	accept = true
+	mu.Unlock()
+	if len(got) < 3 || len(got) > 20 {
+		t.Errorf("the raylet was asked %d times in 1.2 s, want 3 to 20 (each failure doubling a 20 ms wait up to 160 ms)", len(got))
+	}
+	for k := 1; k < len(got); k++ {
+		// The randomized wait is at least half the interval.
+		want := min(directRetry<<(k-1), directRetryMax) / 2
+		if gap := got[k].Sub(got[k-1]); gap < want {
+			t.Errorf("ask %d came %v after the one before, want at least %v", k+1, gap, want)
+		}
+	}
+
+	deadline := time.Now().Add(10 * time.Second)
+	for cw.directTransport("shm") == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("no direct connection once the plugin accepts it")
+		}
+		time.Sleep(2 * time.Millisecond) // polling interval
+	}
 }
 
 func waitState(t *testing.T, conn *grpc.ClientConn, want connectivity.State) {
