@@ -257,6 +257,18 @@ func Sweep(dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A process built with an SDK older than the append-only file records
+	// a segment as an empty file of its name.
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if shmem.ValidName(e.Name()) == nil {
+				if live == nil {
+					live = map[string]struct{}{}
+				}
+				live[e.Name()] = struct{}{}
+			}
+		}
+	}
 	var unlinked []string
 	var first error
 	failed := map[string]struct{}{}

@@ -182,3 +182,26 @@ func BenchmarkAddRemove(b *testing.B) {
 		Remove(dir, name)
 	}
 }
+
+// TestLedgerOfAnOlderProcess: a process built with an older SDK recorded
+// each segment as an empty file of its name; a sweep unlinks those too.
+func TestLedgerOfAnOlderProcess(t *testing.T) {
+	dir := Dir(t.TempDir(), ids.New())
+	old, seg := newSegment(t), newSegment(t)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, old), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Add(dir, seg); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Sweep(dir)
+	slices.Sort(got)
+	want := []string{old, seg}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("Sweep: %v, %v; want %v unlinked", got, err, want)
+	}
+}
