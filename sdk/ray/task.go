@@ -71,7 +71,10 @@ func (c *callOptions) setRes(name string, v float64) {
 }
 
 // CPUs sets how many CPUs a call needs (fractions allowed). Tasks default to
-// 1, actors to 0.
+// 1, actors to 0. The worker runs the call with GOMAXPROCS set to that
+// many CPUs, rounded up, at least 1 (unless its environment sets
+// GOMAXPROCS), as Ray sets OMP_NUM_THREADS: a task that runs goroutines on
+// several cores asks for them.
 func CPUs(n float64) Option { return func(c *callOptions) { c.setRes(resources.CPU, n) } }
 
 // GPUs sets how many GPUs a call needs (fractions allowed).

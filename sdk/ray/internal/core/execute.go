@@ -18,6 +18,8 @@ import (
 // executor runs tasks pushed to this process (workers only).
 type executor struct {
 	cw *CoreWorker
+	// procs sizes the process's scheduler to each call (procs.go).
+	procs procLimit
 
 	mu       sync.Mutex
 	actor    any
@@ -84,7 +86,9 @@ func (e *executor) start(ctx context.Context, id ids.ID, function string) (conte
 	}, true
 }
 
-func newExecutor(cw *CoreWorker) *executor { return &executor{cw: cw} }
+func newExecutor(cw *CoreWorker) *executor {
+	return &executor{cw: cw, procs: newProcLimit(cw.mode)}
+}
 
 type taskCtxKey struct{}
 
@@ -202,6 +206,9 @@ func (e *executor) loadArgs(ctx context.Context, spec *pb.TaskSpec) ([]ArgValue,
 // run executes one task or method call and builds its reply, recording
 // its task events.
 func (e *executor) run(ctx context.Context, spec *pb.TaskSpec, self any) *pb.TaskReply {
+	if self == nil { // an actor's calls share what its creation asked for
+		e.procs.apply(spec.GetResources())
+	}
 	var t execTimes
 	t.fetchStart = e.cw.taskStarted(spec)
 	rep := e.runTask(ctx, spec, self, &t)
@@ -406,6 +413,7 @@ func (e *executor) construct(ctx context.Context, spec *pb.TaskSpec, t *execTime
 		rep.ActorCreationFailed = true
 		return rep
 	}
+	e.procs.apply(spec.GetResources())
 	args, release, err := e.loadArgs(ctx, spec)
 	t.fetchEnd = nowUs()
 	if err != nil {
