@@ -135,24 +135,22 @@ func Remove(dir string, segs ...string) {
 	if l.f == nil {
 		return
 	}
-	var b []byte
+	var gone []string
 	for _, s := range segs {
 		if _, ok := l.live[s]; ok {
-			b = record(b, '-', s)
+			gone = append(gone, s)
 		}
 	}
-	if len(b) == 0 {
+	if len(gone) == 0 {
 		return
 	}
-	if _, err := l.f.Write(b); err != nil {
+	if _, err := l.f.Write(record(nil, '-', gone...)); err != nil {
 		return // the segments stay listed: at worst unlinked once freed already
 	}
-	for _, s := range segs {
-		if _, ok := l.live[s]; ok {
-			delete(l.live, s)
-			l.lines++
-		}
+	for _, s := range gone {
+		delete(l.live, s)
 	}
+	l.lines += len(gone)
 	_ = l.compactLocked()
 }
 
