@@ -226,7 +226,7 @@ node_type "cpu" {
   max_workers = 5 # the cluster's max_workers (2) caps it
 }
 `)
-	shm := shmEntries(t)
+	shm := watchShm(t)
 	stop := c.peak()
 	j := startJob(t, jobOptions{addr: c.addr, env: []string{"TESTJOB_TIMEOUT=150s"}}, testjobBin, "as-burst", "12", "2000")
 	code, out := j.wait(ctx)
@@ -372,7 +372,7 @@ node_type "cpu" {
 // running instances and launches none. `goray down` leaves nothing.
 func TestAutoscaleProviderCrashAndHeadRestart(t *testing.T) {
 	ctx := asCtx(t)
-	shm := shmEntries(t)
+	shm := watchShm(t)
 	gate := filepath.Join(shortTempDir(t), "go")
 	c := upCluster(t, ctx, "crash", "127.0.1.41-127.0.1.60", 2, "1m", `
 setup_commands = ["while [ ! -e `+gate+` ]; do sleep 0.05; done"]

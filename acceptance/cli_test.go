@@ -55,7 +55,7 @@ func TestStartBadConfig(t *testing.T) {
 func TestStartOnBusyPort(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	shm := shmEntries(t)
+	shm := watchShm(t)
 	h := startHead(t, ctx)
 	r := runGoray(t, ctx, "start", "--head", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir)
 	if r.code != 1 {

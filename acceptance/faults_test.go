@@ -195,7 +195,7 @@ func lineWith(out, s string) string {
 func TestNodeKilled(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	shm := shmEntries(t)
+	shm := watchShm(t)
 	h := startHead(t, ctx)
 	dir := shortTempDir(t)
 	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "long", dir)

@@ -348,7 +348,7 @@ func checkPasswordInProcs(t *testing.T, h *head, password string, wantWorkers in
 func TestGCSDownPastReconnectLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), ftTimeout)
 	defer cancel()
-	shm := shmEntries(t)
+	shm := watchShm(t)
 	rs := redistest.Start(t)
 	cfg := writeConfig(t, shortTempDir(t), gcsHealth+redisGCS(rs.Address, "  reconnect_timeout = \"3s\"\n"))
 	h := startHeadEnv(t, ctx, []string{"GORAY_GCS_REDIS_PASSWORD=" + rs.Password}, "--config", cfg, "--num-cpus", "1")

@@ -112,6 +112,7 @@ func shortTempDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(d) })
+	addTestDir(t, d)
 	return d
 }
 
@@ -158,7 +159,7 @@ func runGoray(t *testing.T, ctx context.Context, args ...string) cliResult {
 func runGorayEnv(t *testing.T, ctx context.Context, env []string, args ...string) cliResult {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, gorayBin, args...)
-	cmd.Env = append(baseEnv(), env...)
+	cmd.Env = append(append(baseEnv(), env...), testMarkerEnv+"="+testMarker(t))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -340,7 +341,7 @@ func startJob(t *testing.T, o jobOptions, bin string, args ...string) *job {
 	t.Helper()
 	j := &job{t: t, marker: fmt.Sprintf("%s-%d-%d", t.Name(), os.Getpid(), time.Now().UnixNano()), done: make(chan struct{})}
 	j.cmd = exec.Command(bin, args...)
-	j.cmd.Env = append(append(baseEnv(), o.env...), markerEnv+"="+j.marker, "GORAY_FORWARD_ENV="+markerEnv)
+	j.cmd.Env = append(append(baseEnv(), o.env...), markerEnv+"="+j.marker, "GORAY_FORWARD_ENV="+markerEnv, testMarkerEnv+"="+testMarker(t))
 	if o.addr != "" {
 		j.cmd.Env = append(j.cmd.Env, "GORAY_ADDRESS="+o.addr)
 	}
@@ -544,11 +545,7 @@ func waitFile(t *testing.T, j *job, d time.Duration, path string) string {
 // are not ours.
 const otherTestsShmPrefix = "goray-t-tt-"
 
-// shmEntries lists /dev/shm, less other packages' test segments: what a
-// test takes before it starts anything, for checkNoNewShm. Segment pools
-// are listed too, so that the pool of a node of a test running alongside,
-// which was there before and goes when that test kills its node, is not
-// taken for this test's leak.
+// shmEntries lists /dev/shm, less other packages' test segments.
 func shmEntries(t *testing.T) []string {
 	t.Helper()
 	ents, err := os.ReadDir("/dev/shm")
@@ -564,45 +561,187 @@ func shmEntries(t *testing.T) []string {
 	return names
 }
 
-// livePool reports whether name is the segment pool of a running process
+// testMarkerEnv is set in the environment of every goray command and job
+// a test starts, to testMarker(t); the nodes, GCS, plugins and embedded
+// drivers those start inherit it, so a /dev/shm segment pool can be traced
+// to the test whose process made it.
+const testMarkerEnv = "ACCEPTANCE_TEST"
+
+// testMarker is t's top-level test and this process: subtests share their
+// test's marker.
+func testMarker(t *testing.T) string {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	return fmt.Sprintf("%d/%s", os.Getpid(), top)
+}
+
+// testDirs are the directories shortTempDir made, by testMarker.
+var (
+	testDirsMu sync.Mutex
+	testDirs   = map[string][]string{}
+)
+
+func addTestDir(t *testing.T, dir string) {
+	testDirsMu.Lock()
+	defer testDirsMu.Unlock()
+	testDirs[testMarker(t)] = append(testDirs[testMarker(t)], dir)
+}
+
+func testDirsOf(marker string) []string {
+	testDirsMu.Lock()
+	defer testDirsMu.Unlock()
+	return slices.Clone(testDirs[marker])
+}
+
+// poolOwner returns the pid in a segment pool's name
 // (shmem.PoolPrefix + "<pid>-<random>").
-func livePool(name string) bool {
+func poolOwner(name string) (int, bool) {
 	rest, ok := strings.CutPrefix(name, shmem.PoolPrefix)
 	if !ok {
-		return false
+		return 0, false
 	}
 	pidStr, _, _ := strings.Cut(rest, "-")
 	pid, err := strconv.Atoi(pidStr)
-	return err == nil && alive(pid)
+	return pid, err == nil && pid > 0
 }
 
-// checkNoNewShm fails when /dev/shm keeps entries that were not in before.
-// Other packages' tests, which `go test ./...` runs alongside, create and
-// remove their own segments; an entry that goes away within a few seconds is
-// theirs, one that stays is a leak. The segment pool of a live process is
-// not a leak (a node of a test running alongside keeps its pool as long as
-// it runs); a stopped or killed node's pool, whose process is gone, is.
-func checkNoNewShm(t *testing.T, before []string) {
+// shmWatch is what a test's /dev/shm held before it started anything,
+// and whose the segment pools made since are: a pool is named after the
+// process that made it, and while that process lives its environment
+// (testMarkerEnv) or command line (a directory of the test) says which
+// test it belongs to. `go test ./...` runs other packages alongside, and
+// this package's parallel tests run alongside each other; a node of
+// theirs killed with SIGKILL leaves its pool until something cleans it
+// up, which must not count as this test's leak.
+type shmWatch struct {
+	marker string
+	before []string
+	stop   chan struct{}
+	done   chan struct{}
+
+	mu     sync.Mutex
+	others map[string]bool // pools whose live maker was not this test's
+	seen   map[string]bool // pools classified either way
+}
+
+// watchShm takes the snapshot a test takes before it starts anything, and
+// watches the pools made until checkNoNewShm (or the test's end).
+func watchShm(t *testing.T) *shmWatch {
 	t.Helper()
+	w := &shmWatch{
+		marker: testMarker(t),
+		before: shmEntries(t),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+		others: map[string]bool{},
+		seen:   map[string]bool{},
+	}
+	go w.run()
+	t.Cleanup(w.close)
+	return w
+}
+
+func (w *shmWatch) run() {
+	defer close(w.done)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		w.classify()
+		select {
+		case <-w.stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (w *shmWatch) close() {
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+	<-w.done
+}
+
+// classify looks at the pools not seen yet whose maker still runs.
+func (w *shmWatch) classify() {
+	ents, err := os.ReadDir("/dev/shm")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		pid, ok := poolOwner(name)
+		if !ok || slices.Contains(w.before, name) {
+			continue
+		}
+		w.mu.Lock()
+		done := w.seen[name]
+		w.mu.Unlock()
+		if done {
+			continue
+		}
+		p, ok := readProc(pid)
+		if !ok {
+			continue // gone before it was seen: it stays a suspect
+		}
+		mine := p.hasEnv(testMarkerEnv + "=" + w.marker)
+		for _, d := range testDirsOf(w.marker) {
+			mine = mine || p.mentions(d)
+		}
+		w.mu.Lock()
+		w.seen[name] = true
+		w.others[name] = !mine
+		w.mu.Unlock()
+	}
+}
+
+// checkNoNewShm fails when /dev/shm keeps entries that were not there when
+// watchShm ran. Other packages' tests create and remove their own
+// segments; an entry that goes away within a few seconds is theirs, one
+// that stays is a leak. The segment pool of a live process is not a leak
+// (a node keeps its pool as long as it runs), nor is one whose maker was
+// seen running as another test's; a stopped or killed node's pool of this
+// test is, and so is one whose maker was never seen.
+func checkNoNewShm(t *testing.T, w *shmWatch) {
+	t.Helper()
+	if left := w.stays(t, 5*time.Second); len(left) > 0 {
+		t.Errorf("new /dev/shm entries that stay: %v", left)
+	}
+}
+
+// stays stops the watch and returns the entries that count as this test's
+// and are still there after wait.
+func (w *shmWatch) stays(t *testing.T, wait time.Duration) []string {
+	t.Helper()
+	w.classify()
+	w.close()
 	added := func() []string {
 		var out []string
 		for _, n := range shmEntries(t) {
-			if !slices.Contains(before, n) && !livePool(n) {
-				out = append(out, n)
+			if slices.Contains(w.before, n) {
+				continue
 			}
+			if pid, ok := poolOwner(n); ok {
+				w.mu.Lock()
+				other := w.others[n]
+				w.mu.Unlock()
+				if other || alive(pid) {
+					continue
+				}
+			}
+			out = append(out, n)
 		}
 		return out
 	}
 	suspects := added()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(wait)
 	for len(suspects) > 0 && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 		now := added()
 		suspects = slices.DeleteFunc(suspects, func(n string) bool { return !slices.Contains(now, n) })
 	}
-	if len(suspects) > 0 {
-		t.Errorf("new /dev/shm entries that stay: %v", suspects)
-	}
+	return suspects
 }
 
 // killWorker SIGKILLs pid after checking that it is a goray worker of the

@@ -148,7 +148,7 @@ func TestPluginsCheck(t *testing.T) {
 
 func TestTensorsMoveByTransport(t *testing.T) {
 	ctx := testCtx(t)
-	before := shmEntries(t)
+	before := watchShm(t)
 	h := startShmHead(t, ctx)
 	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "tensors")
 	code, out := j.wait(ctx)
@@ -164,7 +164,7 @@ func TestTensorsMoveByTransport(t *testing.T) {
 
 func TestTransportPluginKilledMidJob(t *testing.T) {
 	ctx := testCtx(t)
-	before := shmEntries(t)
+	before := watchShm(t)
 	h := startShmHead(t, ctx)
 	dir := shortTempDir(t)
 	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "tensors-restart", dir)
@@ -197,7 +197,7 @@ func TestTransportPluginKilledMidJob(t *testing.T) {
 
 func TestTransferTimeoutIsTypedAndAborted(t *testing.T) {
 	ctx := testCtx(t)
-	before := shmEntries(t)
+	before := watchShm(t)
 	h := startShmHead(t, ctx)
 	dir := shortTempDir(t)
 	j := startJob(t, jobOptions{addr: h.addr, env: []string{"TESTJOB_TRANSFER_TIMEOUT=500ms"}}, testjobBin, "tensors-timeout", dir)
@@ -244,7 +244,7 @@ func TestTransferTimeoutIsTypedAndAborted(t *testing.T) {
 // sockets are counted: the host's one, plus one per worker calling it.
 func TestWorkersCallTheirPluginDirectly(t *testing.T) {
 	ctx := testCtx(t)
-	before := shmEntries(t)
+	before := watchShm(t)
 	h := startShmHead(t, ctx)
 	ps := h.plugins(t)
 	if len(ps) != 1 {

@@ -16,7 +16,7 @@ import (
 // reads it too, and nothing is left in /dev/shm after the node stops.
 func TestPythonTransportMovesTensors(t *testing.T) {
 	ctx := testCtx(t)
-	before := shmEntries(t)
+	before := watchShm(t)
 	dir := shortTempDir(t)
 	plugins := filepath.Join(dir, "plugins")
 	if err := os.Mkdir(plugins, 0o755); err != nil {

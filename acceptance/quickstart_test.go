@@ -14,7 +14,7 @@ import (
 func TestQuickstartEmbedded(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	shm := shmEntries(t)
+	shm := watchShm(t)
 	// The embedded node makes its session dir under $TMPDIR; a private one
 	// tells exactly what this run left behind.
 	tmp := shortTempDir(t)
@@ -41,7 +41,7 @@ func TestQuickstartEmbedded(t *testing.T) {
 func TestQuickstartOnStartedNode(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	shm := shmEntries(t)
+	shm := watchShm(t)
 	h := startHead(t, ctx)
 	checkOneAliveNode(t, h)
 
@@ -82,7 +82,7 @@ func checkOneAliveNode(t *testing.T, h *head) {
 
 // stopAndCheckClean runs `goray stop` on the head's temp dir and checks that
 // no process of it, no socket and no shared memory is left.
-func stopAndCheckClean(t *testing.T, h *head, shm []string) {
+func stopAndCheckClean(t *testing.T, h *head, shm *shmWatch) {
 	t.Helper()
 	r := runGoray(t, testCtx(t), "stop", "--temp-dir", h.tempDir)
 	if r.code != 0 {
@@ -96,7 +96,7 @@ func stopAndCheckClean(t *testing.T, h *head, shm []string) {
 
 // checkCleanAfterStop asserts that nothing of h's temp dir runs or is left
 // but logs.
-func checkCleanAfterStop(t *testing.T, h *head, shm []string) {
+func checkCleanAfterStop(t *testing.T, h *head, shm *shmWatch) {
 	t.Helper()
 	// stop has waited for the node; nothing may be left, give or take the
 	// kernel reaping.

@@ -44,6 +44,7 @@ func upSSHCluster(t *testing.T, name string, srv *sshdtest.Server, hosts []strin
 	if err != nil {
 		t.Fatal(err)
 	}
+	addTestDir(t, remote) // the hosts' nodes run under it, without the test's environment
 	c := &sshCluster{asCluster: &asCluster{head: &head{t: t, tempDir: filepath.Join(dir, "h"), port: freePort(t)}, stateDir: remote}, remote: remote, srv: srv}
 	c.addr = "127.0.0.1:" + strconv.Itoa(c.port)
 	c.file = filepath.Join(dir, "cluster.hcl")
@@ -194,7 +195,7 @@ node_type "cpu" {
   max_workers = 5 # the cluster's max_workers (2) caps it
 }
 `)
-	shm := shmEntries(t)
+	shm := watchShm(t)
 	var mu sync.Mutex
 	high, hostsSeen := 0, map[string]bool{}
 	var at map[int]string

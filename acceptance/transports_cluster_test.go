@@ -100,7 +100,7 @@ func (c *transportCluster) plugin(t *testing.T, ctx context.Context, node, name 
 // then the two examples. Nothing may be left in /dev/shm.
 func TestTransportsAcrossNodes(t *testing.T) {
 	ctx := testCtx(t)
-	before := shmEntries(t)
+	before := watchShm(t)
 	c := startTransportCluster(t, ctx)
 	ps := c.plugins(t, ctx)
 	for _, n := range []string{c.n2.id, c.n3.id} {
