@@ -231,9 +231,11 @@ func TestCloseRankMidCollective(t *testing.T) {
 	for _, r := range []int{0, 2} {
 		go func() { _, err := w.ranks[r].AllReduce(ctxT(t), reqs[r]); errs <- err }()
 	}
-	// Ranks 0 and 2 are blocked: rank 2 needs rank 1's data. (Closing
-	// before they block is the same test: they then fail on entry.)
-	time.Sleep(20 * time.Millisecond)
+	// Ranks 0 and 2 run their all-reduce, and block: rank 2 needs rank 1's
+	// data.
+	until(t, "ranks 0 and 2 to start", func() bool {
+		return w.insts[0].Running(w.name, 0) && w.insts[2].Running(w.name, 2)
+	})
 	_ = w.insts[1].Close()
 	for range 2 {
 		select {
@@ -242,6 +244,41 @@ func TestCloseRankMidCollective(t *testing.T) {
 		case <-time.After(promptly):
 			t.Fatal("a surviving rank did not return")
 		}
+	}
+}
+
+// TestLeftRankEndsNewCollectives: once a rank has left (destroyed its
+// member), no new collective can complete. A rank that started one and
+// waits for a partner that knows of the leave fails promptly when the
+// partner's call is refused, instead of waiting for it until the timeout;
+// both name the rank that left. Rank 1 exchanges with rank 0 in both
+// algorithms (ring: rank 0 is its previous rank; recursive doubling over 3
+// ranks: its partner), and rank 2 is the one that leaves.
+func TestLeftRankEndsNewCollectives(t *testing.T) {
+	noLeaks(t)
+	for _, algo := range []string{collective.AlgorithmRing, collective.AlgorithmRecursiveDoubling} {
+		t.Run(algo, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Timeout = time.Minute
+			cfg.Algorithm = algo
+			w := newWorld(t, 3, withConfig(cfg))
+			reqs := allReduceReqs(t, w, 1000)
+			started := make(chan error, 1)
+			go func() { _, err := w.ranks[1].AllReduce(ctxT(t), reqs[1]); started <- err }()
+			until(t, "rank 1 to start its all-reduce", func() bool { return w.insts[1].Running(w.name, 1) })
+			if _, err := w.ranks[2].DestroyGroup(ctxT(t), &transport.DestroyGroupRequest{Group: w.name, Rank: 2}); err != nil {
+				t.Fatal(err)
+			}
+			until(t, "rank 0 to learn that rank 2 left", func() bool { return w.insts[0].Broken(w.name, 0) })
+			_, err := w.ranks[0].AllReduce(ctxT(t), reqs[0])
+			wantRankFailed(t, "rank 0, called after rank 2 left", err, w.name, 2)
+			select {
+			case err := <-started:
+				wantRankFailed(t, "rank 1, under way when rank 2 left", err, w.name, 2)
+			case <-time.After(promptly):
+				t.Fatal("rank 1 still waits for rank 0, whose call was refused")
+			}
+		})
 	}
 }
 

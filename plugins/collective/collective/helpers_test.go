@@ -105,6 +105,17 @@ func newInstance(t testing.TB, kv plugin.KV, cfg collective.Config) *collective.
 	return tr
 }
 
+// until polls cond until it holds, failing the test after 10 s.
+func until(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // world is a group of n ranks, each on its own instance (as on n nodes).
 type world struct {
 	t     testing.TB

@@ -347,11 +347,15 @@ func (m *member) run(ctx context.Context, op string, prepare func(*member, uint6
 	select {
 	case m.ops <- struct{}{}:
 	case <-m.broken:
-		return m.causeErr()
+		select {
+		case m.ops <- struct{}{}: // nothing of this rank runs: refused below
+		default:
+			return m.causeErr() // this rank's running collective ends the links (endTurn)
+		}
 	case <-ctx.Done():
 		return m.failLocal(op, fmt.Errorf("waiting for this rank's previous collective: %w", transport.ContextError(ctx)))
 	}
-	defer func() { <-m.ops }()
+	defer m.endTurn()
 	if err := m.causeErr(); err != nil {
 		return err
 	}
@@ -382,6 +386,19 @@ func (m *member) run(ctx context.Context, op string, prepare func(*member, uint6
 		finish(p)
 	}
 	return nil
+}
+
+// endTurn ends this rank's turn (run). A rank that left the group does
+// not break the links (a collective it completed before it left may still
+// be completing here), but no new collective can complete without it: so
+// once this rank's collective has ended, or been refused, after a rank
+// left, its links are closed, and a partner that started a new collective
+// fails now instead of waiting for it until the timeout.
+func (m *member) endTurn() {
+	if f := m.failure(); f != nil && f.kind == kindLeft {
+		m.closeRing()
+	}
+	<-m.ops
 }
 
 // exec runs a plan on the ring: a sender goroutine writes the header and
