@@ -169,7 +169,14 @@ func cancelOneRank(t *testing.T, w *world) {
 		}
 		go func() { _, err := w.ranks[r].AllReduce(rctx, reqs[r]); errs[r] <- err }()
 	}
-	time.Sleep(50 * time.Millisecond) // let them block (the outcome is the same either way)
+	until(t, "the calling ranks to start", func() bool {
+		for r := range n - 1 {
+			if !w.insts[r].Running(w.name, r) {
+				return false
+			}
+		}
+		return true
+	})
 	start := time.Now()
 	cancel()
 	for r := range n - 1 {
