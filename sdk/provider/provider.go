@@ -223,20 +223,22 @@ const (
 )
 
 // LaunchError is a launch or terminate that failed after its request was
-// accepted: the autoscaler marks the instances failed and backs off.
+// accepted: the autoscaler marks the instances failed and backs off. Its
+// JSON form (the field tags) is what a provider keeps in its state file
+// until PollErrors reports it.
 type LaunchError struct {
 	// Op is ErrorOpLaunch or ErrorOpTerminate.
-	Op string
+	Op string `json:"op"`
 	// RequestID is the failed request's id.
-	RequestID string
+	RequestID string `json:"request_id"`
 	// NodeType is the node type of the failed launch.
-	NodeType string
+	NodeType string `json:"node_type"`
 	// Count is how many instances failed (for a launch).
-	Count int
+	Count int `json:"count"`
 	// InstanceID names the instance when one instance failed.
-	InstanceID string
+	InstanceID string `json:"instance_id,omitempty"`
 	// Message says what went wrong (never the cluster token).
-	Message string
+	Message string `json:"message"`
 	// At is when it happened.
-	At time.Time
+	At time.Time `json:"at"`
 }

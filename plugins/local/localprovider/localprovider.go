@@ -411,7 +411,7 @@ func (p *Provider) start(c *clusterState, in *instanceRecord, token string) {
 		p.log.Warn("starting a node failed", "instance", in.ID, "error", err)
 		c.remove(in.ID)
 		_ = os.RemoveAll(dir)
-		c.addError(errorRecord{Op: provider.ErrorOpLaunch, RequestID: in.RequestID, NodeType: in.NodeType, Count: 1, InstanceID: in.ID,
+		c.addError(provider.LaunchError{Op: provider.ErrorOpLaunch, RequestID: in.RequestID, NodeType: in.NodeType, Count: 1, InstanceID: in.ID,
 			Message: provider.RedactToken(fmt.Sprintf("starting the node of instance %s: %v", in.ID, err), token), At: time.Now()})
 		return
 	}
@@ -501,7 +501,7 @@ func (p *Provider) dead(c *clusterState, in *instanceRecord) {
 	} else {
 		msg += "; it printed nothing"
 	}
-	c.addError(errorRecord{Op: provider.ErrorOpLaunch, RequestID: in.RequestID, NodeType: in.NodeType, Count: 1,
+	c.addError(provider.LaunchError{Op: provider.ErrorOpLaunch, RequestID: in.RequestID, NodeType: in.NodeType, Count: 1,
 		InstanceID: in.ID, Message: msg, At: time.Now()})
 }
 
@@ -542,7 +542,7 @@ func (p *Provider) stop(cfg *settings, cluster string, in *instanceRecord) {
 			c := st.cluster(cluster)
 			if err != nil {
 				p.log.Error("terminating an instance failed", "instance", id, "pid", pid, "error", err)
-				c.addError(errorRecord{Op: provider.ErrorOpTerminate, RequestID: reqID, NodeType: nodeType, Count: 1, InstanceID: id,
+				c.addError(provider.LaunchError{Op: provider.ErrorOpTerminate, RequestID: reqID, NodeType: nodeType, Count: 1, InstanceID: id,
 					Message: fmt.Sprintf("stopping the node of instance %s (pid %d, temp dir %s): %v", id, pid, dir, err), At: time.Now()})
 			} else {
 				p.log.Info("terminated an instance", "instance", id, "pid", pid, "how", how)
@@ -642,9 +642,7 @@ func (p *Provider) PollErrors(ctx context.Context, req *provider.PollErrorsReque
 			return nil
 		}
 		p.reconcile(cfg, c)
-		for _, e := range c.Errors {
-			out.Errors = append(out.Errors, e.launchError())
-		}
+		out.Errors = append(out.Errors, c.Errors...)
 		if len(c.Errors) > 0 {
 			c.Errors = nil
 			c.dirty = true

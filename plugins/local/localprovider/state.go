@@ -51,7 +51,7 @@ type clusterState struct {
 	// Instances are the cluster's non-terminated instances.
 	Instances []*instanceRecord `json:"instances"`
 	// Errors are the launch and terminate errors not yet polled.
-	Errors []errorRecord `json:"errors,omitempty"`
+	Errors []provider.LaunchError `json:"errors,omitempty"`
 
 	dirty bool
 }
@@ -80,22 +80,6 @@ type instanceRecord struct {
 	// Argv is the node's command line (without the token, which only its
 	// environment holds), for a provider restarted before it started it.
 	Argv []string `json:"argv"`
-}
-
-// errorRecord is a provider.LaunchError in the state file.
-type errorRecord struct {
-	Op         string    `json:"op"`
-	RequestID  string    `json:"request_id"`
-	NodeType   string    `json:"node_type"`
-	Count      int       `json:"count"`
-	InstanceID string    `json:"instance_id,omitempty"`
-	Message    string    `json:"message"`
-	At         time.Time `json:"at"`
-}
-
-func (r errorRecord) launchError() provider.LaunchError {
-	return provider.LaunchError{Op: r.Op, RequestID: r.RequestID, NodeType: r.NodeType, Count: r.Count,
-		InstanceID: r.InstanceID, Message: r.Message, At: r.At}
 }
 
 // state is every cluster's state, read under the lock.
@@ -131,7 +115,7 @@ func (c *clusterState) remove(id string) {
 }
 
 // addError records a LaunchError for PollErrors.
-func (c *clusterState) addError(r errorRecord) {
+func (c *clusterState) addError(r provider.LaunchError) {
 	c.Errors = append(c.Errors, r)
 	c.dirty = true
 }

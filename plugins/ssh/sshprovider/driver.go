@@ -230,7 +230,7 @@ func (p *Provider) outage(c *clusterState, h *host, err error, now time.Time) {
 	in := affected[0]
 	msg := p.redact(c.Cluster, fmt.Sprintf("host %s cannot be reached: %v; instance %s (%s) is listed as last seen until the host answers again", h.key, err, in.ID, in.State))
 	p.log.Warn("a host cannot be reached", "host", h.key, "instance", in.ID, "error", err)
-	c.addError(errorRecord{Op: provider.ErrorOpLaunch, RequestID: in.RequestID, NodeType: in.NodeType, InstanceID: in.ID, Message: msg, At: now})
+	c.addError(provider.LaunchError{Op: provider.ErrorOpLaunch, RequestID: in.RequestID, NodeType: in.NodeType, InstanceID: in.ID, Message: msg, At: now})
 }
 
 // driverKey names an instance among the drivers.
@@ -445,7 +445,7 @@ func (p *Provider) launch(ctx context.Context, cfg *settings, cluster string, in
 			return // terminated meanwhile: its driver stops it
 		}
 		c.remove(in.ID, time.Now())
-		c.addError(errorRecord{Op: provider.ErrorOpLaunch, RequestID: in.RequestID, NodeType: in.NodeType, Count: 1, InstanceID: in.ID,
+		c.addError(provider.LaunchError{Op: provider.ErrorOpLaunch, RequestID: in.RequestID, NodeType: in.NodeType, Count: 1, InstanceID: in.ID,
 			Message: msg, At: time.Now()})
 	})
 	return false
@@ -596,7 +596,7 @@ func (p *Provider) stop(ctx context.Context, cfg *settings, cluster string, in *
 		p.record(cluster, in.ID, func(c *clusterState, cur *instanceRecord) {
 			cur.StopFailedAt = time.Now()
 			cur.Worker = nil // any provider may try again
-			c.addError(errorRecord{Op: provider.ErrorOpTerminate, RequestID: in.RequestID, NodeType: in.NodeType, Count: 1, InstanceID: in.ID,
+			c.addError(provider.LaunchError{Op: provider.ErrorOpTerminate, RequestID: in.RequestID, NodeType: in.NodeType, Count: 1, InstanceID: in.ID,
 				Message: msg, At: time.Now()})
 		})
 		return

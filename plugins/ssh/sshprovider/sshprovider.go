@@ -305,7 +305,7 @@ func (p *Provider) Launch(ctx context.Context, req *provider.LaunchRequest) (*pr
 		if short != "" {
 			// What fits is launched; the rest fails now, reported as a
 			// launch error (the autoscaler asks again later).
-			c.addError(errorRecord{Op: provider.ErrorOpLaunch, RequestID: req.RequestID, NodeType: req.NodeType, Count: req.Count - len(hosts),
+			c.addError(provider.LaunchError{Op: provider.ErrorOpLaunch, RequestID: req.RequestID, NodeType: req.NodeType, Count: req.Count - len(hosts),
 				Message: fmt.Sprintf("launching %d of request %s: %s", req.Count-len(hosts), req.RequestID, short), At: now})
 		}
 		c.dirty = true
@@ -515,9 +515,7 @@ func (p *Provider) PollErrors(ctx context.Context, req *provider.PollErrorsReque
 			return nil
 		}
 		p.reconcile(cfg, st, c)
-		for _, e := range c.Errors {
-			out.Errors = append(out.Errors, e.launchError())
-		}
+		out.Errors = append(out.Errors, c.Errors...)
 		if len(c.Errors) > 0 {
 			c.Errors = nil
 			c.dirty = true

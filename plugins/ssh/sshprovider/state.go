@@ -58,7 +58,7 @@ type clusterState struct {
 	// Instances are the cluster's non-terminated instances.
 	Instances []*instanceRecord `json:"instances"`
 	// Errors are the launch and terminate errors not yet polled.
-	Errors []errorRecord `json:"errors,omitempty"`
+	Errors []provider.LaunchError `json:"errors,omitempty"`
 	// Removed are the ids of instances terminated lately, with when.
 	Removed map[string]time.Time `json:"removed,omitempty"`
 	// Outages are the hosts of the cluster's instances that could not be
@@ -125,22 +125,6 @@ type worker struct {
 	Owner string `json:"owner"`
 }
 
-// errorRecord is a provider.LaunchError in the state file.
-type errorRecord struct {
-	Op         string    `json:"op"`
-	RequestID  string    `json:"request_id"`
-	NodeType   string    `json:"node_type"`
-	Count      int       `json:"count"`
-	InstanceID string    `json:"instance_id,omitempty"`
-	Message    string    `json:"message"`
-	At         time.Time `json:"at"`
-}
-
-func (r errorRecord) launchError() provider.LaunchError {
-	return provider.LaunchError{Op: r.Op, RequestID: r.RequestID, NodeType: r.NodeType, Count: r.Count,
-		InstanceID: r.InstanceID, Message: r.Message, At: r.At}
-}
-
 // state is every cluster's state, read under the lock.
 type state struct {
 	dir      string
@@ -178,7 +162,7 @@ func (c *clusterState) remove(id string, now time.Time) {
 }
 
 // addError records a LaunchError for PollErrors.
-func (c *clusterState) addError(r errorRecord) {
+func (c *clusterState) addError(r provider.LaunchError) {
 	c.Errors = append(c.Errors, r)
 	c.dirty = true
 }
