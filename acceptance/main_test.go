@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 )
 
@@ -490,16 +491,10 @@ func alive(pid int) bool {
 	return ok
 }
 
-// waitFor polls cond every 20 ms until it holds; it fails the test after d.
+// waitFor polls cond until it holds; it fails the test after d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.Cond(t, d, what, cond)
 }
 
 // waitNoProcs waits until no live process matches.

@@ -2,13 +2,15 @@ package gcs
 
 import (
 	"context"
-	"github.com/goray-dev/goray/internal/leaktest"
 	"net"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/goray-dev/goray/internal/leaktest"
+	"github.com/goray-dev/goray/internal/waitfor"
 
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -87,18 +89,10 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds, for at most 5 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	waitfor.Cond(t, 5*time.Second, what, cond)
 }
 
 // wantCode checks err's gRPC code and that its message contains want.

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // Binaries built once by TestMain.
@@ -148,16 +149,10 @@ func echo(ctx context.Context, conn *grpc.ClientConn, in string) (string, error)
 	return out.GetValue(), nil
 }
 
-// waitFor polls cond until it holds or the deadline passes.
+// waitFor polls cond until it holds, for at most d.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval, not synchronisation
-	}
+	waitfor.Cond(t, d, what, cond)
 }
 
 // alive reports whether pid is a live (not zombie) process.

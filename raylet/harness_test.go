@@ -23,6 +23,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // testworkerBin is the test worker binary built by TestMain.
@@ -487,18 +488,10 @@ func (h *harness) pendingCount() int32 {
 	return n
 }
 
-// waitFor polls cond until it holds or a deadline passes.
+// waitFor polls cond until it holds, for at most 20 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
+	waitfor.Cond(t, 20*time.Second, what, cond)
 }
 
 // processGone reports whether pid no longer exists (it was reaped).

@@ -18,6 +18,7 @@ import (
 	"github.com/goray-dev/goray/internal/auth"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -107,16 +108,10 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// waitUntil polls cond every 20ms until it holds or d passes.
+// waitUntil polls cond until it holds, for at most d.
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.Cond(t, d, what, cond)
 }
 
 // TestGCSProcessRestartsOnSameStorage: the supervised GCS killed with

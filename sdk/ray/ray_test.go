@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/ray"
 )
 
@@ -562,16 +563,10 @@ func TestClusterResources(t *testing.T) {
 	})
 }
 
-// waitFor polls cond until it holds or a deadline passes.
+// waitFor polls cond until it holds, for at most 20 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitfor.Cond(t, 20*time.Second, what, cond)
 }
 
 func TestStoreFullIsAClearError(t *testing.T) {

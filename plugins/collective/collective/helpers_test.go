@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/plugins/collective/collective"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
@@ -108,12 +109,7 @@ func newInstance(t testing.TB, kv plugin.KV, cfg collective.Config) *collective.
 // until polls cond until it holds, failing the test after 10 s.
 func until(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	waitfor.Cond(t, 10*time.Second, what, cond)
 }
 
 // world is a group of n ranks, each on its own instance (as on n nodes).

@@ -14,6 +14,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -311,13 +312,7 @@ func aliveOn(t *testing.T, gc pb.GcsClient, ref ActorRef, w *fakeActorWorker) {
 // waitUntil polls cond until it holds, for at most 10 seconds.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Cond(t, 10*time.Second, what, cond)
 }
 
 // frozenableRaylet grants every lease at once, or (frozen) answers nothing, like
