@@ -4,8 +4,8 @@
 // A segment is a file in /dev/shm (tmpfs) mapped with MAP_SHARED, so every
 // process that maps it sees the same pages: handing a tensor to another
 // process means handing it the segment's name, an offset and a length, never
-// the bytes. Names carry a prefix (Prefix, "goray-t-") so a node can remove
-// what crashed processes left behind with CleanupPrefix.
+// the bytes. Names carry a prefix (Prefix, "goray-t-") so that what crashed
+// processes left behind can be found (List) and removed (CleanupPrefix).
 //
 // Segment names are never reused: NewName draws 128 random bits.
 package shmem
@@ -247,9 +247,10 @@ func List(prefix string) ([]string, error) {
 }
 
 // CleanupPrefix unlinks every segment whose name starts with prefix and
-// returns the names it removed. A node calls it at start with the prefix of
-// its transports to remove what crashed processes left behind. An empty
-// prefix is refused so a mistake cannot empty /dev/shm.
+// returns the names it removed: for a test, or a plugin, with a prefix of
+// its own that no other process uses (other nodes on the same machine
+// share Prefix). An empty prefix is refused so a mistake cannot empty
+// /dev/shm.
 func CleanupPrefix(prefix string) ([]string, error) {
 	if prefix == "" {
 		return nil, &Error{Op: "cleanup", Segment: "", Err: fmt.Errorf("%w: empty prefix", ErrBadName)}

@@ -28,8 +28,8 @@ import goray_plugin as gp
 from goray_plugin import shmem
 
 NAME = "pyshm"
-#: Starts the name of every manifest segment (under shmem.PREFIX, so a
-#: node's cleanup of "goray-t-" removes leftovers).
+#: Starts the name of every manifest segment (under shmem.PREFIX, so that
+#: leftovers of a crash can be found by name).
 MANIFEST_PREFIX = shmem.PREFIX + "pym-"
 #: Bounds the size of transport data accepted.
 MAX_MANIFEST = 4 << 20
