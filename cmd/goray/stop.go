@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/recvseg"
 	"github.com/goray-dev/goray/internal/workerenv"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/hashicorp/go-hclog"
@@ -56,6 +57,9 @@ type stopResult struct {
 	// Pools are the tensor segment pools of dead nodes removed from
 	// /dev/shm (shmem.CleanupPools).
 	Pools []string
+	// Segments are the tensor segments the processes of dead sessions
+	// owned (their ledgers, internal/recvseg), unlinked from /dev/shm.
+	Segments []string
 }
 
 // stopper stops every node under a temp dir.
@@ -117,6 +121,10 @@ func (s *stopper) run(ctx context.Context) (stopResult, error) {
 	errs = append(errs, err)
 
 	res.Cleaned, err = s.cleanStale()
+	errs = append(errs, err)
+	// A node killed with SIGKILL, and its workers, could not unlink the
+	// tensor segments they owned.
+	res.Segments, err = s.sweepSegments()
 	errs = append(errs, err)
 	// A node killed with SIGKILL could not remove its segment pool.
 	res.Pools, err = shmem.CleanupPools()
@@ -274,6 +282,29 @@ func (s *stopper) cleanStale() ([]string, error) {
 	return cleaned, errors.Join(errs...)
 }
 
+// sweepSegments unlinks the tensor segments listed in the ledgers of
+// every session whose node no longer runs (its leftover processes are
+// dead by now) and returns them.
+func (s *stopper) sweepSegments() ([]string, error) {
+	ss, err := s.proc.sessions(s.root)
+	if err != nil {
+		return nil, err
+	}
+	var unlinked []string
+	var errs []error
+	for _, se := range ss {
+		if se.Running {
+			continue
+		}
+		segs, err := recvseg.SweepAll(se.Dir)
+		unlinked = append(unlinked, segs...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("unlinking the tensor segments of %s: %w", se.Dir, err))
+		}
+	}
+	return unlinked, errors.Join(errs...)
+}
+
 func writeStopResult(w io.Writer, root string, r stopResult) {
 	if len(r.Stopped) == 0 {
 		fmt.Fprintf(w, "No running goray nodes under %s.\n", root)
@@ -295,6 +326,9 @@ func writeStopResult(w io.Writer, root string, r stopResult) {
 	if len(r.Cleaned) > 0 {
 		fmt.Fprintf(w, "Removed stale sockets of %s: %s\n", plural(len(r.Cleaned), "dead session", "dead sessions"), strings.Join(r.Cleaned, ", "))
 	}
+	if len(r.Segments) > 0 {
+		fmt.Fprintf(w, "Unlinked %s of dead sessions.\n", plural(len(r.Segments), "tensor segment", "tensor segments"))
+	}
 	if len(r.Pools) > 0 {
 		fmt.Fprintf(w, "Removed %s of dead nodes: %s\n", plural(len(r.Pools), "tensor segment pool", "tensor segment pools"), strings.Join(r.Pools, ", "))
 	}
@@ -306,7 +340,8 @@ func (a *app) stopCmd() *cobra.Command {
 		Use:   "stop",
 		Short: "Stop every goray node started under the temp dir",
 		Long: "Stop every goray node started under the temp dir: ask each to shut down, wait up to --grace,\n" +
-			"then SIGKILL. Leftover worker processes are killed and stale sockets of dead sessions removed.",
+			"then SIGKILL. Leftover worker processes are killed, stale sockets of dead sessions removed, and the\n" +
+			"tensor segments their processes owned, and the segment pools of dead nodes, removed from /dev/shm.",
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if o.grace < 0 {

@@ -11,7 +11,10 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/host/node"
+	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/recvseg"
 	"github.com/goray-dev/goray/internal/workerenv"
+	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -162,5 +165,60 @@ func TestStopNothingRunning(t *testing.T) {
 	}
 	if want := "No running goray nodes under " + root; !strings.Contains(stdout.String(), want) {
 		t.Errorf("stdout %q lacks %q", stdout.String(), want)
+	}
+}
+
+// TestStopperUnlinksSegmentsOfDeadSessions: the tensor segments in the
+// ledgers of a session whose node is dead (killed with SIGKILL, say) are
+// unlinked; those of a session whose node runs are not.
+func TestStopperUnlinksSegmentsOfDeadSessions(t *testing.T) {
+	root := t.TempDir()
+	p := procFS{"/proc"}
+	segment := func(session string) string {
+		t.Helper()
+		name := shmem.NewName("goray-t-tt-stop-")
+		s, err := shmem.Create(name, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		t.Cleanup(func() { _ = shmem.Unlink(name) })
+		if err := recvseg.Add(recvseg.Dir(session, ids.New()), name); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	dead := makeSession(t, root, "session_0_dead", &node.Info{NodeID: "55556666", Pid: deadPid})
+	deadSeg := segment(dead)
+	live := startProc(t, nil, "sleep", "60")
+	liveSession := makeSession(t, root, "session_1_live", &node.Info{NodeID: "77778888", Pid: live.Process.Pid})
+	liveSeg := segment(liveSession)
+	t.Cleanup(func() { _, _ = recvseg.SweepAll(liveSession) })
+
+	s := &stopper{proc: p, root: root, opts: stopOptions{grace: 300 * time.Millisecond}, log: hclog.NewNullLogger(), skip: []int{os.Getpid()}}
+	got, err := s.sweepSegments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []string{deadSeg}) || shmem.Exists(deadSeg) {
+		t.Errorf("swept %v (the dead session's segment still exists: %v), want %s unlinked", got, shmem.Exists(deadSeg), deadSeg)
+	}
+	if !shmem.Exists(liveSeg) {
+		t.Errorf("the segment %s of a running node's session was unlinked", liveSeg)
+	}
+
+	// A full stop stops the running node, then unlinks its session's
+	// segments too, and says so.
+	res, err := s.run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Segments, []string{liveSeg}) || shmem.Exists(liveSeg) {
+		t.Errorf("stop unlinked %v, want %s", res.Segments, liveSeg)
+	}
+	var out bytes.Buffer
+	writeStopResult(&out, root, res)
+	if !strings.Contains(out.String(), "Unlinked 1 tensor segment of dead sessions.") {
+		t.Errorf("output does not say it unlinked a segment:\n%s", out.String())
 	}
 }
