@@ -120,11 +120,13 @@ func (s *stopper) run(ctx context.Context) (stopResult, error) {
 	res.Killed = killed
 	errs = append(errs, err)
 
-	res.Cleaned, err = s.cleanStale()
+	dead, err := s.deadSessions()
+	errs = append(errs, err)
+	res.Cleaned, err = cleanStale(dead)
 	errs = append(errs, err)
 	// A node killed with SIGKILL, and its workers, could not unlink the
 	// tensor segments they owned.
-	res.Segments, err = s.sweepSegments()
+	res.Segments, err = sweepSegments(dead)
 	errs = append(errs, err)
 	// A node killed with SIGKILL could not remove its segment pool.
 	res.Pools, err = shmem.CleanupPools()
@@ -251,19 +253,19 @@ func (s *stopper) killLeftovers(ctx context.Context) ([]leftover, error) {
 	return left, errors.Join(errs...)
 }
 
-// cleanStale removes the sockets directory and node.json of every session
-// whose node no longer runs; logs stay.
-func (s *stopper) cleanStale() ([]string, error) {
+// deadSessions lists the sessions under the root whose node no longer
+// runs.
+func (s *stopper) deadSessions() ([]session, error) {
 	ss, err := s.proc.sessions(s.root)
-	if err != nil {
-		return nil, err
-	}
+	return slices.DeleteFunc(ss, func(se session) bool { return se.Running }), err
+}
+
+// cleanStale removes the sockets directory and node.json of each dead
+// session; logs stay.
+func cleanStale(dead []session) ([]string, error) {
 	var cleaned []string
 	var errs []error
-	for _, se := range ss {
-		if se.Running {
-			continue
-		}
+	for _, se := range dead {
 		removed := false
 		for _, p := range []string{filepath.Join(se.Dir, "sockets"), filepath.Join(se.Dir, "node.json")} {
 			if _, err := os.Lstat(p); err != nil {
@@ -282,20 +284,12 @@ func (s *stopper) cleanStale() ([]string, error) {
 	return cleaned, errors.Join(errs...)
 }
 
-// sweepSegments unlinks the tensor segments listed in the ledgers of
-// every session whose node no longer runs (its leftover processes are
-// dead by now) and returns them.
-func (s *stopper) sweepSegments() ([]string, error) {
-	ss, err := s.proc.sessions(s.root)
-	if err != nil {
-		return nil, err
-	}
+// sweepSegments unlinks the tensor segments listed in the ledgers of each
+// dead session (its leftover processes are dead by now) and returns them.
+func sweepSegments(dead []session) ([]string, error) {
 	var unlinked []string
 	var errs []error
-	for _, se := range ss {
-		if se.Running {
-			continue
-		}
+	for _, se := range dead {
 		segs, err := recvseg.SweepAll(se.Dir)
 		unlinked = append(unlinked, segs...)
 		if err != nil {

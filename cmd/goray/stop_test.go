@@ -196,7 +196,11 @@ func TestStopperUnlinksSegmentsOfDeadSessions(t *testing.T) {
 	t.Cleanup(func() { _, _ = recvseg.SweepAll(liveSession) })
 
 	s := &stopper{proc: p, root: root, opts: stopOptions{grace: 300 * time.Millisecond}, log: hclog.NewNullLogger(), skip: []int{os.Getpid()}}
-	got, err := s.sweepSegments()
+	deadSessions, err := s.deadSessions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sweepSegments(deadSessions)
 	if err != nil {
 		t.Fatal(err)
 	}

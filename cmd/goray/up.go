@@ -180,8 +180,9 @@ func (a *app) stopClusterHead(ctx context.Context, c *config.Cluster) error {
 	if _, kerr := s.killLeftovers(ctx); kerr != nil {
 		err = errors.Join(err, kerr)
 	}
-	_, cerr := s.cleanStale()
-	return errors.Join(err, cerr)
+	dead, derr := s.deadSessions()
+	_, cerr := cleanStale(dead)
+	return errors.Join(err, derr, cerr)
 }
 
 // terminateInstances terminates every instance the provider lists for the
