@@ -613,9 +613,8 @@ type shmWatch struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	mu     sync.Mutex
-	others map[string]bool // pools whose live maker was not this test's
-	seen   map[string]bool // pools classified either way
+	mu    sync.Mutex
+	pools map[string]bool // pools seen while their maker ran: whether it was this test's
 }
 
 // watchShm takes the snapshot a test takes before it starts anything, and
@@ -627,8 +626,7 @@ func watchShm(t *testing.T) *shmWatch {
 		before: shmEntries(t),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
-		others: map[string]bool{},
-		seen:   map[string]bool{},
+		pools:  map[string]bool{},
 	}
 	go w.run()
 	t.Cleanup(w.close)
@@ -671,7 +669,7 @@ func (w *shmWatch) classify() {
 			continue
 		}
 		w.mu.Lock()
-		done := w.seen[name]
+		_, done := w.pools[name]
 		w.mu.Unlock()
 		if done {
 			continue
@@ -685,8 +683,7 @@ func (w *shmWatch) classify() {
 			mine = mine || p.mentions(d)
 		}
 		w.mu.Lock()
-		w.seen[name] = true
-		w.others[name] = !mine
+		w.pools[name] = mine
 		w.mu.Unlock()
 	}
 }
@@ -719,8 +716,9 @@ func (w *shmWatch) stays(t *testing.T, wait time.Duration) []string {
 			}
 			if pid, ok := poolOwner(n); ok {
 				w.mu.Lock()
-				other := w.others[n]
+				mine, seen := w.pools[n]
 				w.mu.Unlock()
+				other := seen && !mine
 				if other || alive(pid) {
 					continue
 				}

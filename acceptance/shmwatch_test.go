@@ -38,7 +38,8 @@ func TestShmWatch(t *testing.T) {
 		waitFor(t, 10*time.Second, "the watch to see "+name, func() bool {
 			w.mu.Lock()
 			defer w.mu.Unlock()
-			return w.seen[name]
+			_, seen := w.pools[name]
+			return seen
 		})
 		return name, func() { _ = in.Close(); _ = cmd.Wait() }
 	}
