@@ -42,6 +42,14 @@ var backends = []struct {
 		}
 		return r
 	}},
+	{"redis over TLS", func(t *testing.T) Store {
+		srv := redistest.Start(t, redistest.WithTLS(redistest.ClientCertRequired))
+		r, err := OpenRedis(ctxT(t), RedisOptions{Address: srv.Address, Password: srv.Password, TLS: clientTLS(srv)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}},
 }
 
 // TestConformance runs the same checks against every backend.
