@@ -1280,11 +1280,14 @@ func TestRawConnToken(t *testing.T) {
 		ok           bool
 		wantWhy      string // the server error's reason
 		wantCliNoTok bool   // the client's error says it has no token
+		srvNotAuth   bool   // the client refuses the server (ErrServerNotAuthenticated)
 	}{
 		{name: "right token", srv: mustNew(t, token, nil), cli: mustNew(t, token, nil), ok: true},
 		{name: "wrong token", srv: mustNew(t, token, nil), cli: mustNew(t, "not-"+token, nil), wantWhy: "wrong token"},
 		{name: "no token", srv: mustNew(t, token, nil), cli: mustDisabled(t, nil), wantWhy: "no token", wantCliNoTok: true},
-		{name: "server disabled, client with token", srv: mustDisabled(t, nil), cli: mustNew(t, token, nil), ok: true},
+		// Anyone can announce that it needs no token: a client with one
+		// refuses such a server before sending anything.
+		{name: "server disabled, client with token", srv: mustDisabled(t, nil), cli: mustNew(t, token, nil), srvNotAuth: true},
 		{name: "both disabled", srv: mustDisabled(t, nil), cli: mustDisabled(t, nil), ok: true},
 	}
 	for _, tt := range tests {
@@ -1302,6 +1305,15 @@ func TestRawConnToken(t *testing.T) {
 						t.Error("TLS without TLS files")
 					}
 					exchange(t, s.conn, c.conn)
+					return
+				}
+				if tt.srvNotAuth {
+					if !errors.Is(c.err, ErrServerNotAuthenticated) || errors.Is(c.err, ErrRefused) || c.conn != nil {
+						t.Errorf("client: %v, want ErrServerNotAuthenticated", c.err)
+					}
+					if s.err == nil || s.conn != nil {
+						t.Errorf("server: %v, want the handshake cut short", s.err)
+					}
 					return
 				}
 				if !errors.Is(c.err, ErrRefused) {
@@ -1331,83 +1343,85 @@ func TestRawConnToken(t *testing.T) {
 }
 
 // TestRawConnWire checks the protocol from a hand-written client: the
-// server's hello, a fresh nonce every time, and that a MAC recorded for one
-// nonce is refused for the next (no replay).
+// server's hello, a fresh nonce every time, the server's proof (under its
+// own context, over the client's nonce), and that an answer recorded for
+// one nonce is refused for the next (no replay) with no proof sent.
 func TestRawConnWire(t *testing.T) {
 	leaktest.Goroutines(t)
 	const token = "wire-token"
 	srv := mustNew(t, token, nil)
-	l := listen(t, "tcp")
 
-	hello := func(c net.Conn) []byte {
+	hello := func(c net.Conn, wantMode byte) []byte {
 		t.Helper()
-		b := make([]byte, len(connMagic)+1+nonceSize)
+		b := make([]byte, helloSize)
 		if _, err := io.ReadFull(c, b); err != nil {
 			t.Fatal(err)
 		}
-		if string(b[:len(connMagic)]) != connMagic || b[len(connMagic)] != 1 {
-			t.Fatalf("hello %q: want magic %q and mode 1", b, connMagic)
+		if string(b[:len(connMagic)]) != "GRA2" || b[len(connMagic)] != wantMode {
+			t.Fatalf("hello %q: want magic GRA2 and mode %d", b, wantMode)
 		}
 		return b[len(connMagic)+1:]
 	}
-	status := func(c net.Conn) byte {
+	answer := func(c net.Conn, cn, mac []byte) {
 		t.Helper()
-		var b [1]byte
-		if _, err := io.ReadFull(c, b[:]); err != nil {
+		if _, err := c.Write(append(append([]byte{}, cn...), mac...)); err != nil {
 			t.Fatal(err)
 		}
-		return b[0]
 	}
 
-	// A correct MAC, by hand.
+	// A correct answer, by hand: accepted, with the server's proof.
+	l := listen(t, "tcp")
 	ch := acceptOne(t, l, srv.ServerConn)
 	c1 := dialRaw(t, l)
-	nonce1 := hello(c1)
-	mac1 := connMAC([]byte(token), nonce1)
-	if _, err := c1.Write(mac1); err != nil {
+	sn1 := hello(c1, modeToken)
+	cn1 := bytes.Repeat([]byte{7}, nonceSize)
+	mac1 := connMAC([]byte(token), connClientMACCtx, sn1, cn1)
+	answer(c1, cn1, mac1)
+	reply := make([]byte, 1+macSize)
+	if _, err := io.ReadFull(c1, reply); err != nil {
 		t.Fatal(err)
 	}
-	if st := status(c1); st != 0 {
-		t.Fatalf("status %d for the right MAC", st)
+	if reply[0] != 0 {
+		t.Fatalf("status %d for the right MAC", reply[0])
+	}
+	if want := connMAC([]byte(token), connServerMACCtx, cn1, sn1); !bytes.Equal(reply[1:], want) {
+		t.Errorf("server proof %x, want %x", reply[1:], want)
+	}
+	if bytes.Equal(reply[1:], mac1) {
+		t.Error("the server's proof equals the client's MAC: one could be reflected as the other")
 	}
 	if r := ch.wait(t); r.err != nil {
 		t.Fatal(r.err)
 	}
 
-	// The same MAC replayed on a new connection.
+	// The same answer replayed on a new connection: refused, no proof.
 	l2 := listen(t, "tcp")
 	ch2 := acceptOne(t, l2, srv.ServerConn)
 	c2 := dialRaw(t, l2)
-	nonce2 := hello(c2)
-	if bytes.Equal(nonce1, nonce2) {
+	if sn2 := hello(c2, modeToken); bytes.Equal(sn1, sn2) {
 		t.Fatal("two handshakes used the same nonce")
 	}
-	if _, err := c2.Write(mac1); err != nil {
-		t.Fatal(err)
-	}
-	if st := status(c2); st != 1 {
-		t.Errorf("status %d for a replayed MAC, want 1 (refused)", st)
-	}
+	answer(c2, cn1, mac1)
 	if r := ch2.wait(t); !errors.Is(r.err, ErrRefused) {
 		t.Errorf("server: %v, want ErrRefused", r.err)
 	}
+	if rest, err := io.ReadAll(c2); err != nil || !bytes.Equal(rest, []byte{1}) {
+		t.Errorf("after a replayed answer the server sent %x, %v; want only status 1 (refused), no proof", rest, err)
+	}
 
-	// A server without a token says so in its hello.
+	// A server without a token says so in its hello, and proves nothing.
 	l3 := listen(t, "tcp")
 	ch3 := acceptOne(t, l3, mustDisabled(t, nil).ServerConn)
 	c3 := dialRaw(t, l3)
-	b := make([]byte, len(connMagic)+1+nonceSize)
-	if _, err := io.ReadFull(c3, b); err != nil || b[len(connMagic)] != 0 {
-		t.Errorf("disabled server's hello %q, %v: want mode 0", b, err)
+	hello(c3, modeNoToken)
+	answer(c3, cn1, make([]byte, macSize))
+	r3 := ch3.wait(t)
+	if r3.err != nil {
+		t.Fatal(r3.err)
 	}
-	if _, err := c3.Write(make([]byte, macSize)); err != nil {
-		t.Fatal(err)
-	}
-	if st := status(c3); st != 0 {
-		t.Errorf("disabled server refused: %d", st)
-	}
-	if r := ch3.wait(t); r.err != nil {
-		t.Error(r.err)
+	r3.conn.Close()
+	if rest, err := io.ReadAll(c3); err != nil || !bytes.Equal(rest, []byte{0}) {
+		t.Errorf("a disabled server sent %x, %v; want only status 0", rest, err)
 	}
 }
 
@@ -1621,7 +1635,9 @@ func TestRawConnOtherProtocol(t *testing.T) {
 	}{
 		{name: "HTTP response", send: "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n", wantErr: "is not a goray data connection"},
 		{name: "short banner, then silence", send: "220 ftp\r\n", wantErr: "is not a goray data connection"},
-		{name: "newer protocol version", send: "GRA2" + strings.Repeat("\x00", 1+nonceSize), wantErr: "another protocol version"},
+		{name: "newer protocol version", send: "GRA3" + strings.Repeat("\x00", 1+nonceSize), wantErr: `speaks data-connection protocol "GRA3", this process "GRA2"`},
+		{name: "older protocol version", send: "GRA1" + strings.Repeat("\x01", 1+nonceSize), wantErr: `speaks data-connection protocol "GRA1", this process "GRA2"`},
+		{name: "unknown mode", send: "GRA2\x07" + strings.Repeat("\x00", nonceSize), wantErr: "unknown mode 7"},
 		{name: "garbage then close", send: "\xff\xfe\x00garbage", close: true, wantErr: "is not a goray data connection"},
 		{name: "nothing then close", send: "", close: true, wantErr: "EOF"},
 		{name: "truncated hello", send: connMagic + "\x01abc", close: true, wantErr: "EOF"},

@@ -14,23 +14,61 @@ import (
 )
 
 // Raw connections (the object data plane, plugins' own data connections)
-// open with a handshake in which the server speaks first:
+// open with a handshake in which each end proves to the other that it holds
+// the cluster token. The server speaks first:
 //
-//	server: magic "GRA1" | mode u8 (0: no token needed, 1: token) | nonce [16]
-//	client: HMAC-SHA256(token, "goray-conn-v1" | nonce) [32] (zeros without a token)
-//	server: status u8 (0: accepted, 1: refused)
+//	server: magic "GRA2" | mode u8 (0: no token, 1: token) | server nonce [16]
+//	client: client nonce [16] |
+//	        HMAC-SHA256(token, "goray-conn-v2 client" | server nonce | client nonce) [32]
+//	        (zeros without a token)
+//	server: status u8 (0: accepted, 1: refused), then, in mode 1 and
+//	        accepted only: HMAC-SHA256(token, "goray-conn-v2 server" | client nonce | server nonce) [32]
 //
-// The token never crosses the wire, and a recorded handshake cannot be
-// replayed (the nonce is new every time). With TLS the handshake runs
-// inside the TLS connection, on TCP only.
+// The client checks the server's MAC in constant time and refuses a server
+// that does not prove the token (ErrServerNotAuthenticated); a client with
+// a token also refuses a server that announces mode 0, since anyone can
+// announce that. Two peers without a token (mode 0 on both sides)
+// authenticate nobody and connect.
+//
+// What this protects, with or without TLS: the token never crosses the
+// wire; a recorded handshake cannot be replayed (each side's MAC covers
+// the other side's fresh nonce); one side's MAC cannot be reflected as the
+// other's, on the same connection or another (the two MACs have distinct
+// contexts, so a server cannot answer a client with the client's own MAC,
+// nor with a MAC it got by connecting to a real server as a client); a
+// server without the token, and so a rogue listener serving forged bytes,
+// is refused by every client holding the token; the server's MAC is sent
+// only to a client that proved the token, so it is no oracle for strangers.
+//
+// What it does not protect without TLS: the handshake authenticates the
+// two ends at the start, not the bytes after it, and it is not bound to
+// the connection it runs on. A man in the middle who can intercept a
+// connection (or get a client to dial it) and relays a whole handshake
+// between a real client and a real server, passing each side's nonce and
+// MAC through unchanged, never learns the token, yet leaves both ends
+// authenticated to each other; it can then read and alter the bytes that
+// follow, or send its own requests to the server. Only TLS (the handshake
+// then runs inside the TLS connection, on TCP only, after both ends'
+// certificates were checked) protects the bytes in transit.
 const (
-	connMagic      = "GRA1"
-	connMACContext = "goray-conn-v1"
-	nonceSize      = 16
-	macSize        = sha256.Size
+	connMagic = "GRA2"
+	// connMagicFamily is the part of the magic that every version of the
+	// handshake shares, to tell a version mismatch from another protocol.
+	connMagicFamily  = "GRA"
+	connClientMACCtx = "goray-conn-v2 client"
+	connServerMACCtx = "goray-conn-v2 server"
+	nonceSize        = 16
+	macSize          = sha256.Size
+	helloSize        = len(connMagic) + 1 + nonceSize
 	// HandshakeTimeout bounds a raw connection's handshake on both sides,
 	// so a peer that connects and says nothing holds nothing for long.
 	HandshakeTimeout = 10 * time.Second
+)
+
+// Handshake modes, the byte after the magic in the server's hello.
+const (
+	modeNoToken byte = 0
+	modeToken   byte = 1
 )
 
 // handshakeTimeout is the bound in force: HandshakeTimeout, lowered by
@@ -40,6 +78,12 @@ var handshakeTimeout = HandshakeTimeout
 // ErrRefused is the error of a raw connection whose handshake the server
 // refused (no token, or a wrong one), or that a server refused to accept.
 var ErrRefused = errors.New("goray: connection refused: this cluster requires its token")
+
+// ErrServerNotAuthenticated is the error of a raw connection whose server
+// did not prove that it holds the cluster token: a wrong proof, or a server
+// announcing no token to a client that has one. The client refused it
+// (the server may be a rogue listener, or belong to another cluster).
+var ErrServerNotAuthenticated = errors.New("goray: the server did not prove it holds the cluster token")
 
 // ServerConn runs the server side of the handshake on an accepted raw
 // connection (after TLS on TCP, when configured). On error the caller
@@ -56,39 +100,49 @@ func (c *Credentials) ServerConn(conn net.Conn) (net.Conn, error) {
 		}
 		conn = tc
 	}
-	var hello [len(connMagic) + 1 + nonceSize]byte
+	var hello [helloSize]byte
 	copy(hello[:], connMagic)
 	if c.Enabled() {
-		hello[len(connMagic)] = 1
+		hello[len(connMagic)] = modeToken
 	}
-	nonce := hello[len(connMagic)+1:]
-	if _, err := rand.Read(nonce); err != nil {
+	sn := hello[len(connMagic)+1:]
+	if _, err := rand.Read(sn); err != nil {
 		return nil, err
 	}
 	if _, err := conn.Write(hello[:]); err != nil {
 		return nil, err
 	}
-	var mac [macSize]byte
-	if _, err := io.ReadFull(conn, mac[:]); err != nil {
+	var reply [nonceSize + macSize]byte
+	if _, err := io.ReadFull(conn, reply[:]); err != nil {
 		return nil, fmt.Errorf("goray: reading the handshake of %s: %w", conn.RemoteAddr(), err)
 	}
-	if c.Enabled() && !hmac.Equal(mac[:], connMAC(c.token, nonce)) {
+	cn, mac := reply[:nonceSize], reply[nonceSize:]
+	if !c.Enabled() {
+		if _, err := conn.Write([]byte{0}); err != nil {
+			return nil, err
+		}
+		return conn, nil
+	}
+	if !hmac.Equal(mac, connMAC(c.token, connClientMACCtx, sn, cn)) {
 		why := "wrong token"
-		if mac == ([macSize]byte{}) {
+		if [macSize]byte(mac) == ([macSize]byte{}) {
 			why = "no token"
 		}
 		c.logRefusal(hostOf(conn.RemoteAddr()), "raw connection", why)
 		_, _ = conn.Write([]byte{1})
 		return nil, fmt.Errorf("%w (%s from %s)", ErrRefused, why, conn.RemoteAddr())
 	}
-	if _, err := conn.Write([]byte{0}); err != nil {
+	// Accepted: the status and the server's proof in one write.
+	if _, err := conn.Write(append([]byte{0}, connMAC(c.token, connServerMACCtx, cn, sn)...)); err != nil {
 		return nil, err
 	}
 	return conn, nil
 }
 
 // ClientConn runs the client side of the handshake on a dialled raw
-// connection, honouring ctx; on error the caller closes c.
+// connection, honouring ctx; on error the caller closes c. With a token,
+// it returns a connection only to a server that proved it holds the same
+// token; otherwise an error wrapping ErrServerNotAuthenticated.
 func (c *Credentials) ClientConn(ctx context.Context, conn net.Conn) (rc net.Conn, err error) {
 	c = c.orNone()
 	// ctx is honoured by moving the deadline into the past when it ends
@@ -114,11 +168,14 @@ func (c *Credentials) ClientConn(ctx context.Context, conn net.Conn) (rc net.Con
 		}
 		conn = tc
 	}
-	var hello [len(connMagic) + 1 + nonceSize]byte
+	var hello [helloSize]byte
 	// The magic first, so that a peer speaking another protocol is told
 	// apart without waiting for a whole hello it may never send.
 	n, err := io.ReadFull(conn, hello[:len(connMagic)])
 	if n > 0 && string(hello[:n]) != connMagic[:n] {
+		if n == len(connMagic) && string(hello[:len(connMagicFamily)]) == connMagicFamily {
+			return nil, fmt.Errorf("goray: %s speaks data-connection protocol %q, this process %q: are both from the same goray version?", conn.RemoteAddr(), hello[:n], connMagic)
+		}
 		return nil, fmt.Errorf("goray: %s is not a goray data connection (or speaks another protocol version)", conn.RemoteAddr())
 	}
 	if err == nil {
@@ -127,13 +184,24 @@ func (c *Credentials) ClientConn(ctx context.Context, conn net.Conn) (rc net.Con
 	if err != nil {
 		return nil, ctxErr(ctx, fmt.Errorf("goray: handshake with %s: %w", conn.RemoteAddr(), err))
 	}
-	var mac []byte
-	if c.Enabled() {
-		mac = connMAC(c.token, hello[len(connMagic)+1:])
-	} else {
-		mac = make([]byte, macSize)
+	mode, sn := hello[len(connMagic)], hello[len(connMagic)+1:]
+	switch {
+	case mode != modeNoToken && mode != modeToken:
+		return nil, fmt.Errorf("goray: handshake with %s: unknown mode %d", conn.RemoteAddr(), mode)
+	case mode == modeNoToken && c.Enabled():
+		// Anyone can say they need no token: proving nothing, the server
+		// is refused before this side sends anything.
+		return nil, fmt.Errorf("%w: %s announced that it has no token", ErrServerNotAuthenticated, conn.RemoteAddr())
 	}
-	if _, err := conn.Write(mac); err != nil {
+	var reply [nonceSize + macSize]byte
+	cn := reply[:nonceSize]
+	if _, err := rand.Read(cn); err != nil {
+		return nil, err
+	}
+	if c.Enabled() {
+		copy(reply[nonceSize:], connMAC(c.token, connClientMACCtx, sn, cn))
+	}
+	if _, err := conn.Write(reply[:]); err != nil {
 		return nil, ctxErr(ctx, err)
 	}
 	var st [1]byte
@@ -146,6 +214,20 @@ func (c *Credentials) ClientConn(ctx context.Context, conn net.Conn) (rc net.Con
 		}
 		return nil, fmt.Errorf("%w: %s refused this process's token", ErrRefused, conn.RemoteAddr())
 	}
+	if mode == modeNoToken {
+		return conn, nil // neither side has a token: nothing to prove
+	}
+	if !c.Enabled() {
+		// A real server with a token never accepts a client without one.
+		return nil, fmt.Errorf("goray: handshake with %s: the server requires a token yet accepted a client without one", conn.RemoteAddr())
+	}
+	var proof [macSize]byte
+	if _, err := io.ReadFull(conn, proof[:]); err != nil {
+		return nil, ctxErr(ctx, fmt.Errorf("goray: handshake with %s: reading the server's proof: %w", conn.RemoteAddr(), err))
+	}
+	if !hmac.Equal(proof[:], connMAC(c.token, connServerMACCtx, cn, sn)) {
+		return nil, fmt.Errorf("%w: %s answered with a wrong proof (another cluster's token, or none)", ErrServerNotAuthenticated, conn.RemoteAddr())
+	}
 	return conn, nil
 }
 
@@ -156,13 +238,16 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
-func connMAC(token, nonce []byte) []byte {
+// connMAC is HMAC-SHA256(token, context | first | second): the client's
+// proof (connClientMACCtx, server nonce, client nonce) or the server's
+// (connServerMACCtx, client nonce, server nonce).
+func connMAC(token []byte, context string, first, second []byte) []byte {
 	m := hmac.New(sha256.New, token)
-	m.Write([]byte(connMACContext))
-	m.Write(nonce)
+	m.Write([]byte(context))
+	m.Write(first)
+	m.Write(second)
 	return m.Sum(nil)
 }
-
 func hostOf(a net.Addr) string {
 	if a == nil {
 		return "unknown"

@@ -214,13 +214,15 @@ func TestAuthenticateServer(t *testing.T) {
 func TestAuthenticateClient(t *testing.T) {
 	leaktest.Goroutines(t)
 	tests := []struct {
-		name   string
-		server string // the server's token; "" for none
-		ok     bool
+		name    string
+		server  string // the server's token; "" for none
+		ok      bool
+		notAuth bool // the client refuses the server
 	}{
 		{name: "cluster token", server: testToken, ok: true},
 		{name: "server with another token", server: "other-" + testToken},
-		{name: "server without auth", server: "", ok: true},
+		// A server announcing no token proves nothing: refused.
+		{name: "server without auth", server: "", notAuth: true},
 	}
 	for _, tt := range tests {
 		for _, network := range []string{"tcp", "unix"} {
@@ -232,7 +234,12 @@ func TestAuthenticateClient(t *testing.T) {
 				if tt.ok != (o.String() == "ok") {
 					t.Errorf("%v; want ok %v", o, tt.ok)
 				}
-				if !tt.ok && (!errors.Is(o.ClientErr, auth.ErrRefused) || !errors.Is(o.ServerErr, auth.ErrRefused)) {
+				switch {
+				case tt.notAuth:
+					if !errors.Is(o.ClientErr, auth.ErrServerNotAuthenticated) || o.ServerErr == nil {
+						t.Errorf("%v; want the client to refuse the server (ErrServerNotAuthenticated)", o)
+					}
+				case !tt.ok && (!errors.Is(o.ClientErr, auth.ErrRefused) || !errors.Is(o.ServerErr, auth.ErrRefused)):
 					t.Errorf("%v; want ErrRefused on both sides", o)
 				}
 			})
