@@ -1,9 +1,12 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"maps"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -13,6 +16,8 @@ import (
 	"unicode"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/goray-dev/goray/internal/auth"
 )
 
 // GCS configures the cluster's GCS (the gcs block): its storage, used by
@@ -27,6 +32,9 @@ import (
 //	    password = "..."            # better: $GORAY_GCS_REDIS_PASSWORD
 //	    db       = 0
 //	    prefix   = "goray"          # namespaces the keys
+//	    tls {                       # reach Redis over TLS (see RedisTLS)
+//	      ca_file = "certs/redis-ca.pem"
+//	    }
 //	  }
 //	}
 //
@@ -64,6 +72,42 @@ type Redis struct {
 	// Prefix namespaces the keys, so that clusters can share a server
 	// ("" means "goray").
 	Prefix string
+	// TLS is the redis block's tls block: whether and how the GCS reaches
+	// the server over TLS.
+	TLS RedisTLS
+}
+
+// RedisTLS is the redis block's tls block: the GCS reaches its Redis
+// server over TLS (1.2 or later), verifying the server's certificate
+// against the CA and the server name. The block turns TLS on, even empty
+// (the system's roots then verify the server, as for a managed Redis);
+// there is no setting that skips verification. The files are PEM, and
+// relative paths are relative to the config file. Each setting the file
+// leaves empty comes from its environment variable
+// ($GORAY_GCS_REDIS_TLS_CA_FILE, ..._CERT_FILE, ..._KEY_FILE,
+// ..._SERVER_NAME), and any of them set turns TLS on (see Node.ApplyEnv).
+//
+//	tls {
+//	  ca_file     = "certs/redis-ca.pem"   # default: the system's roots
+//	  cert_file   = "certs/goray.pem"      # a client certificate, for a server with tls-auth-clients yes
+//	  key_file    = "certs/goray-key.pem"  # its key, readable by its owner only (chmod 600)
+//	  server_name = "redis.internal"       # default: the host of address
+//	}
+//
+// The paths are not secret; the key's bytes are never read into the
+// config (the GCS process reads the file).
+type RedisTLS struct {
+	// Enabled is set by the tls block or a TLS environment variable.
+	Enabled bool
+	// CAFile is the CA certificate that signed the server's; "" trusts
+	// the system's roots.
+	CAFile string
+	// CertFile and KeyFile are the client certificate and its key (both
+	// or neither).
+	CertFile, KeyFile string
+	// ServerName is the name the server's certificate must be for; ""
+	// means the host of Address.
+	ServerName string
 }
 
 // String describes r with its password hidden.
@@ -74,7 +118,11 @@ func (r Redis) String() string {
 	}
 	// An address mistakenly given as a URL may carry a password too.
 	addr := urlUserinfo.ReplaceAllString(r.Address, "://(hidden)@")
-	return fmt.Sprintf("redis{address=%q username=%q password=%s db=%d prefix=%q}", addr, r.Username, pw, r.DB, r.Prefix)
+	tlsDesc := ""
+	if t := r.TLS; t.Enabled {
+		tlsDesc = fmt.Sprintf(" tls={ca_file=%q cert_file=%q key_file=%q server_name=%q}", t.CAFile, t.CertFile, t.KeyFile, t.ServerName)
+	}
+	return fmt.Sprintf("redis{address=%q username=%q password=%s db=%d prefix=%q%s}", addr, r.Username, pw, r.DB, r.Prefix, tlsDesc)
 }
 
 // GoString is String, so that %#v does not print the password either.
@@ -105,6 +153,11 @@ const (
 	EnvGCSRedisAddress  = "GORAY_GCS_REDIS_ADDRESS"
 	EnvGCSRedisUsername = "GORAY_GCS_REDIS_USERNAME"
 	EnvGCSRedisPassword = "GORAY_GCS_REDIS_PASSWORD"
+
+	EnvGCSRedisTLSCAFile     = "GORAY_GCS_REDIS_TLS_CA_FILE"
+	EnvGCSRedisTLSCertFile   = "GORAY_GCS_REDIS_TLS_CERT_FILE"
+	EnvGCSRedisTLSKeyFile    = "GORAY_GCS_REDIS_TLS_KEY_FILE"
+	EnvGCSRedisTLSServerName = "GORAY_GCS_REDIS_TLS_SERVER_NAME"
 )
 
 const (
@@ -117,6 +170,12 @@ const (
 	keyRedisPass    = "gcs.redis.password"
 	keyRedisDB      = "gcs.redis.db"
 	keyRedisPrefix  = "gcs.redis.prefix"
+	// keyRedisTLS is the tls block's header.
+	keyRedisTLS     = "gcs.redis.tls"
+	keyRedisTLSCA   = "gcs.redis.tls.ca_file"
+	keyRedisTLSCert = "gcs.redis.tls.cert_file"
+	keyRedisTLSKey  = "gcs.redis.tls.key_file"
+	keyRedisTLSName = "gcs.redis.tls.server_name"
 )
 
 var gcsSchema = &hcl.BodySchema{
@@ -132,6 +191,16 @@ var redisSchema = &hcl.BodySchema{
 		{Name: "db"},
 		{Name: "prefix"},
 	},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "tls"}},
+}
+
+var redisTLSSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "ca_file"},
+		{Name: "cert_file"},
+		{Name: "key_file"},
+		{Name: "server_name"},
+	},
 }
 
 // GCSDataDir is the directory the head keeps its GCS's bbolt file in:
@@ -145,9 +214,13 @@ func (n *Node) GCSDataDir() string {
 
 // ApplyEnv fills the GCS's Redis address, username and password the file
 // left empty from $GORAY_GCS_REDIS_ADDRESS, $GORAY_GCS_REDIS_USERNAME and
-// $GORAY_GCS_REDIS_PASSWORD, read with getenv (a nil getenv fills
-// nothing). The file wins over the environment. LoadWithFlags calls it with
-// os.Getenv after Override and before Validate.
+// $GORAY_GCS_REDIS_PASSWORD, and its TLS settings from
+// $GORAY_GCS_REDIS_TLS_CA_FILE, ..._CERT_FILE, ..._KEY_FILE and
+// ..._SERVER_NAME (any of these turns TLS on; relative paths are relative
+// to the working directory), read with getenv (a nil getenv fills
+// nothing). The file wins over the environment, setting by setting.
+// LoadWithFlags calls it with os.Getenv after Override and before
+// Validate.
 func (n *Node) ApplyEnv(getenv func(string) string) {
 	if getenv == nil {
 		return
@@ -156,16 +229,22 @@ func (n *Node) ApplyEnv(getenv func(string) string) {
 	for _, e := range []struct {
 		dst       *string
 		key, name string
+		tls       bool
 	}{
-		{&r.Address, keyRedisAddress, EnvGCSRedisAddress},
-		{&r.Username, keyRedisUser, EnvGCSRedisUsername},
-		{&r.Password, keyRedisPass, EnvGCSRedisPassword},
+		{&r.Address, keyRedisAddress, EnvGCSRedisAddress, false},
+		{&r.Username, keyRedisUser, EnvGCSRedisUsername, false},
+		{&r.Password, keyRedisPass, EnvGCSRedisPassword, false},
+		{&r.TLS.CAFile, keyRedisTLSCA, EnvGCSRedisTLSCAFile, true},
+		{&r.TLS.CertFile, keyRedisTLSCert, EnvGCSRedisTLSCertFile, true},
+		{&r.TLS.KeyFile, keyRedisTLSKey, EnvGCSRedisTLSKeyFile, true},
+		{&r.TLS.ServerName, keyRedisTLSName, EnvGCSRedisTLSServerName, true},
 	} {
 		if *e.dst != "" {
 			continue
 		}
 		if v := getenv(e.name); v != "" {
 			*e.dst = v
+			r.TLS.Enabled = r.TLS.Enabled || e.tls
 			// A copy, so that copies of n made earlier are not affected.
 			n.fromEnv = maps.Clone(n.fromEnv)
 			if n.fromEnv == nil {
@@ -197,6 +276,19 @@ func (d *decoder) gcs(b *hcl.Block) {
 	d.str(rc.Attributes["password"], keyRedisPass, &r.Password)
 	d.intVal(rc.Attributes["db"], keyRedisDB, &r.DB)
 	d.str(rc.Attributes["prefix"], keyRedisPrefix, &r.Prefix)
+	tb := d.singletons(rc.Blocks, "tls")["tls"]
+	if tb == nil {
+		return
+	}
+	d.n.ranges[keyRedisTLS] = tb.DefRange
+	tc := d.content(tb.Body, redisTLSSchema)
+	t := &r.TLS
+	t.Enabled = true
+	d.str(tc.Attributes["ca_file"], keyRedisTLSCA, &t.CAFile)
+	d.str(tc.Attributes["cert_file"], keyRedisTLSCert, &t.CertFile)
+	d.str(tc.Attributes["key_file"], keyRedisTLSKey, &t.KeyFile)
+	d.str(tc.Attributes["server_name"], keyRedisTLSName, &t.ServerName)
+	t.CAFile, t.CertFile, t.KeyFile = d.relPath(t.CAFile), d.relPath(t.CertFile), d.relPath(t.KeyFile)
 }
 
 // gcs checks the gcs block: a known storage, a Redis server for storage
@@ -237,6 +329,9 @@ func (v *validator) gcs() {
 		v.errorf(keyRedisPrefix, "Invalid Redis prefix",
 			"gcs.redis.prefix %q contains whitespace; the prefix begins every key the GCS writes, so use letters, digits and punctuation only (for example \"goray-prod\").", r.Prefix)
 	}
+	if used {
+		v.redisTLS(r.TLS)
+	}
 
 	if !n.Head {
 		if g.Storage != "" {
@@ -257,6 +352,72 @@ func (v *validator) gcs() {
 		v.warnf(keyGCSRedis, "Redis settings are ignored",
 			"The redis block only configures storage = %q, but %s. Set storage = %q in the gcs block to keep the GCS in Redis, or remove the redis block.",
 			GCSStorageRedis, storage, GCSStorageRedis)
+	}
+}
+
+// redisTLS checks the TLS settings of the Redis server the head uses:
+// files that exist and are what they say (a CA file holding a
+// certificate, a certificate that goes with its key), a key with a
+// certificate and a certificate with a key, a key readable by its owner
+// only (the rule of the cluster's own TLS key and token), and a server
+// name without whitespace. Each diagnostic points at the setting, or
+// names its environment variable.
+func (v *validator) redisTLS(t RedisTLS) {
+	if !t.Enabled {
+		return
+	}
+	what := func(key string) string {
+		if env, ok := v.n.fromEnv[key]; ok {
+			return "$" + env
+		}
+		return key
+	}
+	ok := func(key, path string) bool {
+		st, err := os.Stat(path)
+		switch {
+		case err != nil:
+			v.errorf(key, "Redis TLS file not found", "%s: %v.", what(key), err)
+			return false
+		case st.IsDir():
+			v.errorf(key, "Invalid Redis TLS file", "%s %q is a directory; it must be a PEM file.", what(key), path)
+			return false
+		}
+		return true
+	}
+	if t.CAFile != "" && ok(keyRedisTLSCA, t.CAFile) {
+		if b, err := os.ReadFile(t.CAFile); err != nil {
+			v.errorf(keyRedisTLSCA, "Invalid Redis TLS file", "%s: %v.", what(keyRedisTLSCA), err)
+		} else if !x509.NewCertPool().AppendCertsFromPEM(b) {
+			v.errorf(keyRedisTLSCA, "Invalid Redis TLS file",
+				"%s %q holds no PEM certificate; it must be the CA certificate that signed the Redis server's (-----BEGIN CERTIFICATE-----).", what(keyRedisTLSCA), t.CAFile)
+		}
+	}
+	switch {
+	case t.CertFile == "" && t.KeyFile == "":
+	case t.CertFile == "":
+		v.errorf(keyRedisTLSKey, "Redis TLS key without a certificate",
+			"%s is set but no client certificate is: set cert_file (or $%s) too, or remove the key.", what(keyRedisTLSKey), EnvGCSRedisTLSCertFile)
+	case t.KeyFile == "":
+		v.errorf(keyRedisTLSCert, "Redis TLS certificate without a key",
+			"%s is set but not its key: set key_file (or $%s) too, or remove the certificate.", what(keyRedisTLSCert), EnvGCSRedisTLSKeyFile)
+	default:
+		certOK, keyOK := ok(keyRedisTLSCert, t.CertFile), ok(keyRedisTLSKey, t.KeyFile)
+		if !certOK || !keyOK {
+			break
+		}
+		if st, err := os.Stat(t.KeyFile); err == nil && st.Mode().Perm()&0o077 != 0 {
+			v.errorf(keyRedisTLSKey, "Redis TLS key readable by others", "%s: %v.", what(keyRedisTLSKey),
+				&auth.InsecureFileError{Path: t.KeyFile, Mode: st.Mode().Perm()})
+			break
+		}
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			v.errorf(keyRedisTLSCert, "Invalid Redis TLS certificate",
+				"%s %q with key %q: %v.", what(keyRedisTLSCert), t.CertFile, t.KeyFile, err)
+		}
+	}
+	if strings.IndexFunc(t.ServerName, unicode.IsSpace) >= 0 {
+		v.errorf(keyRedisTLSName, "Invalid Redis TLS server name",
+			"%s %q contains whitespace; it is the host name the Redis server's certificate is for (for example \"redis.internal\").", what(keyRedisTLSName), t.ServerName)
 	}
 }
 
@@ -293,7 +454,7 @@ func (v *validator) redisAddress(addr string) {
 // redisPlainAttrs are the redis block's arguments that are not secret;
 // every other one (password, and misspellings of it) is masked in the
 // source kept for FormatDiagnostics.
-var redisPlainAttrs = []string{"address", "username", "db", "prefix"}
+var redisPlainAttrs = []string{"address", "username", "db", "prefix", "tls"}
 
 // passKey finds an argument or object key whose name contains "pass"
 // (password, passwd, redis_password), in HCL (name =, name :) or JSON
