@@ -47,7 +47,7 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	}
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	if token == "" || !u.o.Auth.CheckToken(token) {
-		u.log.Warn("dashboard login refused: wrong token", "peer", r.RemoteAddr)
+		u.refusals.Log(u.log, auth.PeerHost(r.RemoteAddr), "dashboard login refused: wrong token")
 		u.render(w, http.StatusUnauthorized, "login.html", loginData{TokenHint: u.o.TokenHint, Error: "That is not this cluster's token."})
 		return
 	}

@@ -95,6 +95,8 @@ type Mux interface {
 type UI struct {
 	o   Options
 	log hclog.Logger
+	// refusals logs wrong logins once per peer per minute.
+	refusals auth.RefusalLog
 }
 
 // Register mounts the page, the state API and the login on m.

@@ -62,9 +62,9 @@ type Credentials struct {
 	srv   *tls.Config // nil without TLS
 	cli   *tls.Config
 
-	mu      sync.Mutex
-	log     hclog.Logger
-	refused map[string]bool // peers whose refusal was logged
+	mu       sync.Mutex
+	log      hclog.Logger
+	refusals RefusalLog // refusals logged once per peer per minute
 }
 
 // New returns credentials that present and require token, with TLS on TCP
@@ -151,8 +151,8 @@ func (c *Credentials) Token() string {
 	return string(c.token)
 }
 
-// SetLogger sets where refusals are logged (once per peer). Without one
-// they are not logged.
+// SetLogger sets where refusals are logged (once per peer per minute,
+// RefusalLog). Without one they are not logged.
 func (c *Credentials) SetLogger(l hclog.Logger) {
 	c.mu.Lock()
 	c.log = l
@@ -190,27 +190,11 @@ func (c *Credentials) Env() []string {
 // replaced rather than duplicated.
 var EnvNames = []string{EnvToken, EnvTokenPath, EnvMode, EnvTLSCA, EnvTLSCert, EnvTLSKey}
 
-// maxLoggedPeers bounds the set of peers whose refusal was logged; past it,
-// refusals of new peers are no longer logged (one line says so).
-const maxLoggedPeers = 1024
-
-// logRefusal logs a refused caller once per peer, never with a token.
+// logRefusal logs a refused caller, never with a token, once per peer per
+// minute (RefusalLog): a flood of refusals adds a bounded number of lines.
 func (c *Credentials) logRefusal(peer, what, why string) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.log == nil || c.refused[peer] {
-		return
-	}
-	if c.refused == nil {
-		c.refused = map[string]bool{}
-	}
-	if len(c.refused) >= maxLoggedPeers {
-		if !c.refused["\x00full"] {
-			c.refused["\x00full"] = true
-			c.log.Warn("refused callers from too many peers; further peers are not logged")
-		}
-		return
-	}
-	c.refused[peer] = true
-	c.log.Warn("refused a caller (logged once per peer)", "peer", peer, "call", what, "reason", why)
+	l := c.log
+	c.mu.Unlock()
+	c.refusals.Log(l, peer, "refused a caller", "call", what, "reason", why)
 }

@@ -1032,16 +1032,17 @@ func TestLogRefusalBounded(t *testing.T) {
 	c := mustNew(t, "tok", nil)
 	c.logRefusal("before-logger", "x", "no token") // no logger: nothing, not remembered
 	c.SetLogger(bufLogger(logBuf))
-	for i := range maxLoggedPeers + 50 {
+	for i := range DefaultRefusalPeers + 50 {
 		c.logRefusal(fmt.Sprintf("10.0.%d.%d", i/256, i%256), "x", "no token")
 		c.logRefusal(fmt.Sprintf("10.0.%d.%d", i/256, i%256), "x", "wrong token")
 	}
 	c.logRefusal("before-logger", "x", "no token")
 	log := logBuf.String()
-	if n := strings.Count(log, "refused a caller"); n != maxLoggedPeers {
-		t.Errorf("%d refusal lines, want %d", n, maxLoggedPeers)
+	// One line per remembered peer, one for all the others.
+	if n := strings.Count(log, "refused a caller"); n != DefaultRefusalPeers+1 {
+		t.Errorf("%d refusal lines, want %d", n, DefaultRefusalPeers+1)
 	}
-	if n := strings.Count(log, "further peers are not logged"); n != 1 {
+	if n := strings.Count(log, "refusals from more than"); n != 1 {
 		t.Errorf("%d overflow lines, want 1", n)
 	}
 	if strings.Contains(log, "before-logger") {

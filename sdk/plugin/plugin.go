@@ -171,6 +171,7 @@ func Serve(cfg ServeConfig) {
 		// real stderr, which the host reads.
 		logger = defaultLogger()
 	}
+	servedLogger.Store(&logger)
 	watchParent(logger)
 
 	info := newInfoServer(cfg, logger)

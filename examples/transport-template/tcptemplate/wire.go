@@ -326,8 +326,7 @@ func (t *Transport) handle(c net.Conn) {
 	// starts, when the cluster uses it): a listener on the network must
 	// never serve a stranger.
 	ac, err := plugin.AuthenticateServer(c)
-	if err != nil {
-		t.logger().Warn("refused a data connection", "from", c.RemoteAddr().String(), "error", err)
+	if err != nil { // logged there, once per peer per minute
 		t.closeConn(c)
 		return
 	}

@@ -514,8 +514,7 @@ func (t *Transport) handle(c net.Conn) {
 	defer t.wg.Done()
 	// Only the cluster's processes reach the data path.
 	ac, err := plugin.AuthenticateServer(c)
-	if err != nil {
-		t.logger().Warn("refused a data connection", "from", c.RemoteAddr().String(), "error", err)
+	if err != nil { // logged there, once per peer per minute
 		t.closeConn(c)
 		return
 	}

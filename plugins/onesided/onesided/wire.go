@@ -235,8 +235,7 @@ func (a *Agent) serveConn(nc net.Conn) {
 	defer a.dropConn(nc)
 	// Only the cluster's processes may read registered memory.
 	ac, err := plugin.AuthenticateServer(nc)
-	if err != nil {
-		a.log.Warn("refused a reader's connection", "from", nc.RemoteAddr().String(), "error", err)
+	if err != nil { // logged there, once per peer per minute
 		return
 	}
 	nc = ac // closing the tracked connection closes this one too
