@@ -191,13 +191,13 @@ func (d *decoder) intVal(a *hcl.Attribute, key string, dst *int) bool {
 	bf := v.AsBigFloat()
 	if !bf.IsInt() {
 		d.valueErr(a, a.Expr.Range(), "Invalid value",
-			fmt.Sprintf("The value of %s must be a whole number, got %s.", attrName(a), bf.Text('g', -1)))
+			fmt.Sprintf("The value of %s must be a whole number, got %s.", attrName(a), hclspec.NumberText(bf)))
 		return false
 	}
 	i, acc := bf.Int64()
 	if acc != big.Exact || int64(int(i)) != i {
 		d.valueErr(a, a.Expr.Range(), "Number out of range",
-			fmt.Sprintf("The value of %s is out of range: %s.", attrName(a), bf.Text('g', -1)))
+			fmt.Sprintf("The value of %s is out of range: %s.", attrName(a), hclspec.NumberText(bf)))
 		return false
 	}
 	*dst = int(i)
@@ -239,7 +239,7 @@ func (d *decoder) toSize(a *hcl.Attribute, rng hcl.Range, what string, v cty.Val
 		i, acc := bf.Int64()
 		if !bf.IsInt() || acc != big.Exact || i < 0 {
 			d.valueErr(a, rng, "Invalid size",
-				fmt.Sprintf("Invalid value for %s: %s is not a whole, non-negative number of bytes.", what, bf.Text('g', -1)))
+				fmt.Sprintf("Invalid value for %s: %s is not a whole, non-negative number of bytes.", what, hclspec.NumberText(bf)))
 			return 0, false
 		}
 		return i, true

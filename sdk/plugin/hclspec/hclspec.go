@@ -2,7 +2,8 @@
 // plugin.Schema the plugin reports, as Nomad's plugins/shared/hclspec and
 // HCL's hcldec do: the host validates the block before the plugin sees it,
 // with every diagnostic at the offending attribute's file:line. It also
-// names cty types for messages (TypeName), which node config shares.
+// names cty types (TypeName) and writes numbers (NumberText) for messages,
+// which node config shares.
 package hclspec
 
 import (
@@ -10,6 +11,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -221,7 +223,7 @@ func decodeAttr(a *hcl.Attribute, path string, attr plugin.Attribute) (any, bool
 			i, acc := bf.Int64()
 			if !bf.IsInt() || acc != big.Exact || i < 0 {
 				return nil, false, diag("Invalid size",
-					fmt.Sprintf("Invalid value for attribute %q: %s is not a whole, non-negative number of bytes.", path, bf.Text('g', -1)))
+					fmt.Sprintf("Invalid value for attribute %q: %s is not a whole, non-negative number of bytes.", path, NumberText(bf)))
 			}
 			return i, true, diags
 		}
@@ -229,6 +231,40 @@ func decodeAttr(a *hcl.Attribute, path string, attr plugin.Attribute) (any, bool
 	}
 	return nil, false, diag("Unsupported attribute type",
 		fmt.Sprintf("The plugin declares attribute %q with type %q, which this host does not know.", path, string(attr.Type)))
+}
+
+// maxExactExp bounds the binary exponent of a number NumberText writes
+// in full: past float64's range (2^1024), a diagnostic gives the magnitude.
+const maxExactExp = 1100
+
+// NumberText writes a config number for a diagnostic, at once whatever its
+// size: in full (shortest decimal) within float64's range of magnitudes, else
+// as "about" its value to six digits ("about 1e-100000"). A config number
+// keeps the exponent it was written with, and big.Float.Text works out every
+// decimal digit, which took seconds to minutes for `port = 1e-100000`.
+func NumberText(bf *big.Float) string {
+	e := bf.MantExp(nil)
+	if bf.Sign() == 0 || bf.IsInf() || (e >= -maxExactExp && e <= maxExactExp) {
+		return bf.Text('g', -1)
+	}
+	// bf = m * 2^e with 0.5 <= |m| < 1, and 2^e = 10^(e*log10(2)).
+	m, _ := new(big.Float).SetMantExp(bf, -e).Float64()
+	d := float64(e) * math.Log10(2)
+	exp10 := math.Floor(d)
+	m *= math.Pow(10, d-exp10) // 0.05 <= |m| < 10
+	if math.Abs(m) < 1 {
+		m *= 10
+		exp10--
+	}
+	if m = math.Round(m*1e5) / 1e5; math.Abs(m) >= 10 {
+		m /= 10
+		exp10++
+	}
+	sign := "+"
+	if exp10 < 0 {
+		sign = ""
+	}
+	return "about " + strconv.FormatFloat(m, 'g', -1, 64) + "e" + sign + strconv.FormatFloat(exp10, 'f', 0, 64)
 }
 
 // TypeName describes v's type for messages ("string", "number", "null").

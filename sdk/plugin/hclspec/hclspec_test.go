@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/zclconf/go-cty/cty"
 
 	"github.com/goray-dev/goray/sdk/plugin"
 )
@@ -74,4 +75,44 @@ func findDiag(diags hcl.Diagnostics, summary string) *hcl.Diagnostic {
 		}
 	}
 	return nil
+}
+
+// TestNumberText writes numbers in full within float64's range and by
+// their magnitude past it (big.Float.Text of 1e-100000 took seconds).
+func TestNumberText(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"0", "0"},
+		{"1.5", "1.5"},
+		{"-12345678901234567890", "-1.234567890123456789e+19"},
+		{"1e300", "1e+300"},
+		{"1e-100000", "about 1e-100000"},
+		{"-1e-100000", "about -1e-100000"},
+		{"1e300000", "about 1e+300000"},
+		{"9.999999999e-300000", "about 1e-299999"},
+		{"1.2345678e-400", "about 1.23457e-400"},
+	}
+	for _, tt := range tests {
+		v, err := cty.ParseNumberVal(tt.in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := NumberText(v.AsBigFloat()); got != tt.want {
+			t.Errorf("NumberText(%s) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestDecodeHugeSize checks a plugin's size attribute given a number with
+// a huge exponent: refused at its line, with the magnitude.
+func TestDecodeHugeSize(t *testing.T) {
+	schema := plugin.Schema{Attributes: map[string]plugin.Attribute{"bytes": {Type: plugin.TypeSize}}}
+	f, diags := hclparse.NewParser().ParseHCL([]byte("bytes = 1e-300000\n"), "c.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	_, diags = Decode(f.Body, schema, hcl.Range{Filename: "c.hcl"})
+	d := findDiag(diags, "Invalid size")
+	if d == nil || d.Subject.Start.Line != 1 || !strings.Contains(d.Detail, "about 1e-300000 is not a whole") {
+		t.Fatalf("got %v, want an Invalid size error at line 1 with the magnitude", diags)
+	}
 }
