@@ -272,14 +272,24 @@ func TestLogin(t *testing.T) {
 	formHdr := map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Origin": s.URL()}
 
 	// Without the token, the page sends the browser to the login page,
-	// which says where the token is and shows no data.
+	// which says how to get the token (not where its file is: the page is
+	// public) and shows no data.
 	resp, _ := c.do("GET", "/", "", nil, nil)
 	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/login" {
 		t.Fatalf("GET / without the token: %d %s", resp.StatusCode, resp.Header.Get("Location"))
 	}
 	resp, body := c.do("GET", "/login", "", nil, nil)
-	if resp.StatusCode != 200 || !strings.Contains(body, "/tmp/test-token-file") || strings.Contains(body, "head-node") {
+	if resp.StatusCode != 200 || !strings.Contains(body, "<code>goray auth token</code>") || strings.Contains(body, "head-node") {
 		t.Fatalf("GET /login: %d %s", resp.StatusCode, body)
+	}
+	// The token file's path is in neither the page nor a refusal.
+	_, refusal := c.do("POST", "/login", "", form("nope"), formHdr)
+	for _, page := range []string{body, refusal} {
+		for _, path := range []string{"/tmp/test-token-file", "auth_token", auth.EnvTokenPath, "--auth-token-file"} {
+			if strings.Contains(page, path) {
+				t.Errorf("the public login page names the token file (%q):\n%s", path, page)
+			}
+		}
 	}
 	for _, tc := range []struct {
 		name string
