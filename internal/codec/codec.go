@@ -248,7 +248,20 @@ func EncodeRef(enc *msgpack.Encoder, r RefInfo) error {
 	return enc.EncodeString(o.TcpAddr)
 }
 
-// DecodeRef reads a reference written by EncodeRef.
+// MaxRefFieldLen bounds each byte and string field of an object reference
+// (the owner's ids, unix socket path and TCP address are far shorter).
+const MaxRefFieldLen = 4096
+
+// ErrMalformedRef is the error (wrapped, with what is wrong) of a
+// reference DecodeRef refuses.
+var ErrMalformedRef = errors.New("codec: malformed object reference")
+
+// DecodeRef reads a reference written by EncodeRef. Every field's length
+// is checked before anything is allocated (the object id must be
+// ids.ObjectIDSize bytes, the other fields at most MaxRefFieldLen), so a
+// decoder reading unchecked input (one DecodeInto did not pre-scan with
+// CheckMsgpack) cannot be made to allocate what a few bytes claim: 7 bytes
+// once claimed a 4 GiB owner id.
 func DecodeRef(dec *msgpack.Decoder) (RefInfo, error) {
 	var r RefInfo
 	n, err := dec.DecodeArrayLen()
@@ -256,28 +269,51 @@ func DecodeRef(dec *msgpack.Decoder) (RefInfo, error) {
 		return r, err
 	}
 	if n != 5 {
-		return r, fmt.Errorf("codec: object reference has %d fields, want 5", n)
+		return r, fmt.Errorf("%w: %d fields, want 5", ErrMalformedRef, n)
 	}
-	id, err := dec.DecodeBytes()
+	id, err := refField(dec, "object id", ids.ObjectIDSize)
 	if err != nil {
 		return r, err
 	}
 	if r.ID, err = ids.ObjectIDFromBytes(id); err != nil {
-		return r, err
+		return r, fmt.Errorf("%w: %v", ErrMalformedRef, err)
 	}
 	o := &pb.Address{}
-	if o.NodeId, err = dec.DecodeBytes(); err != nil {
+	if o.NodeId, err = refField(dec, "owner node id", MaxRefFieldLen); err != nil {
 		return r, err
 	}
-	if o.WorkerId, err = dec.DecodeBytes(); err != nil {
+	if o.WorkerId, err = refField(dec, "owner worker id", MaxRefFieldLen); err != nil {
 		return r, err
 	}
-	if o.UnixPath, err = dec.DecodeString(); err != nil {
+	b, err := refField(dec, "owner unix path", MaxRefFieldLen)
+	if err != nil {
 		return r, err
 	}
-	if o.TcpAddr, err = dec.DecodeString(); err != nil {
+	o.UnixPath = string(b)
+	if b, err = refField(dec, "owner TCP address", MaxRefFieldLen); err != nil {
 		return r, err
 	}
+	o.TcpAddr = string(b)
 	r.Owner = o
 	return r, nil
+}
+
+// refField reads one byte or string field of a reference (nil for a
+// MessagePack nil), refusing a length above limit before allocating.
+func refField(dec *msgpack.Decoder, what string, limit int) ([]byte, error) {
+	n, err := dec.DecodeBytesLen()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformedRef, what, err)
+	}
+	if n < 0 {
+		return nil, nil
+	}
+	if n > limit {
+		return nil, fmt.Errorf("%w: %s of %d bytes, at most %d", ErrMalformedRef, what, n, limit)
+	}
+	b := make([]byte, n)
+	if err := dec.ReadFull(b); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformedRef, what, err)
+	}
+	return b, nil
 }

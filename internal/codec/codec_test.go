@@ -1,7 +1,9 @@
 package codec
 
 import (
+	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/goray-dev/goray/internal/ids"
@@ -140,5 +142,62 @@ func BenchmarkDecodeSmall(b *testing.B) {
 		if err := DecodeInto(f, data, &p, false); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// hugeRef is 7 bytes that claimed a 4 GiB object id: a 5-field array, then
+// a bin32 header of 0xffffffff bytes and one byte. DecodeRef, called on its
+// own (not behind DecodeInto's CheckMsgpack), allocated what it claimed.
+var hugeRef = []byte{0x95, 0xc6, 0xff, 0xff, 0xff, 0xff, 0x00}
+
+// TestDecodeRefBounded feeds DecodeRef references whose fields claim more
+// than they can be: each is refused with ErrMalformedRef before anything
+// of the claimed size is allocated.
+func TestDecodeRefBounded(t *testing.T) {
+	oid := ids.ObjectIDFor(ids.New(), 1)
+	// valid is a reference's array header and object id, then rest.
+	valid := func(rest ...byte) []byte {
+		b := append([]byte{0x95, 0xc4, byte(len(oid))}, oid[:]...)
+		return append(b, rest...)
+	}
+	tests := []struct {
+		name string
+		in   []byte
+		want string
+	}{
+		{"object id of 4 GiB (7 bytes)", hugeRef, "object id of 4294967295 bytes"},
+		{"owner node id of 4 GiB", valid(0xc6, 0xff, 0xff, 0xff, 0xff, 0), "owner node id of 4294967295 bytes"},
+		{"owner worker id of 1 GiB", valid(0xc0, 0xc6, 0x40, 0, 0, 0, 0), "owner worker id of 1073741824 bytes"},
+		{"unix path of 4 GiB", valid(0xc0, 0xc0, 0xdb, 0xff, 0xff, 0xff, 0xff, 'x'), "owner unix path of 4294967295 bytes"},
+		{"TCP address of 64 KiB", valid(0xc0, 0xc0, 0xa0, 0xda, 0xff, 0xff), "owner TCP address of 65535 bytes"},
+		{"truncated field", valid(0xc4, 0x10, 1, 2), "owner node id: unexpected EOF"},
+		{"short object id", []byte{0x95, 0xc4, 2, 1, 2}, "object id"},
+		{"not a field", valid(0x01), "owner node id"},
+		{"four fields", []byte{0x94}, "4 fields, want 5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := heapAllocs()
+			_, err := DecodeRef(msgpack.NewDecoder(bytes.NewReader(tt.in)))
+			allocated := heapAllocs() - before
+			if !errors.Is(err, ErrMalformedRef) || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("DecodeRef(%x) = %v, want ErrMalformedRef saying %q", tt.in, err, tt.want)
+			}
+			// The heap counter moves in lumps of a few MiB (see
+			// FuzzDecode); a claimed length allocated is far above.
+			if allocated > 16<<20 {
+				t.Errorf("DecodeRef(%x) allocated %d bytes", tt.in, allocated)
+			}
+		})
+	}
+	// A real reference still decodes, nil fields and all.
+	in := RefInfo{ID: oid, Owner: &pb.Address{NodeId: []byte("n"), TcpAddr: "127.0.0.1:1"}}
+	_, b, _, err := Encode(refBox{in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeRef(msgpack.NewDecoder(bytes.NewReader(b)))
+	if err != nil || got.ID != oid || string(got.Owner.NodeId) != "n" || got.Owner.WorkerId != nil || got.Owner.UnixPath != "" || got.Owner.TcpAddr != "127.0.0.1:1" {
+		t.Errorf("DecodeRef of a real reference = %+v, %v", got, err)
 	}
 }

@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"errors"
 	"testing"
 
@@ -13,7 +14,8 @@ import (
 // CheckMsgpack accepts (the check never refuses what Encode writes); and
 // no decode
 // allocates more than a fixed multiple of the input's size (before the
-// check, 24 bytes could claim 2.47e9 elements and allocate 39 GB).
+// check, 24 bytes could claim 2.47e9 elements and allocate 39 GB), nor
+// does DecodeRef on its own (7 bytes once claimed a 4 GiB field).
 //
 // The seed corpus is in testdata/fuzz/FuzzDecode; make fuzz-smoke runs it
 // for a few seconds, make fuzz for longer.
@@ -27,7 +29,15 @@ func FuzzDecode(f *testing.F) {
 		f.Add(b)
 	}
 	f.Add(hugeArray)
+	f.Add(hugeRef)
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// DecodeRef on its own, as a reference type's DecodeMsgpack runs
+		// it on a decoder DecodeInto did not pre-scan.
+		before := heapAllocs()
+		_, _ = DecodeRef(msgpack.NewDecoder(bytes.NewReader(data)))
+		if allocated, limit := heapAllocs()-before, 16<<20+256*uint64(len(data)); allocated > limit {
+			t.Fatalf("DecodeRef of %d bytes allocated %d bytes (limit %d)", len(data), allocated, limit)
+		}
 		checkErr := CheckMsgpack(data)
 		for _, tt := range decodeTargets {
 			ptr := tt.new()
