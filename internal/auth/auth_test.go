@@ -690,9 +690,9 @@ const echoService = "goray.authtest.Echo"
 
 // echoServer is a hand-made gRPC service: Unary echoes its request (and
 // panics on "panic"), Stream echoes every message (and panics on "panic").
-// Replies end with the call's security: "tls", "insecure" (a server with
-// transport credentials, on a unix socket) or "none" (no transport
-// credentials).
+// Replies end with the call's security: "tls" or "insecure" (no TLS: every
+// goray server has transport credentials, which carry the connection for
+// the token check to mark).
 type echoServer struct {
 	calls atomic.Int64 // handler runs
 }
@@ -907,10 +907,10 @@ func TestGRPCToken(t *testing.T) {
 				hresp, herr := grpc_health_v1.NewHealthClient(cc).Check(ctx, &grpc_health_v1.HealthCheckRequest{})
 
 				if tt.ok {
-					if uerr != nil || got != "hello|none" {
-						t.Errorf("unary = %q, %v; want hello|none", got, uerr)
+					if uerr != nil || got != "hello|insecure" {
+						t.Errorf("unary = %q, %v; want hello|insecure", got, uerr)
 					}
-					if serr != nil || strings.Join(sgot, ",") != "a|none,b|none" {
+					if serr != nil || strings.Join(sgot, ",") != "a|insecure,b|insecure" {
 						t.Errorf("stream = %q, %v", sgot, serr)
 					}
 					if herr != nil || hresp.GetStatus() != grpc_health_v1.HealthCheckResponse_SERVING {
@@ -970,7 +970,7 @@ func TestGRPCDisabledAcceptsAll(t *testing.T) {
 	for _, client := range []*Credentials{mustDisabled(t, nil), mustNew(t, "any-token", nil)} {
 		for _, target := range []string{ts.tcp, ts.unix} {
 			cc := dial(t, target, client.DialOptions(target)...)
-			if got, err := unary(ctx, cc, "x"); err != nil || got != "x|none" {
+			if got, err := unary(ctx, cc, "x"); err != nil || got != "x|insecure" {
 				t.Errorf("%s (token %q): %q, %v", target, client.Token(), got, err)
 			}
 		}
@@ -997,7 +997,7 @@ func TestGRPCPanicRecovered(t *testing.T) {
 		if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "deliberate test panic") || !strings.Contains(err.Error(), "/Unary") {
 			t.Errorf("round %d: unary panic: %v, want Internal naming the call and the panic", i, err)
 		}
-		if got, err := unary(ctx, cc, "after"); err != nil || got != "after|none" {
+		if got, err := unary(ctx, cc, "after"); err != nil || got != "after|insecure" {
 			t.Errorf("round %d: the next call: %q, %v", i, got, err)
 		}
 		got, err := stream(ctx, cc, "s1", "panic", "never")
@@ -1022,7 +1022,7 @@ func TestGRPCPanicRecovered(t *testing.T) {
 	if _, err := unary(ctx, cc2, "panic"); status.Code(err) != codes.Internal {
 		t.Errorf("without a logger: %v, want Internal", err)
 	}
-	if got, err := unary(ctx, cc2, "ok"); err != nil || got != "ok|none" {
+	if got, err := unary(ctx, cc2, "ok"); err != nil || got != "ok|insecure" {
 		t.Errorf("without a logger, the next call: %q, %v", got, err)
 	}
 }

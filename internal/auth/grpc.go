@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
+
+	"github.com/goray-dev/goray/internal/connlimit"
 )
 
 // header is the metadata key of the token, as Ray's: "authorization:
@@ -25,30 +27,52 @@ const (
 	bearerPrefix = "Bearer "
 )
 
+// Header list limits. A call's headers are read whole before the token
+// check can look at them, so a server bounds them small: a goray call
+// carries the token and a few short values. A client accepts more, since a
+// failed call's status message (an error with its causes) comes back in
+// its trailers.
+const (
+	// MaxServerHeaderList bounds the headers of a call a server reads:
+	// larger ones are refused by the transport, which discards them as
+	// they arrive instead of holding them.
+	MaxServerHeaderList = 64 << 10
+	// MaxClientHeaderList bounds the headers and trailers of an answer a
+	// client reads.
+	MaxClientHeaderList = 1 << 20
+)
+
 // ServerOptions returns the options every goray gRPC server is built with:
 // the token check on every call, made on the call's headers before any of
 // its messages is read (an unauthenticated peer cannot make the server
-// decode, or allocate for, anything it sends); panic recovery around every
-// handler; and TLS on TCP connections when configured.
+// decode, or allocate for, anything it sends); header lists bounded by
+// MaxServerHeaderList; panic recovery around every handler; and TLS on TCP
+// connections when configured. A call that passes the token check marks
+// its connection authenticated for the listener's bounds on
+// unauthenticated connections (internal/connlimit; the callers wrap their
+// TCP listeners with it).
 func (c *Credentials) ServerOptions() []grpc.ServerOption {
 	c = c.orNone()
-	opts := []grpc.ServerOption{
+	var tc credentials.TransportCredentials = insecure.NewCredentials()
+	if c.TLS() {
+		tc = &splitCreds{tls: credentials.NewTLS(c.srv), plain: insecure.NewCredentials()}
+	}
+	return []grpc.ServerOption{
+		grpc.Creds(markingCreds{tc}),
 		grpc.InTapHandle(c.tap),
+		grpc.MaxHeaderListSize(MaxServerHeaderList),
 		grpc.ChainUnaryInterceptor(c.unaryInterceptor),
 		grpc.ChainStreamInterceptor(c.streamInterceptor),
 	}
-	if c.TLS() {
-		opts = append(opts, grpc.Creds(&splitCreds{tls: credentials.NewTLS(c.srv), plain: insecure.NewCredentials()}))
-	}
-	return opts
 }
 
 // DialOptions returns the options of a client connection to target (a
 // "unix://" URL or an absolute socket path, else host:port): the token on
-// every call, and TLS for TCP targets when configured.
+// every call, TLS for TCP targets when configured, and answers' header
+// lists bounded by MaxClientHeaderList.
 func (c *Credentials) DialOptions(target string) []grpc.DialOption {
 	c = c.orNone()
-	var opts []grpc.DialOption
+	opts := []grpc.DialOption{grpc.WithMaxHeaderListSize(MaxClientHeaderList)}
 	if c.TLS() && !isUnixTarget(target) {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(c.cli)))
 	} else {
@@ -75,9 +99,18 @@ func (t tokenCreds) GetRequestMetadata(context.Context, ...string) (map[string]s
 // cluster without TLS (on a network the operator trusts not to sniff).
 func (tokenCreds) RequireTransportSecurity() bool { return false }
 
-// tap checks a new call's token from its headers (see ServerOptions).
+// tap checks a new call's token from its headers (see ServerOptions); a
+// call that passes marks its connection authenticated.
 func (c *Credentials) tap(ctx context.Context, info *tap.Info) (context.Context, error) {
-	return ctx, c.check(ctx, info.FullMethodName, info.Header)
+	if err := c.check(ctx, info.FullMethodName, info.Header); err != nil {
+		return ctx, err
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		if ai, ok := p.AuthInfo.(markingInfo); ok {
+			connlimit.Authenticated(ai.raw)
+		}
+	}
+	return ctx, nil
 }
 
 // check returns nil when md carries the token (or none is required).
@@ -134,6 +167,47 @@ func (c *Credentials) recoverCall(method string, err *error) {
 		}
 		*err = status.Errorf(codes.Internal, "goray: internal error in %s: %v", method, r)
 	}
+}
+
+// markingCreds are a server's transport credentials with the accepted
+// connection in every connection's AuthInfo (markingInfo), so that the
+// token check can mark it authenticated.
+type markingCreds struct {
+	credentials.TransportCredentials
+}
+
+func (m markingCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	c, ai, err := m.TransportCredentials.ServerHandshake(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, markingInfo{AuthInfo: ai, raw: raw}, nil
+}
+
+func (m markingCreds) Clone() credentials.TransportCredentials {
+	return markingCreds{m.TransportCredentials.Clone()}
+}
+
+// markingInfo is the AuthInfo of a connection served with markingCreds:
+// the inner credentials' (TLSInfo with TLS; use Inner to read it) and the
+// connection as accepted.
+type markingInfo struct {
+	credentials.AuthInfo
+	raw net.Conn
+}
+
+// Inner returns the AuthInfo of the inner transport credentials.
+func (m markingInfo) Inner() credentials.AuthInfo { return m.AuthInfo }
+
+// GetCommonAuthInfo passes on the inner AuthInfo's security level, which
+// gRPC reads through this interface.
+func (m markingInfo) GetCommonAuthInfo() credentials.CommonAuthInfo {
+	if ci, ok := m.AuthInfo.(interface {
+		GetCommonAuthInfo() credentials.CommonAuthInfo
+	}); ok {
+		return ci.GetCommonAuthInfo()
+	}
+	return credentials.CommonAuthInfo{}
 }
 
 // splitCreds serves TLS on TCP connections and plain gRPC on unix sockets
