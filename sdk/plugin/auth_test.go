@@ -412,6 +412,7 @@ func TestAuthEnvironments(t *testing.T) {
 	const tok = "child-cluster-token"
 
 	refused := "refused"
+	serverNotAuth := "server not authenticated"
 	tests := []struct {
 		name string
 		env  []string
@@ -426,7 +427,8 @@ func TestAuthEnvironments(t *testing.T) {
 		{name: "token file", env: []string{auth.EnvTokenPath + "=" + tokenFile}, peer: fileToken,
 			want: childReport{PluginToPlugin: "ok", PluginToPluginUnix: "ok", GoodPeer: "ok", BadPeer: refused, NoTokenPeer: refused, ToGoodPeer: "ok"}},
 		{name: "disabled", env: []string{auth.EnvMode + "=" + auth.ModeDisabled, auth.EnvToken + "=" + tok}, peer: "",
-			want: childReport{PluginToPlugin: "ok", PluginToPluginUnix: "ok", GoodPeer: "ok", BadPeer: "ok", NoTokenPeer: "ok", ToGoodPeer: "ok"}},
+			// A peer with a token refuses a server that has none.
+			want: childReport{PluginToPlugin: "ok", PluginToPluginUnix: "ok", GoodPeer: "ok", BadPeer: serverNotAuth, NoTokenPeer: "ok", ToGoodPeer: "ok"}},
 		{name: "token and TLS", env: append([]string{auth.EnvToken + "=" + tok}, tlsEnv...), peer: tok,
 			want: childReport{PluginToPlugin: "ok tls", PluginToPluginUnix: "ok", GoodPeer: "ok tls", BadPeer: refused, NoTokenPeer: refused, ToGoodPeer: "ok tls"}},
 		{name: "bad mode", env: []string{auth.EnvToken + "=" + tok, auth.EnvMode + "=sometimes"}, peer: tok, wantAll: auth.EnvMode},
@@ -465,6 +467,10 @@ func TestAuthEnvironments(t *testing.T) {
 				case tt.wantAll != "":
 					if !strings.Contains(g, tt.wantAll) {
 						t.Errorf("%s: %q, want an error with %q", name, g, tt.wantAll)
+					}
+				case w == serverNotAuth:
+					if !strings.Contains(g, "client: "+auth.ErrServerNotAuthenticated.Error()) {
+						t.Errorf("%s: %q, want the client to refuse the server", name, g)
 					}
 				case w == refused:
 					if !strings.Contains(g, "server: "+auth.ErrRefused.Error()) || !strings.Contains(g, "client: "+auth.ErrRefused.Error()) {
