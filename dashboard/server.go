@@ -15,7 +15,12 @@
 // MaxHeaderBytes; each request's body must be read within RequestTimeout
 // (a handler that streams for longer, a binary upload or a followed log,
 // moves its own deadlines with http.ResponseController); JSON bodies are
-// limited by MaxJSONBody (ReadJSON).
+// limited by MaxJSONBody (ReadJSON). Connections are bounded as on every
+// goray listener (internal/connlimit): one on which no request has passed
+// the token check is closed after a few seconds (a browser on the public
+// login page reconnects), and such connections are capped per peer and in
+// total; a connection whose request passed the check is kept until
+// IdleTimeout.
 //
 // To mount more (the dashboard's pages, /api/state/...), call Handle
 // before Serve; see Server.Handle.
@@ -36,6 +41,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/connlimit"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -135,11 +141,13 @@ func Listen(o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the dashboard cannot listen on %s (dashboard { host, port } / --dashboard-host, --dashboard-port): %w", addr, err)
 	}
+	lis = connlimit.Wrap(lis, connlimit.Options{Name: "dashboard", Logger: log})
 	s := &Server{lis: lis, mux: http.NewServeMux(), public: http.NewServeMux(), log: log, done: make(chan struct{})}
 	tlsCfg := o.Auth.ServerTLSConfig()
 	s.tls = tlsCfg != nil
 	s.srv = &http.Server{
-		Handler:           withDeadlines(withPublic(s.public, o.Auth.HTTPHandler(sameOrigin(s.mux)))),
+		Handler:           withDeadlines(withPublic(s.public, o.Auth.HTTPHandler(connlimit.MarkHandler(sameOrigin(s.mux))))),
+		ConnContext:       connlimit.ConnContext,
 		ReadHeaderTimeout: ReadHeaderTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,

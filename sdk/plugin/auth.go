@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/connlimit"
 )
 
 // clusterCreds are the credentials the node put in this plugin's
@@ -36,8 +37,12 @@ func AuthenticateServer(conn net.Conn) (net.Conn, error) {
 	ac, err := c.ServerConn(conn)
 	if err != nil {
 		refusals.Log(refusalLogger(), auth.PeerHost(conn.RemoteAddr().String()), "refused a data connection", "error", err)
+		return ac, err
 	}
-	return ac, err
+	// The peer showed the token: a connection from Listen is no longer
+	// bounded as an unauthenticated one.
+	connlimit.Authenticated(conn)
+	return ac, nil
 }
 
 // refusals logs the refusals of AuthenticateServer.

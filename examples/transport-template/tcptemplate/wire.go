@@ -263,7 +263,9 @@ func (t *Transport) listen() (string, error) {
 	if t.ln != nil {
 		return t.addr, nil
 	}
-	ln, err := net.Listen("tcp", t.cfg.ListenAddress)
+	// plugin.Listen bounds the connections of peers that have not shown
+	// the cluster token yet (see handle's AuthenticateServer).
+	ln, err := plugin.Listen(context.Background(), "tcp", t.cfg.ListenAddress, t.log)
 	if err != nil {
 		return "", fmt.Errorf("data listener on listen_address %q: %w", t.cfg.ListenAddress, err)
 	}

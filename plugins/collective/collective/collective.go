@@ -476,7 +476,7 @@ func (t *Transport) listen() (string, error) {
 	if t.ln != nil {
 		return t.addr, nil
 	}
-	ln, err := net.Listen("tcp", t.cfg.listenAddr())
+	ln, err := plugin.Listen(context.Background(), "tcp", t.cfg.listenAddr(), t.log)
 	if err != nil {
 		return "", fmt.Errorf("data listener on %q: %w", t.cfg.listenAddr(), err)
 	}

@@ -250,8 +250,7 @@ func NewAgent(ctx context.Context, cfg Config, opts AgentOptions) (*Agent, error
 		}
 		return nil, err
 	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
+	ln, err := plugin.Listen(ctx, "tcp", cfg.Listen, a.log)
 	if err != nil {
 		return fail(fmt.Errorf("listen %q: %w", cfg.Listen, err))
 	}
