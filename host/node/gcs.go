@@ -15,6 +15,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/connlimit"
 	"github.com/goray-dev/goray/internal/metrics"
 	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/hashicorp/go-hclog"
@@ -112,6 +113,7 @@ func openGCS(ctx context.Context, addr string, st gcs.Storage, cfg *config.Node,
 		}
 		return nil, fmt.Errorf("GCS cannot listen on %s: %w", addr, err)
 	}
+	lis = connlimit.Wrap(lis, connlimit.Options{Name: "GCS", Logger: log})
 	// The GCS reserves placement group bundles on the raylets with the
 	// cluster's credentials.
 	reserver := gcs.NewRayletReserver(func(target string) (*grpc.ClientConn, error) { return rpc.Dial(target, creds) })

@@ -12,6 +12,7 @@ import (
 
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/connlimit"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/metrics"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -52,6 +53,10 @@ func (n *Node) listenMetrics() error {
 	if err != nil {
 		return fmt.Errorf("the metrics endpoint cannot listen on %s (metrics.port / --metrics-port): %w", addr, err)
 	}
+	// The metrics server does not mark its connections: they are bounded
+	// by the caps and its own read and idle timeouts (no deadline, which
+	// would cut a scraper's kept-alive connection).
+	lis = connlimit.Wrap(lis, connlimit.Options{Name: "metrics", Deadline: -1, Logger: n.log})
 	n.metrics = &nodeMetrics{reg: metrics.NewRegistry(""), lis: lis}
 	n.info.MetricsAddress = lis.Addr().String()
 	return nil

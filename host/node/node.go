@@ -26,6 +26,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/connlimit"
 	"github.com/goray-dev/goray/internal/gpu"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/metrics"
@@ -263,12 +264,17 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("the raylet cannot listen on %s:%d (raylet_port / --raylet-port): %w", nodeIP, cfg.RayletPort, err)
 	}
+	// Peers that have not shown the token are bounded on every TCP
+	// listener (internal/connlimit): a flood of idle connections cannot
+	// take the node's descriptors.
+	tcpLis = connlimit.Wrap(tcpLis, connlimit.Options{Name: "raylet gRPC", Logger: n.log})
 	n.info.RayletAddress = tcpLis.Addr().String()
 	dataLis, err := net.Listen("tcp", net.JoinHostPort(nodeIP, "0"))
 	if err != nil {
 		_ = tcpLis.Close()
 		return nil, fmt.Errorf("the raylet cannot listen on %s for object transfers: %w", nodeIP, err)
 	}
+	dataLis = connlimit.Wrap(dataLis, connlimit.Options{Name: "object data plane", Logger: n.log})
 	n.dataLis = dataLis
 	spill, err := n.spillConfig(ctx)
 	if err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/connlimit"
 	"github.com/goray-dev/goray/internal/ids"
 )
 
@@ -276,6 +277,10 @@ func (s *Server) Serve(lis net.Listener) {
 				s.log.Debug("object data connection refused", "peer", c.RemoteAddr(), "error", err)
 				return
 			}
+			// The peer showed the token: its connection no longer counts
+			// against the listener's bounds on unauthenticated ones
+			// (internal/connlimit; the node wraps the listener).
+			connlimit.Authenticated(c)
 			if err := s.serveConn(ac); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				s.log.Debug("object data connection ended", "peer", c.RemoteAddr(), "error", err)
 			}

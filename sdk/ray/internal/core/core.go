@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/connlimit"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/objstore"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
@@ -193,10 +194,12 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 		_ = lis.Close()
 		return fmt.Errorf("goray: listening on %s for other nodes: %w", ip, err)
 	}
-	cw.tcpLis = tcpLis
+	// Callers from other nodes must show the token: until they do, their
+	// connections are bounded (internal/connlimit).
+	cw.tcpLis = connlimit.Wrap(tcpLis, connlimit.Options{Name: "core worker gRPC", Logger: cw.log})
 	cw.server = grpc.NewServer(append(rpc.ServerOptions(cw.cfg.Auth), peerServerOptions()...)...)
 	pb.RegisterCoreWorkerServer(cw.server, &coreWorkerService{cw: cw})
-	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path, TcpAddr: tcpLis.Addr().String()}
+	cw.addr = &pb.Address{WorkerId: cw.id.Bytes(), UnixPath: path, TcpAddr: cw.tcpLis.Addr().String()}
 
 	cc, err := rpc.Dial(cw.cfg.RayletSocket, cw.cfg.Auth, peerDialOptions()...)
 	if err != nil {
@@ -248,7 +251,7 @@ func (cw *CoreWorker) start(ctx context.Context) error {
 	// the process knows its node, job, store and GCS.
 	cw.wg.Add(1)
 	go func() { defer cw.wg.Done(); _ = cw.server.Serve(lis) }()
-	go func() { defer cw.wg.Done(); _ = cw.server.Serve(tcpLis) }()
+	go func() { defer cw.wg.Done(); _ = cw.server.Serve(cw.tcpLis) }()
 	return nil
 }
 
