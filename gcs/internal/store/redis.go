@@ -63,10 +63,10 @@ type RedisTLS struct {
 // against the CA and the server name (OpenRedis wraps it).
 var ErrTLSVerify = errors.New("TLS verification of the Redis server's certificate failed")
 
-// ErrTLSRefused says the Redis server ended the TLS handshake: most often
-// it requires a client certificate and got none, or one its CA did not
-// sign.
-var ErrTLSRefused = errors.New("the Redis server refused the TLS handshake")
+// ErrTLSRefused says the Redis server refused the TLS connection, during
+// or right after the handshake: most often it requires a client
+// certificate and got none, or one its CA did not sign.
+var ErrTLSRefused = errors.New("the Redis server refused this client's TLS connection")
 
 // TLSFileError says a file of the Redis TLS settings cannot be used:
 // which setting, the path, and why.
@@ -155,20 +155,40 @@ func tlsDialer(cfg *tls.Config) func(ctx context.Context, network, addr string) 
 	}
 }
 
-// firstHandshake runs one TLS handshake with the server, so that a TLS
-// problem is reported at once and as it is, rather than after go-redis's
-// dial retries.
+// firstHandshake runs one TLS handshake with the server and sends it a
+// PING, so that a TLS problem is reported at once and as it is, rather
+// than after go-redis's dial retries. A server that requires a client
+// certificate refuses a client without one only after the handshake (TLS
+// 1.3): any answer to the PING (+PONG, or -NOAUTH before AUTH) says the
+// session was accepted, an error that it was not.
 func firstHandshake(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr string) error {
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
+	noAnswer := func(what string) error {
+		return fmt.Errorf("%w %s within %s: is %s the server's tls-port? (a Redis port without TLS does not answer a TLS handshake)", errNoTLSAnswer, what, handshakeTimeout, addr)
+	}
 	c, err := dial(hctx, "tcp", addr)
 	if err != nil {
 		if ctx.Err() == nil && hctx.Err() != nil {
-			return fmt.Errorf("%w within %s: is %s the server's tls-port? (a Redis port without TLS does not answer a TLS handshake)", errNoTLSAnswer, handshakeTimeout, addr)
+			return noAnswer("to the handshake")
 		}
 		return err
 	}
-	return c.Close()
+	defer c.Close()
+	stop := context.AfterFunc(hctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if _, err = c.Write([]byte("PING\r\n")); err == nil {
+		_, err = c.Read(make([]byte, 1))
+	}
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case hctx.Err() != nil:
+		return noAnswer("to a PING")
+	}
+	return fmt.Errorf("%w after the handshake (does it require a client certificate? set cert_file and key_file to one its CA signed): %w", ErrTLSRefused, err)
 }
 
 // explain makes a failed first call's error say what went wrong with TLS,
@@ -181,6 +201,8 @@ func explain(err error, opts RedisOptions) error {
 	var rec tls.RecordHeaderError
 	var op *net.OpError
 	switch {
+	case errors.Is(err, ErrTLSRefused) || errors.Is(err, errNoTLSAnswer):
+		// firstHandshake said it already.
 	case opts.TLS == nil:
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
 			return fmt.Errorf("%w (the server closed the connection: if it serves TLS only, configure gcs { redis { tls { ... } } })", err)

@@ -20,13 +20,17 @@ func clientTLS(srv *redistest.Server) *RedisTLS {
 	return &RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: srv.TLS.ClientKey}
 }
 
-// otherCA makes a CA that signed nothing of the server's.
+// otherCA makes a CA that signed nothing of the server's, and a client
+// certificate it signed; it returns the CA's directory.
 func otherCA(t *testing.T) string {
 	dir := t.TempDir()
 	if err := auth.CreateCA(dir, "another CA", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Join(dir, auth.CAFile)
+	if _, _, err := auth.IssueCert(dir, dir, "client", nil, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // TestRedisTLS: the store works over TLS with a real redis-server (and
@@ -71,8 +75,11 @@ func TestRedisTLS(t *testing.T) {
 		must(t, r.Close())
 	})
 
+	other := otherCA(t)
 	wrongCA := clientTLS(required)
-	wrongCA.CAFile = otherCA(t)
+	wrongCA.CAFile = filepath.Join(other, auth.CAFile)
+	otherCert := clientTLS(required)
+	otherCert.CertFile, otherCert.KeyFile = filepath.Join(other, "client.pem"), filepath.Join(other, "client-key.pem")
 	wrongName := clientTLS(required)
 	wrongName.ServerName = "redis.example"
 	noCert := clientTLS(required)
@@ -86,7 +93,8 @@ func TestRedisTLS(t *testing.T) {
 	}{
 		{"wrong CA", required, wrongCA, ErrTLSVerify, []string{"TLS verification", "ca_file", "unknown authority"}},
 		{"wrong server name", required, wrongName, ErrTLSVerify, []string{"TLS verification", "server_name", "redis.example"}},
-		{"no client certificate where it is required", required, noCert, ErrTLSRefused, []string{"refused the TLS handshake", "cert_file"}},
+		{"no client certificate where it is required", required, noCert, ErrTLSRefused, []string{"refused this client's TLS connection", "cert_file"}},
+		{"client certificate from another CA", required, otherCert, ErrTLSRefused, []string{"refused this client's TLS connection"}},
 		{"plaintext to the TLS port", required, nil, nil, []string{"closed the connection", "TLS only", "tls {"}},
 		{"TLS to a plaintext port", plain, clientTLS(required), nil, []string{"no TLS answer", "tls-port"}},
 	} {
