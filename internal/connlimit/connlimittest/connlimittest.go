@@ -144,6 +144,7 @@ type Flood struct {
 	mu       sync.Mutex
 	opened   int // connections opened, ever
 	closedBy int // connections the server closed or refused
+	held     int // of those, closed after SlowEvery or more
 }
 
 // SlowEvery is the pace of a slow connection's bytes.
@@ -166,7 +167,7 @@ func StartFlood(ctx context.Context, addrs []string, idle, slow int) *Flood {
 
 // reopenPause spaces a flood connection's reconnections, so that a server
 // refusing at once is not dialled in a tight loop on a shared machine.
-const reopenPause = 100 * time.Millisecond
+const reopenPause = 500 * time.Millisecond
 
 func (f *Flood) hold(ctx context.Context, addr string, slow bool) {
 	defer f.wg.Done()
@@ -211,22 +212,28 @@ func (f *Flood) keep(ctx context.Context, c net.Conn, slow bool) {
 		})
 	}
 	// The server closing the connection ends the read.
+	start := time.Now()
 	_, _ = io.Copy(io.Discard, c)
+	lived := time.Since(start)
 	close(done)
 	wg.Wait()
 	if ctx.Err() == nil {
 		f.mu.Lock()
 		f.closedBy++
+		if lived >= SlowEvery {
+			f.held++
+		}
 		f.mu.Unlock()
 	}
 }
 
-// Counts returns how many connections the flood opened and how many of
-// them the server closed.
-func (f *Flood) Counts() (opened, closedByServer int) {
+// Counts returns how many connections the flood opened, how many of them
+// the server closed, and how many of those it closed after holding them
+// for SlowEvery or more (at a deadline, rather than refusing them).
+func (f *Flood) Counts() (opened, closedByServer, heldThenClosed int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.opened, f.closedBy
+	return f.opened, f.closedBy, f.held
 }
 
 // Stop closes every connection and waits for the flood's goroutines.
