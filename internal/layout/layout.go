@@ -73,7 +73,7 @@ var Rules = []Rule{
 	{
 		Why:  "plugin SDKs and plugins build only on the plugin SDKs and the plugin protocols, never on the runtime",
 		From: pluginTier, Deny: runtime,
-		Allow: []string{"internal/proto/...", "internal/auth", "internal/segtrack"},
+		Allow: []string{"internal/proto/...", "internal/auth", "internal/connlimit", "internal/segtrack"},
 	},
 	{
 		Why:  "plugins are separate programs: they import the SDKs, not each other's code or internal libraries",
