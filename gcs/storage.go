@@ -44,9 +44,28 @@ type Storage struct {
 	RedisPassword string `json:"-"`
 	RedisDB       int    `json:"redis_db,omitempty"`
 	RedisPrefix   string `json:"redis_prefix,omitempty"`
+	// RedisTLS, when not nil, reaches the Redis server over TLS.
+	RedisTLS *RedisTLS `json:"redis_tls,omitempty"`
 	// Fresh discards what the storage holds before the GCS starts: a new
 	// cluster (new id, empty tables) instead of resuming the stored one.
 	Fresh bool `json:"fresh,omitempty"`
+}
+
+// RedisTLS says how the GCS reaches its Redis server over TLS (1.2 or
+// later): PEM files by path (the key is read by the GCS process itself,
+// and must be readable by its owner only) and the name the server's
+// certificate must be for.
+type RedisTLS struct {
+	// CAFile is the CA certificate that signed the server's; "" trusts
+	// the system's roots.
+	CAFile string `json:"ca_file,omitempty"`
+	// CertFile and KeyFile are the client certificate and its key, for a
+	// server that requires one (both or neither).
+	CertFile string `json:"cert_file,omitempty"`
+	KeyFile  string `json:"key_file,omitempty"`
+	// ServerName is the name the server's certificate must be for; ""
+	// means the host of RedisAddress.
+	ServerName string `json:"server_name,omitempty"`
 }
 
 // String describes the storage without its password.
@@ -55,6 +74,9 @@ func (st Storage) String() string {
 	case BackendBolt:
 		return "bolt " + st.Path
 	case BackendRedis:
+		if st.RedisTLS != nil {
+			return "redis " + st.RedisAddress + " (TLS)"
+		}
 		return "redis " + st.RedisAddress
 	default:
 		return "memory (not durable)"
@@ -72,7 +94,11 @@ func openStore(ctx context.Context, st Storage) (store.Store, error) {
 		}
 		return store.OpenBolt(st.Path)
 	case BackendRedis:
-		return store.OpenRedis(ctx, store.RedisOptions{Address: st.RedisAddress, Username: st.RedisUsername, Password: st.RedisPassword, DB: st.RedisDB, Prefix: st.RedisPrefix})
+		ro := store.RedisOptions{Address: st.RedisAddress, Username: st.RedisUsername, Password: st.RedisPassword, DB: st.RedisDB, Prefix: st.RedisPrefix}
+		if t := st.RedisTLS; t != nil {
+			ro.TLS = &store.RedisTLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName}
+		}
+		return store.OpenRedis(ctx, ro)
 	default:
 		return nil, fmt.Errorf("GCS storage: unknown backend %q (want %s, %s or %s)", st.Backend, BackendMemory, BackendBolt, BackendRedis)
 	}

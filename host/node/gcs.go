@@ -84,10 +84,26 @@ func gcsStorage(cfg *config.Node, embedded, fresh bool) (gcs.Storage, error) {
 		r := cfg.GCS.Redis
 		st.Backend = gcs.BackendRedis
 		st.RedisAddress, st.RedisUsername, st.RedisPassword, st.RedisDB, st.RedisPrefix = r.Address, r.Username, r.Password, r.DB, r.Prefix
+		if t := r.TLS; t.Enabled {
+			// Paths only (made absolute, so that they mean the same to a
+			// process started elsewhere): the GCS reads the files itself.
+			st.RedisTLS = &gcs.RedisTLS{CAFile: absFile(t.CAFile), CertFile: absFile(t.CertFile), KeyFile: absFile(t.KeyFile), ServerName: t.ServerName}
+		}
 	default:
 		return st, fmt.Errorf("GCS storage: unknown backend %q", backend)
 	}
 	return st, nil
+}
+
+// absFile makes a non-empty path absolute (unchanged when that fails).
+func absFile(p string) string {
+	if p == "" {
+		return p
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // gcsServer is a GCS serving on a listener: what a head runs in its own
