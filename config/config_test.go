@@ -111,7 +111,8 @@ func TestLoadFullFile(t *testing.T) {
 		GCS: GCS{
 			Storage:          "redis",
 			ReconnectTimeout: 30 * time.Second,
-			Redis:            Redis{Address: "127.0.0.1:6379", Username: "goray", Password: "full-hcl-password", DB: 1, Prefix: "demo"},
+			Redis: Redis{Address: "127.0.0.1:6379", Username: "goray", Password: "full-hcl-password", DB: 1, Prefix: "demo",
+				TLS: RedisTLS{Enabled: true, ServerName: "localhost"}},
 		},
 		MemoryMonitor: MemoryMonitor{UsageThreshold: 0.95, RefreshInterval: 250 * time.Millisecond},
 		TensorPool:    TensorPool{MaxMemory: DefaultTensorPoolMaxMemory, IdleTimeout: DefaultTensorPoolIdleTimeout},

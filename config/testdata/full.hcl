@@ -81,5 +81,8 @@ gcs {
     password = "full-hcl-password" # better: $GORAY_GCS_REDIS_PASSWORD
     db       = 1
     prefix   = "demo"
+    tls {
+      server_name = "localhost" # the system's roots verify the server
+    }
   }
 }
