@@ -38,7 +38,9 @@ var reservedResources = []string{resources.CPU, resources.GPU, resources.Memory,
 // sha256 pins are hex digests, node types are unique and have min_workers
 // <= max_workers, and the gcs block names a known storage, a Redis server
 // (host:port) when the storage is "redis", a db >= 0, a prefix without
-// whitespace and a positive reconnect_timeout. Warnings: a redis block
+// whitespace, Redis TLS files that exist and fit together (a CA holding
+// a certificate, a certificate with its key, the key owner-only) and a
+// positive reconnect_timeout. Warnings: a redis block
 // while the storage is not "redis", and storage or redis on a node that is
 // not the head (only the head's GCS uses them).
 //
