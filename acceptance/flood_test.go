@@ -53,6 +53,22 @@ func procStatusKB(t *testing.T, pid int, field string) int64 {
 	return 0
 }
 
+// nofile returns the soft and hard RLIMIT_NOFILE of process pid.
+func nofile(t *testing.T, pid int) (soft, hard string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "limits"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(strings.TrimPrefix(l, "Max open files")); len(f) >= 2 && strings.HasPrefix(l, "Max open files") {
+			return f[0], f[1]
+		}
+	}
+	t.Fatalf("no open files limit in /proc/%d/limits:\n%s", pid, b)
+	return "", ""
+}
+
 // TestFloodHeldNodeServes: a flood of idle connections and of connections
 // sending a byte a second to a node's raylet gRPC port and its object data
 // plane, from one peer, held beside a running job: the node's descriptor
@@ -79,6 +95,17 @@ func TestFloodHeldNodeServes(t *testing.T) {
 		t.Fatalf("nodes: %v, %v", nodes.GetNodes(), err)
 	}
 	info := nodes.GetNodes()[0].GetInfo()
+	// The node and the GCS run with their descriptor soft limit raised to
+	// the hard one (Go's runtime does it at start, to hard - 1; see
+	// docs/security.md).
+	for _, pid := range []int{h.pid, h.gcsInfo(t).GCSPid} {
+		soft, hard := nofile(t, pid)
+		s, serr := strconv.ParseUint(soft, 10, 64)
+		hd, herr := strconv.ParseUint(hard, 10, 64)
+		if soft != hard && (serr != nil || herr != nil || s+1 < hd) {
+			t.Errorf("process %d runs with RLIMIT_NOFILE %s of %s", pid, soft, hard)
+		}
+	}
 	targets := []string{info.GetRayletTcp(), info.GetObjectAddr()}
 
 	// The caps bound what one peer holds on each listener; the rest is

@@ -62,10 +62,15 @@ func HugeHeaders(ctx context.Context, conn net.Conn, block []byte) (Outcome, err
 	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
 		return "", err
 	}
-	fr := http2.NewFramer(conn, conn)
+	// Two framers, one writing the call and one reading the answers
+	// (and acknowledging settings); a framer writes each frame with one
+	// Write, which the lock keeps whole.
+	w := &lockedWriter{w: conn}
+	fw := http2.NewFramer(w, nil)
+	fr := http2.NewFramer(w, conn)
 	fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	fr.MaxHeaderListSize = 1 << 20
-	if err := fr.WriteSettings(); err != nil {
+	if err := fw.WriteSettings(); err != nil {
 		return "", err
 	}
 	// Write while reading: the server may reset the stream or the
@@ -74,14 +79,14 @@ func HugeHeaders(ctx context.Context, conn net.Conn, block []byte) (Outcome, err
 	go func() {
 		const chunk = 16 << 10 // the default SETTINGS_MAX_FRAME_SIZE
 		first := block[:min(chunk, len(block))]
-		err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndHeaders: len(first) == len(block)})
+		err := fw.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: first, EndHeaders: len(first) == len(block)})
 		for rest := block[len(first):]; err == nil && len(rest) > 0; {
 			n := min(chunk, len(rest))
-			err = fr.WriteContinuation(1, n == len(rest), rest[:n])
+			err = fw.WriteContinuation(1, n == len(rest), rest[:n])
 			rest = rest[n:]
 		}
 		if err == nil {
-			err = fr.WriteData(1, true, []byte{0, 0, 0, 0, 0})
+			err = fw.WriteData(1, true, []byte{0, 0, 0, 0, 0})
 		}
 		werr <- err
 	}()
@@ -99,6 +104,18 @@ func HugeHeaders(ctx context.Context, conn net.Conn, block []byte) (Outcome, err
 		return Reset, nil
 	}
 	return out, err
+}
+
+// lockedWriter serialises the writes of two framers.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // readAnswer reads frames until the server answers stream 1 or ends the
