@@ -59,6 +59,9 @@ func SetDefaultDeadline(d time.Duration) (restore func()) {
 	return func() { defaultDeadline.Store(old) }
 }
 
+// processFDLimit is fdLimit, replaced by tests.
+var processFDLimit = fdLimit
+
 // Options configure a wrapped listener. The zero value means the defaults.
 type Options struct {
 	// Name says which listener it is in log lines ("raylet gRPC").
@@ -69,7 +72,9 @@ type Options struct {
 	// connections and bound them with their own timeouts).
 	Deadline time.Duration
 	// PerPeer and Total cap the unauthenticated connections of one peer
-	// and of the listener (0: DefaultPerPeer, DefaultTotal).
+	// and of the listener (0: DefaultPerPeer; DefaultTotal, or an eighth
+	// of the process's descriptor limit when that is less, at least
+	// PerPeer).
 	PerPeer, Total int
 	// Logger receives the refusal lines (nil: none).
 	Logger hclog.Logger
@@ -101,6 +106,9 @@ func Wrap(lis net.Listener, opts Options) *Listener {
 	}
 	if opts.Total <= 0 {
 		opts.Total = DefaultTotal
+		if n := processFDLimit() / 8; n > 0 && n < opts.Total {
+			opts.Total = max(n, opts.PerPeer)
+		}
 	}
 	if opts.Name == "" {
 		opts.Name = lis.Addr().String()

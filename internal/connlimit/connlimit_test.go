@@ -285,3 +285,23 @@ func TestPeerKey(t *testing.T) {
 		}
 	}
 }
+
+func TestDefaultTotalFollowsFDLimit(t *testing.T) {
+	defer func(f func() int) { processFDLimit = f }(processFDLimit)
+	for _, tc := range []struct {
+		limit, perPeer, want int
+	}{
+		{0, 0, DefaultTotal},       // unknown
+		{1 << 20, 0, DefaultTotal}, // plenty
+		{4096, 0, 512},             // an eighth of it
+		{256, 0, DefaultPerPeer},   // never below the per-peer cap
+		{4096, 16, 512},            // the caller's per-peer cap
+		{100, 4, 12},               // a tiny limit
+	} {
+		processFDLimit = func() int { return tc.limit }
+		l := Wrap(&net.TCPListener{}, Options{Name: "x", PerPeer: tc.perPeer})
+		if l.opts.Total != tc.want {
+			t.Errorf("descriptor limit %d, per peer %d: total cap %d, want %d", tc.limit, tc.perPeer, l.opts.Total, tc.want)
+		}
+	}
+}
