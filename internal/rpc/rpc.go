@@ -51,7 +51,10 @@ func DialOptions(target string, creds *auth.Credentials) []grpc.DialOption {
 }
 
 // ServerOptions are the gRPC options for every goray server: the message
-// limits and buffers, and creds' token check, panic recovery and TLS.
+// limits and buffers, and creds' token check, header list limit, panic
+// recovery and TLS. A call that passes the token check marks its
+// connection authenticated: serve TCP on a listener wrapped with
+// internal/connlimit, so that connections that never do are bounded.
 func ServerOptions(creds *auth.Credentials) []grpc.ServerOption {
 	return append(creds.ServerOptions(),
 		grpc.MaxRecvMsgSize(MaxMessageSize),
