@@ -164,13 +164,10 @@ func tlsDialer(cfg *tls.Config) func(ctx context.Context, network, addr string) 
 func firstHandshake(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr string) error {
 	hctx, cancel := context.WithTimeout(ctx, handshakeTimeout)
 	defer cancel()
-	noAnswer := func(what string) error {
-		return fmt.Errorf("%w %s within %s: is %s the server's tls-port? (a Redis port without TLS does not answer a TLS handshake)", errNoTLSAnswer, what, handshakeTimeout, addr)
-	}
 	c, err := dial(hctx, "tcp", addr)
 	if err != nil {
 		if ctx.Err() == nil && hctx.Err() != nil {
-			return noAnswer("to the handshake")
+			return fmt.Errorf("%w to the handshake within %s: is %s the server's tls-port? (a Redis port without TLS does not answer a TLS handshake)", errNoTLSAnswer, handshakeTimeout, addr)
 		}
 		return err
 	}
@@ -186,7 +183,7 @@ func firstHandshake(ctx context.Context, dial func(context.Context, string, stri
 	case ctx.Err() != nil:
 		return ctx.Err()
 	case hctx.Err() != nil:
-		return noAnswer("to a PING")
+		return fmt.Errorf("%w: the server at %s took the TLS handshake but did not answer a PING within %s", errNoTLSAnswer, addr, handshakeTimeout)
 	}
 	return fmt.Errorf("%w after the handshake (does it require a client certificate? set cert_file and key_file to one its CA signed): %w", ErrTLSRefused, err)
 }
