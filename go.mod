@@ -3,6 +3,7 @@ module github.com/goray-dev/goray
 go 1.26.8
 
 require (
+	github.com/DeRuina/timberjack v1.4.10
 	github.com/NVIDIA/go-nvml v0.13.0-1
 	github.com/agext/levenshtein v1.2.1
 	github.com/aws/aws-sdk-go-v2 v1.48.0

@@ -76,6 +76,8 @@ type Node struct {
 	// TensorPool configures the node's pool of tensor segments (the
 	// tensor_pool block).
 	TensorPool TensorPool
+	// Logs bounds the node's log files (the logs block).
+	Logs Logs
 
 	// Labels are attached to the node and shown in status.
 	Labels map[string]string

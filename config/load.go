@@ -162,6 +162,7 @@ var rootSchema = &hcl.BodySchema{
 		{Type: "dashboard"},
 		{Type: "memory_monitor"},
 		{Type: "tensor_pool"},
+		{Type: "logs"},
 		{Type: "plugin", LabelNames: []string{"kind", "name"}},
 		{Type: "node_type", LabelNames: []string{"name"}},
 	},
@@ -322,13 +323,14 @@ func (d *decoder) root(body hcl.Body) {
 		}
 	}
 
-	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls", "gcs", "metrics", "dashboard", "memory_monitor", "tensor_pool")
+	single := d.singletons(c.Blocks, "head", "resources", "object_store", "worker_pool", "health_check", "spilling", "auth", "tls", "gcs", "metrics", "dashboard", "memory_monitor", "tensor_pool", "logs")
 	d.security(single["auth"], single["tls"])
 	d.gcs(single["gcs"])
 	d.metrics(single["metrics"])
 	d.dashboard(single["dashboard"])
 	d.memoryMonitor(single["memory_monitor"])
 	d.tensorPool(single["tensor_pool"])
+	d.logs(single["logs"])
 
 	topAddr := c.Attributes["address"]
 	if hb := single["head"]; hb != nil {

@@ -99,6 +99,7 @@ func (v *validator) node() {
 	v.observability()
 	v.memoryMonitor()
 	v.tensorPool()
+	v.logs()
 	v.port(keyPort, "port", n.Port)
 	v.port(keyRayletPort, "raylet_port", n.RayletPort)
 	if n.NodeIP != "" && net.ParseIP(n.NodeIP) == nil {

@@ -38,6 +38,7 @@ import (
 
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/digest"
+	"github.com/goray-dev/goray/internal/logrotate"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/plugin/hclspec"
 )
@@ -126,6 +127,10 @@ type Options struct {
 	// plugin-<kind>-<name>.log, across restarts; the lines also reach
 	// Logger.
 	LogDir string
+	// LogLimits bound each plugin's log file in LogDir: it rotates at
+	// LogLimits.MaxFileSize, keeping LogLimits.MaxFiles rotated copies
+	// (zero: internal/logrotate's defaults).
+	LogLimits logrotate.Limits
 	// SocketDir is where go-plugin creates the plugins' unix sockets
 	// (default: the system's temporary directory). Keep it short: socket
 	// paths are limited to 107 bytes.
@@ -339,7 +344,7 @@ type instance struct {
 	cfg      map[string]any
 
 	mu        sync.Mutex
-	logFile   *os.File // LogDir's file of this plugin, or nil
+	logFile   io.WriteCloser // LogDir's file of this plugin (rotating), or nil
 	state     string
 	proc      *proc
 	version   string
@@ -480,8 +485,8 @@ func (in *instance) start(ctx context.Context) hcl.Diagnostics {
 		}
 	}
 	if m.opts.LogDir != "" {
-		f, err := os.OpenFile(filepath.Join(m.opts.LogDir, LogFileName(b.Kind, b.Name)), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-		if err != nil {
+		f := logrotate.Open(filepath.Join(m.opts.LogDir, LogFileName(b.Kind, b.Name)), m.opts.LogLimits)
+		if _, err := f.Write(nil); err != nil {
 			return in.fail(in.errDiag("Plugin log file", err))
 		}
 		in.mu.Lock()

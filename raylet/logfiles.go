@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/goray-dev/goray/internal/logrotate"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/raylet/internal/logfiles"
 )
@@ -41,28 +42,15 @@ func (s *logFilesService) ListLogs(ctx context.Context, req *gorayv1.ListLogsReq
 	return rep, nil
 }
 
-// ReadLog streams one log file (its last lines, then what is appended).
+// ReadLog streams one log (its last lines, then what is appended), across
+// its rotated files (internal/logrotate).
 func (s *logFilesService) ReadLog(req *gorayv1.ReadLogRequest, stream gorayv1.LogFiles_ReadLogServer) error {
 	if req.GetTailLines() < 0 {
 		return status.Errorf(codes.InvalidArgument, "read log %q: tail_lines %d is negative", req.GetName(), req.GetTailLines())
 	}
-	f, err := s.dir().Open(req.GetName())
-	switch {
-	case errors.Is(err, logfiles.ErrBadName), errors.Is(err, logfiles.ErrNotLog):
+	dir := s.dir()
+	if err := logfiles.CheckName(req.GetName()); err != nil {
 		return status.Errorf(codes.InvalidArgument, "read log: %v", err)
-	case errors.Is(err, os.ErrNotExist):
-		return status.Errorf(codes.NotFound, "read log: %v (in %s of node %s)", err, s.dir(), s.r.cfg.NodeID.Short())
-	case err != nil:
-		return status.Errorf(codes.Internal, "read log: %v", err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return status.Errorf(codes.Internal, "read log: %v", err)
-	}
-	offset, err := logfiles.TailOffset(f, fi.Size(), req.GetTailLines())
-	if err != nil {
-		return status.Errorf(codes.Internal, "read log %s: %v", req.GetName(), err)
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -73,11 +61,30 @@ func (s *logFilesService) ReadLog(req *gorayv1.ReadLogRequest, stream gorayv1.Lo
 		case <-ctx.Done():
 		}
 	}()
-	err = logfiles.Stream(ctx, f, offset, req.GetFollow(), func(b []byte) error {
+	sent := false
+	err := logrotate.Read(ctx, filepath.Join(string(dir), req.GetName()), logrotate.ReadOptions{
+		Tail: req.GetTailLines(), Follow: req.GetFollow(), Poll: logfiles.PollInterval,
+		// Every file is opened by its plain name in the directory, with
+		// the confinement of logfiles (no symbolic link, regular files).
+		Open: func(path string) (*os.File, error) { return dir.Open(filepath.Base(path)) },
+	}, func(b []byte) error {
+		sent = true
 		return stream.Send(&gorayv1.LogChunk{Data: b})
 	})
-	if err == nil && isClosed(s.r.closing) && stream.Context().Err() == nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, logfiles.ErrBadName), errors.Is(err, logfiles.ErrNotLog):
+		return status.Errorf(codes.InvalidArgument, "read log: %v", err)
+	case errors.Is(err, os.ErrNotExist) && !sent:
+		return status.Errorf(codes.NotFound, "read log: %v (in %s of node %s)", err, dir, s.r.cfg.NodeID.Short())
+	default:
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return status.Errorf(codes.Internal, "read log %s: %v", req.GetName(), err)
+	}
+	if isClosed(s.r.closing) && stream.Context().Err() == nil {
 		return status.Errorf(codes.Unavailable, "node %s is shutting down", s.r.cfg.NodeID.Short())
 	}
-	return err
+	return nil
 }

@@ -137,7 +137,7 @@ func (fw *logForwarder) jobLocked(job, driverNode ids.ID) *jobLogs {
 // them to its log files (files) and to the driver of job. It takes
 // ownership of rd and files; wait for the returned output before the
 // worker's end is reported.
-func (fw *logForwarder) attach(job, driverNode, worker ids.ID, pid int, rd, files [2]*os.File) (*workerStreams, error) {
+func (fw *logForwarder) attach(job, driverNode, worker ids.ID, pid int, rd [2]*os.File, files [2]io.WriteCloser) (*workerStreams, error) {
 	ws := &workerStreams{}
 	origin := &lineOrigin{worker: worker, pid: int32(pid)}
 	var streams []*outStream
@@ -398,7 +398,7 @@ type outStream struct {
 	fw     *logForwarder
 	rd     *os.File // the pipe's read end (non-blocking)
 	rc     syscall.RawConn
-	file   *os.File // the worker's log file
+	file   io.WriteCloser // the worker's log file (rotating)
 	w      *bufio.Writer
 	stderr bool
 	prefix string // for Config.WorkerOutput

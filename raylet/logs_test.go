@@ -74,7 +74,7 @@ func TestForwarderSlowDriver(t *testing.T) {
 		}
 		rd[i], wr[i], files[i] = r, w, f
 	}
-	ws, err := fw.attach(job, ids.New(), worker, 42, rd, files)
+	ws, err := fw.attach(job, ids.New(), worker, 42, rd, [2]io.WriteCloser{files[0], files[1]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestForwarderEndJobStopsSender(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ws, err := fw.attach(job, ids.New(), ids.New(), 7, [2]*os.File{r, r2}, files)
+	ws, err := fw.attach(job, ids.New(), ids.New(), 7, [2]*os.File{r, r2}, [2]io.WriteCloser{files[0], files[1]})
 	if err != nil {
 		t.Fatal(err)
 	}

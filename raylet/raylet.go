@@ -103,6 +103,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/logrotate"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/recvseg"
 	"github.com/goray-dev/goray/internal/resources"
@@ -193,6 +194,10 @@ type Config struct {
 	Logger hclog.Logger
 	// LogLevel is passed to workers as GORAY_LOG_LEVEL.
 	LogLevel string
+	// LogLimits bound each worker's .out and .err files: they rotate at
+	// LogLimits.MaxFileSize and keep LogLimits.MaxFiles rotated copies
+	// (zero: internal/logrotate's defaults, Ray's).
+	LogLimits logrotate.Limits
 	// WorkerOutput, when set, also receives every line workers print on
 	// stdout and stderr, prefixed with "(worker <short id> pid=N) " (a
 	// copy for tests; drivers get their workers' lines by subscribing,

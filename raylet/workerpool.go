@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,8 +23,10 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/logrotate"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/workerenv"
 )
 
 // workerState is where a worker is in its life.
@@ -177,7 +181,7 @@ type workerDeath struct {
 // outputReader reads a worker's stdout and stderr pipes (rd) into its log
 // files and to its job's driver (logForwarder.attach).
 type outputReader interface {
-	attach(job, driverNode, worker ids.ID, pid int, rd, files [2]*os.File) (*workerStreams, error)
+	attach(job, driverNode, worker ids.ID, pid int, rd [2]*os.File, files [2]io.WriteCloser) (*workerStreams, error)
 }
 
 type spawnRequest struct {
@@ -590,7 +594,7 @@ func (p *workerPool) runWorker(w *worker) {
 	var streams *workerStreams
 	if p.output != nil {
 		driverNode, _ := ids.FromBytes(w.job.info.GetDriverNodeId())
-		streams, err = p.output.attach(w.job.id, driverNode, w.id, pid, [2]*os.File(out.readers), [2]*os.File(out.files))
+		streams, err = p.output.attach(w.job.id, driverNode, w.id, pid, [2]*os.File(out.readers), [2]io.WriteCloser(out.files))
 		if err != nil {
 			p.log.Warn("worker output is not read", "worker_id", w.id, "error", err)
 		}
@@ -616,9 +620,9 @@ func (p *workerPool) runWorker(w *worker) {
 // workerOutput holds a worker's log files and the pipes of its stdout
 // and stderr until the pool's output reader takes them.
 type workerOutput struct {
-	files   []*os.File // log files
-	child   []*os.File // pipe write ends given to the child
-	readers []*os.File // pipe read ends
+	files   []io.WriteCloser // log files (rotating: internal/logrotate)
+	child   []*os.File       // pipe write ends given to the child
+	readers []*os.File       // pipe read ends
 }
 
 func (o *workerOutput) closeChildEnds() {
@@ -666,12 +670,7 @@ func (p *workerPool) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 	out := &workerOutput{}
 	for _, ext := range []string{"out", "err"} {
 		path := filepath.Join(p.logDir, fmt.Sprintf("worker-%s.%s", w.id, ext))
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			out.closeAll()
-			return nil, nil, fmt.Errorf("opening worker log: %w", err)
-		}
-		out.files = append(out.files, f)
+		out.files = append(out.files, logrotate.Open(path, p.cfg.LogLimits))
 	}
 	if p.output == nil {
 		cmd.Stdout, cmd.Stderr = out.files[0], out.files[1]
@@ -715,6 +714,8 @@ func (p *workerPool) workerEnv(w *worker, forwarded []string) []string {
 		EnvJobID+"="+w.job.id.String(),
 		EnvSessionDir+"="+p.cfg.SessionDir,
 		EnvLogLevel+"="+p.cfg.LogLevel,
+		workerenv.LogMaxFileSize+"="+strconv.FormatInt(p.cfg.LogLimits.MaxFileSize, 10),
+		workerenv.LogMaxFiles+"="+strconv.Itoa(p.cfg.LogLimits.MaxFiles),
 		EnvNodeIP+"="+nodeIP(p.cfg),
 	)
 }

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/goray-dev/goray/dashboard"
 	"github.com/goray-dev/goray/internal/digest"
+	"github.com/goray-dev/goray/internal/logrotate"
 )
 
 // Routes of the job API (net/http ServeMux patterns).
@@ -218,16 +220,6 @@ func (h *handlers) logs(w http.ResponseWriter, r *http.Request) {
 		fail(w, err)
 		return
 	}
-	f, err := os.Open(j.LogFile)
-	if errors.Is(err, os.ErrNotExist) {
-		f = nil // not started yet, or its driver never ran
-	} else if err != nil {
-		fail(w, err)
-		return
-	}
-	if f != nil {
-		defer f.Close()
-	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	// A long log, or a followed one, may take a while: no read deadline
@@ -238,36 +230,39 @@ func (h *handlers) logs(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
 	out := &deadlineWriter{w: w, rc: rc, idle: h.writeIdle}
+	// The log is read across its rotated files (internal/logrotate).
+	send := func(b []byte) error {
+		if _, err := out.Write(b); err != nil {
+			return err
+		}
+		return out.Flush()
+	}
+	ctx := r.Context()
 	if !follow {
-		if f != nil {
-			_, _ = io.Copy(out, f)
+		sent := false
+		err := logrotate.Read(ctx, j.LogFile, logrotate.ReadOptions{}, func(b []byte) error {
+			sent = true
+			_, err := out.Write(b)
+			return err
+		})
+		if err != nil && !sent && !errors.Is(err, os.ErrNotExist) { // not started yet, or its driver never ran: empty
+			fail(w, err)
 		}
 		return
 	}
 	w.WriteHeader(http.StatusOK)
+	if err := out.Flush(); err != nil {
+		return
+	}
+	// Until the driver started, there is no file yet.
 	tick := time.NewTicker(followPoll)
 	defer tick.Stop()
 	for {
-		if f == nil {
-			if g, err := os.Open(j.LogFile); err == nil {
-				f = g
-				defer g.Close()
-			}
-		}
-		if f != nil {
-			if _, err := io.Copy(out, f); err != nil {
-				return
-			}
-		}
-		if err := out.Flush(); err != nil {
-			return
-		}
-		if j.Status.Terminal() {
-			// The driver is gone: what was copied is all there is.
-			return
+		if _, err := os.Stat(j.LogFile); err == nil || j.Status.Terminal() {
+			break
 		}
 		select {
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			return
 		case <-changed:
 			if j, changed, err = h.s.Watch(id); err != nil {
@@ -276,6 +271,27 @@ func (h *handlers) logs(w http.ResponseWriter, r *http.Request) {
 		case <-tick.C:
 		}
 	}
+	// Follow until the job is over: then what the log holds is sent.
+	over := make(chan struct{})
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func(j Job, changed <-chan struct{}) {
+		defer close(over)
+		for !j.Status.Terminal() {
+			select {
+			case <-fctx.Done():
+				return
+			case <-changed:
+				var err error
+				if j, changed, err = h.s.Watch(id); err != nil {
+					return // deleted
+				}
+			}
+		}
+	}(j, changed)
+	_ = logrotate.Read(fctx, j.LogFile, logrotate.ReadOptions{Follow: true, Poll: followPoll, Until: over}, send)
+	cancel()
+	<-over
 }
 
 // deadlineWriter sets the connection's write deadline idle ahead before

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/digest"
+	"github.com/goray-dev/goray/internal/logrotate"
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/hashicorp/go-hclog"
 )
@@ -119,6 +121,10 @@ type Options struct {
 	Environ []string
 	// Logger receives the supervisor's logs.
 	Logger hclog.Logger
+	// LogLimits bound each driver's log file: it rotates at
+	// LogLimits.MaxFileSize, keeping LogLimits.MaxFiles rotated copies
+	// (zero: internal/logrotate's defaults).
+	LogLimits logrotate.Limits
 }
 
 // Supervisor runs jobs as driver processes. mu guards jobs, dirty and
@@ -451,7 +457,10 @@ func (s *Supervisor) Delete(id string) error {
 	close(e.changed)
 	j := e.job
 	s.mu.Unlock()
-	_ = os.Remove(j.LogFile)
+	files, _ := logrotate.Files(j.LogFile) // with its rotated copies
+	for _, f := range files {
+		_ = os.Remove(f)
+	}
 	_ = os.RemoveAll(j.WorkingDir)
 	s.log.Info("job deleted", "submission_id", id)
 	return nil
@@ -506,12 +515,17 @@ func (s *Supervisor) run(id string, e *entry) {
 	cmd, logFile, err := s.command(j, env)
 	if err == nil {
 		err = spawn.Start(cmd)
-		_ = logFile.Close() // the driver holds its own descriptor
+		if err != nil {
+			_ = logFile.Close()
+		}
 	}
 	if err != nil {
 		s.finish(id, e, StatusFailed, "starting the driver: "+err.Error(), nil)
 		return
 	}
+	// Closed once Wait returned: the driver's output is copied through it
+	// until then.
+	defer logFile.Close()
 	pid := cmd.Process.Pid
 	now := time.Now()
 	s.update(id, e, func(j *Job) { j.Status, j.DriverPid, j.StartTime = StatusRunning, pid, &now })
@@ -595,7 +609,9 @@ func (s *Supervisor) signal(pid int, sig syscall.Signal) {
 
 // exitStatus turns a driver's wait error into its job's status.
 func exitStatus(err error) (Status, string, *int) {
-	if err == nil {
+	// ErrWaitDelay: it exited with status 0, and a process it left held
+	// its output pipe past WaitDelay.
+	if err == nil || errors.Is(err, exec.ErrWaitDelay) {
 		zero := 0
 		return StatusSucceeded, "exited with status 0", &zero
 	}
@@ -612,22 +628,27 @@ func exitStatus(err error) (Status, string, *int) {
 }
 
 // command builds the driver's command: the binary, its arguments, its
-// environment, its working directory and its log file (opened here; the
-// caller closes it once the process started).
-func (s *Supervisor) command(j Job, env []string) (*exec.Cmd, *os.File, error) {
+// environment, its working directory and its log file (a rotating writer,
+// internal/logrotate, that the driver's stdout and stderr are copied into
+// through a pipe; the caller closes it once Wait returned).
+func (s *Supervisor) command(j Job, env []string) (*exec.Cmd, io.Closer, error) {
 	if err := os.MkdirAll(j.WorkingDir, 0o700); err != nil {
 		return nil, nil, err
 	}
 	if err := os.MkdirAll(filepath.Dir(j.LogFile), 0o700); err != nil {
 		return nil, nil, err
 	}
-	f, err := os.OpenFile(j.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	f := logrotate.Open(j.LogFile, s.o.LogLimits)
+	if _, err := f.Write(nil); err != nil { // the file exists once the job runs
+		_ = f.Close()
 		return nil, nil, err
 	}
 	cmd := exec.Command(s.o.Binaries.Path(j.BinarySHA256), j.Args...)
 	cmd.Dir = j.WorkingDir
+	// One writer for both (exec then copies one pipe); a process the
+	// driver leaves holding the pipe delays Wait by at most WaitDelay.
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.WaitDelay = time.Second
 	e := slices.Clone(s.o.Environ)
 	e = append(e, env...)
 	e = append(e, EnvAddress+"="+s.o.GCSAddress, EnvSubmissionID+"="+j.SubmissionID)

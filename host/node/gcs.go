@@ -16,6 +16,7 @@ import (
 	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/connlimit"
+	"github.com/goray-dev/goray/internal/logrotate"
 	"github.com/goray-dev/goray/internal/metrics"
 	"github.com/goray-dev/goray/internal/rpc"
 	"github.com/hashicorp/go-hclog"
@@ -192,8 +193,14 @@ type GCSSpec struct {
 	HeartbeatPeriod  time.Duration `json:"heartbeat_period"`
 	FailureThreshold int           `json:"failure_threshold"`
 	// LogFile receives the GCS's log; LogLevel is an hclog level name.
-	LogFile  string `json:"log_file"`
-	LogLevel string `json:"log_level"`
+	// The head passes its GCS process LogStderr instead: the process logs
+	// on its stderr, which the head copies into LogFile through a rotating
+	// writer (internal/logrotate, with LogLimits), so that one process
+	// writes the file.
+	LogFile   string           `json:"log_file"`
+	LogLevel  string           `json:"log_level"`
+	LogStderr bool             `json:"log_stderr,omitempty"`
+	LogLimits logrotate.Limits `json:"-"`
 	// ReadyFile is where RunGCS writes a GCSReady once it serves, or the
 	// error that stopped it.
 	ReadyFile string `json:"ready_file"`
@@ -238,7 +245,9 @@ func GCSSpecFromEnv() (GCSSpec, error) {
 // when it cannot start). It is the main of `goray gcs-server`.
 func RunGCS(ctx context.Context, spec GCSSpec, creds *auth.Credentials) error {
 	log := hclog.NewNullLogger()
-	if spec.LogFile != "" {
+	if spec.LogStderr {
+		log = hclog.New(&hclog.LoggerOptions{Name: "gcs", Output: os.Stderr, Level: hclog.LevelFromString(spec.LogLevel)})
+	} else if spec.LogFile != "" {
 		f, err := os.OpenFile(spec.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 		if err != nil {
 			return fmt.Errorf("opening log %s: %w", spec.LogFile, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/logrotate"
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/hashicorp/go-hclog"
 )
@@ -56,6 +57,12 @@ type gcsProcess struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when supervise returns
 
+	// out is the GCS's log file (spec.LogFile, rotating): each process's
+	// stdout and stderr are a pipe that a goroutine (copies) copies into
+	// it, so that one writer, this one, writes the file.
+	out    *logrotate.Writer
+	copies sync.WaitGroup
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd exits
@@ -76,11 +83,13 @@ func startGCSProcess(ctx context.Context, argv []string, spec GCSSpec, creds *au
 		env = append(env, config.EnvGCSRedisPassword+"="+pw)
 	}
 	p := &gcsProcess{argv: argv, spec: spec, env: env, log: log, started: started, lost: lost, done: make(chan struct{})}
+	p.out = logrotate.Open(spec.LogFile, spec.LogLimits)
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	ready, err := p.launch(ctx)
 	if err != nil {
 		p.cancel()
 		close(p.done)
+		p.closeLog()
 		return nil, ready, err
 	}
 	// A restarted GCS resumes the cluster: only the first start is fresh.
@@ -95,22 +104,30 @@ func (p *gcsProcess) launch(ctx context.Context) (GCSReady, error) {
 	if err := os.Remove(p.spec.ReadyFile); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return GCSReady{}, fmt.Errorf("removing the GCS's old ready file: %w", err)
 	}
-	specJSON, err := json.Marshal(p.spec)
+	child := p.spec
+	child.LogStderr = true // into the pipe that p.out's copy reads
+	specJSON, err := json.Marshal(child)
 	if err != nil {
 		return GCSReady{}, err
 	}
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
 	cmd.Env = append(slices.Clone(p.env), EnvGCSSpec+"="+string(specJSON))
-	out, err := os.OpenFile(p.spec.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	if _, err := p.out.Write(nil); err != nil {
 		return GCSReady{}, fmt.Errorf("opening the GCS log %s: %w", p.spec.LogFile, err)
 	}
-	defer out.Close()
-	cmd.Stdout, cmd.Stderr = out, out // a panic lands in the GCS log
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return GCSReady{}, fmt.Errorf("the GCS log's pipe: %w", err)
+	}
+	cmd.Stdout, cmd.Stderr = pw, pw // its log, and a panic, land in the GCS log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := spawn.Start(cmd); err != nil {
+	err = spawn.Start(cmd)
+	_ = pw.Close()
+	if err != nil {
+		_ = pr.Close()
 		return GCSReady{}, fmt.Errorf("starting the GCS process %s: %w", p.argv[0], err)
 	}
+	p.copies.Go(func() { _ = logrotate.Copy(p.out, pr) })
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	p.mu.Lock()
@@ -234,11 +251,19 @@ func (p *gcsProcess) relaunch(b backoff.BackOff, wait time.Duration) (GCSReady, 
 	}
 }
 
+// closeLog waits for the copies of the processes' output (each ends when
+// its process exited) and closes the log file.
+func (p *gcsProcess) closeLog() {
+	p.copies.Wait()
+	_ = p.out.Close()
+}
+
 // stop stops the GCS process: SIGTERM (and SIGCONT, for a stopped one),
 // then SIGKILL when it has not exited after gcsStopGrace or by ctx's end.
 func (p *gcsProcess) stop(ctx context.Context) {
 	p.cancel()
 	<-p.done
+	defer p.closeLog()
 	p.mu.Lock()
 	cmd, exited := p.cmd, p.exited
 	p.mu.Unlock()

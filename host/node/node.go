@@ -29,6 +29,7 @@ import (
 	"github.com/goray-dev/goray/internal/connlimit"
 	"github.com/goray-dev/goray/internal/gpu"
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/logrotate"
 	"github.com/goray-dev/goray/internal/metrics"
 	"github.com/goray-dev/goray/internal/objstore"
 	"github.com/goray-dev/goray/internal/plugindial"
@@ -128,7 +129,7 @@ type Node struct {
 	opts    Options
 	cfg     *config.Node
 	log     hclog.Logger
-	logFile *os.File
+	logFile io.WriteCloser // node.log, rotating
 	id      ids.ID
 	info    Info
 
@@ -289,6 +290,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 		Resources: total, Labels: cfg.Labels, Store: storeAdapter{n.store}, InlineLimit: inline,
 		GCS: pb.NewGcsClient(n.gcsCC), GCSAddress: gcsAddr, IsHead: cfg.Head, Pool: cfg.WorkerPool,
 		HeartbeatPeriod: cfg.HealthCheck.Period, GCSReconnectTimeout: cfg.GCS.ReconnectTimeout, Logger: n.log.Named("raylet"), LogLevel: cfg.LogLevel,
+		LogLimits:    logLimits(cfg),
 		WorkerOutput: opts.WorkerOutput, Plugins: n.pluginStatus, Transports: n.transportConn, TransportEndpoints: n.transportEndpoint, Auth: n.auth,
 		MetricsAddress: n.info.MetricsAddress, DashboardAddress: n.info.DashboardAddress,
 		MemoryMonitor: cfg.MemoryMonitor,
@@ -422,7 +424,7 @@ func (n *Node) startPlugins(ctx context.Context) error {
 	}
 	n.plugins = host.New(host.Options{
 		PluginDir: PluginDir(n.cfg), LockFile: lockFile, Blocks: n.cfg.Plugins, Files: n.cfg.Files(), Logger: n.log.Named("plugins"),
-		SocketDir: filepath.Join(n.info.SessionDir, "sockets"), LogDir: filepath.Join(n.info.SessionDir, "logs"),
+		SocketDir: filepath.Join(n.info.SessionDir, "sockets"), LogDir: filepath.Join(n.info.SessionDir, "logs"), LogLimits: logLimits(n.cfg),
 		Env: append([]string{plugin.EnvGCSAddress + "=" + n.info.GCSAddress, plugin.EnvNodeID + "=" + n.id.String(),
 			plugin.EnvNodeIP + "=" + nodeIPOf(n.cfg), plugin.EnvGorayBinary + "=" + n.opts.GorayBinary}, append(n.auth.Env(), n.tensorPoolEnv()...)...),
 		Supported: map[string][]int{plugin.KindTransport: {transport.APIVersion}, plugin.KindStorage: {storage.APIVersion}, plugin.KindProvider: {provider.APIVersion}},
@@ -563,14 +565,20 @@ func (n *Node) openLog() error {
 		return nil
 	}
 	path := filepath.Join(n.info.SessionDir, "logs", "node.log")
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
+	f := logrotate.Open(path, logLimits(n.cfg))
+	if _, err := f.Write(nil); err != nil { // the file exists from the start
 		return fmt.Errorf("opening log %s: %w", path, err)
 	}
 	n.logFile = f
 	n.info.LogFile = path
 	n.log = hclog.New(&hclog.LoggerOptions{Name: "goray", Output: f, Level: hclog.LevelFromString(n.cfg.LogLevel)})
 	return nil
+}
+
+// logLimits are the bounds of every log file of the node (the logs
+// block).
+func logLimits(cfg *config.Node) logrotate.Limits {
+	return logrotate.Limits{MaxFileSize: cfg.Logs.MaxFileSize, MaxFiles: cfg.Logs.MaxFiles}
 }
 
 // resources computes the node's totals from config and detection.
@@ -633,7 +641,7 @@ func (n *Node) startGCS(ctx context.Context) (string, error) {
 	spec := GCSSpec{
 		Address: addr, Storage: st,
 		HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold,
-		LogFile: n.info.GCSLogFile, LogLevel: n.cfg.LogLevel, ReadyFile: filepath.Join(n.info.SessionDir, "gcs.json"),
+		LogFile: n.info.GCSLogFile, LogLevel: n.cfg.LogLevel, LogLimits: logLimits(n.cfg), ReadyFile: filepath.Join(n.info.SessionDir, "gcs.json"),
 		MetricsSocket: n.gcsMetricsSocketPath(),
 	}
 	if spec.MetricsSocket != "" {

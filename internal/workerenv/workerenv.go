@@ -31,8 +31,12 @@ const (
 	// ShmPool is the directory of the node's pool of tensor segments
 	// (shmem.EnvPool), set when the node has one.
 	ShmPool = shmem.EnvPool
+	// LogMaxFileSize and LogMaxFiles are the node's logs block (bytes, a
+	// count), which bound the worker's own log file, worker-<id>.log.
+	LogMaxFileSize = "GORAY_LOG_MAX_FILE_SIZE"
+	LogMaxFiles    = "GORAY_LOG_MAX_FILES"
 )
 
 // Names lists every variable above; the raylet replaces inherited values
 // of these, never duplicates them.
-var Names = []string{Worker, RayletSocket, WorkerID, NodeID, JobID, SessionDir, LogLevel, NodeIP, ShmPool}
+var Names = []string{Worker, RayletSocket, WorkerID, NodeID, JobID, SessionDir, LogLevel, NodeIP, ShmPool, LogMaxFileSize, LogMaxFiles}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/goray-dev/goray/sdk/ray"
 )
@@ -66,4 +69,40 @@ func runLogs(ctx context.Context, node, dir, marker string) error {
 		return fmt.Errorf("actor, late: %w", err)
 	}
 	return nil
+}
+
+// floodOut prints lines "flood NNNNNNNN" (padded to 100 bytes) on stdout
+// until it printed mib MiB, and returns its worker's id and how many lines
+// it printed (logrotate_test.go).
+func floodOut(ctx context.Context, mib int) (string, error) {
+	w := bufio.NewWriterSize(os.Stdout, 64<<10)
+	n := 0
+	for size := 0; size < mib<<20; n++ {
+		line := fmt.Sprintf("flood %08d %s\n", n, strings.Repeat("x", 84))
+		size += len(line)
+		if _, err := w.WriteString(line); err != nil {
+			return "", err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s %d", os.Getenv("GORAY_WORKER_ID"), n), nil
+}
+
+// FloodOut is the flooding task.
+var FloodOut = ray.Task1(floodOut)
+
+// runLogFlood runs FloodOut for mib MiB and writes "WORKERID LINES" to
+// dir/ready.
+func runLogFlood(ctx context.Context, mib, dir string) error {
+	n, err := strconv.Atoi(mib)
+	if err != nil {
+		return err
+	}
+	res, err := FloodOut.Remote(ctx, ray.V(n)).Get(ctx)
+	if err != nil {
+		return fmt.Errorf("flood: %w", err)
+	}
+	return writeFile(filepath.Join(dir, "ready"), res)
 }

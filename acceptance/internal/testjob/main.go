@@ -253,6 +253,8 @@ func main() {
 		runErr = runMetrics(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2), arg(rt, args, 3))
 	case "logs":
 		runErr = runLogs(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
+	case "log-flood":
+		runErr = runLogFlood(ctx, arg(rt, args, 0), arg(rt, args, 1))
 	case "job-exit":
 		runErr = runJobExit(arg(rt, args, 0))
 	case "job-hold":

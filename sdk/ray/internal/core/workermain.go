@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/logrotate"
 	"github.com/goray-dev/goray/internal/workerenv"
 )
 
@@ -34,8 +36,12 @@ func RunWorker(transferTimeout time.Duration) {
 	}
 	// The runtime's own log goes to logs/worker-<id>.log; stdout and stderr
 	// carry only what user code prints (the raylet copies them).
+	// It rotates within the node's logs block (internal/logrotate).
 	var logOut io.Writer = os.Stderr
-	if f, err := os.OpenFile(filepath.Join(os.Getenv(workerenv.SessionDir), "logs", "worker-"+wid.String()+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+	size, _ := strconv.ParseInt(os.Getenv(workerenv.LogMaxFileSize), 10, 64)
+	files, _ := strconv.Atoi(os.Getenv(workerenv.LogMaxFiles))
+	f := logrotate.Open(filepath.Join(os.Getenv(workerenv.SessionDir), "logs", "worker-"+wid.String()+".log"), logrotate.Limits{MaxFileSize: size, MaxFiles: files})
+	if _, err := f.Write(nil); err == nil {
 		logOut = f
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "goray-worker", Output: logOut, Level: hclog.LevelFromString(level)})

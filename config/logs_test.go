@@ -1,0 +1,67 @@
+package config
+
+import "testing"
+
+func TestLogs(t *testing.T) {
+	const base = "address = \"10.0.0.1:6380\"\n"
+	ok := []struct {
+		name, src string
+		want      Logs
+	}{
+		{"left out", "", Logs{}},
+		{"both", "logs {\n  max_file_size = \"100MiB\"\n  max_files = 3\n}\n", Logs{MaxFileSize: 100 << 20, MaxFiles: 3}},
+		{"the smallest", "logs {\n  max_file_size = \"1MiB\"\n  max_files = 1\n}\n", Logs{MaxFileSize: 1 << 20, MaxFiles: 1}},
+		{"bytes", "logs {\n  max_file_size = 2097152\n}\n", Logs{MaxFileSize: 2 << 20}},
+	}
+	for _, tc := range ok {
+		t.Run(tc.name, func(t *testing.T) {
+			n, diags := Parse([]byte(base+tc.src), "goray.hcl")
+			if diags.HasErrors() {
+				t.Fatalf("%q: %v", tc.src, diags)
+			}
+			if vd := n.Validate(); len(vd) != 0 {
+				t.Fatalf("%q: Validate() = %v", tc.src, vd)
+			}
+			if n.Logs != tc.want {
+				t.Fatalf("%q: got %+v, want %+v", tc.src, n.Logs, tc.want)
+			}
+		})
+	}
+
+	bad := []diagCase{
+		{name: "file too small", src: base + "logs {\n  max_file_size = \"10KiB\"\n}\n",
+			line: 3, col: 19, want: []string{"logs.max_file_size", "from 1MiB to 1TiB", "10240 bytes"}},
+		{name: "file too large", src: base + "logs {\n  max_file_size = \"2TiB\"\n}\n",
+			line: 3, col: 19, want: []string{"logs.max_file_size", "from 1MiB to 1TiB"}},
+		{name: "negative count", src: base + "logs {\n  max_files = -1\n}\n",
+			line: 3, col: 15, want: []string{"logs.max_files", "from 1 to 1000", "got -1"}},
+		{name: "too many", src: base + "logs {\n  max_files = 5000\n}\n",
+			line: 3, col: 15, want: []string{"logs.max_files", "got 5000"}},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			n, diags := Parse([]byte(tc.src), "goray.hcl")
+			if diags.HasErrors() {
+				t.Fatalf("Parse: %v", diags)
+			}
+			checkDiag(t, n.Validate(), n.Files(), tc)
+		})
+	}
+
+	decodeErrs := []diagCase{
+		{name: "size not a size", src: base + "logs {\n  max_file_size = \"lots\"\n}\n",
+			line: 3, col: 19, want: []string{"max_file_size", `"lots"`}},
+		{name: "count not a number", src: base + "logs {\n  max_files = \"five\"\n}\n",
+			line: 3, col: 15, want: []string{"max_files", "whole number"}},
+		{name: "unknown attribute", src: base + "logs {\n  max_file_sise = \"1GiB\"\n}\n",
+			line: 3, col: 3, want: []string{"max_file_sise", "max_file_size"}},
+		{name: "two blocks", src: base + "logs {\n}\nlogs {\n}\n",
+			line: 4, col: 1, want: []string{"logs"}},
+	}
+	for _, tc := range decodeErrs {
+		t.Run(tc.name, func(t *testing.T) {
+			n, diags := Parse([]byte(tc.src), "goray.hcl")
+			checkDiag(t, diags, n.Files(), tc)
+		})
+	}
+}
