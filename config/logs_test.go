@@ -1,6 +1,10 @@
 package config
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+)
 
 func TestLogs(t *testing.T) {
 	const base = "address = \"10.0.0.1:6380\"\n"
@@ -63,5 +67,25 @@ func TestLogs(t *testing.T) {
 			n, diags := Parse([]byte(tc.src), "goray.hcl")
 			checkDiag(t, diags, n.Files(), tc)
 		})
+	}
+}
+
+// TestLogsDoc: the block docs/logs.md shows is the defaults.
+func TestLogsDoc(t *testing.T) {
+	doc, err := os.ReadFile("../docs/logs.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "```hcl\nlogs {")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/logs.md shows no logs block")
+	}
+	n, diags := Parse([]byte("address = \"10.0.0.1:6380\"\nlogs {"+block), "logs.md")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if want := (Logs{MaxFileSize: DefaultLogMaxFileSize, MaxFiles: DefaultLogMaxFiles}); n.Logs != want {
+		t.Errorf("docs/logs.md's block: %+v, want the defaults %+v", n.Logs, want)
 	}
 }
