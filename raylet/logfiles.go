@@ -63,7 +63,7 @@ func (s *logFilesService) ReadLog(req *gorayv1.ReadLogRequest, stream gorayv1.Lo
 	}()
 	sent := false
 	err := logrotate.Read(ctx, filepath.Join(string(dir), req.GetName()), logrotate.ReadOptions{
-		Tail: req.GetTailLines(), Follow: req.GetFollow(), Poll: logfiles.PollInterval,
+		Tail: req.GetTailLines(), Follow: req.GetFollow(), Poll: logrotate.PollInterval,
 		// Every file is opened by its plain name in the directory, with
 		// the confinement of logfiles (no symbolic link, regular files).
 		Open: func(path string) (*os.File, error) { return dir.Open(filepath.Base(path)) },

@@ -1,17 +1,14 @@
-// Package logfiles lists and reads the log files of a node's session
+// Package logfiles lists and opens the log files of a node's session
 // (its logs/ directory) for `goray logs`, confined to that directory: a
 // name is a plain file name (no separator, no "..", not absolute), and
 // symbolic links and anything but regular files are refused, so no name
-// reaches outside it. Reading is bounded: files are read in chunks of at
-// most ChunkSize bytes, and finding the last lines reads at most
-// MaxTailBytes.
+// reaches outside it. Reading them, across rotated copies and bounded, is
+// internal/logrotate's Read, with Dir.Open to open each file.
 package logfiles
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,15 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// ChunkSize is the most a Reader returns at once.
-const ChunkSize = 64 << 10
-
-// MaxTailBytes bounds how far back from the end Tail looks for lines.
-const MaxTailBytes = 64 << 20
-
-// PollInterval is how often Follow looks for appended bytes.
-const PollInterval = 200 * time.Millisecond
 
 // ErrBadName says a requested name is not a plain file name of the log
 // directory.
@@ -113,81 +101,4 @@ func (d Dir) Open(name string) (*os.File, error) {
 		return nil, fmt.Errorf("%w: %s is a %s", ErrNotLog, name, fi.Mode().Type())
 	}
 	return f, nil
-}
-
-// TailOffset returns the offset of the start of f's last n lines (0 when
-// it has fewer, or n <= 0), looking back at most MaxTailBytes from size.
-// A last line without newline counts as a line.
-func TailOffset(f io.ReaderAt, size int64, n int64) (int64, error) {
-	if n <= 0 || size == 0 {
-		return 0, nil
-	}
-	buf := make([]byte, ChunkSize)
-	end := size
-	limit := max(0, size-MaxTailBytes)
-	lines := int64(0)
-	first := true
-	for end > limit {
-		start := max(limit, end-int64(len(buf)))
-		chunk := buf[:end-start]
-		if _, err := f.ReadAt(chunk, start); err != nil && !errors.Is(err, io.EOF) {
-			return 0, err
-		}
-		for i := len(chunk) - 1; i >= 0; i-- {
-			if chunk[i] != '\n' {
-				continue
-			}
-			if first && start+int64(i) == size-1 {
-				continue // the last line's own newline
-			}
-			lines++
-			if lines == n {
-				return start + int64(i) + 1, nil
-			}
-		}
-		first = false
-		end = start
-	}
-	return limit, nil
-}
-
-// Stream sends f's bytes from offset in chunks of at most ChunkSize to
-// send; with follow it then waits for appended bytes (polling every
-// PollInterval) until ctx ends, starting again from 0 when the file is
-// truncated. It returns nil at the end of the file (without follow) or
-// when ctx ends.
-func Stream(ctx context.Context, f *os.File, offset int64, follow bool, send func([]byte) error) error {
-	buf := make([]byte, ChunkSize)
-	var tick *time.Ticker
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		n, err := f.ReadAt(buf, offset)
-		if n > 0 {
-			if err := send(buf[:n]); err != nil {
-				return err
-			}
-			offset += int64(n)
-			continue
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return err
-		}
-		if !follow {
-			return nil
-		}
-		if tick == nil {
-			tick = time.NewTicker(PollInterval)
-			defer tick.Stop()
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-tick.C:
-		}
-		if fi, err := f.Stat(); err == nil && fi.Size() < offset {
-			offset = 0 // truncated
-		}
-	}
 }

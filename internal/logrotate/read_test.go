@@ -1,0 +1,102 @@
+package logrotate
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTailOffset(t *testing.T) {
+	for _, c := range []struct {
+		content string
+		n       int64
+		want    string
+	}{
+		{"a\nb\nc\n", 2, "b\nc\n"},
+		{"a\nb\nc\n", 3, "a\nb\nc\n"},
+		{"a\nb\nc\n", 10, "a\nb\nc\n"},
+		{"a\nb\nc", 1, "c"},
+		{"a\nb\nc", 2, "b\nc"},
+		{"a\nb\nc\n", 0, "a\nb\nc\n"},
+		{"", 3, ""},
+		{"\n\n", 1, "\n"},
+	} {
+		r := strings.NewReader(c.content)
+		off, err := TailOffset(r, int64(len(c.content)), c.n)
+		if err != nil || c.content[off:] != c.want {
+			t.Errorf("TailOffset(%q, %d) = %d (%q), %v; want %q", c.content, c.n, off, c.content[off:], err, c.want)
+		}
+	}
+	// A file longer than a chunk: the lines are found across chunks.
+	var b strings.Builder
+	for range 20000 {
+		b.WriteString("0123456789\n")
+	}
+	s := b.String()
+	off, err := TailOffset(strings.NewReader(s), int64(len(s)), 15000)
+	if err != nil || int64(len(s))-off != 15000*11 {
+		t.Errorf("TailOffset across chunks: %d, %v", off, err)
+	}
+}
+
+// TestReadFollow: Read sends the file in bounded chunks, then what is
+// appended, until its context ends.
+func TestReadFollow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "w.log")
+	big := bytes.Repeat([]byte("y"), 3*ChunkSize+5)
+	if err := os.WriteFile(path, big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := make(chan []byte, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- Read(ctx, path, ReadOptions{Follow: true}, func(b []byte) error {
+			if len(b) > ChunkSize {
+				t.Errorf("chunk of %d bytes", len(b))
+			}
+			got <- append([]byte(nil), b...)
+			return nil
+		})
+	}()
+	var all []byte
+	deadline := time.After(10 * time.Second)
+	for len(all) < len(big) {
+		select {
+		case b := <-got:
+			all = append(all, b...)
+		case <-deadline:
+			t.Fatalf("got %d of %d bytes", len(all), len(big))
+		}
+	}
+	app, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.WriteString("late\n"); err != nil {
+		t.Fatal(err)
+	}
+	app.Close()
+	select {
+	case b := <-got:
+		if string(b) != "late\n" {
+			t.Errorf("appended %q, want late", b)
+		}
+	case <-deadline:
+		t.Fatal("the appended line never came")
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Read after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Read did not end with its context")
+	}
+}
