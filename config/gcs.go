@@ -219,12 +219,14 @@ func (n *Node) GCSDataDir() string {
 // ..._SERVER_NAME (any of these turns TLS on; relative paths are relative
 // to the working directory), read with getenv (a nil getenv fills
 // nothing). The file wins over the environment, setting by setting.
-// LoadWithFlags calls it with os.Getenv after Override and before
-// Validate.
+// It also fills the logs block from $GORAY_LOG_MAX_FILE_SIZE and
+// $GORAY_LOG_MAX_FILES (logs.go). LoadWithFlags calls it with os.Getenv
+// after Override and before Validate.
 func (n *Node) ApplyEnv(getenv func(string) string) {
 	if getenv == nil {
 		return
 	}
+	n.applyLogsEnv(getenv)
 	r := &n.GCS.Redis
 	for _, e := range []struct {
 		dst       *string

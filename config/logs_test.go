@@ -89,3 +89,56 @@ func TestLogsDoc(t *testing.T) {
 		t.Errorf("docs/logs.md's block: %+v, want the defaults %+v", n.Logs, want)
 	}
 }
+
+// TestLogsEnv: $GORAY_LOG_MAX_FILE_SIZE and $GORAY_LOG_MAX_FILES fill what
+// the file leaves out; the file wins; a bad value is reported naming its
+// variable.
+func TestLogsEnv(t *testing.T) {
+	const base = "address = \"10.0.0.1:6380\"\n"
+	tests := []struct {
+		name, src string
+		env       map[string]string
+		want      Logs
+		diag      []string // every string in one error diagnostic
+	}{
+		{name: "from the environment", env: map[string]string{EnvLogMaxFileSize: "64MiB", EnvLogMaxFiles: "3"},
+			want: Logs{MaxFileSize: 64 << 20, MaxFiles: 3}},
+		{name: "the file wins", src: "logs {\n  max_files = 7\n}\n", env: map[string]string{EnvLogMaxFileSize: "2MiB", EnvLogMaxFiles: "3"},
+			want: Logs{MaxFileSize: 2 << 20, MaxFiles: 7}},
+		{name: "not a size", env: map[string]string{EnvLogMaxFileSize: "lots"},
+			diag: []string{"$GORAY_LOG_MAX_FILE_SIZE", `"lots"`}},
+		{name: "not a number", env: map[string]string{EnvLogMaxFiles: "five"},
+			diag: []string{"$GORAY_LOG_MAX_FILES", `"five"`, "whole number"}},
+		{name: "out of range", env: map[string]string{EnvLogMaxFiles: "5000"},
+			diag: []string{"$GORAY_LOG_MAX_FILES", "from 1 to 1000", "got 5000"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n, diags := Parse([]byte(base+tc.src), "goray.hcl")
+			if diags.HasErrors() {
+				t.Fatal(diags)
+			}
+			n.ApplyEnv(func(k string) string { return tc.env[k] })
+			vd := n.Validate()
+			if tc.diag == nil {
+				if vd.HasErrors() {
+					t.Fatal(vd)
+				}
+				if n.Logs.MaxFileSize != tc.want.MaxFileSize || n.Logs.MaxFiles != tc.want.MaxFiles {
+					t.Fatalf("got %+v, want %+v", n.Logs, tc.want)
+				}
+				return
+			}
+			for _, d := range vd {
+				all := true
+				for _, w := range tc.diag {
+					all = all && strings.Contains(d.Summary+" "+d.Detail, w)
+				}
+				if all {
+					return
+				}
+			}
+			t.Errorf("no diagnostic with %q in %v", tc.diag, vd)
+		})
+	}
+}
