@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,6 +31,34 @@ func TestLogRotationUnderFastJob(t *testing.T) {
 	h := startHead(t, ctx, "--config", cfg)
 	dir := shortTempDir(t)
 	j := startJob(t, jobOptions{addr: h.addr, env: []string{"GORAY_LOG_TO_DRIVER=0"}}, testjobBin, "log-flood", "12", dir)
+	worker := strings.TrimSpace(waitFile(t, j, 30*time.Second, filepath.Join(dir, "worker")))
+	name := "worker-" + worker + ".out"
+
+	// goray logs --follow, started before the task writes, follows the
+	// file across its rotations to the last line.
+	var fout, ferr syncBuffer
+	follow := exec.Command(gorayBin, "logs", "--temp-dir", h.tempDir, "--follow", name)
+	follow.Env = baseEnv()
+	follow.Stdout, follow.Stderr = &fout, &ferr
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- follow.Wait() }()
+	t.Cleanup(func() {
+		_ = follow.Process.Kill()
+		<-exited
+	})
+	logDir := filepath.Join(h.session, "logs")
+	path := filepath.Join(logDir, name)
+	// The task printed "flood-start" before it waits: the follow has the
+	// first file open once it printed that.
+	waitFor(t, 30*time.Second, "goray logs --follow to print the task's first line", func() bool {
+		return strings.HasPrefix(fout.String(), "flood-start\n")
+	})
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if code, out := j.wait(ctx); code != 0 {
 		t.Fatalf("testjob log-flood exited %d:\n%s", code, out)
 	}
@@ -46,9 +75,9 @@ func TestLogRotationUnderFastJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	line := func(i int) string { return fmt.Sprintf("flood %08d %s", i, strings.Repeat("x", 84)) }
-	logDir := filepath.Join(h.session, "logs")
-	name := "worker-" + f[0] + ".out"
-	path := filepath.Join(logDir, name)
+	if f[0] != worker {
+		t.Fatalf("ready file names worker %s, the task wrote %s", f[0], worker)
+	}
 
 	// The raylet copies the worker's pipe: wait for the last line.
 	waitFor(t, 30*time.Second, "the task's last line in its log file", func() bool {
@@ -92,6 +121,21 @@ func TestLogRotationUnderFastJob(t *testing.T) {
 		got := strings.Split(r.stdout, "\n")
 		t.Errorf("goray logs --tail %d: %d lines, first %.20q, last %.20q; want lines %d to %d in order",
 			n, len(got)-1, got[0], got[max(0, len(got)-2)], lines-n, lines-1)
+	}
+
+	// The follow went on across the rotations to the last line, in order
+	// (lines in rotated files removed before it read them are missing:
+	// the task wrote far faster than a follow polls).
+	waitFor(t, 30*time.Second, "goray logs --follow to print the last line", func() bool {
+		return strings.Contains(fout.String(), line(lines-1)+"\n")
+	})
+	prev := -1
+	for l := range strings.Lines(strings.TrimPrefix(fout.String(), "flood-start\n")) {
+		var i int
+		if _, err := fmt.Sscanf(l, "flood %d", &i); err != nil || i <= prev {
+			t.Fatalf("goray logs --follow printed %.20q after line %d; stderr:\n%s", l, prev, ferr.String())
+		}
+		prev = i
 	}
 }
 

@@ -670,7 +670,12 @@ func (p *workerPool) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 	out := &workerOutput{}
 	for _, ext := range []string{"out", "err"} {
 		path := filepath.Join(p.logDir, fmt.Sprintf("worker-%s.%s", w.id, ext))
-		out.files = append(out.files, logrotate.Open(path, p.cfg.LogLimits))
+		f := logrotate.Open(path, p.cfg.LogLimits)
+		out.files = append(out.files, f)
+		if _, err := f.Write(nil); err != nil { // the file exists from the start
+			out.closeAll()
+			return nil, nil, fmt.Errorf("opening worker log: %w", err)
+		}
 	}
 	if p.output == nil {
 		cmd.Stdout, cmd.Stderr = out.files[0], out.files[1]

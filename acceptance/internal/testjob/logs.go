@@ -71,10 +71,19 @@ func runLogs(ctx context.Context, node, dir, marker string) error {
 	return nil
 }
 
-// floodOut prints lines "flood NNNNNNNN" (padded to 100 bytes) on stdout
-// until it printed mib MiB, and returns its worker's id and how many lines
-// it printed (logrotate_test.go).
-func floodOut(ctx context.Context, mib int) (string, error) {
+// floodOut writes its worker's id to dir/worker, prints "flood-start",
+// waits for dir/go, then prints lines "flood NNNNNNNN" (padded to 100 bytes) on stdout until it
+// printed mib MiB, and returns its worker's id and how many lines it
+// printed (logbounds_test.go).
+func floodOut(ctx context.Context, mib int, dir string) (string, error) {
+	id := os.Getenv("GORAY_WORKER_ID")
+	if err := writeFile(filepath.Join(dir, "worker"), id); err != nil {
+		return "", err
+	}
+	fmt.Println("flood-start")
+	if err := pollFile(ctx, filepath.Join(dir, "go")); err != nil {
+		return "", err
+	}
 	w := bufio.NewWriterSize(os.Stdout, 64<<10)
 	n := 0
 	for size := 0; size < mib<<20; n++ {
@@ -87,20 +96,20 @@ func floodOut(ctx context.Context, mib int) (string, error) {
 	if err := w.Flush(); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("%s %d", os.Getenv("GORAY_WORKER_ID"), n), nil
+	return fmt.Sprintf("%s %d", id, n), nil
 }
 
 // FloodOut is the flooding task.
-var FloodOut = ray.Task1(floodOut)
+var FloodOut = ray.Task2(floodOut)
 
-// runLogFlood runs FloodOut for mib MiB and writes "WORKERID LINES" to
-// dir/ready.
+// runLogFlood runs FloodOut for mib MiB (it waits for dir/go) and writes
+// "WORKERID LINES" to dir/ready.
 func runLogFlood(ctx context.Context, mib, dir string) error {
 	n, err := strconv.Atoi(mib)
 	if err != nil {
 		return err
 	}
-	res, err := FloodOut.Remote(ctx, ray.V(n)).Get(ctx)
+	res, err := FloodOut.Remote(ctx, ray.V(n), ray.V(dir)).Get(ctx)
 	if err != nil {
 		return fmt.Errorf("flood: %w", err)
 	}
