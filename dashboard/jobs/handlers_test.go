@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/goray-dev/goray/dashboard"
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/leaktest"
+	"github.com/goray-dev/goray/internal/logrotate"
 )
 
 const testToken = "test-token-0123456789"
@@ -34,7 +36,13 @@ type apiFixture struct {
 
 func newAPI(t *testing.T, maxBinary int64) *apiFixture {
 	t.Helper()
-	f := newFixture(t, Options{StopGrace: 300 * time.Millisecond})
+	return newAPIWith(t, maxBinary, Options{StopGrace: 300 * time.Millisecond})
+}
+
+// newAPIWith is newAPI with the supervisor's options o.
+func newAPIWith(t *testing.T, maxBinary int64, o Options) *apiFixture {
+	t.Helper()
+	f := newFixture(t, o)
 	if maxBinary > 0 {
 		f.bins.max = maxBinary
 	}
@@ -295,5 +303,58 @@ func TestLogStreamEndsWhenClientStopsReading(t *testing.T) {
 				t.Fatal("the logs handler still writes to a client that reads nothing, 20 s on")
 			}
 		})
+	}
+}
+
+// TestAPILogAcrossRotations: a driver writing 2.7 MB with 1 MiB log files
+// (3 rotated copies kept): its log rotates, and the API's log, followed
+// from the start or read after the end, is everything it wrote, in order,
+// across the files.
+func TestAPILogAcrossRotations(t *testing.T) {
+	leaktest.Goroutines(t)
+	a := newAPIWith(t, 0, Options{StopGrace: 300 * time.Millisecond, LogLimits: logrotate.Limits{MaxFileSize: 1 << 20, MaxFiles: 3}})
+	id, err := a.sup.Submit(SubmitRequest{BinarySHA256: a.script(`echo start; while [ ! -e go ]; do sleep 0.05; done; seq 1 400000; echo done`), SubmissionID: "rot"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := a.wait(id, "RUNNING", func(j Job) bool { return j.Status == StatusRunning })
+	req, _ := http.NewRequest("GET", a.base+"/api/jobs/rot/logs?follow=1", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got := make([]byte, len("start\n"))
+	if _, err := io.ReadFull(resp.Body, got); err != nil || string(got) != "start\n" {
+		t.Fatalf("first followed line: %q, %v", got, err)
+	}
+	if err := writeFile(j.WorkingDir+"/go", ""); err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	want.WriteString("start\n")
+	for i := 1; i <= 400000; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	want.WriteString("done\n")
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || "start\n"+string(rest) != want.String() {
+		t.Fatalf("followed log: %d bytes (%v), want %d, in order", len(rest)+6, err, want.Len())
+	}
+	a.finished(id)
+	files, err := logrotate.Files(j.LogFile)
+	if err != nil || len(files) < 3 {
+		t.Fatalf("the driver's log did not rotate twice: %q, %v", files, err)
+	}
+	if code, body := a.call("GET", "/api/jobs/rot/logs", testToken, nil); code != 200 || body != want.String() {
+		t.Fatalf("log after the end: %d, %d bytes, want %d", code, len(body), want.Len())
+	}
+	// Deleting the job removes its rotated copies too.
+	if code, body := a.call("DELETE", "/api/jobs/rot", testToken, nil); code != 200 {
+		t.Fatalf("delete: %d %s", code, body)
+	}
+	if files, _ := logrotate.Files(j.LogFile); len(files) != 0 {
+		t.Errorf("left after delete: %q", files)
 	}
 }
