@@ -56,6 +56,35 @@ func validateAddress(field string, addr *gorayv1.Address) error {
 	return err
 }
 
+// checkActorInfo validates what RegisterActor is told of an actor (and
+// what a GCS reads back from its storage): its ids, addresses, namespace,
+// and that a detached actor is named. It returns the actor's and its
+// job's ids.
+func checkActorInfo(in *gorayv1.ActorInfo) (id, job ids.ID, err error) {
+	if id, err = parseID("actor.actor_id", in.GetActorId()); err != nil {
+		return ids.Nil, ids.Nil, err
+	}
+	if job, err = parseID("actor.job_id", in.GetJobId()); err != nil {
+		return ids.Nil, ids.Nil, err
+	}
+	if err := validateAddress("actor.address", in.GetAddress()); err != nil {
+		return ids.Nil, ids.Nil, err
+	}
+	if err := validateAddress("actor.owner", in.GetOwner()); err != nil {
+		return ids.Nil, ids.Nil, err
+	}
+	if _, err := parseOptionalID("actor.placement_group_id", in.GetPlacementGroupId()); err != nil {
+		return ids.Nil, ids.Nil, err
+	}
+	if err := checkActorNamespace("actor.namespace", in.GetNamespace()); err != nil {
+		return ids.Nil, ids.Nil, err
+	}
+	if in.GetDetached() && in.GetName() == "" {
+		return ids.Nil, ids.Nil, &InvalidArgumentError{Field: "actor.name", Problem: "a detached actor must be named (later jobs find it by name)"}
+	}
+	return id, job, nil
+}
+
 // RegisterActor inserts the actor in state PENDING with the server's start
 // time. It fails with NameTakenError when a non-DEAD actor has the same
 // non-empty name in the same namespace (a dead actor's name is free),
@@ -72,25 +101,9 @@ func (s *Server) RegisterActor(ctx context.Context, req *gorayv1.RegisterActorRe
 	if in == nil {
 		return nil, &InvalidArgumentError{Field: "actor", Problem: "required"}
 	}
-	id, err := parseID("actor.actor_id", in.GetActorId())
+	id, jobID, err := checkActorInfo(in)
 	if err != nil {
 		return nil, err
-	}
-	jobID, err := parseID("actor.job_id", in.GetJobId())
-	if err != nil {
-		return nil, err
-	}
-	if err := validateAddress("actor.address", in.GetAddress()); err != nil {
-		return nil, err
-	}
-	if err := validateAddress("actor.owner", in.GetOwner()); err != nil {
-		return nil, err
-	}
-	if err := checkActorNamespace("actor.namespace", in.GetNamespace()); err != nil {
-		return nil, err
-	}
-	if in.GetDetached() && in.GetName() == "" {
-		return nil, &InvalidArgumentError{Field: "actor.name", Problem: "a detached actor must be named (later jobs find it by name)"}
 	}
 
 	s.mu.Lock()

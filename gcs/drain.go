@@ -31,8 +31,10 @@ func (s *Server) DrainNode(ctx context.Context, req *gorayv1.DrainNodeRequest) (
 	s.mu.Lock()
 	n, ok := s.nodes[id]
 	var info *gorayv1.NodeInfo
+	unverified := false
 	if ok {
 		info = cloneMsg(n.info)
+		unverified = n.fromStorage
 	}
 	s.mu.Unlock()
 	switch {
@@ -40,6 +42,8 @@ func (s *Server) DrainNode(ctx context.Context, req *gorayv1.DrainNodeRequest) (
 		return nil, &NotFoundError{Kind: "node", ID: id}
 	case info.GetState() == StateDead:
 		return nil, &NodeGoneError{ID: id, Reason: info.GetDeathReason(), Op: "drain"}
+	case unverified:
+		return nil, &NodeUnverifiedError{ID: id, Op: "drain"}
 	case s.drainer == nil:
 		return nil, &RayletCallError{Node: id, Op: "drain", Err: ErrNoRaylets}
 	}

@@ -20,19 +20,9 @@ func (s *Server) AddJob(ctx context.Context, req *gorayv1.AddJobRequest) (_ *gor
 	if req.GetJob() == nil {
 		return nil, &InvalidArgumentError{Field: "job", Problem: "required"}
 	}
-	id, err := parseID("job.job_id", req.GetJob().GetJobId())
+	id, err := checkJobInfo(req.GetJob())
 	if err != nil {
 		return nil, err
-	}
-	if _, err := parseOptionalID("job.driver_node_id", req.GetJob().GetDriverNodeId()); err != nil {
-		return nil, err
-	}
-	if req.GetJob().GetBinaryPath() == "" {
-		return nil, &InvalidArgumentError{Field: "job.binary_path", Problem: "required"}
-	}
-	if sum := req.GetJob().GetBinarySha256(); !digest.ValidSHA256(sum) {
-		return nil, &InvalidArgumentError{Field: "job.binary_sha256",
-			Problem: fmt.Sprintf("%q is not a sha256 (64 lowercase hexadecimal digits); raylets run only a job binary whose hash they checked", sum)}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -48,11 +38,32 @@ func (s *Server) AddJob(ctx context.Context, req *gorayv1.AddJobRequest) (_ *gor
 	job.EndTimeMs = 0
 	s.jobs[id] = job
 	s.jobOrder = append(s.jobOrder, id)
-	s.saveLocked(tableJobs, id.String(), job)
+	s.saveJobLocked(id, job)
 	d = s.durableNow()
 	s.log.Info("job added", "job", id.Short(), "binary", job.GetBinaryPath(), "pid", job.GetDriverPid())
 	s.publishLocked(Event{Kind: EventJobAdded, Job: job})
 	return &gorayv1.AddJobReply{}, nil
+}
+
+// checkJobInfo validates what AddJob is told of a job (and what a GCS
+// reads back from its storage): its id, its driver's node id, its binary
+// and the binary's hash. It returns the job's id.
+func checkJobInfo(j *gorayv1.JobInfo) (ids.ID, error) {
+	id, err := parseID("job.job_id", j.GetJobId())
+	if err != nil {
+		return ids.Nil, err
+	}
+	if _, err := parseOptionalID("job.driver_node_id", j.GetDriverNodeId()); err != nil {
+		return ids.Nil, err
+	}
+	if j.GetBinaryPath() == "" {
+		return ids.Nil, &InvalidArgumentError{Field: "job.binary_path", Problem: "required"}
+	}
+	if sum := j.GetBinarySha256(); !digest.ValidSHA256(sum) {
+		return ids.Nil, &InvalidArgumentError{Field: "job.binary_sha256",
+			Problem: fmt.Sprintf("%q is not a sha256 (64 lowercase hexadecimal digits); raylets run only a job binary whose hash they checked", sum)}
+	}
+	return id, nil
 }
 
 // MarkJobFinished marks the job FINISHED with the server's end time and kills
@@ -85,7 +96,7 @@ func (s *Server) MarkJobFinished(ctx context.Context, req *gorayv1.MarkJobFinish
 func (s *Server) finishJobLocked(id ids.ID, job *gorayv1.JobInfo, reason string) {
 	job.State = StateFinished
 	job.EndTimeMs = s.nowMs()
-	s.saveLocked(tableJobs, id.String(), job)
+	s.saveJobLocked(id, job)
 	s.log.Info("job finished", "job", id.Short(), "reason", reason)
 	s.publishLocked(Event{Kind: EventJobFinished, Job: job})
 	for _, aid := range s.actorSeq {

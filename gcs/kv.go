@@ -18,27 +18,53 @@ func (s *Server) KVPut(ctx context.Context, req *gorayv1.KVPutRequest) (_ *goray
 	var d durable
 	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
 	ns, key, value := req.GetNs(), req.GetKey(), req.GetValue()
-	if key == "" {
-		return nil, &InvalidArgumentError{Field: "key", Problem: "required"}
-	}
-	l := s.kvLimits
-	if err := l.checkNamespace(ns); err != nil {
+	if err := s.kvLimits.checkEntry(ns, key, value); err != nil {
 		return nil, err
-	}
-	if err := l.checkKey("key", ns, key); err != nil {
-		return nil, err
-	}
-	if len(value) > l.MaxValueSize {
-		return nil, &InvalidArgumentError{Field: "value", Problem: fmt.Sprintf("the value of key %q in namespace %q is %d bytes; the limit is %d bytes",
-			clip(key), clip(ns), len(value), l.MaxValueSize)}
 	}
 	s.kvMu.Lock()
 	defer s.kvMu.Unlock()
-	m := s.kv[ns]
-	old, exists := m[key]
+	_, exists := s.kv[ns][key]
 	if exists && !req.GetOverwrite() {
 		return &gorayv1.KVPutReply{Added: false}, nil
 	}
+	if err := s.kvSetLocked(ns, key, slices.Clone(value)); err != nil {
+		return nil, err
+	}
+	if s.journal != nil {
+		s.journal.putRaw(tableKV, kvRecordKey(ns, key), value)
+		d = s.durableNow()
+	}
+	return &gorayv1.KVPutReply{Added: !exists}, nil
+}
+
+// checkEntry checks a KV entry against the limits: a key is required, and
+// the namespace, key and value are bounded (InvalidArgumentError). KVPut
+// checks what it is asked to store with it, and a GCS what it reads back
+// from its storage.
+func (l KVLimits) checkEntry(ns, key string, value []byte) error {
+	if key == "" {
+		return &InvalidArgumentError{Field: "key", Problem: "required"}
+	}
+	if err := l.checkNamespace(ns); err != nil {
+		return err
+	}
+	if err := l.checkKey("key", ns, key); err != nil {
+		return err
+	}
+	if len(value) > l.MaxValueSize {
+		return &InvalidArgumentError{Field: "value", Problem: fmt.Sprintf("the value of key %q in namespace %q is %d bytes; the limit is %d bytes",
+			clip(key), clip(ns), len(value), l.MaxValueSize)}
+	}
+	return nil
+}
+
+// kvSetLocked stores value (which the store keeps: the caller gives it
+// up) under (ns, key) within the quotas, or changes nothing and returns a
+// QuotaExceededError. s.kvMu must be held.
+func (s *Server) kvSetLocked(ns, key string, value []byte) error {
+	l := s.kvLimits
+	m := s.kv[ns]
+	old, exists := m[key]
 	use := s.kvUse[ns]
 	if use == nil {
 		use = &kvUsage{}
@@ -56,26 +82,22 @@ func (s *Server) KVPut(ctx context.Context, req *gorayv1.KVPutRequest) (_ *goray
 	}
 	switch {
 	case keys > l.NamespaceKeys:
-		return nil, quota(false, "keys", int64(use.keys), int64(keys), int64(l.NamespaceKeys))
+		return quota(false, "keys", int64(use.keys), int64(keys), int64(l.NamespaceKeys))
 	case use.bytes+delta > l.NamespaceBytes:
-		return nil, quota(false, "bytes", use.bytes, use.bytes+delta, l.NamespaceBytes)
+		return quota(false, "bytes", use.bytes, use.bytes+delta, l.NamespaceBytes)
 	case s.kvTotal+delta > l.TotalBytes:
-		return nil, quota(true, "bytes", s.kvTotal, s.kvTotal+delta, l.TotalBytes)
+		return quota(true, "bytes", s.kvTotal, s.kvTotal+delta, l.TotalBytes)
 	}
 	if m == nil {
 		m = map[string][]byte{}
 		s.kv[ns] = m
 	}
 	s.kvUse[ns] = use
-	m[key] = slices.Clone(value)
-	if s.journal != nil {
-		s.journal.putRaw(tableKV, kvRecordKey(ns, key), value)
-		d = s.durableNow()
-	}
+	m[key] = value
 	use.bytes += delta
 	use.keys = keys
 	s.kvTotal += delta
-	return &gorayv1.KVPutReply{Added: !exists}, nil
+	return nil
 }
 
 // kvDeleteLocked deletes key from namespace ns, whose map is m, and

@@ -19,6 +19,12 @@ type nodeEntry struct {
 	spill         *gorayv1.SpillStats
 	memory        *gorayv1.MemoryMonitorStats // the node's memory monitor
 	lastHeartbeat time.Time
+	// fromStorage: the node is known only from the storage (this GCS read
+	// it back and the node has not registered with it since). Nothing
+	// dials it, views leave it out while it is alive (and carry none of
+	// its addresses once dead), and its heartbeats are refused until its
+	// own registration replaces the stored record (restore.go).
+	fromStorage bool
 	// draining: the node drains before it is terminated (its heartbeats
 	// say so; DrainNode sets it at once). Not stored: heartbeats restore it.
 	draining bool
@@ -63,6 +69,9 @@ func (n *nodeEntry) viewLocked() *gorayv1.NodeView {
 	info := cloneMsg(n.info)
 	if len(n.groups) > 0 {
 		info.Total = n.totalLocked()
+	}
+	if n.fromStorage {
+		stripAddresses(info)
 	}
 	v := &gorayv1.NodeView{
 		Info:            info,
@@ -149,6 +158,26 @@ func (s *Server) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequ
 			return nil, &NodeDeadError{ID: id, Reason: n.info.GetDeathReason()}
 		}
 		n.lastHeartbeat = now
+		if n.fromStorage {
+			// The node proved it holds the token: what it says of itself
+			// replaces what the storage said.
+			info := cloneMsg(req.GetNode())
+			info.State = StateAlive
+			info.StartTimeMs = n.info.GetStartTimeMs()
+			info.EndTimeMs = 0
+			info.DeathReason = ""
+			n.info = info
+			n.fromStorage = false
+			n.available = nil // (its heartbeats bring what is free)
+			if info.GetTotal() != nil {
+				n.available = cloneMsg(info.GetTotal())
+			}
+			s.nodeChangedLocked(id, n)
+			s.saveLocked(tableNodes, id.String(), info)
+			d = s.durableNow()
+			s.log.Info("node registered again after the GCS restarted: its registration replaces the stored record", "node", id.Short(), "name", info.GetNodeName(), "head", info.GetIsHead())
+			s.publishLocked(Event{Kind: EventNodeAdded, Node: info})
+		}
 		return reply, nil
 	}
 	info := cloneMsg(req.GetNode())
@@ -215,6 +244,10 @@ func (s *Server) ReportHeartbeat(_ context.Context, req *gorayv1.HeartbeatReques
 	}
 	if n.info.GetState() == StateDead {
 		return &gorayv1.HeartbeatReply{Dead: true}, nil
+	}
+	if n.fromStorage {
+		// (NotFound: the raylet registers again, bringing its own info.)
+		return nil, &NodeUnverifiedError{ID: id, Op: "heartbeat"}
 	}
 	if err := checkHeartbeat(req, n.totalLocked()); err != nil {
 		return nil, err

@@ -226,7 +226,9 @@ func (s *Server) NodesSince(epoch string, v uint64) *gorayv1.GetAllNodesReply {
 	if epoch == "" {
 		rep.Nodes = make([]*gorayv1.NodeView, 0, len(s.nodeOrder))
 		for _, id := range s.nodeOrder {
-			rep.Nodes = append(rep.Nodes, s.nodes[id].currentViewLocked())
+			if n := s.nodes[id]; n.viewableLocked() {
+				rep.Nodes = append(rep.Nodes, n.currentViewLocked())
+			}
 		}
 		return rep
 	}
@@ -237,7 +239,17 @@ func (s *Server) NodesSince(epoch string, v uint64) *gorayv1.GetAllNodesReply {
 	}
 	rep.Nodes = make([]*gorayv1.NodeView, 0, len(order))
 	for _, id := range order {
-		rep.Nodes = append(rep.Nodes, s.nodes[id].publishedLocked())
+		if n := s.nodes[id]; n.viewableLocked() {
+			rep.Nodes = append(rep.Nodes, n.publishedLocked())
+		}
 	}
 	return rep
+}
+
+// viewableLocked reports whether views show n: not while it is alive and
+// known only from the storage (restore.go), so that no raylet, collector
+// or client dials an address the storage alone vouches for. s.mu must be
+// held.
+func (n *nodeEntry) viewableLocked() bool {
+	return !n.fromStorage || n.info.GetState() == StateDead
 }

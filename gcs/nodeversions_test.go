@@ -211,13 +211,19 @@ func TestGetAllNodesAfterRestart(t *testing.T) {
 	s1, err := Open(ctxT(t), Options{Storage: st})
 	mustOK(t, err)
 	c1, stop1 := serveOpened(t, s1)
-	registerNode(t, c1, newID(), "n0")
+	node := newID()
+	registerNode(t, c1, node, "n0")
 	before := refreshNodes(t, c1, "", 0)
 	stop1()
 
 	s2, err := Open(ctxT(t), Options{Storage: st})
 	mustOK(t, err)
 	c2, _ := serveOpened(t, s2)
+	if r := refreshNodes(t, c2, "", 0); len(r.GetNodes()) != 0 {
+		t.Fatalf("a restored node is in the view before it registered again: %v", r.GetNodes())
+	}
+	_, err = c2.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: nodeInfo(node, "n0"), ClusterId: s2.ClusterID()})
+	mustOK(t, err)
 	r := refreshNodes(t, c2, before.GetEpoch(), before.GetVersion())
 	if r.GetDelta() || len(r.GetNodes()) != 1 || r.GetEpoch() == before.GetEpoch() {
 		t.Fatalf("a caller of the GCS before its restart: delta %v with %d nodes, epoch %q (was %q); want the whole table in a new epoch",

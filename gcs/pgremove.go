@@ -155,10 +155,7 @@ func (p *placementGroups) sweepRemovedDemand(ctx context.Context) {
 	if len(jobs) == 0 {
 		return
 	}
-	infos := map[ids.ID]*gorayv1.NodeInfo{}
-	for _, n := range p.s.aliveNodes() {
-		infos[ids.MustFromBytes(n.GetNodeId())] = n
-	}
+	infos := p.s.reachableNodes()
 	for _, j := range jobs {
 		var ns []*gorayv1.NodeInfo
 		for _, id := range j.nodes {

@@ -141,45 +141,11 @@ func (s *Server) CreatePlacementGroup(ctx context.Context, req *gorayv1.CreatePl
 	if in == nil {
 		return nil, &InvalidArgumentError{Field: "group", Problem: "required"}
 	}
-	id, err := parseID("group.placement_group_id", in.GetPlacementGroupId())
+	id, job, strategy, bundles, err := checkGroupInfo(in)
 	if err != nil {
 		return nil, err
 	}
-	job, err := parseOptionalID("group.job_id", in.GetJobId())
-	if err != nil {
-		return nil, err
-	}
-	strategy, ok := strategies[in.GetStrategy()]
-	if !ok {
-		return nil, &InvalidArgumentError{Field: "group.strategy", Problem: fmt.Sprintf("unknown strategy %v", in.GetStrategy())}
-	}
-	if len(in.GetName()) > maxNodeString {
-		return nil, &InvalidArgumentError{Field: "group.name", Problem: fmt.Sprintf("%d bytes long, more than %d", len(in.GetName()), maxNodeString)}
-	}
-	n := len(in.GetBundles())
-	if n == 0 || n > maxBundles {
-		return nil, &InvalidArgumentError{Field: "group.bundles", Problem: fmt.Sprintf("%d bundles; a group has 1 to %d", n, maxBundles)}
-	}
-	bundles := make([]resources.Set, n)
-	for i, b := range in.GetBundles() {
-		field := fmt.Sprintf("group.bundles[%d]", i)
-		if err := checkResources(field+".resources", b.GetResources()); err != nil {
-			return nil, err
-		}
-		set := resources.Set{}
-		for k, v := range b.GetResources().GetAmounts() {
-			if v > 0 {
-				set[k] = v
-			}
-			if resources.IsGroupName(k) {
-				return nil, &InvalidArgumentError{Field: field + ".resources", Problem: fmt.Sprintf("%q is a placement group resource; a bundle asks for node resources", k)}
-			}
-		}
-		if len(set) == 0 {
-			return nil, &InvalidArgumentError{Field: field, Problem: "a bundle must ask for some resource"}
-		}
-		bundles[i] = set
-	}
+	n := len(bundles)
 	if !job.IsNil() {
 		s.mu.Lock()
 		j, ok := s.jobs[job]
@@ -223,6 +189,54 @@ func (s *Server) CreatePlacementGroup(ctx context.Context, req *gorayv1.CreatePl
 	p.log.Info("placement group created", "group", id.Short(), "name", info.GetName(), "strategy", strategy, "bundles", n)
 	p.wake()
 	return &gorayv1.CreatePlacementGroupReply{}, nil
+}
+
+// checkGroupInfo validates what CreatePlacementGroup is told of a group
+// (and what a GCS reads back from its storage): its ids, strategy, name
+// and bundles. It returns the group's and its job's ids, the strategy and
+// each bundle's resources.
+func checkGroupInfo(in *gorayv1.PlacementGroupInfo) (id, job ids.ID, strategy placement.Strategy, bundles []resources.Set, err error) {
+	fail := func(err error) (ids.ID, ids.ID, placement.Strategy, []resources.Set, error) {
+		return ids.Nil, ids.Nil, 0, nil, err
+	}
+	if id, err = parseID("group.placement_group_id", in.GetPlacementGroupId()); err != nil {
+		return fail(err)
+	}
+	if job, err = parseOptionalID("group.job_id", in.GetJobId()); err != nil {
+		return fail(err)
+	}
+	strategy, ok := strategies[in.GetStrategy()]
+	if !ok {
+		return fail(&InvalidArgumentError{Field: "group.strategy", Problem: fmt.Sprintf("unknown strategy %v", in.GetStrategy())})
+	}
+	if len(in.GetName()) > maxNodeString {
+		return fail(&InvalidArgumentError{Field: "group.name", Problem: fmt.Sprintf("%d bytes long, more than %d", len(in.GetName()), maxNodeString)})
+	}
+	n := len(in.GetBundles())
+	if n == 0 || n > maxBundles {
+		return fail(&InvalidArgumentError{Field: "group.bundles", Problem: fmt.Sprintf("%d bundles; a group has 1 to %d", n, maxBundles)})
+	}
+	bundles = make([]resources.Set, n)
+	for i, b := range in.GetBundles() {
+		field := fmt.Sprintf("group.bundles[%d]", i)
+		if err := checkResources(field+".resources", b.GetResources()); err != nil {
+			return fail(err)
+		}
+		set := resources.Set{}
+		for k, v := range b.GetResources().GetAmounts() {
+			if v > 0 {
+				set[k] = v
+			}
+			if resources.IsGroupName(k) {
+				return fail(&InvalidArgumentError{Field: field + ".resources", Problem: fmt.Sprintf("%q is a placement group resource; a bundle asks for node resources", k)})
+			}
+		}
+		if len(set) == 0 {
+			return fail(&InvalidArgumentError{Field: field, Problem: "a bundle must ask for some resource"})
+		}
+		bundles[i] = set
+	}
+	return id, job, strategy, bundles, nil
 }
 
 // RemovePlacementGroup removes a group: every bundle is given back, and
@@ -340,15 +354,10 @@ func (p *placementGroups) lookupLocked(id ids.ID, name string) *pgEntry {
 func (p *placementGroups) run(ctx context.Context) {
 	events, unsubscribe := p.s.Subscribe()
 	defer unsubscribe()
-	if p.s.restored {
-		// The GCS that stored the table may have died during a
-		// reservation: every node it left alive is swept, whether or not
-		// its raylet registers again (one that the restored table knows
-		// goes on with heartbeats).
-		for _, n := range p.s.aliveNodes() {
-			p.requestSweep(ids.MustFromBytes(n.GetNodeId()), sweepRestored)
-		}
-	}
+	// The GCS that stored the table may have died during a reservation:
+	// every node it left alive is swept when it registers again, which it
+	// must before this GCS dials it (restore.go), and which its heartbeats
+	// being refused makes it do (RegisterNode asks for the sweep).
 	t := time.NewTicker(p.retry)
 	defer t.Stop()
 	due := time.NewTimer(0) // the next sweep's retry
@@ -508,6 +517,15 @@ func (p *placementGroups) cancel(ctx context.Context, c pendingCancel) bool {
 		return true
 	}
 	nid := ids.MustFromBytes(c.node.GetNodeId())
+	if p.s.knownOnlyFromStorage(nid) {
+		// Not dialled until it registers again (restore.go): kept for
+		// then (retryCancels; its registration's sweep would release the
+		// bundles too).
+		p.mu.Lock()
+		p.pending = append(p.pending, c)
+		p.mu.Unlock()
+		return false
+	}
 	cctx, done := context.WithTimeout(context.WithoutCancel(ctx), reserveTimeout)
 	rep, err := p.reserver.Cancel(cctx, c.node, c.group, c.idx, c.reason)
 	done()
@@ -541,9 +559,14 @@ func (p *placementGroups) retryCancels(ctx context.Context) {
 	for _, n := range p.s.aliveNodes() {
 		alive[ids.MustFromBytes(n.GetNodeId())] = true
 	}
+	reachable := p.s.reachableNodes()
 	for _, c := range todo {
-		if !alive[ids.MustFromBytes(c.node.GetNodeId())] {
+		nid := ids.MustFromBytes(c.node.GetNodeId())
+		if !alive[nid] {
 			continue
+		}
+		if info := reachable[nid]; info != nil {
+			c.node = info // as the node registered last
 		}
 		p.cancel(ctx, c)
 	}
@@ -776,7 +799,7 @@ func (s *Server) placementNodes() ([]placement.Node, map[string]*gorayv1.NodeInf
 	infos := map[string]*gorayv1.NodeInfo{}
 	for _, id := range s.nodeOrder {
 		n := s.nodes[id]
-		if n.info.GetState() != StateAlive || n.draining {
+		if !s.nodeReachableLocked(n) || n.draining {
 			continue
 		}
 		total := resources.Set(n.info.GetTotal().GetAmounts()).Clone()
@@ -792,7 +815,18 @@ func (s *Server) placementNodes() ([]placement.Node, map[string]*gorayv1.NodeInf
 	return out, infos
 }
 
-// aliveNodes returns the infos of the alive nodes.
+// knownOnlyFromStorage reports whether node id is known only from the
+// storage (restore.go): not to be dialled.
+func (s *Server) knownOnlyFromStorage(id ids.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.nodes[id]
+	return n != nil && n.fromStorage
+}
+
+// aliveNodes returns the infos of the alive nodes, those known only from
+// the storage included: what liveness needs, never whom to dial
+// (reachableNodes).
 func (s *Server) aliveNodes() []*gorayv1.NodeInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -21,10 +21,13 @@
 // memory): every change is written through, in order, before the call that
 // made it is acknowledged (journal.go), and a GCS opened on the same storage
 // reads the cluster back (its id, nodes, jobs, actors, placement groups and
-// KV). A restored node that was alive gets the health timeout to come back.
-// A GCS that died during a reservation may have left raylets holding
-// bundles the restored table does not place there: the placement group
-// manager sweeps every node it restored alive, and every node that
+// KV), checking every record as strictly as the live call that made it
+// and setting aside those that fail (restore.go). A restored node that was
+// alive gets the health timeout to come back, and is not dialled, nor
+// shown in views, until it registers again with the token: the storage
+// alone does not vouch for an address. A GCS that died during a
+// reservation may have left raylets holding bundles the restored table
+// does not place there: the placement group manager sweeps every node that
 // registers again, telling its raylet which bundles are in use so that it
 // releases the others (sweep.go).
 package gcs
@@ -83,6 +86,10 @@ type Options struct {
 	Storage Storage
 	// TaskEvents bounds the task event store (taskevents.go).
 	TaskEvents TaskEventLimits
+	// Token is the cluster's token ("" with auth disabled): jobs' env is
+	// written to the storage sealed with a key derived from it
+	// (envcrypt.go), and not written at all without one.
+	Token string
 }
 
 // Server is the GCS. Create it with New, expose it with Register and run the
@@ -135,6 +142,11 @@ type Server struct {
 	clusterID string
 	restored  bool
 	started   time.Time
+	// envSealer seals jobs' env for the storage (nil: no token);
+	// setAside counts the records the storage keeps in its quarantine
+	// table (restore.go).
+	envSealer *envSealer
+	setAside  int64
 }
 
 var _ gorayv1.GcsServer = (*Server)(nil)
@@ -204,13 +216,16 @@ func (s *Server) Run(ctx context.Context) {
 }
 
 // Nodes returns a snapshot of every node (alive and dead) in registration
-// order.
+// order, as GetAllNodes shows them: without the alive nodes known only
+// from the storage (restore.go).
 func (s *Server) Nodes() []*gorayv1.NodeView {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]*gorayv1.NodeView, 0, len(s.nodeOrder))
 	for _, id := range s.nodeOrder {
-		out = append(out, s.nodes[id].viewLocked())
+		if n := s.nodes[id]; n.viewableLocked() {
+			out = append(out, n.viewLocked())
+		}
 	}
 	return out
 }

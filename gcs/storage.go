@@ -13,7 +13,6 @@ import (
 	"github.com/goray-dev/goray/gcs/internal/store"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
-	"github.com/goray-dev/goray/internal/resources"
 )
 
 // Storage backends (Storage.Backend).
@@ -114,9 +113,20 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := New(opts)
 	if st == nil {
-		return s, nil
+		return New(opts), nil
+	}
+	return openOn(ctx, opts, st)
+}
+
+// openOn is Open on an opened store, which the server owns from now on
+// (closed on failure too).
+func openOn(ctx context.Context, opts Options, st store.Store) (*Server, error) {
+	s := New(opts)
+	var err error
+	if s.envSealer, err = newEnvSealer(opts.Token); err != nil {
+		st.Close()
+		return nil, err
 	}
 	s.storage = st
 	if opts.Storage.Fresh {
@@ -149,7 +159,7 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 const healthTimeout = 2 * time.Second
 
 // tables are every table the GCS keeps.
-var tables = []string{tableMeta, tableNodes, tableJobs, tableActors, tableKV, tableGroups}
+var tables = []string{tableMeta, tableNodes, tableJobs, tableActors, tableKV, tableGroups, tableQuarantine}
 
 // wipe deletes every record of every table, in one atomic batch.
 func wipe(ctx context.Context, st store.Store) error {
@@ -170,8 +180,9 @@ func wipe(ctx context.Context, st store.Store) error {
 }
 
 // GetClusterInfo describes this GCS: the cluster id, the storage and
-// whether it answers, when the GCS started and whether it restored an
-// earlier GCS's state.
+// whether it answers, when the GCS started, whether it restored an
+// earlier GCS's state, how many records of the storage are set aside
+// (restore.go) and how many restored nodes have not registered again.
 func (s *Server) GetClusterInfo(ctx context.Context, _ *gorayv1.GetClusterInfoRequest) (*gorayv1.GetClusterInfoReply, error) {
 	hctx, cancel := context.WithTimeout(ctx, healthTimeout)
 	defer cancel()
@@ -183,6 +194,9 @@ func (s *Server) GetClusterInfo(ctx context.Context, _ *gorayv1.GetClusterInfoRe
 		NowMs:       s.nowMs(),
 		Restored:    s.restored,
 		Pid:         int64(os.Getpid()),
+
+		StorageSetAside:   s.setAside,
+		NodesReconnecting: s.nodesReconnecting(),
 	}
 	if health != nil {
 		r.StorageError = health.Error()
@@ -246,153 +260,6 @@ func (s *Server) durableNow() durable {
 // kvRecordKey is a KV entry's key in the kv table: namespace and key
 // joined by a NUL, which neither may contain.
 func kvRecordKey(ns, key string) string { return ns + "\x00" + key }
-
-// restore reads every table back into the server.
-func (s *Server) restore(ctx context.Context) error {
-	meta, err := s.storage.GetAll(ctx, tableMeta)
-	if err != nil {
-		return err
-	}
-	if id, ok := meta["cluster_id"]; ok {
-		s.clusterID = string(id)
-		s.restored = true
-	}
-	now := s.now()
-	if err := loadTable(ctx, s.storage, tableNodes, func() *gorayv1.NodeInfo { return &gorayv1.NodeInfo{} }, func(key string, info *gorayv1.NodeInfo) error {
-		id, err := ids.FromBytes(info.GetNodeId())
-		if err != nil {
-			return err
-		}
-		// An alive node has the health timeout from now to come back.
-		n := &nodeEntry{info: info, lastHeartbeat: now}
-		if info.GetTotal() != nil {
-			n.available = cloneMsg(info.GetTotal())
-		}
-		s.nodes[id] = n
-		s.nodeOrder = append(s.nodeOrder, id)
-		return nil
-	}); err != nil {
-		return err
-	}
-	sortByTime(s.nodeOrder, func(id ids.ID) int64 { return s.nodes[id].info.GetStartTimeMs() })
-	if err := loadTable(ctx, s.storage, tableJobs, func() *gorayv1.JobInfo { return &gorayv1.JobInfo{} }, func(key string, j *gorayv1.JobInfo) error {
-		id, err := ids.FromBytes(j.GetJobId())
-		if err != nil {
-			return err
-		}
-		s.jobs[id] = j
-		s.jobOrder = append(s.jobOrder, id)
-		return nil
-	}); err != nil {
-		return err
-	}
-	sortByTime(s.jobOrder, func(id ids.ID) int64 { return s.jobs[id].GetStartTimeMs() })
-	if err := loadTable(ctx, s.storage, tableActors, func() *gorayv1.ActorInfo { return &gorayv1.ActorInfo{} }, func(key string, info *gorayv1.ActorInfo) error {
-		id, err := ids.FromBytes(info.GetActorId())
-		if err != nil {
-			return err
-		}
-		a := &actorEntry{id: id, info: info, changed: make(chan struct{})}
-		s.actors[id] = a
-		s.actorSeq = append(s.actorSeq, id)
-		if name := info.GetName(); name != "" && info.GetState() != gorayv1.ActorState_ACTOR_STATE_DEAD {
-			s.byName[a.nameKey()] = id
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	sortByTime(s.actorSeq, func(id ids.ID) int64 { return s.actors[id].info.GetStartTimeMs() })
-	kv, err := s.storage.GetAll(ctx, tableKV)
-	if err != nil {
-		return err
-	}
-	for rk, v := range kv {
-		ns, key, ok := strings.Cut(rk, "\x00")
-		if !ok {
-			return fmt.Errorf("kv record %q has no namespace separator", rk)
-		}
-		m := s.kv[ns]
-		use := s.kvUse[ns]
-		if m == nil {
-			m = map[string][]byte{}
-			s.kv[ns] = m
-			use = &kvUsage{}
-			s.kvUse[ns] = use
-			use.bytes += kvNamespaceCost(ns)
-			s.kvTotal += kvNamespaceCost(ns)
-		}
-		m[key] = v
-		c := kvCost(key, v)
-		use.bytes += c
-		use.keys++
-		s.kvTotal += c
-	}
-	p := s.pgs
-	defer func() {
-		sortByTime(p.order, func(id ids.ID) int64 { return p.groups[id].info.GetCreateTimeMs() })
-		p.pruneLocked() // (no journal yet: the storage forgets them at a later prune)
-	}()
-	return loadTable(ctx, s.storage, tableGroups, func() *gorayv1.PlacementGroupInfo { return &gorayv1.PlacementGroupInfo{} }, func(key string, info *gorayv1.PlacementGroupInfo) error {
-		id, err := ids.FromBytes(info.GetPlacementGroupId())
-		if err != nil {
-			return err
-		}
-		strategy, ok := strategies[info.GetStrategy()]
-		if !ok {
-			return fmt.Errorf("placement group %s: unknown strategy %v", id, info.GetStrategy())
-		}
-		e := &pgEntry{id: id, info: info, strategy: strategy, changed: make(chan struct{})}
-		for _, b := range info.GetBundles() {
-			e.bundles = append(e.bundles, resources.Set(b.GetResources().GetAmounts()).Clone())
-		}
-		if info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PREPARED {
-			// Its reservation was cut short: place it again.
-			info.State = gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING
-		}
-		if info.GetState() != gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
-			// Its committed bundles (a PENDING group keeps those a node
-			// death did not cut) count in their nodes' totals again.
-			for i, b := range info.GetBundles() {
-				if nid, err := ids.FromBytes(b.GetNodeId()); err == nil && len(b.GetNodeId()) > 0 {
-					if n := s.nodes[nid]; n != nil {
-						if n.groups == nil {
-							n.groups = resources.Set{}
-						}
-						n.groups.Add(resources.BundleResources(e.bundles[i], id.String(), i))
-					}
-				}
-			}
-		}
-		p.groups[id] = e
-		p.order = append(p.order, id)
-		if info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
-			p.removed++
-		}
-		if name := info.GetName(); name != "" && info.GetState() != gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
-			p.byName[name] = id
-		}
-		return nil
-	})
-}
-
-// loadTable decodes every record of table with decode.
-func loadTable[M proto.Message](ctx context.Context, st store.Store, table string, newMsg func() M, add func(key string, m M) error) error {
-	recs, err := st.GetAll(ctx, table)
-	if err != nil {
-		return err
-	}
-	for k, v := range recs {
-		m := newMsg()
-		if err := proto.Unmarshal(v, m); err != nil {
-			return fmt.Errorf("%s record %q: %w", table, k, err)
-		}
-		if err := add(k, m); err != nil {
-			return fmt.Errorf("%s record %q: %w", table, k, err)
-		}
-	}
-	return nil
-}
 
 // sortByTime orders restored ids by when they started, as they were
 // registered (the storage keeps no order).

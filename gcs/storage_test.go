@@ -132,6 +132,9 @@ func TestRestartRestoresEverything(t *testing.T) {
 			if !s2.Restored() || s2.ClusterID() != cluster {
 				t.Fatalf("restored=%v cluster %q, want true and %q", s2.Restored(), s2.ClusterID(), cluster)
 			}
+			// The node is shown once it registered again (restore.go).
+			_, err = c2.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: info, ClusterId: cluster})
+			mustOK(t, err)
 			nv := nodeView(t, c2, node)
 			if nv.GetInfo().GetState() != StateAlive || nv.GetInfo().GetNodeName() != "n0" {
 				t.Fatalf("node after restart: %v", nv.GetInfo())

@@ -18,9 +18,10 @@ import (
 // reservation can leave a raylet holding bundles, prepared or committed,
 // that the restored table does not have placed there: a PREPARED group
 // is restored PENDING and placed again, maybe elsewhere. When a node comes
-// back (it registers again with the cluster id, or the GCS restored its
-// tables with the node alive) the manager tells its raylet which bundles
-// the table has placed on it, and the raylet gives back every other one.
+// back (it registers again with the cluster id, as a node a restored GCS
+// read back from its storage must before it is dialled) the manager tells
+// its raylet which bundles the table has placed on it, and the raylet
+// gives back every other one.
 
 // Backoff between attempts of a sweep a raylet did not take.
 const (
@@ -28,11 +29,9 @@ const (
 	sweepRetryMax     = 5 * time.Second
 )
 
-// Why a node is swept (said in logs and to the work a release ends).
-const (
-	sweepReregistered = "the node registered again"
-	sweepRestored     = "the GCS restarted"
-)
+// Why a node is swept (said in logs and to the work a release ends). A
+// restored GCS sweeps a node when it registers again (restore.go).
+const sweepReregistered = "the node registered again"
 
 // pendingSweep is a sweep of one node not taken by its raylet yet. Its
 // fields are guarded by placementGroups.mu.
@@ -95,10 +94,9 @@ func (p *placementGroups) retrySweeps(ctx context.Context) {
 		return
 	}
 	slices.SortFunc(due, func(a, b ids.ID) int { return strings.Compare(a.String(), b.String()) })
-	alive := map[ids.ID]*gorayv1.NodeInfo{}
-	for _, n := range p.s.aliveNodes() {
-		alive[ids.MustFromBytes(n.GetNodeId())] = n
-	}
+	// A node known only from the storage is not swept: it is when it
+	// registers again (restore.go).
+	alive := p.s.reachableNodes()
 	for _, id := range due {
 		if ctx.Err() != nil {
 			return

@@ -152,8 +152,8 @@ func TestRestartSweepsLeakedBundles(t *testing.T) {
 		totals[id], infos[id] = cpus, info
 		return id
 	}
-	register(c1, "a", 4)
-	register(c1, "b", 4)
+	a := register(c1, "a", 4)
+	b := register(c1, "b", 4)
 	kept := pc1.create(t, "kept", strictSpread, newID(), true, 1, 1)
 	keptBefore := pc1.waitState(t, kept, stCreated).GetBundles()
 
@@ -177,8 +177,11 @@ func TestRestartSweepsLeakedBundles(t *testing.T) {
 	mustOK(t, err)
 	c2, _ := serveOpened(t, s2)
 	pc2 := &pgCluster{s: s2, c: c2, f: f}
-	for _, info := range infos {
-		_, err := c2.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: info, ClusterId: s2.ClusterID()})
+	// The nodes register again (the restored GCS places nothing on a node
+	// before it has): the small one first, so that the group, which needs
+	// two nodes, is placed again once a big one is back too.
+	for _, id := range []ids.ID{small, a, b} {
+		_, err := c2.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: infos[id], ClusterId: s2.ClusterID()})
 		mustOK(t, err)
 	}
 	g := pc2.waitState(t, leak, stCreated)

@@ -139,6 +139,8 @@ func openGCS(ctx context.Context, addr string, st gcs.Storage, cfg *config.Node,
 	srv, err := gcs.Open(octx, gcs.Options{
 		HeartbeatPeriod: cfg.HealthCheck.Period, FailureThreshold: cfg.HealthCheck.FailureThreshold,
 		Logger: log, Reserver: reserver, Storage: st,
+		// Jobs' env is sealed in the storage with a key derived from it.
+		Token: creds.Token(),
 	})
 	if err != nil {
 		_ = lis.Close()

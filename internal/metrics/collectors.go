@@ -48,6 +48,9 @@ var WorkerStates = []string{"STARTING", "IDLE", "LEASED", "ACTOR"}
 // list` names them.
 type ClusterStats struct {
 	Tasks, Actors, Nodes, Jobs map[string]int64
+	// StorageSetAside counts the records the GCS's storage keeps in its
+	// quarantine table (they failed their checks when read back).
+	StorageSetAside int64
 }
 
 // PluginStats is one plugin of the node's plugin host.
@@ -127,13 +130,14 @@ func RayletCollector(stats func() RayletStats) prometheus.Collector {
 // scrape; the head's GCS registers it.
 func ClusterCollector(stats func() ClusterStats) prometheus.Collector {
 	return funcCollector{
-		descs: []*prometheus.Desc{descTasks, descActors, descNodes, descJobs},
+		descs: []*prometheus.Desc{descTasks, descActors, descNodes, descJobs, descStorageSetAside},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := stats()
 			byLabel(ch, descTasks, s.Tasks)
 			byLabel(ch, descActors, s.Actors)
 			byLabel(ch, descNodes, s.Nodes)
 			byLabel(ch, descJobs, s.Jobs)
+			gauge(ch, descStorageSetAside, float64(s.StorageSetAside))
 		},
 	}
 }

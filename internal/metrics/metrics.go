@@ -66,6 +66,9 @@ var (
 	descActors = desc("actors", "Actors of the cluster by state (the GCS's actor table).", LabelState)
 	descNodes  = desc("nodes", "Nodes of the cluster by state (the GCS's node table).", LabelState)
 	descJobs   = desc("jobs", "Jobs of the cluster by state (the GCS's job table).", LabelState)
+	// descStorageSetAside: records of the GCS's storage that failed their
+	// checks when a GCS read the cluster back (gcs/restore.go).
+	descStorageSetAside = desc("gcs_storage_records_set_aside", "Records of the GCS's storage set aside in its quarantine table because they failed their checks when the GCS read the cluster back (see docs/security.md).")
 )
 
 // Every node's metrics (read from its raylet).

@@ -94,7 +94,7 @@ func TestClusterAndPluginCollectors(t *testing.T) {
 		names []string
 	}{
 		{"cluster", ClusterCollector(func() ClusterStats {
-			return ClusterStats{Tasks: map[string]int64{"FINISHED": 20, "FAILED": 1}, Actors: map[string]int64{"ALIVE": 2}}
+			return ClusterStats{Tasks: map[string]int64{"FINISHED": 20, "FAILED": 1}, Actors: map[string]int64{"ALIVE": 2}, StorageSetAside: 3}
 		}), `
 # HELP goray_tasks Tasks of the cluster by state, from the task events workers report to the GCS.
 # TYPE goray_tasks gauge
@@ -103,7 +103,10 @@ goray_tasks{state="FINISHED"} 20
 # HELP goray_actors Actors of the cluster by state (the GCS's actor table).
 # TYPE goray_actors gauge
 goray_actors{state="ALIVE"} 2
-`, []string{"goray_tasks", "goray_actors"}},
+# HELP goray_gcs_storage_records_set_aside Records of the GCS's storage set aside in its quarantine table because they failed their checks when the GCS read the cluster back (see docs/security.md).
+# TYPE goray_gcs_storage_records_set_aside gauge
+goray_gcs_storage_records_set_aside 3
+`, []string{"goray_tasks", "goray_actors", "goray_gcs_storage_records_set_aside"}},
 		{"plugins", PluginCollector(func() []PluginStats {
 			return []PluginStats{{Kind: "storage", Name: "s3", Restarts: 3, Up: true}, {Kind: "transport", Name: "shm"}}
 		}), `

@@ -5433,12 +5433,15 @@ type JobInfo struct {
 	// Variables the driver forwards to its workers (ray.ForwardEnv), NAME=value;
 	// workers get the node's environment plus these. GetAllJobs leaves them
 	// out unless include_env.
-	Env           []string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
-	State         string   `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"` // RUNNING, FINISHED
-	StartTimeMs   int64    `protobuf:"varint,7,opt,name=start_time_ms,json=startTimeMs,proto3" json:"start_time_ms,omitempty"`
-	EndTimeMs     int64    `protobuf:"varint,8,opt,name=end_time_ms,json=endTimeMs,proto3" json:"end_time_ms,omitempty"`
-	DriverPid     int32    `protobuf:"varint,9,opt,name=driver_pid,json=driverPid,proto3" json:"driver_pid,omitempty"`
-	DriverNodeId  []byte   `protobuf:"bytes,10,opt,name=driver_node_id,json=driverNodeId,proto3" json:"driver_node_id,omitempty"`
+	Env          []string `protobuf:"bytes,5,rep,name=env,proto3" json:"env,omitempty"`
+	State        string   `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"` // RUNNING, FINISHED
+	StartTimeMs  int64    `protobuf:"varint,7,opt,name=start_time_ms,json=startTimeMs,proto3" json:"start_time_ms,omitempty"`
+	EndTimeMs    int64    `protobuf:"varint,8,opt,name=end_time_ms,json=endTimeMs,proto3" json:"end_time_ms,omitempty"`
+	DriverPid    int32    `protobuf:"varint,9,opt,name=driver_pid,json=driverPid,proto3" json:"driver_pid,omitempty"`
+	DriverNodeId []byte   `protobuf:"bytes,10,opt,name=driver_node_id,json=driverNodeId,proto3" json:"driver_node_id,omitempty"`
+	// Only in the GCS's storage, never in a reply: env sealed with a key
+	// derived from the cluster token (gcs/envcrypt.go); env is then empty.
+	SealedEnv     []byte `protobuf:"bytes,11,opt,name=sealed_env,json=sealedEnv,proto3" json:"sealed_env,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5539,6 +5542,13 @@ func (x *JobInfo) GetDriverPid() int32 {
 func (x *JobInfo) GetDriverNodeId() []byte {
 	if x != nil {
 		return x.DriverNodeId
+	}
+	return nil
+}
+
+func (x *JobInfo) GetSealedEnv() []byte {
+	if x != nil {
+		return x.SealedEnv
 	}
 	return nil
 }
@@ -5955,9 +5965,18 @@ type GetClusterInfoReply struct {
 	// Whether this GCS read back the state of an earlier GCS of the cluster.
 	Restored bool `protobuf:"varint,6,opt,name=restored,proto3" json:"restored,omitempty"`
 	// The pid of the GCS process.
-	Pid           int64 `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Pid int64 `protobuf:"varint,7,opt,name=pid,proto3" json:"pid,omitempty"`
+	// Records of the storage that failed their checks when this GCS read
+	// the cluster back (they could not be decoded, broke a limit a live
+	// request is held to, or a job's env could not be opened) and that the
+	// storage keeps aside in its "quarantine" table for an operator
+	// (docs/security.md), earlier restarts' included.
+	StorageSetAside int64 `protobuf:"varint,8,opt,name=storage_set_aside,json=storageSetAside,proto3" json:"storage_set_aside,omitempty"`
+	// Nodes read back from the storage as alive that have not registered
+	// again since this GCS started: nothing dials them until they do.
+	NodesReconnecting int64 `protobuf:"varint,9,opt,name=nodes_reconnecting,json=nodesReconnecting,proto3" json:"nodes_reconnecting,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetClusterInfoReply) Reset() {
@@ -6035,6 +6054,20 @@ func (x *GetClusterInfoReply) GetRestored() bool {
 func (x *GetClusterInfoReply) GetPid() int64 {
 	if x != nil {
 		return x.Pid
+	}
+	return 0
+}
+
+func (x *GetClusterInfoReply) GetStorageSetAside() int64 {
+	if x != nil {
+		return x.StorageSetAside
+	}
+	return 0
+}
+
+func (x *GetClusterInfoReply) GetNodesReconnecting() int64 {
+	if x != nil {
+		return x.NodesReconnecting
 	}
 	return 0
 }
@@ -8968,7 +9001,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x0edashboard_addr\x18\x11 \x01(\tR\rdashboardAddr\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb8\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x02\n" +
 	"\aJobInfo\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x12\x1f\n" +
 	"\vbinary_path\x18\x02 \x01(\tR\n" +
@@ -8983,7 +9016,9 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"driver_pid\x18\t \x01(\x05R\tdriverPid\x12$\n" +
 	"\x0edriver_node_id\x18\n" +
-	" \x01(\fR\fdriverNodeId\"\xe1\x06\n" +
+	" \x01(\fR\fdriverNodeId\x12\x1d\n" +
+	"\n" +
+	"sealed_env\x18\v \x01(\fR\tsealedEnv\"\xe1\x06\n" +
 	"\tActorInfo\x12\x19\n" +
 	"\bactor_id\x18\x01 \x01(\fR\aactorId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12\x12\n" +
@@ -9022,7 +9057,7 @@ const file_goray_proto_rawDesc = "" +
 	"\adrained\x18\x03 \x01(\bR\adrained\x12%\n" +
 	"\x0eprimaries_left\x18\x04 \x01(\x03R\rprimariesLeft\x12\x1a\n" +
 	"\bprogress\x18\x05 \x01(\tR\bprogress\"\x17\n" +
-	"\x15GetClusterInfoRequest\"\xdc\x01\n" +
+	"\x15GetClusterInfoRequest\"\xb7\x02\n" +
 	"\x13GetClusterInfoReply\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x18\n" +
@@ -9031,7 +9066,9 @@ const file_goray_proto_rawDesc = "" +
 	"\rstarted_at_ms\x18\x04 \x01(\x03R\vstartedAtMs\x12\x15\n" +
 	"\x06now_ms\x18\x05 \x01(\x03R\x05nowMs\x12\x1a\n" +
 	"\brestored\x18\x06 \x01(\bR\brestored\x12\x10\n" +
-	"\x03pid\x18\a \x01(\x03R\x03pid\"\\\n" +
+	"\x03pid\x18\a \x01(\x03R\x03pid\x12*\n" +
+	"\x11storage_set_aside\x18\b \x01(\x03R\x0fstorageSetAside\x12-\n" +
+	"\x12nodes_reconnecting\x18\t \x01(\x03R\x11nodesReconnecting\"\\\n" +
 	"\x13RegisterNodeRequest\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x12\x1d\n" +
 	"\n" +
