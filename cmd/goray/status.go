@@ -69,6 +69,13 @@ type gcsStatus struct {
 	// Restored says the GCS read the cluster back from its storage.
 	Restored bool  `json:"restored"`
 	Pid      int64 `json:"pid"`
+	// StorageSetAside counts the records of the storage that failed their
+	// checks when a GCS read the cluster back, kept in its quarantine
+	// table for an operator (docs/security.md).
+	StorageSetAside int64 `json:"storage_set_aside"`
+	// NodesReconnecting counts the nodes the GCS read back as alive that
+	// have not registered with it again yet (not shown among the nodes).
+	NodesReconnecting int64 `json:"nodes_reconnecting"`
 }
 
 func gcsStatusOf(r *pb.GetClusterInfoReply) gcsStatus {
@@ -76,6 +83,7 @@ func gcsStatusOf(r *pb.GetClusterInfoReply) gcsStatus {
 		ClusterID: r.GetClusterId(), Storage: r.GetStorage(), StorageError: r.GetStorageError(), Healthy: r.GetStorageError() == "",
 		StartedAtMs: r.GetStartedAtMs(), UptimeSeconds: float64(max(r.GetNowMs()-r.GetStartedAtMs(), 0)) / 1000,
 		Restored: r.GetRestored(), Pid: r.GetPid(),
+		StorageSetAside: r.GetStorageSetAside(), NodesReconnecting: r.GetNodesReconnecting(),
 	}
 }
 
@@ -91,6 +99,12 @@ func writeGCSLine(w io.Writer, g gcsStatus) {
 		restored = ", restored from storage"
 	}
 	fmt.Fprintf(w, "GCS: cluster %s, up %s%s; storage %s (%s)\n", shortHex(g.ClusterID), up, restored, g.Storage, health)
+	if n := g.StorageSetAside; n > 0 {
+		fmt.Fprintf(w, "storage: %s set aside (failed their checks when the GCS read them back; kept in its quarantine table: see docs/security.md)\n", plural(int(n), "record", "records"))
+	}
+	if n := g.NodesReconnecting; n > 0 {
+		fmt.Fprintf(w, "GCS: waiting for %s read back from storage to register again (not dialled nor listed until then)\n", plural(int(n), "node", "nodes"))
+	}
 }
 
 // nodeStatus is one node of status and `list nodes`.
