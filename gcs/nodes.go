@@ -331,7 +331,13 @@ func (s *Server) markNodeDeadLocked(id ids.ID, n *nodeEntry, reason string) {
 	s.nodeChangedLocked(id, n)
 	s.saveLocked(tableNodes, id.String(), n.info)
 	s.log.Warn("node dead", "node", id.Short(), "name", n.info.GetNodeName(), "reason", reason)
-	s.publishLocked(Event{Kind: EventNodeDead, Node: n.info})
+	ev := n.info
+	if n.fromStorage {
+		// Subscribers get no address the storage alone vouches for.
+		ev = cloneMsg(n.info)
+		stripAddresses(ev)
+	}
+	s.publishLocked(Event{Kind: EventNodeDead, Node: ev})
 
 	// A job whose driver ran there ended with it, even when the report of
 	// its end never reached the GCS (it was down then).

@@ -330,7 +330,8 @@ func TestRestoredNodeIsNotDialled(t *testing.T) {
 
 // TestRestoredNodeThatNeverComesBack: a node known only from the storage
 // that never registers again is declared dead by the health check, and
-// shows then without its stored addresses.
+// shows then (in views and its NodeDead event) without its stored
+// addresses.
 func TestRestoredNodeThatNeverComesBack(t *testing.T) {
 	leaktest.Goroutines(t)
 	st := keepOpen{store.NewMemory()}
@@ -343,8 +344,21 @@ func TestRestoredNodeThatNeverComesBack(t *testing.T) {
 	s, err := openOn(ctxT(t), Options{Now: clock.Now}, st)
 	mustOK(t, err)
 	c, _ := serveOpened(t, s)
+	events, unsubscribe := s.Subscribe()
+	defer unsubscribe()
 	clock.Advance(DefaultHeartbeatPeriod * (2*DefaultFailureThreshold + 2))
 	s.checkHealth()
+	wait := ctxT(t)
+	for dead := false; !dead; {
+		select {
+		case ev := <-events:
+			if dead = ev.Kind == EventNodeDead; dead && (ev.Node.GetRayletTcp() != "" || ev.Node.GetObjectAddr() != "") {
+				t.Fatalf("the NodeDead event carries the stored addresses: %v", ev.Node)
+			}
+		case <-wait.Done():
+			t.Fatal("no NodeDead event")
+		}
+	}
 	v := nodeView(t, c, node)
 	if v.GetInfo().GetState() != StateDead || v.GetInfo().GetRayletTcp() != "" || v.GetInfo().GetObjectAddr() != "" || v.GetInfo().GetMetricsAddr() != "" {
 		t.Fatalf("the node that never came back: %v; want DEAD without addresses", v.GetInfo())
