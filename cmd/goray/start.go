@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/host/node"
+	"github.com/goray-dev/goray/internal/logrotate"
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/spf13/cobra"
@@ -371,8 +373,9 @@ func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, n
 			return err
 		}
 		// Detached: the starter deletes our output file, so later output
-		// (a panic, say) goes to the node log instead.
-		redirectOutput(info.LogFile)
+		// goes to the node log instead, and a crash report to its own file.
+		flush := redirectOutput(n.LogWriter(), filepath.Join(info.SessionDir, "logs", "node-crash.log"))
+		defer flush()
 	}
 	why := "shutdown requested"
 	select {
@@ -418,18 +421,41 @@ func readReadyFile(path string) (node.Info, bool) {
 	return info, true
 }
 
-// redirectOutput points stdout and stderr at the log file (best effort).
-func redirectOutput(logFile string) {
-	if logFile == "" {
-		return
+// redirectOutput points stdout and stderr at a pipe whose reader copies
+// into w, the node's log through its rotating writer (so that stray
+// output cannot fill the disk either), and the runtime's report of a
+// fatal crash, which that copy would not live to write, at crashPath as
+// well (debug.SetCrashOutput; written once, when the process dies). The
+// returned flush points stdout and stderr at /dev/null and waits until
+// what they held is copied. Best effort: with no w, nothing changes.
+func redirectOutput(w io.Writer, crashPath string) (flush func()) {
+	if w == nil {
+		return func() {}
 	}
-	f, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND, 0)
+	if f, err := os.OpenFile(crashPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err == nil {
+		_ = debug.SetCrashOutput(f, debug.CrashOptions{}) // it keeps a copy of the descriptor
+		_ = f.Close()
+	}
+	pr, pw, err := os.Pipe()
 	if err != nil {
-		return
+		return func() {}
 	}
-	defer f.Close()
-	_ = unix.Dup3(int(f.Fd()), 1, 0)
-	_ = unix.Dup3(int(f.Fd()), 2, 0)
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_ = logrotate.Copy(w, pr)
+	}()
+	_ = unix.Dup3(int(pw.Fd()), 1, 0)
+	_ = unix.Dup3(int(pw.Fd()), 2, 0)
+	_ = pw.Close()
+	return func() {
+		if null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0); err == nil {
+			_ = unix.Dup3(int(null.Fd()), 1, 0)
+			_ = unix.Dup3(int(null.Fd()), 2, 0)
+			_ = null.Close()
+		}
+		<-copied // the pipe's last writer is gone: the copy ends
+	}
 }
 
 // writeStarted tells the user where the node serves and how to use it.

@@ -575,6 +575,16 @@ func (n *Node) openLog() error {
 	return nil
 }
 
+// LogWriter returns the writer of the node's log file (node.log, through
+// its rotating writer): bytes written to it land in node.log as they are.
+// It is nil when Options.Logger replaced the file.
+func (n *Node) LogWriter() io.Writer {
+	if n.logFile == nil {
+		return nil
+	}
+	return n.logFile
+}
+
 // logLimits are the bounds of every log file of the node (the logs
 // block).
 func logLimits(cfg *config.Node) logrotate.Limits {
