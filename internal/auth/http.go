@@ -17,9 +17,9 @@ const CookieName = "goray_token"
 // gRPC service's: a request passes when it carries the token as
 // "Authorization: Bearer <token>" or in the CookieName cookie, or when no
 // token is required. Any other request gets 401 with a message that says
-// how to pass the token, and the refusal is logged once per peer. A panic
-// of next is turned into a 500, logged with its stack, like a gRPC
-// handler's.
+// how to pass the token, and the refusal is logged once per peer per
+// minute. A panic of next is turned into a 500, logged with its stack,
+// like a gRPC handler's.
 func (c *Credentials) HTTPHandler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := c.CheckHTTP(r); err != nil {
@@ -40,7 +40,7 @@ func (c *Credentials) HTTPHandler(next http.Handler) http.Handler {
 
 // CheckHTTP returns nil when r carries the cluster token (see
 // HTTPHandler) or none is required; otherwise an error that says why,
-// without the token, and the refusal is logged once per peer.
+// without the token, and the refusal is logged once per peer per minute.
 func (c *Credentials) CheckHTTP(r *http.Request) error {
 	if !c.Enabled() {
 		return nil
