@@ -130,16 +130,9 @@ func Copy(w io.Writer, r io.ReadCloser) error {
 // that keeps two rotations within the same millisecond apart.
 var backupTime = regexp.MustCompile(`^-(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3})-(size|time|initial)(?:_(\d+))?$`)
 
-// BackupOf reports whether name is the name of a rotated copy of the log
-// named log (both plain names in one directory).
-func BackupOf(name, log string) bool {
-	_, ok := backupKey(name, log)
-	return ok
-}
-
-// Base returns the name of the log whose rotated copy name is, or name
+// logOf returns the name of the log whose rotated copy name is, or name
 // itself when it is not a rotated copy.
-func Base(name string) string {
+func logOf(name string) string {
 	for _, ext := range []string{filepath.Ext(name), ""} {
 		stem := strings.TrimSuffix(name, ext)
 		// The stem ends with "-<time>-<reason>[_N]"; the time has dashes

@@ -32,11 +32,11 @@ func TestNames(t *testing.T) {
 		{"gcs-2026-12-07T03-30-00.000-size", "gcs", true, "gcs"},
 	}
 	for _, tt := range tests {
-		if got := BackupOf(tt.name, tt.log); got != tt.backup {
-			t.Errorf("BackupOf(%q, %q) = %v, want %v", tt.name, tt.log, got, tt.backup)
+		if _, got := backupKey(tt.name, tt.log); got != tt.backup {
+			t.Errorf("backupKey(%q, %q) ok = %v, want %v", tt.name, tt.log, got, tt.backup)
 		}
-		if got := Base(tt.name); got != tt.base {
-			t.Errorf("Base(%q) = %q, want %q", tt.name, got, tt.base)
+		if got := logOf(tt.name); got != tt.base {
+			t.Errorf("logOf(%q) = %q, want %q", tt.name, got, tt.base)
 		}
 	}
 }

@@ -65,7 +65,7 @@ func Read(ctx context.Context, path string, opts ReadOptions, send func([]byte) 
 			_ = f.Close()
 		}
 	}()
-	if Base(filepath.Base(path)) == filepath.Base(path) {
+	if logOf(filepath.Base(path)) == filepath.Base(path) {
 		names, _ := Files(path)
 		var older []*os.File
 		for _, n := range names {
