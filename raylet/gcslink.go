@@ -240,9 +240,11 @@ func (r *Raylet) tick(ctx context.Context, l *gcsLink) {
 	}
 	err := r.heartbeat(ctx)
 	if status.Code(err) == codes.NotFound {
-		// A GCS restarted without the node's record: join it again,
-		// as the same node of the same cluster.
-		r.log.Info("the GCS does not know this node; registering again", "gcs", r.gcsAddress(), "node_id", r.cfg.NodeID)
+		// A GCS restarted without the node's record, or with a record it
+		// read back from its storage and waits for the node itself to
+		// confirm (a restored node is not trusted until it proves it holds
+		// the token): join it again, as the same node of the same cluster.
+		r.log.Info("the GCS asks this node to register again (it restarted)", "gcs", r.gcsAddress(), "node_id", r.cfg.NodeID)
 		if _, err = r.register(ctx); err == nil {
 			r.log.Info("node registered again", "gcs", r.gcsAddress(), "node_id", r.cfg.NodeID)
 		} else if isStopError(err) {

@@ -26,29 +26,28 @@ func (u *UI) requireLogin(next http.Handler) http.Handler {
 
 // loginData fills the login template.
 type loginData struct {
-	TokenHint string
-	Error     string
+	Error string
 }
 
 func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
-	u.render(w, http.StatusOK, "login.html", loginData{TokenHint: u.o.TokenHint})
+	u.render(w, http.StatusOK, "login.html", loginData{})
 }
 
 // login checks the pasted token and keeps it in the cookie.
 func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	if !dashboard.SameOrigin(r) {
-		u.render(w, http.StatusForbidden, "login.html", loginData{TokenHint: u.o.TokenHint, Error: "This login form was sent from another site (Origin " + r.Header.Get("Origin") + "); open the dashboard's own page."})
+		u.render(w, http.StatusForbidden, "login.html", loginData{Error: "This login form was sent from another site (Origin " + r.Header.Get("Origin") + "); open the dashboard's own page."})
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, maxLoginBody)
 	if err := r.ParseForm(); err != nil {
-		u.render(w, http.StatusBadRequest, "login.html", loginData{TokenHint: u.o.TokenHint, Error: "The form could not be read: " + err.Error()})
+		u.render(w, http.StatusBadRequest, "login.html", loginData{Error: "The form could not be read: " + err.Error()})
 		return
 	}
 	token := strings.TrimSpace(r.PostForm.Get("token"))
 	if token == "" || !u.o.Auth.CheckToken(token) {
 		u.refusals.Log(u.log, auth.PeerHost(r.RemoteAddr), "dashboard login refused: wrong token")
-		u.render(w, http.StatusUnauthorized, "login.html", loginData{TokenHint: u.o.TokenHint, Error: "That is not this cluster's token."})
+		u.render(w, http.StatusUnauthorized, "login.html", loginData{Error: "That is not this cluster's token."})
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: auth.CookieName, Value: token, Path: "/", HttpOnly: true,
@@ -60,7 +59,7 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 // page: another site cannot log a browser out).
 func (u *UI) logout(w http.ResponseWriter, r *http.Request) {
 	if !dashboard.SameOrigin(r) {
-		u.render(w, http.StatusForbidden, "login.html", loginData{TokenHint: u.o.TokenHint, Error: "This logout was sent from another site (Origin " + r.Header.Get("Origin") + "); use the dashboard's own page."})
+		u.render(w, http.StatusForbidden, "login.html", loginData{Error: "This logout was sent from another site (Origin " + r.Header.Get("Origin") + "); use the dashboard's own page."})
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: auth.CookieName, Value: "", Path: "/", MaxAge: -1, HttpOnly: true,

@@ -78,9 +78,6 @@ type Options struct {
 	// Auth is the cluster's credentials: the login page checks the token
 	// with them, and the log route dials raylets with them.
 	Auth *auth.Credentials
-	// TokenHint says on the login page where the token is (default: the
-	// CLI's default token file).
-	TokenHint string
 	// Logger receives the handlers' logs (nil discards them).
 	Logger hclog.Logger
 }
@@ -103,9 +100,6 @@ type UI struct {
 func Register(m Mux, o Options) *UI {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
-	}
-	if o.TokenHint == "" {
-		o.TokenHint = "the file the head was started with (--auth-token-file; default $" + auth.EnvTokenPath + ", else ~/.goray/auth_token)"
 	}
 	u := &UI{o: o, log: o.Logger}
 	m.HandlePublic("GET /{$}", u.requireLogin(http.HandlerFunc(u.page)))

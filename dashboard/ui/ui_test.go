@@ -121,7 +121,7 @@ func serve(t *testing.T, src Source) *dashboard.Server {
 		t.Fatal(err)
 	}
 	start := time.UnixMilli(10)
-	Register(s, Options{Source: src, Auth: creds, TokenHint: "/tmp/test-token-file",
+	Register(s, Options{Source: src, Auth: creds,
 		Jobs: fakeJobs{{SubmissionID: "sub1", Status: jobs.StatusRunning, GorayJobID: hexID(id(0x0a)), BinarySHA256: strings.Repeat("ab", 32), Args: []string{"--long"}, StartTime: &start}}})
 	s.Serve()
 	t.Cleanup(func() {

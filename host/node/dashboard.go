@@ -54,8 +54,7 @@ func (n *Node) listenDashboard(ctx context.Context) error {
 		n.log.Warn("job records of earlier heads not loaded", "error", err)
 	}
 	jobs.Register(srv, sup, bins)
-	ui.Register(srv, ui.Options{Source: state.NewGCSSource(n.gcsCC, n.auth), Jobs: sup, Auth: n.auth,
-		TokenHint: n.cfg.Auth.TokenFile, Logger: n.log.Named("dashboard")})
+	ui.Register(srv, ui.Options{Source: state.NewGCSSource(n.gcsCC, n.auth), Jobs: sup, Auth: n.auth, Logger: n.log.Named("dashboard")})
 	n.dash = &nodeDashboard{srv: srv, jobs: sup}
 	n.info.DashboardAddress = srv.Addr()
 	return nil
