@@ -17,6 +17,32 @@ MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 # PyPI, in a virtualenv under ./.tools/moto; internal/testservers/mototest).
 MOTO_VERSION := 5.2.5
 
+# The pinned tools built or installed from source (MinIO, the protoc
+# plugins, moto's virtualenv) are kept once per machine in TOOLS_CACHE,
+# outside the clone and keyed by tool and version as Go's module cache is:
+# a fresh clone on the same machine links them into ./.tools instead of
+# building them again (MinIO takes several minutes on 2 cores). A version
+# bump here builds the new one beside the old; delete the folder to reclaim
+# the space.
+TOOLS_CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/goray-tools
+
+# cached-go-install installs Go command $(1) at version $(2) into
+# TOOLS_CACHE/<name>/<version> unless it is there, then links it to $(3)
+# (a hard link, or a copy across file systems). It builds into a private
+# folder and renames it, so two clones building at once both end with a
+# whole binary.
+define cached-go-install
+	@mkdir -p $(TOOLS)
+	@c="$(TOOLS_CACHE)/$(notdir $(3))/$(2)"; \
+	if [ ! -x "$$c/$(notdir $(3))" ]; then \
+		echo "building $(1)@$(2) into $$c (once per machine)"; \
+		tmp="$$c.tmp.$$$$"; rm -rf "$$tmp"; mkdir -p "$$tmp" && \
+		(cd /tmp && GOBIN="$$tmp" $(GO) install $(1)@$(2)) || { rm -rf "$$tmp"; exit 1; }; \
+		mv -T "$$tmp" "$$c" 2>/dev/null || rm -rf "$$tmp"; \
+	fi; \
+	rm -f "$(3)"; ln "$$c/$(notdir $(3))" "$(3)" 2>/dev/null || cp "$$c/$(notdir $(3))" "$(3)"
+endef
+
 TEST_TIMEOUT ?= 25m
 TEST_FLAGS ?=
 # The packages go-test runs (a subset, say ./acceptance, still checks TMPDIR).
@@ -174,11 +200,18 @@ PYTHON_VENV_CHECK = python3 -c 'import venv, ensurepip' 2>/dev/null || { \
 		{ [ "$$(id -u)" = 0 ] && SUDO= || SUDO=sudo; }; \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq python3 python3-venv >/dev/null; }
 
+# The virtualenv lives in TOOLS_CACHE (a virtualenv cannot be moved, so it
+# is made in place; .complete marks a whole one) and .tools/moto links to it.
 $(TOOLS)/moto/bin/moto_server:
 	@mkdir -p $(TOOLS)
-	@$(PYTHON_VENV_CHECK)
-	python3 -m venv $(TOOLS)/moto
-	$(TOOLS)/moto/bin/pip install -q 'moto[server]==$(MOTO_VERSION)'
+	@c="$(TOOLS_CACHE)/moto/$(MOTO_VERSION)"; \
+	if [ ! -e "$$c/.complete" ]; then \
+		$(PYTHON_VENV_CHECK); \
+		echo "installing moto $(MOTO_VERSION) into $$c (once per machine)"; \
+		rm -rf "$$c" && python3 -m venv "$$c" && \
+		"$$c/bin/pip" install -q 'moto[server]==$(MOTO_VERSION)' && touch "$$c/.complete" || { rm -rf "$$c"; exit 1; }; \
+	fi; \
+	rm -rf $(TOOLS)/moto; ln -s "$$c" $(TOOLS)/moto
 
 ## pyplugin: the Python plugin SDK (sdk/python) and its example transport,
 ## installed editable with their pinned dependencies (sdk/python/requirements.txt)
@@ -202,19 +235,17 @@ protoc:
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq protobuf-compiler >/dev/null; }
 
 $(TOOLS)/protoc-gen-go:
-	@mkdir -p $(TOOLS)
-	cd /tmp && GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	$(call cached-go-install,google.golang.org/protobuf/cmd/protoc-gen-go,$(PROTOC_GEN_GO_VERSION),$@)
 
 $(TOOLS)/protoc-gen-go-grpc:
-	@mkdir -p $(TOOLS)
-	cd /tmp && GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	$(call cached-go-install,google.golang.org/grpc/cmd/protoc-gen-go-grpc,$(PROTOC_GEN_GO_GRPC_VERSION),$@)
 
-## minio: the pinned MinIO server, into .tools (examples/spill-s3 in README.md).
+## minio: the pinned MinIO server, into .tools (examples/spill-s3 in README.md);
+## built once per machine into TOOLS_CACHE.
 minio: $(TOOLS)/minio
 
 $(TOOLS)/minio:
-	@mkdir -p $(TOOLS)
-	cd /tmp && GOBIN=$(TOOLS) $(GO) install github.com/minio/minio@$(MINIO_VERSION)
+	$(call cached-go-install,github.com/minio/minio,$(MINIO_VERSION),$@)
 
 ## plugins: the plugin binaries, where plugin_dir = "./bin/plugins" finds them.
 plugins: bin/plugins/goray-transport-shm bin/plugins/goray-transport-collective bin/plugins/goray-transport-onesided bin/plugins/goray-storage-fs bin/plugins/goray-storage-s3 bin/plugins/goray-provider-local bin/plugins/goray-provider-aws bin/plugins/goray-provider-ssh
