@@ -179,12 +179,17 @@ func (s *Server) restore(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if id, ok := meta["cluster_id"]; ok {
+	if id, ok := meta[metaClusterID]; ok {
 		if _, err := ids.Parse(string(id)); err != nil {
-			r.setAside(tableMeta, "cluster_id", id, &StoredRecordError{Table: tableMeta, Key: "cluster_id", Err: err}, false)
+			r.setAside(tableMeta, metaClusterID, id, &StoredRecordError{Table: tableMeta, Key: metaClusterID, Err: err}, false)
 		} else {
 			s.clusterID = string(id)
 			s.restored = true
+		}
+	}
+	if name, ok := meta[metaClusterName]; ok {
+		if err := checkClusterName(string(name)); err != nil {
+			r.setAside(tableMeta, metaClusterName, name, &StoredRecordError{Table: tableMeta, Key: metaClusterName, Err: err}, false)
 		}
 	}
 	if err := s.restoreNodes(ctx, r); err != nil {
@@ -202,6 +207,7 @@ func (s *Server) restore(ctx context.Context) error {
 	if err := s.restoreGroups(ctx, r); err != nil {
 		return err
 	}
+	s.restoreHistory(r, meta) // the caps hold across restarts (history.go)
 	if len(r.batch) > 0 {
 		if err := s.storage.Apply(ctx, r.batch); err != nil {
 			return fmt.Errorf("setting aside the records that failed their checks: %w", err)
@@ -437,14 +443,11 @@ func (s *Server) restoreGroups(ctx context.Context, r *restorer) error {
 					n.groups.Add(resources.BundleResources(e.bundles[i], id.String(), i))
 				}
 			}
-		} else {
-			p.removed++
 		}
 		p.groups[id] = e
 		p.order = append(p.order, id)
 	}
 	sortByTime(p.order, func(id ids.ID) int64 { return p.groups[id].info.GetCreateTimeMs() })
-	p.pruneLocked() // (no journal yet: the storage forgets them at a later prune)
 	return err
 }
 

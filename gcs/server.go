@@ -86,6 +86,10 @@ type Options struct {
 	Storage Storage
 	// TaskEvents bounds the task event store (taskevents.go).
 	TaskEvents TaskEventLimits
+	// History caps the dead nodes, dead actors, finished jobs, removed
+	// placement groups and task attempts kept (history.go); its
+	// TaskEvents sets TaskEvents.MaxTasks when that is zero.
+	History HistoryLimits
 	// Token is the cluster's token ("" with auth disabled): jobs' env is
 	// written to the storage sealed with a key derived from it
 	// (envcrypt.go), and not written at all without one.
@@ -142,11 +146,24 @@ type Server struct {
 	clusterID string
 	restored  bool
 	started   time.Time
+
+	// clusterName is the cluster's name, kept in the storage's meta table
+	// with its id; discarded is the stored cluster Open discarded for a
+	// new one (lifecycle.go).
+	clusterName string
+	discarded   string
+
 	// envSealer seals jobs' env for the storage (nil: no token);
 	// setAside counts the records the storage keeps in its quarantine
 	// table (restore.go).
 	envSealer *envSealer
 	setAside  int64
+
+	// hist is the bounded history (history.go), guarded by mu;
+	// restoring is the restore under way, whose batch takes what the
+	// history drops before the journal starts.
+	hist      history
+	restoring *restorer
 }
 
 var _ gorayv1.GcsServer = (*Server)(nil)
@@ -181,6 +198,10 @@ func New(opts Options) *Server {
 		started:   opts.Now(),
 		clusterID: ids.New().String(),
 		changes:   newNodeChanges(maxNodeChanges),
+	}
+	s.hist.limits = opts.History.withDefaults()
+	if opts.TaskEvents.MaxTasks <= 0 {
+		opts.TaskEvents.MaxTasks = s.hist.limits.TaskEvents
 	}
 	s.pgs = newPlacementGroups(s, opts.Reserver, opts.Logger, opts.HeartbeatPeriod)
 	s.taskEvents = newTaskEventStore(opts.TaskEvents)

@@ -46,8 +46,17 @@ type Storage struct {
 	// RedisTLS, when not nil, reaches the Redis server over TLS.
 	RedisTLS *RedisTLS `json:"redis_tls,omitempty"`
 	// Fresh discards what the storage holds before the GCS starts: a new
-	// cluster (new id, empty tables) instead of resuming the stored one.
+	// cluster (new id, empty tables) whatever is stored (--fresh).
 	Fresh bool `json:"fresh,omitempty"`
+	// Resume resumes the stored cluster even when it ended cleanly
+	// (--resume), and fails with a NothingToResumeError when none is
+	// stored. Without Fresh or Resume, a GCS resumes a stored cluster that
+	// did not end cleanly and starts a new one otherwise (lifecycle.go).
+	Resume bool `json:"resume,omitempty"`
+	// Cluster is the name of the cluster the GCS serves (a cluster file's
+	// cluster_name; "" is DefaultClusterName). A storage keeps one
+	// cluster, and a GCS never resumes one of another name.
+	Cluster string `json:"cluster,omitempty"`
 }
 
 // RedisTLS says how the GCS reaches its Redis server over TLS (1.2 or
@@ -114,7 +123,12 @@ func Open(ctx context.Context, opts Options) (*Server, error) {
 		return nil, err
 	}
 	if st == nil {
-		return New(opts), nil
+		if opts.Storage.Resume {
+			return nil, &NothingToResumeError{Storage: opts.Storage.String()}
+		}
+		s := New(opts)
+		s.clusterName = opts.Storage.clusterName()
+		return s, nil
 	}
 	return openOn(ctx, opts, st)
 }
@@ -129,27 +143,47 @@ func openOn(ctx context.Context, opts Options, st store.Store) (*Server, error) 
 		return nil, err
 	}
 	s.storage = st
-	if opts.Storage.Fresh {
+	s.clusterName = opts.Storage.clusterName()
+	meta, err := st.GetAll(ctx, tableMeta)
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("GCS storage %s: reading the stored cluster's id: %w", st.Describe(), err)
+	}
+	// A new cluster, or the stored one resumed (lifecycle.go).
+	wipeIt, old, err := planStart(opts.Storage, st.Describe(), meta)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	if wipeIt {
 		if err := wipe(ctx, st); err != nil {
 			st.Close()
-			return nil, fmt.Errorf("GCS storage %s: discarding the stored cluster (fresh start): %w", st.Describe(), err)
+			return nil, fmt.Errorf("GCS storage %s: discarding the stored cluster (new cluster): %w", st.Describe(), err)
 		}
-		s.log.Info("GCS storage wiped for a fresh cluster", "storage", st.Describe())
+		if old.id != "" {
+			s.discarded = old.id
+			why := "it ended cleanly"
+			if opts.Storage.Fresh {
+				why = "fresh start"
+			}
+			s.log.Info("GCS storage: discarded the stored cluster for a new one", "storage", st.Describe(),
+				"discarded", old.id, "discarded_name", old.name, "why", why)
+		}
 	}
 	if err := s.restore(ctx); err != nil {
 		st.Close()
 		return nil, fmt.Errorf("GCS storage %s: reading back the cluster's state: %w", st.Describe(), err)
 	}
+	// The storage is this running cluster's, durably, before the GCS
+	// serves: a crash from now on resumes it.
+	if err := st.Apply(ctx, claimMeta(s.clusterID, s.clusterName, !s.restored)); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("GCS storage %s: recording the cluster's id and name: %w", st.Describe(), err)
+	}
 	s.journal = newJournal(st, s.log)
 	if s.restored {
-		s.log.Info("GCS state restored", "storage", st.Describe(), "cluster", s.clusterID,
+		s.log.Info("GCS state restored", "storage", st.Describe(), "cluster", s.clusterID, "name", s.clusterName,
 			"nodes", len(s.nodes), "jobs", len(s.jobs), "actors", len(s.actors), "placement_groups", len(s.pgs.groups))
-	} else {
-		s.journal.putRaw(tableMeta, "cluster_id", []byte(s.clusterID))
-		if err := s.journal.wait(ctx, s.durableNow().seq); err != nil {
-			s.Close(ctx)
-			return nil, err
-		}
 	}
 	return s, nil
 }
@@ -197,6 +231,7 @@ func (s *Server) GetClusterInfo(ctx context.Context, _ *gorayv1.GetClusterInfoRe
 
 		StorageSetAside:   s.setAside,
 		NodesReconnecting: s.nodesReconnecting(),
+		History:           s.History(), // (history.go)
 	}
 	if health != nil {
 		r.StorageError = health.Error()
@@ -210,6 +245,15 @@ func (s *Server) ClusterID() string { return s.clusterID }
 
 // Restored reports whether the server read back an earlier GCS's state.
 func (s *Server) Restored() bool { return s.restored }
+
+// ClusterName returns the name of the cluster the server serves
+// (Storage.Cluster, else DefaultClusterName).
+func (s *Server) ClusterName() string { return s.clusterName }
+
+// Discarded returns the id of the cluster whose stored state Open
+// discarded to start this one ("" when it discarded none): the stored
+// cluster had ended cleanly, or Storage.Fresh said to.
+func (s *Server) Discarded() string { return s.discarded }
 
 // StorageStatus describes the storage: the backend and where it keeps
 // data, whether it answers now, and when this GCS started (for `goray
