@@ -51,6 +51,9 @@ type GCS struct {
 	ReconnectTimeout time.Duration
 	// Redis is the Redis server of storage "redis" (the redis block).
 	Redis Redis
+	// History caps what the head's GCS keeps of the cluster's past (the
+	// history block, history.go).
+	History GCSHistory
 }
 
 // Redis is the gcs block's redis block: the server the GCS keeps its
@@ -180,7 +183,7 @@ const (
 
 var gcsSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{{Name: "storage"}, {Name: "reconnect_timeout"}},
-	Blocks:     []hcl.BlockHeaderSchema{{Type: "redis"}},
+	Blocks:     []hcl.BlockHeaderSchema{{Type: "redis"}, {Type: "history"}},
 }
 
 var redisSchema = &hcl.BodySchema{
@@ -266,7 +269,9 @@ func (d *decoder) gcs(b *hcl.Block) {
 	c := d.content(b.Body, gcsSchema)
 	d.str(c.Attributes["storage"], keyGCSStorage, &g.Storage)
 	d.duration(c.Attributes["reconnect_timeout"], keyGCSReconnect, &g.ReconnectTimeout)
-	rb := d.singletons(c.Blocks, "redis")["redis"]
+	blocks := d.singletons(c.Blocks, "redis", "history")
+	d.gcsHistory(blocks["history"])
+	rb := blocks["redis"]
 	if rb == nil {
 		return
 	}
@@ -300,6 +305,7 @@ func (d *decoder) gcs(b *hcl.Block) {
 func (v *validator) gcs() {
 	n := v.n
 	g := n.GCS
+	v.gcsHistory()
 	if g.ReconnectTimeout <= 0 {
 		v.errorf(keyGCSReconnect, "Invalid duration",
 			"gcs.reconnect_timeout is how long a node goes on without reaching the GCS and must be positive, got %s; leave it out for %s.",

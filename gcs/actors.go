@@ -176,6 +176,7 @@ func (s *Server) UpdateActor(ctx context.Context, req *gorayv1.UpdateActorReques
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.pruneHistoryLocked() // before the unlock, after the loops (history.go)
 	a, ok := s.actors[id]
 	if !ok {
 		return nil, &NotFoundError{Kind: "actor", ID: id}
@@ -229,6 +230,7 @@ func (s *Server) markActorDeadLocked(a *actorEntry, reason string) {
 		return
 	}
 	a.info.State = gorayv1.ActorState_ACTOR_STATE_DEAD
+	s.hist.actors.push(a.id)
 	if name := a.info.GetName(); name != "" && s.byName[a.nameKey()] == a.id {
 		delete(s.byName, a.nameKey())
 	}
@@ -408,6 +410,7 @@ func (s *Server) ReportWorkerFailure(ctx context.Context, req *gorayv1.ReportWor
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.pruneHistoryLocked() // before the unlock, after the loops (history.go)
 	for _, aid := range s.actorSeq {
 		if a := s.actors[aid]; match(a) {
 			s.actorFailedLocked(a, reason, req.GetPermanent())

@@ -78,6 +78,7 @@ func (s *Server) MarkJobFinished(ctx context.Context, req *gorayv1.MarkJobFinish
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.pruneHistoryLocked() // before the unlock, after the loops (history.go)
 	job, ok := s.jobs[id]
 	if !ok {
 		return nil, &NotFoundError{Kind: "job", ID: id}
@@ -96,6 +97,7 @@ func (s *Server) MarkJobFinished(ctx context.Context, req *gorayv1.MarkJobFinish
 func (s *Server) finishJobLocked(id ids.ID, job *gorayv1.JobInfo, reason string) {
 	job.State = StateFinished
 	job.EndTimeMs = s.nowMs()
+	s.hist.jobs.push(id)
 	s.saveJobLocked(id, job)
 	s.log.Info("job finished", "job", id.Short(), "reason", reason)
 	s.publishLocked(Event{Kind: EventJobFinished, Job: job})

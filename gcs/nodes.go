@@ -215,6 +215,7 @@ func (s *Server) UnregisterNode(ctx context.Context, req *gorayv1.UnregisterNode
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.pruneHistoryLocked() // before the unlock, after the loops (history.go)
 	n, ok := s.nodes[id]
 	if !ok {
 		return nil, &NotFoundError{Kind: "node", ID: id}
@@ -295,6 +296,8 @@ func (s *Server) checkHealth() {
 	limit := time.Duration(s.threshold) * s.period
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.pruneHistoryLocked() // before the unlock, after the loops (history.go)
+
 	now := s.now() // after the lock: waiting for it is the GCS's lateness, not the nodes'
 	silences := make([]time.Duration, 0, len(s.nodeOrder))
 	for _, id := range s.nodeOrder {
@@ -328,6 +331,7 @@ func (s *Server) markNodeDeadLocked(id ids.ID, n *nodeEntry, reason string) {
 	n.info.State = StateDead
 	n.info.EndTimeMs = s.nowMs()
 	n.info.DeathReason = reason
+	s.hist.nodes.push(id)
 	s.nodeChangedLocked(id, n)
 	s.saveLocked(tableNodes, id.String(), n.info)
 	s.log.Warn("node dead", "node", id.Short(), "name", n.info.GetNodeName(), "reason", reason)

@@ -251,5 +251,6 @@ func (s *Server) NodesSince(epoch string, v uint64) *gorayv1.GetAllNodesReply {
 // or client dials an address the storage alone vouches for. s.mu must be
 // held.
 func (n *nodeEntry) viewableLocked() bool {
-	return !n.fromStorage || n.info.GetState() == StateDead
+	// (nil: a dead node dropped from the history since it changed.)
+	return n != nil && (!n.fromStorage || n.info.GetState() == StateDead)
 }

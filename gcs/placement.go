@@ -92,19 +92,16 @@ type placementGroups struct {
 	// node registers again and when a restored GCS starts, retried with
 	// backoff until taken.
 	sweeps map[ids.ID]*pendingSweep
-	// removed counts REMOVED groups still in the table (pruned past
-	// maxRemovedGroups).
-	removed int
+	// ended are the REMOVED groups still in the table, in the order they
+	// were removed; dropped counts those dropped past the cap of the
+	// history (history.go).
+	ended   endedQueue
+	dropped int64
 
 	// waiters counts GetPlacementGroup calls blocked in wait_ready (for
 	// tests).
 	waiters atomic.Int64
 }
-
-// maxRemovedGroups is how many removed groups the table keeps for
-// listings; older ones are forgotten (and deleted from the storage). A
-// variable for tests.
-var maxRemovedGroups = 1000
 
 func newPlacementGroups(s *Server, r BundleReserver, log hclog.Logger, retry time.Duration) *placementGroups {
 	return &placementGroups{
@@ -315,29 +312,6 @@ func (s *Server) PlacementGroups() []*gorayv1.PlacementGroupInfo {
 	return out
 }
 
-// pruneLocked forgets the oldest removed groups past maxRemovedGroups,
-// in memory and in the storage; p.mu must be held.
-func (p *placementGroups) pruneLocked() {
-	if p.removed <= maxRemovedGroups {
-		return
-	}
-	keep := p.order[:0]
-	for _, id := range p.order {
-		e := p.groups[id]
-		if p.removed > maxRemovedGroups && e.info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED {
-			delete(p.groups, id)
-			p.removed--
-			if p.s.journal != nil {
-				p.s.journal.del(tableGroups, id.String())
-			}
-			continue
-		}
-		keep = append(keep, id)
-	}
-	clear(p.order[len(keep):])
-	p.order = keep
-}
-
 func (p *placementGroups) lookupLocked(id ids.ID, name string) *pgEntry {
 	if id.IsNil() {
 		id = p.byName[name]
@@ -470,8 +444,8 @@ func (p *placementGroups) remove(ctx context.Context, id ids.ID, reason string) 
 		b.NodeId = nil
 	}
 	p.changedLocked(e)
-	p.removed++
-	p.pruneLocked()
+	p.ended.push(id)
+	p.pruneLocked() // (history.go)
 	p.mu.Unlock()
 
 	p.log.Info("placement group removed", "group", id.Short(), "reason", reason)
@@ -947,6 +921,7 @@ const DeathCauseGroupRemoved = "placement_group_removed"
 func (s *Server) groupRemoved(group ids.ID, reason string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer s.pruneHistoryLocked() // before the unlock, after the loops (history.go)
 	for _, aid := range s.actorSeq {
 		a := s.actors[aid]
 		if pg := a.info.GetPlacementGroupId(); len(pg) > 0 && ids.MustFromBytes(pg) == group && a.info.GetState() != gorayv1.ActorState_ACTOR_STATE_DEAD {

@@ -568,10 +568,8 @@ func TestFailedCancelIsRetried(t *testing.T) {
 // TestRemovedGroupsArePruned: the table keeps the newest removed groups
 // only.
 func TestRemovedGroupsArePruned(t *testing.T) {
-	old := maxRemovedGroups
-	maxRemovedGroups = 2
-	t.Cleanup(func() { maxRemovedGroups = old })
 	pc, _ := startPGCluster(t, 4)
+	pc.s.hist.limits.RemovedPlacementGroups = 2 // (before any group is removed)
 	var ids4 []ids.ID
 	for range 4 {
 		id := pc.create(t, "", pack, newID(), false, 1)

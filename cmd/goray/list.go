@@ -396,13 +396,47 @@ func (a *app) list(ctx context.Context, c cluster, kind string, o listOptions) e
 	if l.truncated {
 		fmt.Fprintf(a.stderr, "note: showing %d of %d %s; use --limit to see more, --filter to narrow\n", reflect.ValueOf(l.rows).Len(), l.total, kind)
 	}
+	dropped := a.historyDropped(gctx, c, kind)
+	if dropped != nil && dropped.b.Dropped > 0 {
+		fmt.Fprintf(a.stderr, "note: %s (the GCS keeps a bounded history: gcs { history { ... } })\n", droppedNote(dropped.what, dropped.b))
+	}
 	switch {
 	case o.asJSON:
-		return writeJSON(a.stdout, map[string]any{strings.ReplaceAll(kind, "-", "_"): l.rows})
+		out := map[string]any{strings.ReplaceAll(kind, "-", "_"): l.rows}
+		if dropped != nil {
+			out["history"] = dropped.b
+		}
+		return writeJSON(a.stdout, out)
 	case o.detail:
 		return writeDetail(a.stdout, l.rows)
 	}
 	return l.write()
+}
+
+// listedHistory is the GCS's history of a listed kind.
+type listedHistory struct {
+	what string
+	b    historyBound
+}
+
+// historyDropped asks the GCS how many of kind it dropped past its cap
+// (nil for a kind it keeps no history of, or a GCS that does not say).
+func (a *app) historyDropped(ctx context.Context, c cluster, kind string) *listedHistory {
+	if kind == "tasks" { // (said already, with the task events' own counts)
+		return nil
+	}
+	for _, k := range historyKinds {
+		if k.list != kind {
+			continue
+		}
+		info, err := c.ClusterInfo(ctx)
+		if err != nil || info.GetHistory() == nil {
+			return nil
+		}
+		b := k.of(info.GetHistory())
+		return &listedHistory{what: k.what, b: historyBound{Kept: b.GetKept(), Cap: b.GetCap(), Dropped: b.GetDropped()}}
+	}
+	return nil
 }
 
 func (a *app) listCmd() *cobra.Command {

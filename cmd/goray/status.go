@@ -76,6 +76,49 @@ type gcsStatus struct {
 	// NodesReconnecting counts the nodes the GCS read back as alive that
 	// have not registered with it again yet (not shown among the nodes).
 	NodesReconnecting int64 `json:"nodes_reconnecting"`
+	// History is the GCS's bounded history by kind (dead_nodes,
+	// dead_actors, finished_jobs, removed_placement_groups, task_events):
+	// how many it keeps, its cap and how many it dropped.
+	History map[string]historyBound `json:"history,omitempty"`
+}
+
+// historyBound is one kind of the GCS's bounded history.
+type historyBound struct {
+	Kept    int64 `json:"kept"`
+	Cap     int64 `json:"cap"`
+	Dropped int64 `json:"dropped"`
+}
+
+// historyKinds are the kinds of the GCS's history: the JSON key, what
+// they are called, the list kind they belong to, and their bound in a
+// reply.
+var historyKinds = []struct {
+	key, what, list string
+	of              func(*pb.History) *pb.HistoryBound
+}{
+	{"dead_nodes", "dead nodes", "nodes", (*pb.History).GetDeadNodes},
+	{"dead_actors", "dead actors", "actors", (*pb.History).GetDeadActors},
+	{"finished_jobs", "finished jobs", "jobs", (*pb.History).GetFinishedJobs},
+	{"removed_placement_groups", "removed placement groups", "placement-groups", (*pb.History).GetRemovedPlacementGroups},
+	{"task_events", "task attempts", "tasks", (*pb.History).GetTaskEvents},
+}
+
+func historyOf(h *pb.History) map[string]historyBound {
+	if h == nil {
+		return nil
+	}
+	out := map[string]historyBound{}
+	for _, k := range historyKinds {
+		b := k.of(h)
+		out[k.key] = historyBound{Kept: b.GetKept(), Cap: b.GetCap(), Dropped: b.GetDropped()}
+	}
+	return out
+}
+
+// droppedNote says how many of a kind the GCS dropped ("1,234 dead
+// actors dropped, oldest first; cap 100,000").
+func droppedNote(what string, b historyBound) string {
+	return fmt.Sprintf("%s %s dropped, oldest first; cap %s", humanize.Comma(b.Dropped), what, humanize.Comma(b.Cap))
 }
 
 func gcsStatusOf(r *pb.GetClusterInfoReply) gcsStatus {
@@ -84,6 +127,7 @@ func gcsStatusOf(r *pb.GetClusterInfoReply) gcsStatus {
 		StartedAtMs: r.GetStartedAtMs(), UptimeSeconds: float64(max(r.GetNowMs()-r.GetStartedAtMs(), 0)) / 1000,
 		Restored: r.GetRestored(), Pid: r.GetPid(),
 		StorageSetAside: r.GetStorageSetAside(), NodesReconnecting: r.GetNodesReconnecting(),
+		History: historyOf(r.GetHistory()),
 	}
 }
 
@@ -104,6 +148,11 @@ func writeGCSLine(w io.Writer, g gcsStatus) {
 	}
 	if n := g.NodesReconnecting; n > 0 {
 		fmt.Fprintf(w, "GCS: waiting for %s read back from storage to register again (not dialled nor listed until then)\n", plural(int(n), "node", "nodes"))
+	}
+	for _, k := range historyKinds {
+		if b := g.History[k.key]; b.Dropped > 0 {
+			fmt.Fprintf(w, "history: (%s)\n", droppedNote(k.what, b))
+		}
 	}
 }
 

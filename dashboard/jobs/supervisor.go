@@ -32,6 +32,10 @@ const (
 	// DefaultMaxJobs bounds the job records kept (finished ones included:
 	// delete them with DELETE /api/jobs/{id}).
 	DefaultMaxJobs = 10000
+	// DefaultMaxFinished is how many finished jobs are kept (the GCS's
+	// finished_jobs history cap): past it the records, driver logs and
+	// working directories of those that ended first are removed.
+	DefaultMaxFinished = 10000
 	// DefaultStopGrace is how long a stopped driver gets between SIGTERM
 	// and SIGKILL.
 	DefaultStopGrace = 10 * time.Second
@@ -111,10 +115,11 @@ type Options struct {
 	// Auth gives the drivers the cluster's token and TLS files (in their
 	// environment, as workers get them).
 	Auth *auth.Credentials
-	// MaxRunning, MaxJobs and StopGrace default to DefaultMaxRunning,
-	// DefaultMaxJobs and DefaultStopGrace.
-	MaxRunning, MaxJobs int
-	StopGrace           time.Duration
+	// MaxRunning, MaxJobs, MaxFinished and StopGrace default to
+	// DefaultMaxRunning, DefaultMaxJobs, DefaultMaxFinished and
+	// DefaultStopGrace.
+	MaxRunning, MaxJobs, MaxFinished int
+	StopGrace                        time.Duration
 	// Environ is the environment drivers start from, before the
 	// submission's and the supervisor's variables (default: this
 	// process's, less every GORAY_ variable).
@@ -143,6 +148,8 @@ type Supervisor struct {
 	jobs   map[string]*entry
 	dirty  map[string]bool // records to write (or delete, when gone from jobs)
 	closed bool
+	// dropped counts the finished jobs removed past MaxFinished.
+	dropped int64
 }
 
 // entry is one job. Its fields are guarded by Supervisor.mu.
@@ -163,6 +170,9 @@ func NewSupervisor(o Options) *Supervisor {
 	}
 	if o.MaxJobs <= 0 {
 		o.MaxJobs = DefaultMaxJobs
+	}
+	if o.MaxFinished <= 0 {
+		o.MaxFinished = DefaultMaxFinished
 	}
 	if o.StopGrace <= 0 {
 		o.StopGrace = DefaultStopGrace
@@ -217,7 +227,9 @@ func (s *Supervisor) Load(ctx context.Context) error {
 		close(e.finished)
 		s.jobs[id] = e
 	}
+	gone := s.pruneLocked(s.o.MaxFinished)
 	s.kickLocked()
+	s.removeFiles(gone) // (its own files only: checked by checkRecord)
 	return nil
 }
 
@@ -356,9 +368,15 @@ func (s *Supervisor) Submit(req SubmitRequest) (string, error) {
 	case s.jobs[id] != nil:
 		s.mu.Unlock()
 		return "", fmt.Errorf("%q: %w", id, ErrExists)
-	case len(s.jobs) >= s.o.MaxJobs:
-		s.mu.Unlock()
-		return "", fmt.Errorf("%w: %d kept", ErrTooManyJobs, len(s.jobs))
+	}
+	var gone []Job
+	if len(s.jobs) >= s.o.MaxJobs {
+		// Room is made by the finished job that ended first, if any.
+		gone = s.pruneLocked(s.finishedLocked() - (len(s.jobs) - s.o.MaxJobs + 1))
+		if len(s.jobs) >= s.o.MaxJobs {
+			s.mu.Unlock()
+			return "", fmt.Errorf("%w: %d kept", ErrTooManyJobs, len(s.jobs))
+		}
 	}
 	e := newEntry(j, slices.Clone(req.Env))
 	s.jobs[id] = e
@@ -366,6 +384,7 @@ func (s *Supervisor) Submit(req SubmitRequest) (string, error) {
 	s.kickLocked()
 	s.wg.Add(1)
 	s.mu.Unlock()
+	s.removeFiles(gone)
 	s.log.Info("job submitted", "submission_id", id, "binary", req.BinarySHA256[:12], "args", len(req.Args))
 	go s.run(id, e)
 	return id, nil
@@ -457,13 +476,81 @@ func (s *Supervisor) Delete(id string) error {
 	close(e.changed)
 	j := e.job
 	s.mu.Unlock()
-	files, _ := logrotate.Files(j.LogFile) // with its rotated copies
-	for _, f := range files {
-		_ = os.Remove(f)
-	}
-	_ = os.RemoveAll(j.WorkingDir)
+	s.removeFiles([]Job{j})
 	s.log.Info("job deleted", "submission_id", id)
 	return nil
+}
+
+// removeFiles removes the log files (with their rotated copies) and
+// working directories of jobs gone from the table.
+func (s *Supervisor) removeFiles(gone []Job) {
+	for _, j := range gone {
+		files, _ := logrotate.Files(j.LogFile)
+		for _, f := range files {
+			_ = os.Remove(f)
+		}
+		_ = os.RemoveAll(j.WorkingDir)
+	}
+}
+
+// finishedLocked counts the finished jobs; s.mu must be held.
+func (s *Supervisor) finishedLocked() int {
+	n := 0
+	for _, e := range s.jobs {
+		if e.job.Status.Terminal() {
+			n++
+		}
+	}
+	return n
+}
+
+// pruneLocked drops the finished jobs past keep, those that ended first
+// first (the GCS's bounded history, gcs/history.go): their records go
+// from the table and the Store; it returns them, for removeFiles once
+// s.mu is released. s.mu must be held.
+func (s *Supervisor) pruneLocked(keep int) []Job {
+	var done []*entry
+	for _, e := range s.jobs {
+		if e.job.Status.Terminal() {
+			done = append(done, e)
+		}
+	}
+	if len(done) <= max(keep, 0) {
+		return nil
+	}
+	endOf := func(e *entry) time.Time {
+		if e.job.EndTime != nil {
+			return *e.job.EndTime
+		}
+		return e.job.SubmitTime
+	}
+	slices.SortFunc(done, func(a, b *entry) int {
+		if c := endOf(a).Compare(endOf(b)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.job.SubmissionID, b.job.SubmissionID)
+	})
+	var gone []Job
+	for _, e := range done[:len(done)-max(keep, 0)] {
+		id := e.job.SubmissionID
+		delete(s.jobs, id)
+		s.dirty[id] = true
+		close(e.changed)
+		gone = append(gone, e.job)
+	}
+	s.dropped += int64(len(gone))
+	s.kickLocked()
+	s.log.Info("finished jobs dropped past the cap, oldest first (their records, logs and working directories)",
+		"dropped", len(gone), "total_dropped", s.dropped, "cap", s.o.MaxFinished)
+	return gone
+}
+
+// Dropped returns how many finished jobs were removed past
+// Options.MaxFinished since this supervisor started.
+func (s *Supervisor) Dropped() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
 }
 
 // update changes a job under the lock, marks its record for writing and
@@ -493,6 +580,10 @@ func (s *Supervisor) finish(id string, e *entry, st Status, msg string, code *in
 	now := time.Now()
 	s.update(id, e, func(j *Job) { j.Status, j.Message, j.EndTime, j.ExitCode = st, msg, &now, code })
 	s.log.Info("job finished", "submission_id", id, "status", st, "message", msg)
+	s.mu.Lock()
+	gone := s.pruneLocked(s.o.MaxFinished)
+	s.mu.Unlock()
+	s.removeFiles(gone)
 }
 
 // run waits for a slot, runs the job's driver and records how it ended.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/leaktest"
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // memStore is the GCS KV in memory; fail makes every write fail.
@@ -614,4 +616,69 @@ func TestMain(m *testing.M) {
 	}
 	_ = cmd.Wait()
 	os.Exit(m.Run())
+}
+
+// TestSupervisorBoundsFinishedJobs: past MaxFinished the finished jobs
+// that ended first go, their records, logs and working directories with
+// them; running ones stay, and a full table makes room with the oldest
+// finished job instead of refusing.
+func TestSupervisorBoundsFinishedJobs(t *testing.T) {
+	leaktest.Goroutines(t)
+	f := newFixture(t, Options{MaxFinished: 2, MaxJobs: 3})
+	quick := f.script(`echo done`)
+	var ended []Job
+	for range 4 {
+		id, err := f.sup.Submit(SubmitRequest{BinarySHA256: quick})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended = append(ended, f.finished(id))
+	}
+	ids := func() []string {
+		var out []string
+		for _, j := range f.sup.List() {
+			out = append(out, j.SubmissionID)
+		}
+		return out
+	}
+	if got, want := ids(), []string{ended[2].SubmissionID, ended[3].SubmissionID}; !slices.Equal(got, want) {
+		t.Fatalf("kept %v, want the last two finished %v", got, want)
+	}
+	for _, j := range ended[:2] {
+		waitfor.Cond(t, 20*time.Second, "the dropped job's record gone from the store", func() bool {
+			_, ok := f.store.record(t, j.SubmissionID)
+			return !ok
+		})
+		if _, err := os.Stat(j.LogFile); !os.IsNotExist(err) {
+			t.Errorf("the dropped job's log %s: %v, want it removed", j.LogFile, err)
+		}
+		if _, err := os.Stat(j.WorkingDir); !os.IsNotExist(err) {
+			t.Errorf("the dropped job's working directory %s: %v, want it removed", j.WorkingDir, err)
+		}
+	}
+	if _, err := os.Stat(ended[3].LogFile); err != nil {
+		t.Errorf("a kept job's log: %v", err)
+	}
+	if n := f.sup.Dropped(); n != 2 {
+		t.Errorf("Dropped() = %d, want 2", n)
+	}
+	// A running job is never dropped; a full table (MaxJobs 3) drops the
+	// oldest finished one to take a new job.
+	block := f.script(`exec sleep 60`)
+	running, err := f.sup.Submit(SubmitRequest{BinarySHA256: block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.wait(running, "RUNNING", func(j Job) bool { return j.Status == StatusRunning })
+	next, err := f.sup.Submit(SubmitRequest{BinarySHA256: block})
+	if err != nil {
+		t.Fatalf("a submission with the table full of finished jobs: %v", err)
+	}
+	if got := ids(); slices.Contains(got, ended[2].SubmissionID) || !slices.Contains(got, running) || !slices.Contains(got, next) {
+		t.Fatalf("kept %v: want the running jobs and not the oldest finished one", got)
+	}
+	for _, id := range []string{running, next} {
+		_, _ = f.sup.Stop(id)
+		f.finished(id)
+	}
 }

@@ -47,6 +47,7 @@ func (n *Node) listenDashboard(ctx context.Context) error {
 		Binaries: bins, Store: jobs.NewGCSStore(pb.NewGcsClient(n.gcsCC), n.info.GCSAddress, n.id.Bytes()),
 		SessionDir: n.info.SessionDir, GCSAddress: n.info.GCSAddress, NodeIP: nodeIPOf(n.cfg), Auth: n.auth,
 		MaxRunning: c.MaxRunningJobs, Logger: n.log.Named("jobs"), LogLimits: logLimits(n.cfg),
+		MaxFinished: n.cfg.GCS.History.FinishedJobs, // (the GCS's history cap)
 	})
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

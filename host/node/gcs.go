@@ -107,6 +107,13 @@ func absFile(p string) string {
 	return p
 }
 
+// historyLimits are the GCS's caps of the history block (zero: the
+// defaults).
+func historyLimits(h config.GCSHistory) gcs.HistoryLimits {
+	return gcs.HistoryLimits{DeadNodes: h.DeadNodes, DeadActors: h.DeadActors, FinishedJobs: h.FinishedJobs,
+		RemovedPlacementGroups: h.RemovedPlacementGroups, TaskEvents: h.TaskEvents}
+}
+
 // gcsServer is a GCS serving on a listener: what a head runs in its own
 // process (RunGCS) or, embedded, inside the node.
 type gcsServer struct {
@@ -140,7 +147,8 @@ func openGCS(ctx context.Context, addr string, st gcs.Storage, cfg *config.Node,
 		HeartbeatPeriod: cfg.HealthCheck.Period, FailureThreshold: cfg.HealthCheck.FailureThreshold,
 		Logger: log, Reserver: reserver, Storage: st,
 		// Jobs' env is sealed in the storage with a key derived from it.
-		Token: creds.Token(),
+		Token:   creds.Token(),
+		History: historyLimits(cfg.GCS.History),
 	})
 	if err != nil {
 		_ = lis.Close()
@@ -209,6 +217,9 @@ type GCSSpec struct {
 	// MetricsSocket, when set, is the unix socket the GCS serves its
 	// metrics on, for the head's node host to serve with its own.
 	MetricsSocket string `json:"metrics_socket,omitempty"`
+	// History caps what the GCS keeps of the cluster's past (the gcs
+	// block's history block; zero fields: the defaults).
+	History config.GCSHistory `json:"history"`
 }
 
 // EnvGCSSpec holds a GCSSpec as JSON in a GCS process's environment.
@@ -258,7 +269,8 @@ func RunGCS(ctx context.Context, spec GCSSpec, creds *auth.Credentials) error {
 		log = hclog.New(&hclog.LoggerOptions{Name: "gcs", Output: f, Level: hclog.LevelFromString(spec.LogLevel)})
 	}
 	creds.SetLogger(log.Named("auth"))
-	cfg := &config.Node{HealthCheck: config.HealthCheck{Period: spec.HeartbeatPeriod, FailureThreshold: spec.FailureThreshold}}
+	cfg := &config.Node{HealthCheck: config.HealthCheck{Period: spec.HeartbeatPeriod, FailureThreshold: spec.FailureThreshold},
+		GCS: config.GCS{History: spec.History}}
 	var reg *metrics.Registry
 	if spec.MetricsSocket != "" {
 		reg = metrics.NewRegistry("gcs")

@@ -653,6 +653,7 @@ func (n *Node) startGCS(ctx context.Context) (string, error) {
 		HeartbeatPeriod: n.cfg.HealthCheck.Period, FailureThreshold: n.cfg.HealthCheck.FailureThreshold,
 		LogFile: n.info.GCSLogFile, LogLevel: n.cfg.LogLevel, LogLimits: logLimits(n.cfg), ReadyFile: filepath.Join(n.info.SessionDir, "gcs.json"),
 		MetricsSocket: n.gcsMetricsSocketPath(),
+		History:       n.cfg.GCS.History,
 	}
 	if spec.MetricsSocket != "" {
 		n.metrics.reg.AddGatherer(metrics.UnixGatherer(spec.MetricsSocket, n.auth))

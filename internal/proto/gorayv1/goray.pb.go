@@ -5975,8 +5975,12 @@ type GetClusterInfoReply struct {
 	// Nodes read back from the storage as alive that have not registered
 	// again since this GCS started: nothing dials them until they do.
 	NodesReconnecting int64 `protobuf:"varint,9,opt,name=nodes_reconnecting,json=nodesReconnecting,proto3" json:"nodes_reconnecting,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The cluster's bounded history: how many dead nodes, dead actors,
+	// finished jobs, removed placement groups and task attempts the GCS
+	// keeps, and how many it dropped (oldest first) to stay within its caps.
+	History       *History `protobuf:"bytes,20,opt,name=history,proto3" json:"history,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetClusterInfoReply) Reset() {
@@ -6072,6 +6076,156 @@ func (x *GetClusterInfoReply) GetNodesReconnecting() int64 {
 	return 0
 }
 
+func (x *GetClusterInfoReply) GetHistory() *History {
+	if x != nil {
+		return x.History
+	}
+	return nil
+}
+
+// History is the GCS's bounded history, kind by kind (gcs/history.go).
+type History struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	DeadNodes              *HistoryBound          `protobuf:"bytes,1,opt,name=dead_nodes,json=deadNodes,proto3" json:"dead_nodes,omitempty"`
+	DeadActors             *HistoryBound          `protobuf:"bytes,2,opt,name=dead_actors,json=deadActors,proto3" json:"dead_actors,omitempty"`
+	FinishedJobs           *HistoryBound          `protobuf:"bytes,3,opt,name=finished_jobs,json=finishedJobs,proto3" json:"finished_jobs,omitempty"`
+	RemovedPlacementGroups *HistoryBound          `protobuf:"bytes,4,opt,name=removed_placement_groups,json=removedPlacementGroups,proto3" json:"removed_placement_groups,omitempty"`
+	// Task attempts (any state: the oldest finished ones go first).
+	TaskEvents    *HistoryBound `protobuf:"bytes,5,opt,name=task_events,json=taskEvents,proto3" json:"task_events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *History) Reset() {
+	*x = History{}
+	mi := &file_goray_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *History) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*History) ProtoMessage() {}
+
+func (x *History) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use History.ProtoReflect.Descriptor instead.
+func (*History) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *History) GetDeadNodes() *HistoryBound {
+	if x != nil {
+		return x.DeadNodes
+	}
+	return nil
+}
+
+func (x *History) GetDeadActors() *HistoryBound {
+	if x != nil {
+		return x.DeadActors
+	}
+	return nil
+}
+
+func (x *History) GetFinishedJobs() *HistoryBound {
+	if x != nil {
+		return x.FinishedJobs
+	}
+	return nil
+}
+
+func (x *History) GetRemovedPlacementGroups() *HistoryBound {
+	if x != nil {
+		return x.RemovedPlacementGroups
+	}
+	return nil
+}
+
+func (x *History) GetTaskEvents() *HistoryBound {
+	if x != nil {
+		return x.TaskEvents
+	}
+	return nil
+}
+
+// HistoryBound is one kind of the bounded history.
+type HistoryBound struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How many the GCS keeps now (dead, finished or removed ones only).
+	Kept int64 `protobuf:"varint,1,opt,name=kept,proto3" json:"kept,omitempty"`
+	// The most it keeps (the head's gcs { history { ... } } setting).
+	Cap int64 `protobuf:"varint,2,opt,name=cap,proto3" json:"cap,omitempty"`
+	// How many it dropped since the cluster started (kept across GCS
+	// restarts; task events: since this GCS started).
+	Dropped       int64 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryBound) Reset() {
+	*x = HistoryBound{}
+	mi := &file_goray_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryBound) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryBound) ProtoMessage() {}
+
+func (x *HistoryBound) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryBound.ProtoReflect.Descriptor instead.
+func (*HistoryBound) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *HistoryBound) GetKept() int64 {
+	if x != nil {
+		return x.Kept
+	}
+	return 0
+}
+
+func (x *HistoryBound) GetCap() int64 {
+	if x != nil {
+		return x.Cap
+	}
+	return 0
+}
+
+func (x *HistoryBound) GetDropped() int64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
 type RegisterNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  *NodeInfo              `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -6085,7 +6239,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6097,7 +6251,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6110,7 +6264,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -6139,7 +6293,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6151,7 +6305,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6164,7 +6318,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -6191,7 +6345,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6203,7 +6357,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6216,7 +6370,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -6241,7 +6395,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6253,7 +6407,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6266,7 +6420,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 type HeartbeatRequest struct {
@@ -6287,7 +6441,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6299,7 +6453,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6312,7 +6466,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -6397,7 +6551,7 @@ type SpillStats struct {
 
 func (x *SpillStats) Reset() {
 	*x = SpillStats{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6409,7 +6563,7 @@ func (x *SpillStats) String() string {
 func (*SpillStats) ProtoMessage() {}
 
 func (x *SpillStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6422,7 +6576,7 @@ func (x *SpillStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
 func (*SpillStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *SpillStats) GetLocation() string {
@@ -6518,7 +6672,7 @@ type SpilledObject struct {
 
 func (x *SpilledObject) Reset() {
 	*x = SpilledObject{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6530,7 +6684,7 @@ func (x *SpilledObject) String() string {
 func (*SpilledObject) ProtoMessage() {}
 
 func (x *SpilledObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6543,7 +6697,7 @@ func (x *SpilledObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
 func (*SpilledObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *SpilledObject) GetObjectId() []byte {
@@ -6592,7 +6746,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6604,7 +6758,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6617,7 +6771,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -6643,7 +6797,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6655,7 +6809,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6668,7 +6822,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *GetAllNodesRequest) GetSinceEpoch() string {
@@ -6705,7 +6859,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6717,7 +6871,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6730,7 +6884,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -6817,7 +6971,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6829,7 +6983,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6842,7 +6996,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -6882,7 +7036,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6894,7 +7048,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6907,7 +7061,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{95}
+	return file_goray_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -6925,7 +7079,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6937,7 +7091,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6950,7 +7104,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{96}
+	return file_goray_proto_rawDescGZIP(), []int{98}
 }
 
 type MarkJobFinishedRequest struct {
@@ -6962,7 +7116,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6974,7 +7128,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6987,7 +7141,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{97}
+	return file_goray_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -7005,7 +7159,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7017,7 +7171,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7030,7 +7184,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{98}
+	return file_goray_proto_rawDescGZIP(), []int{100}
 }
 
 type GetAllJobsRequest struct {
@@ -7045,7 +7199,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7057,7 +7211,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7070,7 +7224,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{99}
+	return file_goray_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *GetAllJobsRequest) GetIncludeEnv() bool {
@@ -7089,7 +7243,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7101,7 +7255,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7114,7 +7268,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{100}
+	return file_goray_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -7137,7 +7291,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7149,7 +7303,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7162,7 +7316,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{101}
+	return file_goray_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -7190,7 +7344,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7202,7 +7356,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7215,7 +7369,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{102}
+	return file_goray_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RegisterActorReply) GetExisting() *ActorInfo {
@@ -7234,7 +7388,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7246,7 +7400,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7259,7 +7413,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{103}
+	return file_goray_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -7277,7 +7431,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7289,7 +7443,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7302,7 +7456,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{104}
+	return file_goray_proto_rawDescGZIP(), []int{106}
 }
 
 type GetActorRequest struct {
@@ -7325,7 +7479,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7337,7 +7491,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7350,7 +7504,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{105}
+	return file_goray_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -7397,7 +7551,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7409,7 +7563,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7422,7 +7576,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{106}
+	return file_goray_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -7440,7 +7594,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7452,7 +7606,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7465,7 +7619,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{107}
+	return file_goray_proto_rawDescGZIP(), []int{109}
 }
 
 type ListActorsReply struct {
@@ -7477,7 +7631,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7489,7 +7643,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7502,7 +7656,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{108}
+	return file_goray_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -7527,7 +7681,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7539,7 +7693,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7552,7 +7706,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{109}
+	return file_goray_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -7591,7 +7745,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7603,7 +7757,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7616,7 +7770,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{110}
+	return file_goray_proto_rawDescGZIP(), []int{112}
 }
 
 type KVPutRequest struct {
@@ -7631,7 +7785,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7643,7 +7797,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7656,7 +7810,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{111}
+	return file_goray_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -7696,7 +7850,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7708,7 +7862,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7721,7 +7875,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{112}
+	return file_goray_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -7741,7 +7895,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7753,7 +7907,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7766,7 +7920,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{113}
+	return file_goray_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -7793,7 +7947,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7805,7 +7959,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7818,7 +7972,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{114}
+	return file_goray_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -7846,7 +8000,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7858,7 +8012,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7871,7 +8025,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{115}
+	return file_goray_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -7904,7 +8058,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7916,7 +8070,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7929,7 +8083,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{116}
+	return file_goray_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -7949,7 +8103,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7961,7 +8115,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7974,7 +8128,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{117}
+	return file_goray_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -8000,7 +8154,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8012,7 +8166,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8025,7 +8179,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{118}
+	return file_goray_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -8048,7 +8202,7 @@ type Bundle struct {
 
 func (x *Bundle) Reset() {
 	*x = Bundle{}
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8060,7 +8214,7 @@ func (x *Bundle) String() string {
 func (*Bundle) ProtoMessage() {}
 
 func (x *Bundle) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8073,7 +8227,7 @@ func (x *Bundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bundle.ProtoReflect.Descriptor instead.
 func (*Bundle) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{119}
+	return file_goray_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *Bundle) GetIndex() int32 {
@@ -8128,7 +8282,7 @@ type PlacementGroupInfo struct {
 
 func (x *PlacementGroupInfo) Reset() {
 	*x = PlacementGroupInfo{}
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8140,7 +8294,7 @@ func (x *PlacementGroupInfo) String() string {
 func (*PlacementGroupInfo) ProtoMessage() {}
 
 func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8153,7 +8307,7 @@ func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementGroupInfo.ProtoReflect.Descriptor instead.
 func (*PlacementGroupInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{120}
+	return file_goray_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *PlacementGroupInfo) GetPlacementGroupId() []byte {
@@ -8265,7 +8419,7 @@ type CreatePlacementGroupRequest struct {
 
 func (x *CreatePlacementGroupRequest) Reset() {
 	*x = CreatePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[121]
+	mi := &file_goray_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8277,7 +8431,7 @@ func (x *CreatePlacementGroupRequest) String() string {
 func (*CreatePlacementGroupRequest) ProtoMessage() {}
 
 func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[121]
+	mi := &file_goray_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8290,7 +8444,7 @@ func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{121}
+	return file_goray_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *CreatePlacementGroupRequest) GetGroup() *PlacementGroupInfo {
@@ -8308,7 +8462,7 @@ type CreatePlacementGroupReply struct {
 
 func (x *CreatePlacementGroupReply) Reset() {
 	*x = CreatePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[122]
+	mi := &file_goray_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8320,7 +8474,7 @@ func (x *CreatePlacementGroupReply) String() string {
 func (*CreatePlacementGroupReply) ProtoMessage() {}
 
 func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[122]
+	mi := &file_goray_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8333,7 +8487,7 @@ func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{122}
+	return file_goray_proto_rawDescGZIP(), []int{124}
 }
 
 type RemovePlacementGroupRequest struct {
@@ -8345,7 +8499,7 @@ type RemovePlacementGroupRequest struct {
 
 func (x *RemovePlacementGroupRequest) Reset() {
 	*x = RemovePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[123]
+	mi := &file_goray_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8357,7 +8511,7 @@ func (x *RemovePlacementGroupRequest) String() string {
 func (*RemovePlacementGroupRequest) ProtoMessage() {}
 
 func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[123]
+	mi := &file_goray_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8370,7 +8524,7 @@ func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{123}
+	return file_goray_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *RemovePlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -8388,7 +8542,7 @@ type RemovePlacementGroupReply struct {
 
 func (x *RemovePlacementGroupReply) Reset() {
 	*x = RemovePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[124]
+	mi := &file_goray_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8400,7 +8554,7 @@ func (x *RemovePlacementGroupReply) String() string {
 func (*RemovePlacementGroupReply) ProtoMessage() {}
 
 func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[124]
+	mi := &file_goray_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8413,7 +8567,7 @@ func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{124}
+	return file_goray_proto_rawDescGZIP(), []int{126}
 }
 
 type GetPlacementGroupRequest struct {
@@ -8428,7 +8582,7 @@ type GetPlacementGroupRequest struct {
 
 func (x *GetPlacementGroupRequest) Reset() {
 	*x = GetPlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[125]
+	mi := &file_goray_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8440,7 +8594,7 @@ func (x *GetPlacementGroupRequest) String() string {
 func (*GetPlacementGroupRequest) ProtoMessage() {}
 
 func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[125]
+	mi := &file_goray_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8453,7 +8607,7 @@ func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{125}
+	return file_goray_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *GetPlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -8486,7 +8640,7 @@ type GetPlacementGroupReply struct {
 
 func (x *GetPlacementGroupReply) Reset() {
 	*x = GetPlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[126]
+	mi := &file_goray_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8498,7 +8652,7 @@ func (x *GetPlacementGroupReply) String() string {
 func (*GetPlacementGroupReply) ProtoMessage() {}
 
 func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[126]
+	mi := &file_goray_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8511,7 +8665,7 @@ func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{126}
+	return file_goray_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *GetPlacementGroupReply) GetGroup() *PlacementGroupInfo {
@@ -8529,7 +8683,7 @@ type ListPlacementGroupsRequest struct {
 
 func (x *ListPlacementGroupsRequest) Reset() {
 	*x = ListPlacementGroupsRequest{}
-	mi := &file_goray_proto_msgTypes[127]
+	mi := &file_goray_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8541,7 +8695,7 @@ func (x *ListPlacementGroupsRequest) String() string {
 func (*ListPlacementGroupsRequest) ProtoMessage() {}
 
 func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[127]
+	mi := &file_goray_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8554,7 +8708,7 @@ func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{127}
+	return file_goray_proto_rawDescGZIP(), []int{129}
 }
 
 type ListPlacementGroupsReply struct {
@@ -8566,7 +8720,7 @@ type ListPlacementGroupsReply struct {
 
 func (x *ListPlacementGroupsReply) Reset() {
 	*x = ListPlacementGroupsReply{}
-	mi := &file_goray_proto_msgTypes[128]
+	mi := &file_goray_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8578,7 +8732,7 @@ func (x *ListPlacementGroupsReply) String() string {
 func (*ListPlacementGroupsReply) ProtoMessage() {}
 
 func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[128]
+	mi := &file_goray_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8591,7 +8745,7 @@ func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsReply.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{128}
+	return file_goray_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *ListPlacementGroupsReply) GetGroups() []*PlacementGroupInfo {
@@ -9057,7 +9211,7 @@ const file_goray_proto_rawDesc = "" +
 	"\adrained\x18\x03 \x01(\bR\adrained\x12%\n" +
 	"\x0eprimaries_left\x18\x04 \x01(\x03R\rprimariesLeft\x12\x1a\n" +
 	"\bprogress\x18\x05 \x01(\tR\bprogress\"\x17\n" +
-	"\x15GetClusterInfoRequest\"\xb7\x02\n" +
+	"\x15GetClusterInfoRequest\"\xe4\x02\n" +
 	"\x13GetClusterInfoReply\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x18\n" +
@@ -9068,7 +9222,21 @@ const file_goray_proto_rawDesc = "" +
 	"\brestored\x18\x06 \x01(\bR\brestored\x12\x10\n" +
 	"\x03pid\x18\a \x01(\x03R\x03pid\x12*\n" +
 	"\x11storage_set_aside\x18\b \x01(\x03R\x0fstorageSetAside\x12-\n" +
-	"\x12nodes_reconnecting\x18\t \x01(\x03R\x11nodesReconnecting\"\\\n" +
+	"\x12nodes_reconnecting\x18\t \x01(\x03R\x11nodesReconnecting\x12+\n" +
+	"\ahistory\x18\x14 \x01(\v2\x11.goray.v1.HistoryR\ahistory\"\xc1\x02\n" +
+	"\aHistory\x125\n" +
+	"\n" +
+	"dead_nodes\x18\x01 \x01(\v2\x16.goray.v1.HistoryBoundR\tdeadNodes\x127\n" +
+	"\vdead_actors\x18\x02 \x01(\v2\x16.goray.v1.HistoryBoundR\n" +
+	"deadActors\x12;\n" +
+	"\rfinished_jobs\x18\x03 \x01(\v2\x16.goray.v1.HistoryBoundR\ffinishedJobs\x12P\n" +
+	"\x18removed_placement_groups\x18\x04 \x01(\v2\x16.goray.v1.HistoryBoundR\x16removedPlacementGroups\x127\n" +
+	"\vtask_events\x18\x05 \x01(\v2\x16.goray.v1.HistoryBoundR\n" +
+	"taskEvents\"N\n" +
+	"\fHistoryBound\x12\x12\n" +
+	"\x04kept\x18\x01 \x01(\x03R\x04kept\x12\x10\n" +
+	"\x03cap\x18\x02 \x01(\x03R\x03cap\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\x03R\adropped\"\\\n" +
 	"\x13RegisterNodeRequest\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x12\x1d\n" +
 	"\n" +
@@ -9333,7 +9501,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 133)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 135)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                       // 0: goray.v1.TaskKind
 	(ActorState)(0),                     // 1: goray.v1.ActorState
@@ -9426,60 +9594,62 @@ var file_goray_proto_goTypes = []any{
 	(*DrainNodeReply)(nil),              // 88: goray.v1.DrainNodeReply
 	(*GetClusterInfoRequest)(nil),       // 89: goray.v1.GetClusterInfoRequest
 	(*GetClusterInfoReply)(nil),         // 90: goray.v1.GetClusterInfoReply
-	(*RegisterNodeRequest)(nil),         // 91: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),           // 92: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),       // 93: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),         // 94: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),            // 95: goray.v1.HeartbeatRequest
-	(*SpillStats)(nil),                  // 96: goray.v1.SpillStats
-	(*SpilledObject)(nil),               // 97: goray.v1.SpilledObject
-	(*HeartbeatReply)(nil),              // 98: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),          // 99: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                    // 100: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),            // 101: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),               // 102: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                 // 103: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),      // 104: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),        // 105: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),           // 106: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),             // 107: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),        // 108: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),          // 109: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),          // 110: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),            // 111: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),             // 112: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),               // 113: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),           // 114: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),             // 115: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil),  // 116: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),    // 117: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),                // 118: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                  // 119: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),                // 120: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                  // 121: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),                // 122: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                  // 123: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),               // 124: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                 // 125: goray.v1.KVKeysReply
-	(*Bundle)(nil),                      // 126: goray.v1.Bundle
-	(*PlacementGroupInfo)(nil),          // 127: goray.v1.PlacementGroupInfo
-	(*CreatePlacementGroupRequest)(nil), // 128: goray.v1.CreatePlacementGroupRequest
-	(*CreatePlacementGroupReply)(nil),   // 129: goray.v1.CreatePlacementGroupReply
-	(*RemovePlacementGroupRequest)(nil), // 130: goray.v1.RemovePlacementGroupRequest
-	(*RemovePlacementGroupReply)(nil),   // 131: goray.v1.RemovePlacementGroupReply
-	(*GetPlacementGroupRequest)(nil),    // 132: goray.v1.GetPlacementGroupRequest
-	(*GetPlacementGroupReply)(nil),      // 133: goray.v1.GetPlacementGroupReply
-	(*ListPlacementGroupsRequest)(nil),  // 134: goray.v1.ListPlacementGroupsRequest
-	(*ListPlacementGroupsReply)(nil),    // 135: goray.v1.ListPlacementGroupsReply
-	nil,                                 // 136: goray.v1.Resources.AmountsEntry
-	nil,                                 // 137: goray.v1.TaskSpec.ConcurrencyGroupsEntry
-	nil,                                 // 138: goray.v1.NodeInfo.LabelsEntry
-	nil,                                 // 139: goray.v1.ActorInfo.ConcurrencyGroupsEntry
-	(*MemoryKill)(nil),                  // 140: goray.v1.MemoryKill
-	(*MemoryMonitorStats)(nil),          // 141: goray.v1.MemoryMonitorStats
+	(*History)(nil),                     // 91: goray.v1.History
+	(*HistoryBound)(nil),                // 92: goray.v1.HistoryBound
+	(*RegisterNodeRequest)(nil),         // 93: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),           // 94: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),       // 95: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),         // 96: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),            // 97: goray.v1.HeartbeatRequest
+	(*SpillStats)(nil),                  // 98: goray.v1.SpillStats
+	(*SpilledObject)(nil),               // 99: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),              // 100: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),          // 101: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                    // 102: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),            // 103: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),               // 104: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                 // 105: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),      // 106: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),        // 107: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),           // 108: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),             // 109: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),        // 110: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),          // 111: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),          // 112: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),            // 113: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),             // 114: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),               // 115: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),           // 116: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),             // 117: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil),  // 118: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),    // 119: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),                // 120: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                  // 121: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),                // 122: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                  // 123: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),                // 124: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                  // 125: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),               // 126: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                 // 127: goray.v1.KVKeysReply
+	(*Bundle)(nil),                      // 128: goray.v1.Bundle
+	(*PlacementGroupInfo)(nil),          // 129: goray.v1.PlacementGroupInfo
+	(*CreatePlacementGroupRequest)(nil), // 130: goray.v1.CreatePlacementGroupRequest
+	(*CreatePlacementGroupReply)(nil),   // 131: goray.v1.CreatePlacementGroupReply
+	(*RemovePlacementGroupRequest)(nil), // 132: goray.v1.RemovePlacementGroupRequest
+	(*RemovePlacementGroupReply)(nil),   // 133: goray.v1.RemovePlacementGroupReply
+	(*GetPlacementGroupRequest)(nil),    // 134: goray.v1.GetPlacementGroupRequest
+	(*GetPlacementGroupReply)(nil),      // 135: goray.v1.GetPlacementGroupReply
+	(*ListPlacementGroupsRequest)(nil),  // 136: goray.v1.ListPlacementGroupsRequest
+	(*ListPlacementGroupsReply)(nil),    // 137: goray.v1.ListPlacementGroupsReply
+	nil,                                 // 138: goray.v1.Resources.AmountsEntry
+	nil,                                 // 139: goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	nil,                                 // 140: goray.v1.NodeInfo.LabelsEntry
+	nil,                                 // 141: goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	(*MemoryKill)(nil),                  // 142: goray.v1.MemoryKill
+	(*MemoryMonitorStats)(nil),          // 143: goray.v1.MemoryMonitorStats
 }
 var file_goray_proto_depIdxs = []int32{
-	136, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	138, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	7,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	9,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	9,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -9488,7 +9658,7 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
 	8,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
 	12,  // 8: goray.v1.TaskSpec.placement:type_name -> goray.v1.PlacementOptions
-	137, // 9: goray.v1.TaskSpec.concurrency_groups:type_name -> goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	139, // 9: goray.v1.TaskSpec.concurrency_groups:type_name -> goray.v1.TaskSpec.ConcurrencyGroupsEntry
 	9,   // 10: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
 	11,  // 11: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
 	13,  // 12: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
@@ -9499,7 +9669,7 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 17: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
 	29,  // 18: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
 	30,  // 19: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	126, // 20: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
+	128, // 20: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
 	8,   // 21: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
 	8,   // 22: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
 	39,  // 23: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
@@ -9516,7 +9686,7 @@ var file_goray_proto_depIdxs = []int32{
 	48,  // 34: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
 	6,   // 35: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
 	7,   // 36: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	140, // 37: goray.v1.ReturnLeaseReply.memory_kill:type_name -> goray.v1.MemoryKill
+	142, // 37: goray.v1.ReturnLeaseReply.memory_kill:type_name -> goray.v1.MemoryKill
 	7,   // 38: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
 	65,  // 39: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
 	7,   // 40: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
@@ -9529,152 +9699,158 @@ var file_goray_proto_depIdxs = []int32{
 	65,  // 47: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
 	7,   // 48: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
 	81,  // 49: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	96,  // 50: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	97,  // 51: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	98,  // 50: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	99,  // 51: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
 	31,  // 52: goray.v1.GetNodeStatsReply.owned:type_name -> goray.v1.ListOwnedReply
 	8,   // 53: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	138, // 54: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	140, // 54: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
 	1,   // 55: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
 	7,   // 56: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
 	7,   // 57: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
 	8,   // 58: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	139, // 59: goray.v1.ActorInfo.concurrency_groups:type_name -> goray.v1.ActorInfo.ConcurrencyGroupsEntry
-	84,  // 60: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
-	8,   // 61: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	79,  // 62: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	96,  // 63: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	141, // 64: goray.v1.HeartbeatRequest.memory:type_name -> goray.v1.MemoryMonitorStats
-	84,  // 65: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
-	8,   // 66: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	79,  // 67: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	96,  // 68: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	141, // 69: goray.v1.NodeView.memory:type_name -> goray.v1.MemoryMonitorStats
-	100, // 70: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	85,  // 71: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	85,  // 72: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	86,  // 73: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	86,  // 74: goray.v1.RegisterActorReply.existing:type_name -> goray.v1.ActorInfo
-	86,  // 75: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	86,  // 76: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	86,  // 77: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
-	8,   // 78: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
-	2,   // 79: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
-	126, // 80: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
-	3,   // 81: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
-	127, // 82: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
-	127, // 83: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
-	127, // 84: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
-	14,  // 85: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
-	15,  // 86: goray.v1.CoreWorker.AckStream:input_type -> goray.v1.AckStreamRequest
-	18,  // 87: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
-	20,  // 88: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
-	22,  // 89: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
-	24,  // 90: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
-	26,  // 91: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
-	28,  // 92: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
-	43,  // 93: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
-	44,  // 94: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
-	47,  // 95: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
-	58,  // 96: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
-	49,  // 97: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
-	51,  // 98: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
-	53,  // 99: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
-	55,  // 100: goray.v1.Raylet.TransportEndpoint:input_type -> goray.v1.TransportEndpointRequest
-	60,  // 101: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
-	62,  // 102: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
-	64,  // 103: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
-	67,  // 104: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	75,  // 105: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	77,  // 106: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
-	69,  // 107: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
-	71,  // 108: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	73,  // 109: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	82,  // 110: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	34,  // 111: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
-	36,  // 112: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
-	41,  // 113: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
-	38,  // 114: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
-	32,  // 115: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
-	91,  // 116: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	93,  // 117: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	95,  // 118: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	99,  // 119: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	102, // 120: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	104, // 121: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	106, // 122: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	108, // 123: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	110, // 124: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	112, // 125: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	114, // 126: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	116, // 127: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	118, // 128: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	120, // 129: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	122, // 130: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	124, // 131: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	128, // 132: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
-	130, // 133: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
-	132, // 134: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
-	134, // 135: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
-	89,  // 136: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
-	87,  // 137: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
-	17,  // 138: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	16,  // 139: goray.v1.CoreWorker.AckStream:output_type -> goray.v1.AckStreamReply
-	19,  // 140: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	21,  // 141: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	23,  // 142: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	25,  // 143: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	27,  // 144: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
-	31,  // 145: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	45,  // 146: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	45,  // 147: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	57,  // 148: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	59,  // 149: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	50,  // 150: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	52,  // 151: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	54,  // 152: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	56,  // 153: goray.v1.Raylet.TransportEndpoint:output_type -> goray.v1.TransportEndpointReply
-	61,  // 154: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	63,  // 155: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	66,  // 156: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	68,  // 157: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	76,  // 158: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	80,  // 159: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	70,  // 160: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	72,  // 161: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	74,  // 162: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	83,  // 163: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	35,  // 164: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
-	37,  // 165: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
-	42,  // 166: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
-	40,  // 167: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
-	33,  // 168: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
-	92,  // 169: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	94,  // 170: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	98,  // 171: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	101, // 172: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	103, // 173: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	105, // 174: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	107, // 175: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	109, // 176: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	111, // 177: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	113, // 178: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	115, // 179: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	117, // 180: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	119, // 181: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	121, // 182: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	123, // 183: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	125, // 184: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	129, // 185: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
-	131, // 186: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
-	133, // 187: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
-	135, // 188: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
-	90,  // 189: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
-	88,  // 190: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
-	138, // [138:191] is the sub-list for method output_type
-	85,  // [85:138] is the sub-list for method input_type
-	85,  // [85:85] is the sub-list for extension type_name
-	85,  // [85:85] is the sub-list for extension extendee
-	0,   // [0:85] is the sub-list for field type_name
+	141, // 59: goray.v1.ActorInfo.concurrency_groups:type_name -> goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	91,  // 60: goray.v1.GetClusterInfoReply.history:type_name -> goray.v1.History
+	92,  // 61: goray.v1.History.dead_nodes:type_name -> goray.v1.HistoryBound
+	92,  // 62: goray.v1.History.dead_actors:type_name -> goray.v1.HistoryBound
+	92,  // 63: goray.v1.History.finished_jobs:type_name -> goray.v1.HistoryBound
+	92,  // 64: goray.v1.History.removed_placement_groups:type_name -> goray.v1.HistoryBound
+	92,  // 65: goray.v1.History.task_events:type_name -> goray.v1.HistoryBound
+	84,  // 66: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	8,   // 67: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
+	79,  // 68: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	98,  // 69: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	143, // 70: goray.v1.HeartbeatRequest.memory:type_name -> goray.v1.MemoryMonitorStats
+	84,  // 71: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	8,   // 72: goray.v1.NodeView.available:type_name -> goray.v1.Resources
+	79,  // 73: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	98,  // 74: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	143, // 75: goray.v1.NodeView.memory:type_name -> goray.v1.MemoryMonitorStats
+	102, // 76: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	85,  // 77: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	85,  // 78: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	86,  // 79: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	86,  // 80: goray.v1.RegisterActorReply.existing:type_name -> goray.v1.ActorInfo
+	86,  // 81: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	86,  // 82: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	86,  // 83: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	8,   // 84: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
+	2,   // 85: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
+	128, // 86: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
+	3,   // 87: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
+	129, // 88: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
+	129, // 89: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
+	129, // 90: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
+	14,  // 91: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
+	15,  // 92: goray.v1.CoreWorker.AckStream:input_type -> goray.v1.AckStreamRequest
+	18,  // 93: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
+	20,  // 94: goray.v1.CoreWorker.UpdateBorrowers:input_type -> goray.v1.UpdateBorrowersRequest
+	22,  // 95: goray.v1.CoreWorker.Exit:input_type -> goray.v1.ExitRequest
+	24,  // 96: goray.v1.CoreWorker.CancelTask:input_type -> goray.v1.CancelTaskRequest
+	26,  // 97: goray.v1.CoreWorker.CancelObject:input_type -> goray.v1.CancelObjectRequest
+	28,  // 98: goray.v1.CoreWorker.ListOwned:input_type -> goray.v1.ListOwnedRequest
+	43,  // 99: goray.v1.Raylet.WorkerSession:input_type -> goray.v1.WorkerMessage
+	44,  // 100: goray.v1.Raylet.DriverSession:input_type -> goray.v1.DriverMessage
+	47,  // 101: goray.v1.Raylet.RequestWorkerLease:input_type -> goray.v1.LeaseRequest
+	58,  // 102: goray.v1.Raylet.ReturnWorkerLease:input_type -> goray.v1.ReturnLeaseRequest
+	49,  // 103: goray.v1.Raylet.CancelWorkerLease:input_type -> goray.v1.CancelLeaseRequest
+	51,  // 104: goray.v1.Raylet.NotifyTaskBlocked:input_type -> goray.v1.TaskBlockedRequest
+	53,  // 105: goray.v1.Raylet.TransportInvoke:input_type -> goray.v1.TransportInvokeRequest
+	55,  // 106: goray.v1.Raylet.TransportEndpoint:input_type -> goray.v1.TransportEndpointRequest
+	60,  // 107: goray.v1.Raylet.CreateObject:input_type -> goray.v1.CreateObjectRequest
+	62,  // 108: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
+	64,  // 109: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
+	67,  // 110: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
+	75,  // 111: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	77,  // 112: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	69,  // 113: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
+	71,  // 114: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
+	73,  // 115: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	82,  // 116: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	34,  // 117: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
+	36,  // 118: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
+	41,  // 119: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
+	38,  // 120: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
+	32,  // 121: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
+	93,  // 122: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	95,  // 123: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	97,  // 124: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	101, // 125: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	104, // 126: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	106, // 127: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	108, // 128: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	110, // 129: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	112, // 130: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	114, // 131: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	116, // 132: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	118, // 133: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	120, // 134: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	122, // 135: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	124, // 136: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	126, // 137: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	130, // 138: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
+	132, // 139: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
+	134, // 140: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
+	136, // 141: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
+	89,  // 142: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
+	87,  // 143: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
+	17,  // 144: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	16,  // 145: goray.v1.CoreWorker.AckStream:output_type -> goray.v1.AckStreamReply
+	19,  // 146: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	21,  // 147: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	23,  // 148: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	25,  // 149: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	27,  // 150: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	31,  // 151: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	45,  // 152: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	45,  // 153: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	57,  // 154: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	59,  // 155: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	50,  // 156: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	52,  // 157: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	54,  // 158: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	56,  // 159: goray.v1.Raylet.TransportEndpoint:output_type -> goray.v1.TransportEndpointReply
+	61,  // 160: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	63,  // 161: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	66,  // 162: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	68,  // 163: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	76,  // 164: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	80,  // 165: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	70,  // 166: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	72,  // 167: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	74,  // 168: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	83,  // 169: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	35,  // 170: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
+	37,  // 171: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
+	42,  // 172: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
+	40,  // 173: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
+	33,  // 174: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
+	94,  // 175: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	96,  // 176: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	100, // 177: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	103, // 178: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	105, // 179: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	107, // 180: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	109, // 181: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	111, // 182: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	113, // 183: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	115, // 184: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	117, // 185: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	119, // 186: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	121, // 187: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	123, // 188: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	125, // 189: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	127, // 190: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	131, // 191: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
+	133, // 192: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
+	135, // 193: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
+	137, // 194: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
+	90,  // 195: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
+	88,  // 196: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
+	144, // [144:197] is the sub-list for method output_type
+	91,  // [91:144] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_goray_proto_init() }
@@ -9689,7 +9865,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   133,
+			NumMessages:   135,
 			NumExtensions: 0,
 			NumServices:   3,
 		},
