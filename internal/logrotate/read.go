@@ -1,6 +1,7 @@
 package logrotate
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -31,7 +32,9 @@ type ReadOptions struct {
 	// MaxTailBytes across the files); 0 sends everything.
 	Tail int64
 	// Follow then sends what is appended, across rotations, until ctx
-	// ends.
+	// ends: whole lines (an unterminated line once it ends, is longer
+	// than ChunkSize, or the follow ends); after a gap (rotated copies
+	// removed before it read them) it resumes at the next whole line.
 	Follow bool
 	// Open opens the files (nil: os.Open).
 	Open OpenFunc
@@ -222,22 +225,64 @@ type follower struct {
 	poll   time.Duration
 	until  <-chan struct{}
 	opened []*os.File // files it opened, closed by Read
+	// pending is the unterminated end of what was read, held back until
+	// its line ends or the follow does (as Ray's log monitor reads whole
+	// lines): a rotation between chunks, not lines, then joins the two
+	// halves of a line, and a gap drops a half whose other half was lost
+	// instead of sending it as a line.
+	pending []byte
+}
+
+// emit sends b's whole lines, with the pending start of the first, and
+// keeps the unterminated rest pending (a line longer than ChunkSize is
+// sent as it is).
+func (r *follower) emit(b []byte) error {
+	r.pending = append(r.pending, b...)
+	end := bytes.LastIndexByte(r.pending, '\n') + 1
+	if len(r.pending)-end > ChunkSize {
+		end = len(r.pending)
+	}
+	if err := r.sendChunks(r.pending[:end]); err != nil {
+		return err
+	}
+	r.pending = append(r.pending[:0], r.pending[end:]...)
+	return nil
+}
+
+// sendChunks sends b in chunks of at most ChunkSize.
+func (r *follower) sendChunks(b []byte) error {
+	for len(b) > 0 {
+		k := min(len(b), ChunkSize)
+		if err := r.send(b[:k]); err != nil {
+			return err
+		}
+		b = b[k:]
+	}
+	return nil
 }
 
 // run sends cur from offset and what is appended to the log until ctx
-// ends.
+// ends, then what is pending.
 func (r *follower) run(ctx context.Context, cur *os.File, offset int64) error {
+	if err := r.follow(ctx, cur, offset); err != nil {
+		return err
+	}
+	return r.sendChunks(r.pending)
+}
+
+func (r *follower) follow(ctx context.Context, cur *os.File, offset int64) error {
 	tick := time.NewTicker(r.poll)
 	defer tick.Stop()
 	final := false
 	for {
 		var err error
-		if offset, err = sendFrom(ctx, cur, offset, r.send); err != nil {
+		if offset, err = sendFrom(ctx, cur, offset, r.emit); err != nil {
 			return err
 		}
 		if final {
 			return nil
 		}
+
 		select {
 		case <-ctx.Done():
 			return nil
@@ -258,14 +303,15 @@ func (r *follower) run(ctx context.Context, cur *os.File, offset int64) error {
 		}
 		// Rotated: the rest of cur, the files rotated after it, then the
 		// new file.
-		if _, err := sendFrom(ctx, cur, offset, r.send); err != nil {
+		if _, err := sendFrom(ctx, cur, offset, r.emit); err != nil {
 			return err
 		}
 		names, _ := Files(r.path)
 		next := names[max(0, len(names)-1):] // cur was removed: the new file
+		gap := true                          // files between cur and next were lost
 		for i, n := range names {
 			if st, err := os.Stat(n); err == nil && os.SameFile(st, fi) {
-				next = names[i+1:]
+				next, gap = names[i+1:], false
 				break
 			}
 		}
@@ -275,9 +321,11 @@ func (r *follower) run(ctx context.Context, cur *os.File, offset int64) error {
 		for _, n := range next[:len(next)-1] {
 			f, err := r.open(n)
 			if err != nil {
-				continue // removed meanwhile
+				gap = true // removed meanwhile
+				continue
 			}
-			_, err = sendFrom(ctx, f, 0, r.send)
+			_, err = sendFrom(ctx, f, r.afterGap(f, gap), r.emit)
+			gap = false
 			_ = f.Close()
 			if err != nil {
 				return err
@@ -288,6 +336,25 @@ func (r *follower) run(ctx context.Context, cur *os.File, offset int64) error {
 			continue
 		}
 		r.opened = append(r.opened, f)
-		cur, offset = f, 0
+		cur, offset = f, r.afterGap(f, gap)
 	}
+}
+
+// afterGap is where sending starts in file f: 0, or after a gap (rotated
+// copies removed before the follow read them, which a writer faster than
+// the follow's polls causes) past f's first newline, so that the end of a
+// line whose start was lost is not sent as a line of its own. (A writer
+// copying a pipe rotates between chunks, not between lines.)
+// The pending start of a line is dropped with it.
+func (r *follower) afterGap(f io.ReaderAt, gap bool) int64 {
+	if !gap {
+		return 0
+	}
+	r.pending = r.pending[:0]
+	buf := make([]byte, ChunkSize)
+	n, _ := f.ReadAt(buf, 0)
+	if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
+		return int64(i + 1)
+	}
+	return 0
 }

@@ -3,11 +3,14 @@ package logrotate
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 func TestTailOffset(t *testing.T) {
@@ -98,5 +101,70 @@ func TestReadFollow(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Read did not end with its context")
+	}
+}
+
+// TestReadFollowGap: a follow that misses a rotated copy (removed before it
+// read it) sends no half line on either side of the gap, and a line split
+// by a rotation it saw whole comes out whole.
+func TestReadFollowGap(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w.log")
+	backup := func(sec int) string {
+		return filepath.Join(dir, fmt.Sprintf("w-2026-12-07T00-00-%02d.000-size.log", sec))
+	}
+	write := func(name, s string) {
+		t.Helper()
+		if err := os.WriteFile(name, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(path, "a1\na2\nhal")
+	lost := backup(3)
+	open := func(name string) (*os.File, error) {
+		if name == lost {
+			return nil, os.ErrNotExist // removed before the follow read it
+		}
+		return os.Open(name)
+	}
+	var got syncBuffer
+	until := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Read(context.Background(), path, ReadOptions{Follow: true, Open: open, Poll: time.Millisecond, Until: until},
+			func(b []byte) error { _, err := got.Write(b); return err })
+	}()
+	waitfor.Cond(t, 10*time.Second, "the first lines", func() bool { return got.String() == "a1\na2\n" })
+
+	// A rotation the follow sees whole: the line "half-b1" is split
+	// between the two files.
+	if err := os.Rename(path, backup(1)); err != nil {
+		t.Fatal(err)
+	}
+	write(path, "f-b1\nb2\n")
+	waitfor.Cond(t, 10*time.Second, "the line split by the rotation", func() bool { return got.String() == "a1\na2\nhalf-b1\nb2\n" })
+
+	// Two rotations, the first copy lost: "c1" starts in the file the
+	// follow has open and ends in the lost copy, and the next file starts
+	// with the rest of a line whose start was lost.
+	app, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := app.WriteString("c"); err != nil {
+		t.Fatal(err)
+	}
+	app.Close()
+	if err := os.Rename(path, backup(2)); err != nil {
+		t.Fatal(err)
+	}
+	write(lost, "1\nc2\nc3")
+	write(path, "-tail\nd1\nd2\npart")
+	close(until)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if want := "a1\na2\nhalf-b1\nb2\nd1\nd2\npart"; got.String() != want {
+		t.Errorf("followed %q, want %q", got.String(), want)
 	}
 }

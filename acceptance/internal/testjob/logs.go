@@ -49,14 +49,19 @@ func runLogs(ctx context.Context, node, dir, marker string) error {
 	if node != "-" {
 		opts = append(opts, ray.NodeAffinity(node, false))
 	}
-	taskPid, err := PrintOut.Options(opts...).Remote(ctx, ray.V(marker)).Get(ctx)
-	if err != nil {
-		return fmt.Errorf("task: %w", err)
-	}
+	// The actor first: a worker that hosts an actor never runs a task, so
+	// the task gets a worker of its own. (Task first, its worker, idle once
+	// the driver returned its lease, could be handed to the actor, as Ray
+	// also reuses idle workers for actors; on a loaded machine it was, and
+	// both lines were in one worker's log.)
 	actor := PrinterActor.Options(append(opts, ray.Name("printer"))...).Remote(ctx)
 	actorPid, err := PrinterSay.On(actor).Remote(ctx, ray.V(marker)).Get(ctx)
 	if err != nil {
 		return fmt.Errorf("actor: %w", err)
+	}
+	taskPid, err := PrintOut.Options(opts...).Remote(ctx, ray.V(marker)).Get(ctx)
+	if err != nil {
+		return fmt.Errorf("task: %w", err)
 	}
 	fmt.Printf("task pid: %d\nactor pid: %d\n", taskPid, actorPid)
 	if err := writeFile(filepath.Join(dir, "ready"), fmt.Sprintf("%d %d", taskPid, actorPid)); err != nil {
