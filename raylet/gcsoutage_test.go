@@ -193,7 +193,10 @@ func TestGCSRestartOnDurableStorage(t *testing.T) {
 		t.Errorf("outage logged %d times at its start and %d at its end, want once each; logs:\n%s", n, m, h.logs)
 	}
 	// The restored GCS knows the node only from its storage: it refuses
-	// its heartbeats until the node registers again, once.
+	// its heartbeats until the node registers again, once. (The line is
+	// logged after the registration's reply, which can come after the GCS
+	// shows the node alive.)
+	waitFor(t, "the registration to be logged", func() bool { return h.count(logReRegist+":") >= 1 })
 	if n := h.count(logReRegist + ":"); n != 1 {
 		t.Errorf("the node registered again %d times with the restored GCS, want once; logs:\n%s", n, h.logs)
 	}
@@ -481,6 +484,7 @@ func TestGCSRestartReleasesCutReservation(t *testing.T) {
 			if n := h.count("released placement group bundles the GCS does not use"); n != 1 {
 				t.Errorf("the release was logged %d times, want once; logs:\n%s", n, h.logs)
 			}
+			waitFor(t, "the registration to be logged", func() bool { return h.count(logReRegist+":") >= 1 })
 			if n := h.count(logReRegist + ":"); n != 1 { // (not the release's reason)
 				t.Errorf("the node registered again %d times with the restored GCS, want once; logs:\n%s", n, h.logs)
 			}
