@@ -402,11 +402,9 @@ func (a *app) list(ctx context.Context, c cluster, kind string, o listOptions) e
 	}
 	switch {
 	case o.asJSON:
-		out := map[string]any{strings.ReplaceAll(kind, "-", "_"): l.rows}
-		if dropped != nil {
-			out["history"] = dropped.b
-		}
-		return writeJSON(a.stdout, out)
+		// (How many were dropped is in goray status --json's gcs.history:
+		// this object holds the rows only.)
+		return writeJSON(a.stdout, map[string]any{strings.ReplaceAll(kind, "-", "_"): l.rows})
 	case o.detail:
 		return writeDetail(a.stdout, l.rows)
 	}
