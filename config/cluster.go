@@ -363,15 +363,9 @@ func (c *Cluster) validateRules() hcl.Diagnostics {
 }
 
 func (v *validator) cluster(c *Cluster) {
-	switch {
-	case c.Name == "":
+	// An invalid name is the head's node config's error (clusterName).
+	if c.Name == "" {
 		v.errorf(keyClusterName, "Missing cluster_name", "cluster_name must name the cluster: the provider tags every instance with it. Set cluster_name = \"<name>\".")
-	default:
-		if why := clusterNameProblem(c.Name); why != "" {
-			v.errorf(keyClusterName, "Invalid cluster_name",
-				"cluster_name %q %s. It names the cluster's instances, labels and the provider's state, so use letters, digits, '.', '_' and '-' (starting with a letter or digit), at most %d bytes; for example \"demo\".",
-				c.Name, why, MaxClusterNameLen)
-		}
 	}
 
 	v.provider(c.Provider)
@@ -436,6 +430,20 @@ func (v *validator) cluster(c *Cluster) {
 
 	if headType != nil {
 		v.headAgrees(*headType)
+	}
+}
+
+// clusterName checks a node file's cluster_name, a cluster file's too (in
+// its head's config): the name is the cluster's identity, under which a
+// head's GCS storage keeps the cluster (a head never resumes another
+// cluster's state), and a cluster file's provider tags its instances.
+func (v *validator) clusterName() {
+	if name := v.n.ClusterName; name != "" {
+		if why := clusterNameProblem(name); why != "" {
+			v.errorf(keyClusterName, "Invalid cluster_name",
+				"cluster_name %q %s. It names the cluster: a head's GCS storage keeps the cluster under it, and a cluster file's provider tags the cluster's instances, labels and state with it; so use letters, digits, '.', '_' and '-' (starting with a letter or digit), at most %d bytes; for example \"demo\".",
+				name, why, MaxClusterNameLen)
+		}
 	}
 }
 

@@ -23,7 +23,10 @@ import (
 // Node is the configuration of one node. The zero value is not useful; start
 // from Default or Load.
 type Node struct {
-	// ClusterName labels the cluster in status output.
+	// ClusterName (cluster_name) is the cluster's name and identity: a
+	// head keeps its cluster's state under it in its GCS storage and
+	// never resumes another cluster's (default "default"; a cluster
+	// file's names its cluster).
 	ClusterName string
 	// NodeName is a human name for this node (default: the hostname).
 	NodeName string

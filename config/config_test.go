@@ -556,6 +556,11 @@ func TestValidate(t *testing.T) {
 			line: 2, col: 11, want: []string{"node_ip", "10.0.0", "not an IP address"},
 		}},
 		{diagCase: diagCase{
+			name: "cluster name with a space", src: base + "cluster_name = \"my cluster\"\n",
+			line: 2, col: 16, want: []string{"Invalid cluster_name", `"my cluster"`, "GCS storage keeps the cluster under it"},
+		}},
+		{ok: true, diagCase: diagCase{name: "cluster name", src: base + "cluster_name = \"lab-2\"\n"}},
+		{diagCase: diagCase{
 			name: "negative CPU", src: base + "resources {\n  CPU = -1\n}\n",
 			line: 3, col: 9, want: []string{"Invalid resource amount", `"CPU"`},
 		}},

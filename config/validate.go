@@ -93,6 +93,7 @@ func (v *validator) errorAt(r hcl.Range, summary, format string, args ...any) {
 
 func (v *validator) node() {
 	n := v.n
+	v.clusterName()
 	v.address()
 	v.security()
 	v.gcs()

@@ -51,6 +51,7 @@ type startOptions struct {
 	authTokenFile     string
 	dataDir           string
 	fresh             bool
+	resume            bool
 	metricsPort       int
 	noMetrics         bool
 	dashboardHost     string
@@ -76,7 +77,8 @@ func (o *startOptions) register(fs *pflag.FlagSet) {
 	fs.IntVar(&o.rayletPort, "raylet-port", 0, "raylet TCP port for other nodes (default: any free port)")
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "file holding the cluster token (default $GORAY_AUTH_TOKEN_PATH, else ~/.goray/auth_token; a head creates it)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "head: where the GCS keeps the cluster's state across restarts (default <temp-dir>/data)")
-	fs.BoolVar(&o.fresh, "fresh", false, "head: start a new cluster, discarding the one stored in the data directory or Redis (default: resume it)")
+	fs.BoolVar(&o.fresh, "fresh", false, "head: start a new cluster, discarding the one stored in the data directory or Redis (default: a new cluster after a clean goray stop, the stored one after a crash)")
+	fs.BoolVar(&o.resume, "resume", false, "head: resume the cluster stored in the data directory or Redis, even after a clean goray stop")
 	fs.IntVar(&o.metricsPort, "metrics-port", 0, "port of the node's Prometheus endpoint on its node IP (default: the config's metrics.port, else any free port)")
 	fs.BoolVar(&o.noMetrics, "no-metrics", false, "serve no Prometheus metrics (metrics { enabled = false })")
 	fs.StringVar(&o.dashboardHost, "dashboard-host", "", "head: address the dashboard and job API listen on (default 127.0.0.1, this machine only)")
@@ -333,11 +335,12 @@ func (a *app) startCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if o.fresh && !cfg.Head {
-				return usagef("--fresh starts a new cluster: it goes with --head")
+			lc := lifecycle{fresh: o.fresh, resume: o.resume}
+			if err := lc.check(cfg.Head); err != nil {
+				return err
 			}
 			if o.block {
-				return a.runNode(cmd.Context(), cfg, o.readyFile, na, o.fresh, nil)
+				return a.runNode(cmd.Context(), cfg, o.readyFile, na, lc, nil)
 			}
 			return a.startDaemon(cmd.Context(), cfg, na)
 		}),
@@ -346,10 +349,29 @@ func (a *app) startCmd() *cobra.Command {
 	return cmd
 }
 
+// lifecycle is a head's --fresh and --resume: what it does with the
+// cluster its GCS storage holds (node.Options.Fresh, Resume).
+type lifecycle struct{ fresh, resume bool }
+
+// check refuses both flags at once, and either on a node that is not a
+// head.
+func (lc lifecycle) check(head bool) error {
+	switch {
+	case lc.fresh && lc.resume:
+		return usagef("--fresh starts a new cluster and --resume resumes the stored one: give one of them")
+	case lc.fresh && !head:
+		return usagef("--fresh starts a new cluster: it goes with --head")
+	case lc.resume && !head:
+		return usagef("--resume resumes the cluster a head's storage holds: it goes with --head")
+	}
+	return nil
+}
+
 // runNode runs the node in this process until SIGINT, SIGTERM or a
-// shutdown request; with a cluster file (goray up) the head runs the
-// cluster's provider and autoscaler.
-func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, na nodeAuth, fresh bool, cluster *config.Cluster) error {
+// shutdown request, which end its cluster (node.End: the next head on its
+// storage starts a new one); with a cluster file (goray up) the head runs
+// the cluster's provider and autoscaler.
+func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, na nodeAuth, lc lifecycle, cluster *config.Cluster) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	// The config holds the Redis password now; no worker or plugin of the
@@ -359,7 +381,7 @@ func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, n
 	if err != nil {
 		return fmt.Errorf("finding the goray executable (it runs the GCS): %w", err)
 	}
-	n, err := node.Start(ctx, node.Options{Config: cfg, Auth: na.creds, GCSCommand: []string{exe, "gcs-server"}, Fresh: fresh, Cluster: cluster, GorayBinary: exe})
+	n, err := node.Start(ctx, node.Options{Config: cfg, Auth: na.creds, GCSCommand: []string{exe, "gcs-server"}, Fresh: lc.fresh, Resume: lc.resume, Cluster: cluster, GorayBinary: exe})
 	if err != nil {
 		return err
 	}
@@ -387,7 +409,9 @@ func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, n
 	fmt.Fprintf(a.stdout, "Stopping goray node %s (%s)\n", shortHex(info.NodeID), why)
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := n.Stop(sctx); err != nil {
+	// A signal or a shutdown request (goray stop, goray down) ends the
+	// cluster; a node that stopped itself on a failure does not (End).
+	if err := n.End(sctx); err != nil {
 		return fmt.Errorf("stopping node %s: %w", shortHex(info.NodeID), err)
 	}
 	fmt.Fprintf(a.stdout, "goray node %s stopped\n", shortHex(info.NodeID))
@@ -471,6 +495,9 @@ func writeStarted(w io.Writer, info node.Info, pid int, na nodeAuth) {
 	t.row("  GCS address:", info.GCSAddress)
 	if info.Head {
 		what := "new cluster " + shortHex(info.ClusterID)
+		if info.GCSDiscarded != "" {
+			what += " (the stored cluster " + shortHex(info.GCSDiscarded) + " is discarded)"
+		}
 		if info.GCSRestored {
 			what = "resumed cluster " + shortHex(info.ClusterID) + " (start a new one with --fresh)"
 		}

@@ -39,7 +39,8 @@ func (a *app) loadCluster(path string, f config.Flags) (*config.Cluster, error) 
 }
 
 func (a *app) upCmd() *cobra.Command {
-	var fresh, block bool
+	var lc lifecycle
+	var block bool
 	var readyFile string
 	var f config.Flags
 	cmd := &cobra.Command{
@@ -56,12 +57,15 @@ func (a *app) upCmd() *cobra.Command {
 				return err
 			}
 			cfg := c.Head
+			if err := lc.check(true); err != nil {
+				return err
+			}
 			na, err := nodeCredentials(cfg)
 			if err != nil {
 				return err
 			}
 			if block {
-				return a.runNode(cmd.Context(), cfg, readyFile, na, fresh, c)
+				return a.runNode(cmd.Context(), cfg, readyFile, na, lc, c)
 			}
 			if err := a.startDaemon(cmd.Context(), cfg, na); err != nil {
 				return err
@@ -72,7 +76,8 @@ func (a *app) upCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&f.Port, "port", 0, "the head's GCS port (overrides the file's address or port)")
 	cmd.Flags().StringVar(&f.TempDir, "temp-dir", "", "the head's root of session directories (overrides the file's temp_dir)")
-	cmd.Flags().BoolVar(&fresh, "fresh", false, "start a new cluster, discarding the one stored in the head's data directory or Redis (default: resume it)")
+	cmd.Flags().BoolVar(&lc.fresh, "fresh", false, "start a new cluster, discarding the one stored in the head's data directory or Redis (default: a new cluster after a clean goray down or stop, the stored one after a crash)")
+	cmd.Flags().BoolVar(&lc.resume, "resume", false, "resume the cluster stored in the head's data directory or Redis, even after a clean goray down or stop")
 	cmd.Flags().BoolVar(&block, "block", false, "run the head in the foreground until interrupted")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", "write the head's info as JSON to this file once it serves")
 	_ = cmd.Flags().MarkHidden("ready-file")

@@ -71,7 +71,9 @@ func gcsStorage(cfg *config.Node, embedded, fresh bool) (gcs.Storage, error) {
 			backend = config.GCSStorageMemory
 		}
 	}
-	st := gcs.Storage{Fresh: fresh}
+	// The cluster's name (a cluster file's cluster_name) is its identity
+	// in the storage: a GCS never resumes another cluster's state.
+	st := gcs.Storage{Fresh: fresh, Cluster: cfg.ClusterName}
 	switch backend {
 	case config.GCSStorageMemory:
 		st.Backend = gcs.BackendMemory
@@ -232,6 +234,10 @@ type GCSReady struct {
 	ClusterID string `json:"cluster_id,omitempty"`
 	Restored  bool   `json:"restored,omitempty"`
 	Storage   string `json:"storage,omitempty"`
+	// ClusterName is the cluster's name; Discarded the id of the stored
+	// cluster the GCS discarded to start a new one (gcs.Server.Discarded).
+	ClusterName string `json:"cluster_name,omitempty"`
+	Discarded   string `json:"discarded,omitempty"`
 	// Error says why the GCS could not start; PortInUse marks a taken
 	// address.
 	Error     string `json:"error,omitempty"`
@@ -286,6 +292,7 @@ func RunGCS(ctx context.Context, spec GCSSpec, creds *auth.Credentials) error {
 		return err
 	}
 	ready.Address, ready.ClusterID, ready.Restored = s.Addr(), s.srv.ClusterID(), s.srv.Restored()
+	ready.ClusterName, ready.Discarded = s.srv.ClusterName(), s.srv.Discarded()
 	ready.Storage = spec.Storage.String()
 	go s.serve(ctx)
 	if spec.MetricsSocket != "" {
@@ -296,7 +303,7 @@ func RunGCS(ctx context.Context, spec GCSSpec, creds *auth.Credentials) error {
 			defer stop()
 		}
 	}
-	log.Info("GCS serving", "address", ready.Address, "cluster", ready.ClusterID, "storage", ready.Storage, "restored", ready.Restored)
+	log.Info("GCS serving", "address", ready.Address, "cluster", ready.ClusterID, "name", ready.ClusterName, "storage", ready.Storage, "restored", ready.Restored)
 	if err := writeJSON(spec.ReadyFile, ready); err != nil {
 		log.Error("writing the ready file", "error", err)
 	}

@@ -92,8 +92,9 @@ func startGCSProcess(ctx context.Context, argv []string, spec GCSSpec, creds *au
 		p.closeLog()
 		return nil, ready, err
 	}
-	// A restarted GCS resumes the cluster: only the first start is fresh.
-	p.spec.Storage.Fresh = false
+	// A restarted GCS resumes the cluster, whatever the first start was
+	// told: its GCS died, the cluster did not end (gcs/lifecycle.go).
+	p.spec.Storage.Fresh, p.spec.Storage.Resume = false, true
 	p.spec.Address = ready.Address
 	go p.supervise()
 	return p, ready, nil

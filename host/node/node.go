@@ -24,6 +24,7 @@ import (
 
 	"github.com/goray-dev/goray/autoscaler"
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/connlimit"
@@ -74,9 +75,15 @@ type Options struct {
 	// the GCS inside the node process.
 	GCSCommand []string
 	// Fresh discards the cluster the head's GCS storage holds and starts a
-	// new one (`goray start --head --fresh`); without it a head resumes
-	// the stored cluster.
-	Fresh bool
+	// new one (`goray start --head --fresh`); Resume resumes it even when
+	// it ended cleanly (--resume). Without either, a head resumes a
+	// stored cluster that did not end cleanly (its head crashed or was
+	// killed) and starts a new one after a clean end (End), or when the
+	// storage holds another cluster that ended cleanly; it refuses to
+	// start on one that did not (gcs/lifecycle.go). The cluster is
+	// Config.ClusterName (a cluster file's cluster_name), else
+	// gcs.DefaultClusterName.
+	Fresh, Resume bool
 	// Cluster, on a head started by `goray up`, is the cluster file: the
 	// head runs its provider plugin (under the plugin host, restarted when
 	// it dies) and the cluster's autoscaler. Config is then Cluster.Head.
@@ -108,6 +115,11 @@ type Info struct {
 	GCSRestored bool   `json:"gcs_restored,omitempty"`
 	GCSPid      int    `json:"gcs_pid,omitempty"`
 	GCSLogFile  string `json:"gcs_log_file,omitempty"`
+
+	// GCSDiscarded is the id of the stored cluster the GCS discarded to
+	// start this one (it had ended cleanly, or --fresh).
+	GCSDiscarded string `json:"gcs_discarded,omitempty"`
+
 	// ClusterName is the cluster file's cluster_name on a head started by
 	// `goray up` (which runs the autoscaler); goray down finds it by it.
 	ClusterName string `json:"cluster_name,omitempty"`
@@ -153,6 +165,12 @@ type Node struct {
 	asWG            sync.WaitGroup     // the autoscaler's goroutine
 	metrics         *nodeMetrics       // the Prometheus endpoint (nil: off; metrics.go)
 	dash            *nodeDashboard     // the head's dashboard and job API (nil: none; dashboard.go)
+
+	// gcsStorage is the head's GCS storage, which End marks; failed is why
+	// the node stopped itself (Err), guarded by failMu.
+	gcsStorage gcs.Storage
+	failMu     sync.Mutex
+	failed     error
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -326,6 +344,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 				// The GCS is gone for good, belongs to another cluster,
 				// or declared this node dead: say why the node stops.
 				n.log.Error("stopping the node", "reason", err)
+				n.fail(err)
 			} else {
 				n.log.Info("shutdown requested")
 			}
@@ -634,6 +653,8 @@ func (n *Node) startGCS(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	st.Resume = n.opts.Resume
+	n.gcsStorage = st
 	addr := gcsAddress(n.cfg)
 	if len(n.opts.GCSCommand) == 0 || n.opts.Embedded {
 		s, err := openGCS(ctx, addr, st, n.cfg, n.auth, n.log.Named("gcs"), n.registry())
@@ -642,7 +663,7 @@ func (n *Node) startGCS(ctx context.Context) (string, error) {
 		}
 		n.gcsIn = s
 		n.info.ClusterID, n.info.GCSRestored = s.srv.ClusterID(), s.srv.Restored()
-		n.info.GCSStorage = st.String()
+		n.info.GCSStorage, n.info.GCSDiscarded = st.String(), s.srv.Discarded()
 		n.wg.Add(1)
 		go func() { defer n.wg.Done(); s.serve(n.ctx) }()
 		return s.Addr(), nil
@@ -665,6 +686,7 @@ func (n *Node) startGCS(ctx context.Context) (string, error) {
 	n.gcsProc = p
 	n.infoMu.Lock()
 	n.info.ClusterID, n.info.GCSRestored, n.info.GCSStorage, n.info.GCSPid = ready.ClusterID, ready.Restored, ready.Storage, ready.Pid
+	n.info.GCSDiscarded = ready.Discarded
 	n.infoMu.Unlock()
 	return ready.Address, nil
 }
@@ -686,7 +708,26 @@ func (n *Node) gcsRestarted(r GCSReady) {
 // gcsLost stops the node: its GCS died and cannot come back.
 func (n *Node) gcsLost(err error) {
 	n.log.Error("stopping the node", "reason", err)
+	n.fail(err)
 	n.signalDone()
+}
+
+// fail records why the node stops itself (the first reason wins).
+func (n *Node) fail(err error) {
+	n.failMu.Lock()
+	defer n.failMu.Unlock()
+	if n.failed == nil {
+		n.failed = err
+	}
+}
+
+// Err says why the node stopped itself (its GCS gone for good, another
+// cluster's, or this node declared dead); nil while it runs and when it
+// was asked to stop (a shutdown request, Stop, End).
+func (n *Node) Err() error {
+	n.failMu.Lock()
+	defer n.failMu.Unlock()
+	return n.failed
 }
 
 func (n *Node) writeInfo() error {
@@ -726,8 +767,40 @@ func (n *Node) Done() <-chan struct{} { return n.done }
 
 // Stop shuts the node down: workers are killed, servers stop, the store's
 // memory is released and sockets are removed. An embedded node also removes
-// its session directory. Idempotent.
-func (n *Node) Stop(ctx context.Context) error {
+// its session directory. Idempotent. A head's cluster does not end: the
+// next head on its GCS storage resumes it (End ends it).
+func (n *Node) Stop(ctx context.Context) error { return n.stop(ctx, false) }
+
+// End shuts the node down as Stop does and, on a head, ends its cluster:
+// once the GCS stopped, the GCS storage is marked (durably, gcs.End) so
+// that the next head on it starts a new cluster unless told --resume.
+// It is the orderly end of `goray stop` and `goray down` (a shutdown
+// request or SIGTERM); a head that dies or is killed, and one that stops
+// itself on a failure (Err), leaves its cluster to be resumed. An error
+// says the cluster was not marked (the node is stopped all the same).
+func (n *Node) End(ctx context.Context) error { return n.stop(ctx, true) }
+
+// endCluster marks the head's cluster ended in its storage (End), and
+// logs it; the GCS has stopped.
+func (n *Node) endCluster(ctx context.Context) error {
+	if !n.cfg.Head || n.Err() != nil {
+		return nil
+	}
+	st, id := n.gcsStorage, n.Info().ClusterID
+	if st.Backend == "" || st.Backend == gcs.BackendMemory || id == "" {
+		return nil // nothing outlives the GCS
+	}
+	ctx, cancel := context.WithTimeout(ctx, gcsOpenTimeout)
+	defer cancel()
+	if err := gcs.End(ctx, st, id); err != nil {
+		n.log.Error("the cluster is not marked as ended: the next head on its storage resumes it", "cluster", id, "error", err)
+		return fmt.Errorf("cluster %s is not marked as ended, so the next head on its storage resumes it (start that one with --fresh for a new cluster): %w", id, err)
+	}
+	n.log.Info("cluster ended: the next head on its storage starts a new cluster (--resume resumes this one)", "cluster", id, "storage", st.String())
+	return nil
+}
+
+func (n *Node) stop(ctx context.Context, end bool) error {
 	n.signalDone()
 	n.stopMetrics(ctx)
 	n.stopDashboard(ctx)
@@ -751,6 +824,10 @@ func (n *Node) Stop(ctx context.Context) error {
 	n.wg.Wait() // the GCS inside this process stops with n.ctx
 	if n.gcsProc != nil {
 		n.gcsProc.stop(ctx)
+	}
+	var err error
+	if end {
+		err = n.endCluster(ctx)
 	}
 	if n.plugins != nil {
 		if err := n.plugins.Stop(ctx); err != nil {
@@ -776,7 +853,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		_ = n.logFile.Close()
 		n.logFile = nil
 	}
-	return nil
+	return err
 }
 
 func stopGRPC(s *grpc.Server) {
