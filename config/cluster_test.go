@@ -98,7 +98,7 @@ func TestLoadClusterFile(t *testing.T) {
 	if want := map[string]string{"zone": "a", "role": "head"}; !reflect.DeepEqual(h.Labels, want) {
 		t.Errorf("Head.Labels = %v, want %v", h.Labels, want)
 	}
-	if h.Auth.TokenFile != filepath.Join("testdata", "token") && h.Auth.TokenFile != "token" {
+	if h.Auth.TokenFile != mustAbs(t, filepath.Join("testdata", "token")) {
 		t.Errorf("Head.Auth.TokenFile = %q", h.Auth.TokenFile)
 	}
 	if len(h.Plugins) != 1 || h.Plugins[0].Kind != "transport" || h.NodeTypes != nil {

@@ -91,7 +91,7 @@ func TestLoadFullFile(t *testing.T) {
 		RayletPort:  7001,
 		NodeIP:      "127.0.0.1",
 		TempDir:     "/var/tmp/goray",
-		DataDir:     filepath.Join("testdata", "state"),
+		DataDir:     mustAbs(t, filepath.Join("testdata", "state")), // relative to the file, made absolute
 		LogLevel:    "debug",
 		Resources: Resources{
 			CPU:    ptr(2.0),

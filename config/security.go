@@ -81,12 +81,23 @@ func (d *decoder) security(authBlock, tlsBlock *hcl.Block) {
 	}
 }
 
-// relPath makes a path from the file relative to the file's directory.
+// relPath makes a path from the file relative to the file's directory,
+// and absolute: the node hands such paths to processes that run in other
+// directories (workers, plugins, the GCS process, node.json's readers).
 func (d *decoder) relPath(p string) string {
 	if p == "" || filepath.IsAbs(p) || d.n.Filename == "" {
 		return p
 	}
-	return filepath.Join(filepath.Dir(d.n.Filename), p)
+	return absPath(filepath.Join(filepath.Dir(d.n.Filename), p))
+}
+
+// absPath makes p absolute against the working directory; p unchanged
+// when that fails.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // security checks the auth and tls blocks: a known mode, and TLS files that
