@@ -8,14 +8,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/goray-dev/goray/host/node"
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/recvseg"
 	"github.com/goray-dev/goray/internal/workerenv"
-	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"
 )
@@ -55,7 +56,8 @@ type stopResult struct {
 	// Cleaned are session dirs whose stale sockets or node.json were removed.
 	Cleaned []string
 	// Pools are the tensor segment pools of dead nodes removed from
-	// /dev/shm (shmem.CleanupPools).
+	// /dev/shm: those the root's dead sessions recorded
+	// (node.RemoveDeadPools).
 	Pools []string
 	// Segments are the tensor segments the processes of dead sessions
 	// owned (their ledgers, internal/recvseg), unlinked from /dev/shm.
@@ -116,22 +118,67 @@ func (s *stopper) run(ctx context.Context) (stopResult, error) {
 		errs = append(errs, err)
 	}
 
-	killed, err := s.killLeftovers(ctx)
+	killed, err := s.killLeftovers(ctx, nil)
 	res.Killed = killed
 	errs = append(errs, err)
 
+	err = s.cleanDead(&res)
+	errs = append(errs, err)
+	return res, errors.Join(errs...)
+}
+
+// cleanDead removes what the dead sessions under the root left (their
+// leftover processes are dead by now): the tensor segments their ledgers
+// list, the segment pools they recorded, their sockets and node.json, and
+// the files of `goray start` runs that are over. Nothing outside the root's
+// sessions is touched: not another temp dir's pools, nor another user's.
+func (s *stopper) cleanDead(res *stopResult) error {
 	dead, err := s.deadSessions()
-	errs = append(errs, err)
-	res.Cleaned, err = cleanStale(dead)
-	errs = append(errs, err)
+	errs := []error{err}
 	// A node killed with SIGKILL, and its workers, could not unlink the
 	// tensor segments they owned.
 	res.Segments, err = sweepSegments(dead)
 	errs = append(errs, err)
-	// A node killed with SIGKILL could not remove its segment pool.
-	res.Pools, err = shmem.CleanupPools()
+	// A node killed with SIGKILL could not remove its segment pool: its
+	// session names it (node.PoolRecord).
+	dirs := make([]string, len(dead))
+	for i, se := range dead {
+		dirs[i] = se.Dir
+	}
+	res.Pools, err = node.RemoveDeadPools(dirs)
 	errs = append(errs, err)
-	return res, errors.Join(errs...)
+	res.Cleaned, err = cleanStale(dead)
+	errs = append(errs, err)
+	errs = append(errs, s.cleanStartFiles())
+	return errors.Join(errs...)
+}
+
+// startFilePrefix starts the names of the files `goray start` keeps in the
+// temp dir while its node starts (startDaemon): goray-start-<its pid>.out,
+// .ready and .ready.tmp.
+const startFilePrefix = "goray-start-"
+
+// cleanStartFiles removes the files of `goray start` runs under the root
+// whose process is gone (killed before it could remove them); those of a
+// run still going are left.
+func (s *stopper) cleanStartFiles() error {
+	matches, err := filepath.Glob(filepath.Join(s.root, startFilePrefix+"*"))
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, p := range matches {
+		rest := strings.TrimPrefix(filepath.Base(p), startFilePrefix)
+		pidStr, _, _ := strings.Cut(rest, ".")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || s.proc.running(pid) {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("removing %s: %w", p, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // stopNodes asks each node to shut down (or SIGKILLs it with --force),
@@ -192,11 +239,17 @@ func (s *stopper) waitKilled(ctx context.Context, pids []int) error {
 
 // findLeftovers scans the environment of every process for a tie to a
 // session under the root: workers carry GORAY_SESSION_DIR, node processes
-// started by `goray start` carry GORAY_DAEMON_TEMP_DIR.
-func (s *stopper) findLeftovers() ([]leftover, error) {
-	ss, err := s.proc.sessions(s.root)
-	if err != nil {
-		return nil, err
+// started by `goray start` carry GORAY_DAEMON_TEMP_DIR. With only set, just
+// the workers of those sessions count (goray down stops one head of a temp
+// dir other nodes may share); with nil, every session's and the daemon
+// mark too (goray stop stops every node of the temp dir).
+func (s *stopper) findLeftovers(only []session) ([]leftover, error) {
+	ss := only
+	if ss == nil {
+		var err error
+		if ss, err = s.proc.sessions(s.root); err != nil {
+			return nil, err
+		}
 	}
 	dirs := map[string]string{}
 	for _, se := range ss {
@@ -222,7 +275,7 @@ func (s *stopper) findLeftovers() ([]leftover, error) {
 				why = "worker of " + name
 				break
 			}
-			if kv == daemon {
+			if kv == daemon && only == nil {
 				// Workers may inherit the marker too; keep looking for
 				// their session.
 				why = "goray node process under " + s.root
@@ -235,10 +288,10 @@ func (s *stopper) findLeftovers() ([]leftover, error) {
 	return out, nil
 }
 
-// killLeftovers SIGKILLs the processes findLeftovers reports and waits for
-// them to exit.
-func (s *stopper) killLeftovers(ctx context.Context) ([]leftover, error) {
-	left, err := s.findLeftovers()
+// killLeftovers SIGKILLs the processes findLeftovers(only) reports and
+// waits for them to exit.
+func (s *stopper) killLeftovers(ctx context.Context, only []session) ([]leftover, error) {
+	left, err := s.findLeftovers(only)
 	if err != nil {
 		return nil, err
 	}

@@ -182,12 +182,12 @@ func (a *app) stopClusterHead(ctx context.Context, c *config.Cluster) error {
 	for _, n := range stopped {
 		fmt.Fprintf(a.stdout, "Stopped the head of cluster %q (node %s, pid %d, %s).\n", c.Name, shortHex(n.NodeID), n.Pid, n.How)
 	}
-	if _, kerr := s.killLeftovers(ctx); kerr != nil {
+	// Only the stopped heads' workers: other nodes may share the temp dir.
+	if _, kerr := s.killLeftovers(ctx, heads); kerr != nil {
 		err = errors.Join(err, kerr)
 	}
-	dead, derr := s.deadSessions()
-	_, cerr := cleanStale(dead)
-	return errors.Join(err, derr, cerr)
+	var res stopResult
+	return errors.Join(err, s.cleanDead(&res))
 }
 
 // terminateInstances terminates every instance the provider lists for the

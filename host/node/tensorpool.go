@@ -1,25 +1,118 @@
 package node
 
 import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 )
 
-// startTensorPool makes the node's pool of freed tensor segments (the
-// tensor_pool block) before the plugins start, so that the node's
-// transports, workers and, in this process, the embedded driver share it.
-// It first removes the pools of nodes that died without removing theirs.
-func (n *Node) startTensorPool() error {
-	if removed, err := shmem.CleanupPools(); err != nil {
+// PoolRecord is the file in a session directory that names the node's
+// tensor segment pool (its directory in /dev/shm, one line), written as
+// soon as the pool is made and removed with it: what ties a pool to its
+// temp dir, so that `goray stop` and a node starting remove the pools of
+// their own temp dir's dead nodes and no one else's.
+const PoolRecord = "tensor_pool"
+
+// maxPoolRecord bounds what RecordedPool reads of a record.
+const maxPoolRecord = 4096
+
+// RecordedPool returns the pool directory a session's PoolRecord names
+// ("" when it has none).
+func RecordedPool(sessionDir string) (string, error) {
+	f, err := os.Open(filepath.Join(sessionDir, PoolRecord))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 256), maxPoolRecord)
+	if !sc.Scan() {
+		if err := sc.Err(); err != nil {
+			return "", fmt.Errorf("reading %s: %w", filepath.Join(sessionDir, PoolRecord), err)
+		}
+		return "", nil
+	}
+	return strings.TrimSpace(sc.Text()), nil
+}
+
+// RemoveDeadPools removes the tensor segment pools the given sessions
+// recorded whose node is dead (shmem.RemoveDeadPools), and the records of
+// the pools that are gone, and returns the pools it removed. Pools no
+// session of these names, another temp dir's or another user's, are
+// never touched.
+func RemoveDeadPools(sessionDirs []string) ([]string, error) {
+	var removed []string
+	var errs []error
+	for _, dir := range sessionDirs {
+		pool, err := RecordedPool(dir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if pool == "" {
+			continue
+		}
+		r, err := shmem.RemoveDeadPools([]string{pool})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("the tensor segment pool %s named in %s: %w", pool, filepath.Join(dir, PoolRecord), err))
+			continue
+		}
+		removed = append(removed, r...)
+		if _, err := os.Lstat(pool); errors.Is(err, os.ErrNotExist) {
+			if err := os.Remove(filepath.Join(dir, PoolRecord)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeDeadPoolsOf removes the pools of the dead nodes of this node's
+// temp dir (the other sessions under it); an embedded node has none.
+func (n *Node) removeDeadPoolsOf() {
+	if n.opts.Embedded {
+		return
+	}
+	root := filepath.Dir(n.info.SessionDir)
+	sessions, err := filepath.Glob(filepath.Join(root, "session_*"))
+	if err != nil {
+		return
+	}
+	removed, err := RemoveDeadPools(sessions)
+	if err != nil {
 		n.log.Warn("removing the tensor segment pools of dead nodes", "error", err)
-	} else if len(removed) > 0 {
+	}
+	if len(removed) > 0 {
 		n.log.Info("removed the tensor segment pools of dead nodes", "pools", removed)
 	}
+}
+
+// startTensorPool makes the node's pool of freed tensor segments (the
+// tensor_pool block) before the plugins start, so that the node's
+// transports, workers and, in this process, the embedded driver share it,
+// and records it in the session (PoolRecord). It first removes the pools
+// of its temp dir's nodes that died without removing theirs.
+func (n *Node) startTensorPool() error {
+	n.removeDeadPoolsOf()
 	if n.cfg.TensorPool.MaxMemory <= 0 {
 		return nil
 	}
 	p, err := shmem.NewPool()
 	if err != nil {
 		return err
+	}
+	record := filepath.Join(n.info.SessionDir, PoolRecord)
+	if err := os.WriteFile(record, []byte(p.Dir()+"\n"), 0o600); err != nil {
+		_ = p.Remove()
+		return fmt.Errorf("recording the pool in %s: %w", record, err)
 	}
 	n.tensorPool = p
 	if shmem.DefaultPool() == nil {
@@ -51,6 +144,8 @@ func (n *Node) stopTensorPool() {
 	}
 	if err := n.tensorPool.Remove(); err != nil {
 		n.log.Warn("removing the tensor segment pool", "error", err)
+	} else {
+		_ = os.Remove(filepath.Join(n.info.SessionDir, PoolRecord))
 	}
 	n.tensorPool = nil
 }

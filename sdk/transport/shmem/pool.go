@@ -1,6 +1,7 @@
 package shmem
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -23,7 +24,7 @@ const EnvPool = "GORAY_SHM_POOL"
 
 // PoolPrefix starts the name of every pool directory in Dir:
 // "goray-pool-<pid>-<random>", pid being the process that made it, so
-// that CleanupPools can remove the pools of processes that died.
+// that RemoveDeadPools can tell the pools of processes that died.
 const PoolPrefix = "goray-pool-"
 
 // MinPooled is the smallest segment a pool keeps: below it, creating a
@@ -73,8 +74,9 @@ type Pool struct {
 }
 
 // NewPool makes a new, empty pool directory in Dir for this process.
-// Remove it with Remove when the node stops; CleanupPools removes it if
-// the process dies first.
+// Remove it with Remove when the node stops; RemoveDeadPools removes it
+// if the process dies first (given the directory: a node records it in
+// its session, host/node).
 func NewPool() (*Pool, error) {
 	name := fmt.Sprintf("%s%d-%s", PoolPrefix, os.Getpid(), NewName("")[:16])
 	dir := filepath.Join(Dir, name)
@@ -328,37 +330,65 @@ func (p *Pool) Remove() error {
 	return nil
 }
 
-// CleanupPools removes the pools whose process is gone (a node killed
-// before it could remove its own) and returns their directories.
-func CleanupPools() ([]string, error) {
-	entries, err := os.ReadDir(Dir)
-	if err != nil {
-		return nil, &Error{Op: "cleanup pools", Segment: PoolPrefix + "*", Err: err}
-	}
+// RemoveDeadPools removes those of dirs (pool directories, as Pool.Dir
+// returns them) whose process is gone, a node killed before it could
+// remove its own, and returns the ones it removed. A pool whose process
+// still runs, or that is gone already, is left; a directory that is not a
+// pool (outside Dir, or not named PoolPrefix<pid>-...) is an error and
+// left alone. Callers pass the pools their own records name (goray stop,
+// a node starting: those its temp dir's sessions made), never every pool
+// in Dir, which may be another user's or another temp dir's.
+func RemoveDeadPools(dirs []string) ([]string, error) {
 	var removed []string
 	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		if !e.IsDir() || !strings.HasPrefix(name, PoolPrefix) {
+	for _, dir := range dirs {
+		pid, err := poolPid(dir)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		pidStr, _, _ := strings.Cut(strings.TrimPrefix(name, PoolPrefix), "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid <= 0 || processAlive(pid) {
+		if processAlive(pid) {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(Dir, name)); err != nil {
-			errs = append(errs, opErr("cleanup pools", name, err))
+		if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		removed = append(removed, filepath.Join(Dir, name))
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, opErr("remove dead pool", dir, err))
+			continue
+		}
+		removed = append(removed, dir)
 	}
 	return removed, errors.Join(errs...)
 }
 
+// poolPid returns the pid in the name of pool directory dir.
+func poolPid(dir string) (int, error) {
+	rest, ok := strings.CutPrefix(filepath.Base(dir), PoolPrefix)
+	pidStr, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(pidStr)
+	if !ok || filepath.Clean(dir) != filepath.Join(Dir, filepath.Base(dir)) || err != nil || pid <= 0 {
+		return 0, &Error{Op: "remove dead pool", Segment: dir, Err: fmt.Errorf("%w: not a pool directory (%s<pid>-...)", ErrBadName, filepath.Join(Dir, PoolPrefix))}
+	}
+	return pid, nil
+}
+
+// processAlive reports whether pid runs: it exists and is no zombie (a
+// node killed with SIGKILL stays one until its parent, often init, reaps
+// it, and it holds nothing any more).
 func processAlive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	// The state follows the command name, which may hold spaces and ')'.
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] != 'Z' && b[i+2] != 'X'
+	}
+	return true
 }
 
 // Recycle returns a segment the caller owns to the process's pool

@@ -2,16 +2,20 @@ package shmem
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // envHold makes the test binary a process that maps the named segment,
@@ -305,39 +309,64 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func TestCleanupPools(t *testing.T) {
+func TestRemoveDeadPools(t *testing.T) {
 	mine := testPool(t)
 	dead := exec.Command("true")
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
 	orphan := filepath.Join(Dir, fmt.Sprintf("%s%d-%s", PoolPrefix, dead.Process.Pid, NewName("")[:16]))
-	if err := os.Mkdir(orphan, 0o700); err != nil {
-		t.Fatal(err)
+	// Another dead process's pool nobody names: left alone.
+	unnamed := filepath.Join(Dir, fmt.Sprintf("%s%d-%s", PoolPrefix, dead.Process.Pid, NewName("")[:16]))
+	for _, dir := range []string{orphan, unnamed} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
 	}
-	defer os.RemoveAll(orphan)
 	if err := os.WriteFile(filepath.Join(orphan, "1048576-1-x"), []byte("left"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := CleanupPools()
+	gone := filepath.Join(Dir, fmt.Sprintf("%s%d-%s", PoolPrefix, dead.Process.Pid, NewName("")[:16]))
+	// A process killed and not reaped yet (a zombie) holds nothing: its
+	// pool goes too.
+	zombie := exec.Command("sleep", "60")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer zombie.Wait()
+	if err := zombie.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	zombiePool := filepath.Join(Dir, fmt.Sprintf("%s%d-%s", PoolPrefix, zombie.Process.Pid, NewName("")[:16]))
+	if err := os.Mkdir(zombiePool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(zombiePool)
+	waitfor.Cond(t, time.Minute, "the killed process to be a zombie", func() bool {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", zombie.Process.Pid))
+		return bytes.Contains(b, []byte(") Z "))
+	})
+	removed, err := RemoveDeadPools([]string{orphan, mine.Dir(), gone, zombiePool})
 	if err != nil {
 		t.Fatal(err)
 	}
-	found := false
-	for _, r := range removed {
-		found = found || r == orphan
-		if r == mine.Dir() {
-			t.Fatal("CleanupPools removed a live process's pool")
-		}
-	}
-	if !found {
-		t.Fatalf("CleanupPools removed %v, not the dead process's %s", removed, orphan)
+	if !slices.Equal(removed, []string{orphan, zombiePool}) {
+		t.Fatalf("RemoveDeadPools removed %v, want only the dead processes' %s and %s", removed, orphan, zombiePool)
 	}
 	if _, err := os.Stat(orphan); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("the dead process's pool is still there")
 	}
-	if _, err := os.Stat(mine.Dir()); err != nil {
-		t.Fatal(err)
+	for _, kept := range []string{mine.Dir(), unnamed} {
+		if _, err := os.Stat(kept); err != nil {
+			t.Fatalf("%s: %v", kept, err)
+		}
+	}
+	// What is not a pool directory is refused, whatever its process.
+	for _, bad := range []string{filepath.Join(t.TempDir(), PoolPrefix+"999999999-x"), filepath.Join(Dir, "goray-other-1-x"), filepath.Join(Dir, PoolPrefix+"x-y"), filepath.Join(Dir, "sub", PoolPrefix+"999999999-x")} {
+		if _, err := RemoveDeadPools([]string{bad}); !errors.Is(err, ErrBadName) {
+			t.Errorf("RemoveDeadPools(%s): %v, want ErrBadName", bad, err)
+		}
 	}
 	if _, err := OpenPool(filepath.Join(t.TempDir(), PoolPrefix+"1-x")); !errors.Is(err, ErrBadName) {
 		t.Fatalf("OpenPool outside %s: %v, want ErrBadName", Dir, err)
