@@ -70,13 +70,12 @@ const (
 type Options struct {
 	// Host is the address to listen on ("" means 127.0.0.1).
 	Host string
-	// Port is the TCP port: 0 means DefaultPort, -1 a free port. When the
-	// port is DefaultPort because none was configured (PortDefaulted) and
-	// another program holds it, the server takes a free port and logs a
-	// warning; a configured port that is taken is an error.
+	// Port is the TCP port: 0 means DefaultPort, -1 a free port. A port
+	// that is taken, DefaultPort included, is a PortInUseError: an
+	// operator who did not ask for a free port finds the dashboard where
+	// the docs say, or learns why not (as `ray start --head` fails when
+	// 8265 is taken), instead of on a port nobody announced.
 	Port int
-	// PortDefaulted says Port was not configured.
-	PortDefaulted bool
 	// Auth is the cluster's credentials: every request must carry the
 	// token, and TLS (when configured) is served with its certificate.
 	Auth *auth.Credentials
@@ -84,7 +83,7 @@ type Options struct {
 	Logger hclog.Logger
 }
 
-// PortInUseError says the configured dashboard port is taken.
+// PortInUseError says the dashboard's port is taken.
 type PortInUseError struct {
 	Address string
 	Err     error
@@ -92,7 +91,7 @@ type PortInUseError struct {
 
 // Error names the address and what to do.
 func (e *PortInUseError) Error() string {
-	return fmt.Sprintf("the dashboard cannot listen on %s: it is already in use (another goray head or program listens there; pick another with --dashboard-port or dashboard { port }, -1 for a free one, or turn the dashboard off with --include-dashboard=false)", e.Address)
+	return fmt.Sprintf("cannot start the head: the dashboard's address %s is already in use (another goray head or program listens there; stop it with `goray stop`, pick another --dashboard-port (dashboard { port }; -1 for a free one), or turn the dashboard off with --include-dashboard=false)", e.Address)
 }
 
 // Unwrap returns the listen error.
@@ -132,11 +131,7 @@ func Listen(o Options) (*Server, error) {
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	lis, err := net.Listen("tcp", addr)
 	if err != nil && errors.Is(err, syscall.EADDRINUSE) {
-		if !o.PortDefaulted {
-			return nil, &PortInUseError{Address: addr, Err: err}
-		}
-		log.Warn("the default dashboard port is in use; serving on a free port instead", "address", addr)
-		lis, err = net.Listen("tcp", net.JoinHostPort(host, "0"))
+		return nil, &PortInUseError{Address: addr, Err: err}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("the dashboard cannot listen on %s (dashboard { host, port } / --dashboard-host, --dashboard-port): %w", addr, err)

@@ -80,7 +80,8 @@ func TestEndToEnd(t *testing.T) {
 	port := strconv.Itoa(freePort(t))
 	addr := "127.0.0.1:" + port
 
-	r := runGoray(t, "start", "--head", "--port", port, "--temp-dir", tmp, "--object-store-memory", "64MiB")
+	// The dashboard on a free port: a busy 8265 (another test's head) is an error.
+	r := runGoray(t, "start", "--head", "--port", port, "--temp-dir", tmp, "--object-store-memory", "64MiB", "--dashboard-port", "-1")
 	if r.code != 0 {
 		t.Fatalf("start: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
@@ -138,7 +139,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// The port is taken now.
-	r = runGoray(t, "start", "--head", "--port", port, "--temp-dir", tmp)
+	r = runGoray(t, "start", "--head", "--port", port, "--temp-dir", tmp, "--dashboard-port", "-1")
 	if r.code != 1 || !strings.Contains(r.stderr, addr+" is already in use") {
 		t.Errorf("second start: exit %d, want 1 naming %s\nstderr: %s", r.code, addr, r.stderr)
 	}

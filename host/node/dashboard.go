@@ -33,7 +33,7 @@ func (n *Node) listenDashboard(ctx context.Context) error {
 		return nil
 	}
 	srv, err := dashboard.Listen(dashboard.Options{
-		Host: c.Host, Port: c.Port, PortDefaulted: c.Port == 0, Auth: n.auth, Logger: n.log.Named("dashboard"),
+		Host: c.Host, Port: c.Port, Auth: n.auth, Logger: n.log.Named("dashboard"),
 	})
 	if err != nil {
 		return err

@@ -44,11 +44,16 @@ func (e *PortInUseError) Error() string {
 func (e *PortInUseError) Unwrap() error { return e.Err }
 
 // gcsAddress is where the head's GCS listens: the config's address with
-// the port flag applied.
+// the port flag applied. The default address (config.DefaultHeadAddress:
+// neither head { address } nor --address names another) stands for the
+// node's IP with the default port, so that a head started with --node-ip
+// serves its GCS where nodes that join it as that flag suggests look for
+// it, as its raylet and metrics do.
 func gcsAddress(cfg *config.Node) string {
 	addr := cfg.Address
-	if addr == "" {
-		addr = config.DefaultHeadAddress
+	if addr == "" || addr == config.DefaultHeadAddress {
+		_, port, _ := net.SplitHostPort(config.DefaultHeadAddress)
+		addr = net.JoinHostPort(nodeIPOf(cfg), port)
 	}
 	if cfg.Port != 0 {
 		host, _, err := net.SplitHostPort(addr)
