@@ -12,8 +12,9 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 )
 
-// DefaultHeadAddress is where the GCS listens when the node is the head and
-// neither the head block nor a flag names an address.
+// DefaultHeadAddress is the head's address when neither the head block nor
+// a flag names one: the GCS then listens on the node's node_ip (127.0.0.1
+// when none is set) with this port, or --port (host/node's gcsAddress).
 const DefaultHeadAddress = "127.0.0.1:6380"
 
 // DefaultTempDir is the temp_dir of a node whose file and flags name none:
