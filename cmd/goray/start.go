@@ -62,7 +62,7 @@ type startOptions struct {
 func (o *startOptions) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.configPath, "config", "", "node config file (HCL, or JSON when it ends in .json); flags override it")
 	fs.BoolVar(&o.head, "head", false, "start the head node (GCS, raylet and object store)")
-	fs.StringVar(&o.address, "address", "", "GCS address host:port: where the head listens, or the head to join (head default "+config.DefaultHeadAddress+")")
+	fs.StringVar(&o.address, "address", "", "GCS address host:port: where the head listens, or the head to join (head default: --node-ip, port 6380 or --port)")
 	fs.IntVar(&o.port, "port", 0, "GCS port on the head (overrides the port of the address)")
 	fs.StringVar(&o.tempDir, "temp-dir", "", "root of session directories, sockets and logs (default "+defaultTempDir+")")
 	fs.BoolVar(&o.block, "block", false, "run the node in the foreground until interrupted")
