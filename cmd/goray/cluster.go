@@ -147,6 +147,10 @@ func dialCluster(addr string, creds *auth.Credentials) (*grpcCluster, error) {
 func (c *grpcCluster) Close() error { return c.conn.Close() }
 
 func (c *grpcCluster) gcsErr(what string, err error) error {
+	var te *auth.TLSError
+	if errors.As(auth.ExplainTLS(c.addr, c.creds.TLS(), err), &te) {
+		return te // says TLS is the problem, and how to set it
+	}
 	switch status.Code(err) {
 	case codes.Unavailable:
 		return fmt.Errorf("cannot reach the GCS at %s (is a goray head running there?): %w", c.addr, err)

@@ -27,8 +27,11 @@ import (
 )
 
 // startTimeout is how long `goray start` waits for the node it starts in the
-// background to serve.
-const startTimeout = 30 * time.Second
+// background to serve. The node bounds its own waits (30 s to register with
+// the GCS, a few seconds when nothing listens at the GCS address) and exits
+// saying why, which start prints at once; this is the bound for a node that
+// hangs, so it is longer than those.
+const startTimeout = 60 * time.Second
 
 // startOptions are the flags of `goray start`.
 type startOptions struct {

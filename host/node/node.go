@@ -379,15 +379,35 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	return n, nil
 }
 
-// waitRegistered waits until the GCS lists this node as alive.
+// registerTimeout bounds how long a starting node waits to be listed as
+// alive by the GCS; gcsAbsentGrace how long a joining node goes on while
+// nothing listens at the GCS address (connection refused, a name that does
+// not resolve) before its start fails saying so: enough for a head whose
+// GCS process is restarting, without making `goray start --address` of a
+// head that is not there wait for registerTimeout.
+const (
+	registerTimeout = 30 * time.Second
+	gcsAbsentGrace  = 3 * time.Second
+)
+
+// waitRegistered waits until the GCS lists this node as alive. It fails at
+// once when the GCS refuses the node (a wrong token, a TLS mismatch: a
+// *auth.TLSError), after gcsAbsentGrace when a joining node finds nothing
+// listening at the GCS address (a *GCSAbsentError), and otherwise after
+// registerTimeout, with the last error seen.
 func (n *Node) waitRegistered(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
-	gcs := pb.NewGcsClient(n.gcsCC)
+	client := pb.NewGcsClient(n.gcsCC)
+	addr := n.info.GCSAddress
+	var (
+		last        error
+		absentSince time.Time
+	)
 	for {
-		rep, err := gcs.GetAllNodes(ctx, &pb.GetAllNodesRequest{})
-		if err := refusedByHead(err); err != nil {
-			return fmt.Errorf("the GCS at %s refused this node: %w", n.info.GCSAddress, err)
+		rep, err := client.GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+		if err := refusedByHead(addr, n.auth.TLS(), err); err != nil {
+			return err
 		}
 		if err == nil {
 			for _, v := range rep.Nodes {
@@ -395,39 +415,103 @@ func (n *Node) waitRegistered(ctx context.Context) error {
 					return nil
 				}
 			}
+		} else if ctx.Err() == nil {
+			last = err
+		}
+		switch {
+		case n.cfg.Head || !gcsAbsent(err):
+			absentSince = time.Time{}
+		case absentSince.IsZero():
+			absentSince = time.Now()
+		case time.Since(absentSince) >= gcsAbsentGrace:
+			return &GCSAbsentError{Address: addr, Err: err}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the node did not register with the GCS at %s: %w", n.info.GCSAddress, ctx.Err())
+			if last != nil {
+				return fmt.Errorf("the node did not register with the GCS at %s within %s: %w (last error: %v)", addr, registerTimeout, ctx.Err(), last)
+			}
+			return fmt.Errorf("the node did not register with the GCS at %s within %s: %w", addr, registerTimeout, ctx.Err())
 		case <-n.done:
-			return errors.New("the node stopped before it registered with the GCS")
+			if err := n.raylet.Err(); err != nil {
+				return fmt.Errorf("the node stopped before it registered with the GCS at %s: %w", addr, err)
+			}
+			return fmt.Errorf("the node stopped before it registered with the GCS at %s", addr)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
 
-// refusedByHead returns err when it says the GCS will never accept this
-// node as it is (a wrong token, a TLS certificate the other side does not
-// trust), so that start fails at once instead of retrying until it times
-// out; nil for errors worth retrying.
-func refusedByHead(err error) error {
+// GCSAbsentError says that a joining node found nothing listening at the
+// GCS address: the connection was refused, or the name does not resolve.
+type GCSAbsentError struct {
+	// Address is the GCS address the node was given.
+	Address string
+	// Err is the last call's error.
+	Err error
+}
+
+// Error names the address and the connection's error.
+func (e *GCSAbsentError) Error() string {
+	return fmt.Sprintf("cannot reach the GCS at %s: %s (is a goray head running there? check --address, or start one with `goray start --head`)",
+		e.Address, dialCause(e.Err))
+}
+
+// Unwrap returns the last call's error.
+func (e *GCSAbsentError) Unwrap() error { return e.Err }
+
+// gcsAbsent reports whether err says that nothing listens at the address
+// (as opposed to a slow or lossy network, which is worth waiting for).
+func gcsAbsent(err error) bool {
+	if status.Code(err) != codes.Unavailable {
+		return false
+	}
+	msg := err.Error()
+	for _, s := range []string{"connection refused", "no such host", "no route to host", "network is unreachable"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// dialCause is the part of a gRPC connection error that says what the
+// dial found ("dial tcp 10.0.0.5:6380: connect: connection refused"), or
+// the whole error when it has no such part.
+func dialCause(err error) string {
+	msg := status.Convert(err).Message()
+	if _, after, ok := strings.Cut(msg, "Error while dialing: "); ok {
+		return strings.TrimRight(after, `"`)
+	}
+	return msg
+}
+
+// refusedByHead returns err, explained, when it says the GCS at addr will
+// never accept this node as it is (a wrong token; TLS on one side only, or
+// a certificate the other side does not trust: a *auth.TLSError), so that
+// start fails at once instead of retrying until it times out; nil for
+// errors worth retrying.
+func refusedByHead(addr string, clientTLS bool, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case status.Code(err) == codes.Unauthenticated:
-		return err
-	case status.Code(err) == codes.Unavailable && strings.Contains(err.Error(), "tls:"):
-		return fmt.Errorf("TLS handshake failed (are both sides' certificates signed by the cluster's CA?): %w", err)
+		return fmt.Errorf("the GCS at %s refused this node: %w", addr, err)
+	case status.Code(err) == codes.Unavailable:
+		var te *auth.TLSError
+		if err := auth.ExplainTLS(addr, clientTLS, err); errors.As(err, &te) {
+			return err
+		}
 	}
 	return nil
 }
 
 // PluginDir is the node's plugin_dir; a relative one is relative to the
-// config file, like other paths in it.
+// config file, like other paths in it, and made absolute.
 func PluginDir(cfg *config.Node) string {
 	dir := cfg.PluginDir
 	if dir != "" && !filepath.IsAbs(dir) && cfg.Filename != "" {
-		dir = filepath.Join(filepath.Dir(cfg.Filename), dir)
+		dir = absFile(filepath.Join(filepath.Dir(cfg.Filename), dir))
 	}
 	return dir
 }

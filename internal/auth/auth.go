@@ -93,6 +93,9 @@ func (c *Credentials) setTLS(files *TLSFiles) error {
 	if files == nil {
 		return nil
 	}
+	// Relative paths are this process's working directory's: Env hands
+	// them to children that run elsewhere, and TLSFiles to node.json.
+	files = files.abs()
 	srv, cli, err := files.load()
 	if err != nil {
 		return err

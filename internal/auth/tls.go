@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 )
 
 // TLSFiles names the PEM files of mutual TLS: the cluster's CA certificate,
@@ -32,7 +33,26 @@ func TLSFromEnv() (*TLSFiles, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("goray auth: TLS needs %s, %s and %s; %v not set", EnvTLSCA, EnvTLSCert, EnvTLSKey, missing)
 	}
-	return f, nil
+	return f.abs(), nil
+}
+
+// abs returns f with every path absolute, a copy when one was not
+// (relative ones are relative to the working directory; a path that cannot
+// be made absolute stays as it is, and reading it fails naming it).
+func (f *TLSFiles) abs() *TLSFiles {
+	if filepath.IsAbs(f.CA) && filepath.IsAbs(f.Cert) && filepath.IsAbs(f.Key) {
+		return f
+	}
+	out := *f
+	for _, p := range []*string{&out.CA, &out.Cert, &out.Key} {
+		if *p == "" || filepath.IsAbs(*p) {
+			continue
+		}
+		if a, err := filepath.Abs(*p); err == nil {
+			*p = a
+		}
+	}
+	return &out
 }
 
 // load reads the files and returns the server and client configurations.
@@ -44,18 +64,18 @@ func TLSFromEnv() (*TLSFiles, error) {
 func (f *TLSFiles) load() (srv, cli *tls.Config, err error) {
 	caPEM, err := os.ReadFile(f.CA)
 	if err != nil {
-		return nil, nil, fmt.Errorf("goray tls: reading the CA certificate: %w", err)
+		return nil, nil, fmt.Errorf("goray tls: reading the CA certificate (tls.ca_file, or $%s): %w", EnvTLSCA, err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, nil, fmt.Errorf("goray tls: %s holds no PEM certificate", f.CA)
+		return nil, nil, fmt.Errorf("goray tls: %s (tls.ca_file, or $%s) holds no PEM certificate", f.CA, EnvTLSCA)
 	}
 	if st, err := os.Stat(f.Key); err == nil && st.Mode().Perm()&0o077 != 0 {
 		return nil, nil, &InsecureFileError{Path: f.Key, Mode: st.Mode().Perm()}
 	}
 	cert, err := tls.LoadX509KeyPair(f.Cert, f.Key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("goray tls: loading %s and %s: %w", f.Cert, f.Key, err)
+		return nil, nil, fmt.Errorf("goray tls: loading the certificate %s and key %s (tls.cert_file and tls.key_file, or $%s and $%s): %w", f.Cert, f.Key, EnvTLSCert, EnvTLSKey, err)
 	}
 	verify := func(cs tls.ConnectionState, usage x509.ExtKeyUsage) error {
 		if len(cs.PeerCertificates) == 0 {

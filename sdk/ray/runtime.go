@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/host/node"
 	"github.com/goray-dev/goray/internal/auth"
@@ -22,7 +23,6 @@ import (
 	"github.com/goray-dev/goray/internal/workerenv"
 	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/hashicorp/go-hclog"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -307,11 +307,34 @@ func findLocalNode(ctx context.Context, addr string, creds *auth.Credentials) (*
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	rep, err := pb.NewGcsClient(cc).GetAllNodes(ctx, &pb.GetAllNodesRequest{}, grpc.WaitForReady(true))
-	if status.Code(err) == codes.Unauthenticated {
+	// Tried until ctx ends while the GCS cannot be reached (it may be
+	// starting), but not when TLS is the problem: that does not pass.
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval = 50*time.Millisecond, time.Second
+	var last error
+	rep, err := backoff.Retry(ctx, func() (*pb.GetAllNodesReply, error) {
+		rep, err := pb.NewGcsClient(cc).GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+		if err != nil && ctx.Err() == nil {
+			last = err
+		}
+		var te *auth.TLSError
+		if errors.As(auth.ExplainTLS(addr, creds.TLS(), err), &te) {
+			return nil, backoff.Permanent(error(te))
+		}
+		if err != nil && status.Code(err) != codes.Unavailable {
+			return nil, backoff.Permanent(err)
+		}
+		return rep, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0))
+	var te *auth.TLSError
+	switch {
+	case errors.As(err, &te):
+		return nil, fmt.Errorf("goray: cannot connect to the cluster: %w", te)
+	case status.Code(err) == codes.Unauthenticated:
 		return nil, fmt.Errorf("goray: the cluster at %s refused this driver: %w", addr, err)
-	}
-	if err != nil {
+	case err != nil && last != nil && !errors.Is(err, last):
+		return nil, fmt.Errorf("goray: cannot reach the cluster at %s (is `goray start --head` running?): %w (last error: %v)", addr, err, last)
+	case err != nil:
 		return nil, fmt.Errorf("goray: cannot reach the cluster at %s (is `goray start --head` running?): %w", addr, err)
 	}
 	var best *pb.NodeInfo
