@@ -233,3 +233,42 @@ func TestBusyDefaultDashboardPort(t *testing.T) {
 		waitNoProcs(t, 30*time.Second, "the failed head's processes", func(p proc) bool { return p.mentions(dir) })
 	}
 }
+
+// TestKilledEmbeddedNodePool: the segment pool of an embedded node (a
+// driver running its own node) killed with SIGKILL is recorded in its
+// session, a goray-* directory in its TMPDIR, and the next embedded node
+// there removes it; nothing else would, since no temp dir holds that
+// session.
+func TestKilledEmbeddedNodePool(t *testing.T) {
+	tmp := shortTempDir(t)
+	j := startJob(t, jobOptions{tmpDir: tmp}, testjobBin, "long", t.TempDir())
+	var pool string
+	waitFor(t, 60*time.Second, "the embedded node's pool and its record", func() bool {
+		records, _ := filepath.Glob(filepath.Join(tmp, "goray-*", "tensor_pool"))
+		if len(records) != 1 {
+			return false
+		}
+		b, err := os.ReadFile(records[0])
+		pool = strings.TrimSpace(string(b))
+		return err == nil && pathExists(pool)
+	})
+	if pools := poolsOf(t, j.cmd.Process.Pid); len(pools) != 1 || pools[0] != pool {
+		t.Fatalf("the driver (pid %d) made the pools %v, its session records %s", j.cmd.Process.Pid, pools, pool)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(pool) })
+	_ = j.cmd.Process.Kill()
+	<-j.done
+	for _, p := range j.procs() {
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+	if !pathExists(pool) {
+		t.Fatalf("the killed driver's pool %s is gone already", pool)
+	}
+	next := startJob(t, jobOptions{tmpDir: tmp}, quickstartBin)
+	if code, out := next.wait(testCtx(t)); code != 0 {
+		t.Fatalf("quickstart exited %d:\n%s", code, out)
+	}
+	if pathExists(pool) {
+		t.Errorf("the next embedded node in %s left the killed driver's pool %s", tmp, pool)
+	}
+}

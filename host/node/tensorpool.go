@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/goray-dev/goray/sdk/transport/shmem"
@@ -53,6 +54,9 @@ func RemoveDeadPools(sessionDirs []string) ([]string, error) {
 	var errs []error
 	for _, dir := range sessionDirs {
 		pool, err := RecordedPool(dir)
+		if errors.Is(err, os.ErrPermission) {
+			continue // another user's
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -76,16 +80,20 @@ func RemoveDeadPools(sessionDirs []string) ([]string, error) {
 }
 
 // removeDeadPoolsOf removes the pools of the dead nodes of this node's
-// temp dir (the other sessions under it); an embedded node has none.
+// temp dir (the other sessions under it). An embedded node's session is
+// a goray-* directory in the process's temporary directory
+// (os.MkdirTemp), so an embedded node removes those of the embedded nodes
+// killed before there: nothing else would.
 func (n *Node) removeDeadPoolsOf() {
+	root, pattern := filepath.Dir(n.info.SessionDir), "session_*"
 	if n.opts.Embedded {
-		return
+		pattern = "goray-*"
 	}
-	root := filepath.Dir(n.info.SessionDir)
-	sessions, err := filepath.Glob(filepath.Join(root, "session_*"))
+	sessions, err := filepath.Glob(filepath.Join(root, pattern))
 	if err != nil {
 		return
 	}
+	sessions = slices.DeleteFunc(sessions, func(s string) bool { return s == n.info.SessionDir })
 	removed, err := RemoveDeadPools(sessions)
 	if err != nil {
 		n.log.Warn("removing the tensor segment pools of dead nodes", "error", err)
