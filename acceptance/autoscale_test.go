@@ -447,14 +447,15 @@ node_type "cpu" {
 	}
 
 	// Restart the head: the workers keep running (the GCS comes back from
-	// its data dir) and the new autoscaler adopts them.
+	// its data dir: goray up --resume, as goray stop ended the cluster)
+	// and the new autoscaler adopts them.
 	if r := runGoray(t, ctx, "stop", "--temp-dir", c.tempDir); r.code != 0 {
 		t.Fatalf("goray stop (the head): %s", r)
 	}
 	if got := c.instances(); len(got) != 2 {
 		t.Fatalf("stopping the head stopped instance nodes: %v left of %v", got, first)
 	}
-	r := runGorayEnv(t, ctx, c.env, "up", "--port", strconv.Itoa(c.port), c.file)
+	r := runGorayEnv(t, ctx, c.env, "up", "--resume", "--port", strconv.Itoa(c.port), c.file)
 	if r.code != 0 {
 		t.Fatalf("goray up again: %s", r)
 	}

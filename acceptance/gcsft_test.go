@@ -54,6 +54,8 @@ type headInfo struct {
 	GCSRestored bool   `json:"gcs_restored"`
 	GCSPid      int    `json:"gcs_pid"`
 	GCSLogFile  string `json:"gcs_log_file"`
+	// GCSDiscarded is the stored cluster the GCS discarded for a new one.
+	GCSDiscarded string `json:"gcs_discarded"`
 }
 
 func (h *head) gcsInfo(t *testing.T) headInfo {
@@ -426,7 +428,8 @@ func TestGCSStorageUnavailableAtStart(t *testing.T) {
 }
 
 // TestGCSFreshAndResume: a head started again on the same data directory
-// resumes the cluster (same id, its jobs), and --fresh starts a new one.
+// after goray stop with --resume resumes the cluster (same id, its jobs),
+// and --fresh starts a new one.
 func TestGCSFreshAndResume(t *testing.T) {
 	ctx := testCtx(t)
 	h := startHead(t, ctx, "--num-cpus", "1")
@@ -442,7 +445,7 @@ func TestGCSFreshAndResume(t *testing.T) {
 		if r := runGoray(t, ctx, "stop", "--temp-dir", h.tempDir); r.code != 0 {
 			t.Fatalf("goray stop: %s", r)
 		}
-		r := runGoray(t, ctx, append([]string{"start", "--head", "--port", fmt.Sprint(h.port), "--temp-dir", h.tempDir, "--num-cpus", "1"}, extra...)...)
+		r := runGoray(t, ctx, append([]string{"start", "--head", "--port", fmt.Sprint(h.port), "--temp-dir", h.tempDir, "--dashboard-port", "-1", "--num-cpus", "1"}, extra...)...)
 		if r.code != 0 {
 			t.Fatalf("goray start again: %s", r)
 		}
@@ -453,7 +456,9 @@ func TestGCSFreshAndResume(t *testing.T) {
 		h.session = latest
 		return h.gcsInfo(t), r
 	}
-	again, r := restart()
+	// After a clean goray stop, --resume resumes the cluster (without it
+	// the head starts a new one: freshstart_test.go).
+	again, r := restart("--resume")
 	if !again.GCSRestored || again.ClusterID != first.ClusterID {
 		t.Fatalf("restarted head: %+v, want cluster %s restored", again, first.ClusterID)
 	}

@@ -22,8 +22,8 @@ func redisTLSGCS(addr, tlsBody string) string {
 // serves TLS only and requires client certificates. The config names the
 // CA, certificate and key relative to its own file, the server name comes
 // from $GORAY_GCS_REDIS_TLS_SERVER_NAME. The head starts, runs a job, is
-// stopped and started again, and resumes its cluster from the TLS Redis
-// (same id, the finished job). A head given another CA does not start,
+// stopped and started again with --resume, and resumes its cluster from
+// the TLS Redis (same id, the finished job). A head given another CA does not start,
 // and says the TLS verification failed; one without the client
 // certificate does not start either, and says the server refused it.
 // (Before this change a redis block had no tls settings: no head could
@@ -47,11 +47,12 @@ func TestGCSRedisOverTLS(t *testing.T) {
 		t.Fatalf("quickstart exited %d:\n%s", code, out)
 	}
 
-	// Stopped and started again on the same Redis: the cluster resumes.
+	// Stopped and started again on the same Redis with --resume (a clean
+	// stop ends the cluster otherwise): the cluster resumes.
 	if r := runGoray(t, ctx, "stop", "--temp-dir", h.tempDir); r.code != 0 {
 		t.Fatalf("goray stop: %s", r)
 	}
-	r := runGorayEnv(t, ctx, env, "start", "--head", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir,
+	r := runGorayEnv(t, ctx, env, "start", "--head", "--resume", "--port", strconv.Itoa(h.port), "--temp-dir", h.tempDir,
 		"--dashboard-port", "-1", "--config", cfg, "--num-cpus", "1")
 	if r.code != 0 {
 		t.Fatalf("goray start again: %s", r)
