@@ -183,3 +183,29 @@ func TestStartBadSettingsSayWhich(t *testing.T) {
 		})
 	}
 }
+
+// TestTLSClientPlainServer: a node, a command and a driver with TLS
+// settings against a head without TLS each fail saying TLS is the problem
+// and that the server does not speak it.
+func TestTLSClientPlainServer(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	h := startHead(t, ctx, "--num-cpus", "1")
+	certs := shortTempDir(t)
+	if r := runGoray(t, ctx, "cert", "ca", "--dir", certs); r.code != 0 {
+		t.Fatalf("goray cert ca: %s", r)
+	}
+	f := tlsFiles(t, ctx, certs, "node1", "127.0.0.1")
+	const want = "this process speaks TLS and the server at "
+
+	nodeDir := shortTempDir(t)
+	stopOnCleanup(t, nodeDir)
+	r := runGoray(t, ctx, "start", "--address", h.addr, "--temp-dir", nodeDir, "--node-ip", "127.0.0.2",
+		"--config", writeConfig(t, shortTempDir(t), tlsBlock(f)))
+	wantFailure(t, "a node with TLS", r, "TLS mismatch", want+h.addr, "tls block")
+	r = runGorayEnv(t, ctx, tlsEnv(f), "status", "--address", h.addr, "--temp-dir", shortTempDir(t))
+	wantFailure(t, "goray status with TLS", r, "TLS mismatch", want+h.addr)
+	j := startJob(t, jobOptions{addr: h.addr, env: tlsEnv(f)}, quickstartBin)
+	code, out := j.wait(ctx)
+	wantFailure(t, "a driver with TLS", cliResult{code: code, stdout: out}, "TLS mismatch", want+h.addr)
+}
