@@ -30,7 +30,8 @@ import (
 // test runs and that is not listed with the reason why.
 //
 // What a test changes, and only that: a fixed port of a cluster walk-
-// through (6380, 6379, the dashboard's 8265) becomes a free one (docRun.run), so that tests and
+// through (6380, 6379, the dashboard's 8265, also where a head takes it by
+// default: $GORAY_DASHBOARD_PORT) becomes a free one (docRun.run), so that tests and
 // other users' clusters on the machine never collide; the MinIO of the S3
 // walk-through is the same pinned server started by internal/testservers/miniotest on a
 // free port, and the AWS variables the documents export get that server's
@@ -364,6 +365,9 @@ func newDocRun(t *testing.T, ctx context.Context) *docRun {
 	// The dashboard's default port too (docs/jobs.md).
 	dash := strconv.Itoa(freePort(t))
 	pairs = append(pairs, ":8265", ":"+dash, "--dashboard-port 8265", "--dashboard-port "+dash)
+	// A head a document starts without --dashboard-port takes that port
+	// too (its default, 8265, may be another test's or user's).
+	d.env = append(d.env, "GORAY_DASHBOARD_PORT="+dash)
 	d.ports = strings.NewReplacer(pairs...)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -137,7 +137,9 @@ func baseEnv() []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, "GORAY_AUTH_TOKEN_PATH="+tokenPath)
+	// A head's dashboard takes a free port unless a test names one: test
+	// packages run at once, and a taken default port (8265) is an error.
+	return append(env, "GORAY_AUTH_TOKEN_PATH="+tokenPath, "GORAY_DASHBOARD_PORT=-1")
 }
 
 // cliResult is what one goray invocation did.

@@ -220,7 +220,8 @@ func TestBusyDefaultDashboardPort(t *testing.T) {
 		}
 		args = append(args, "--dashboard-port", strconv.Itoa(busy.Addr().(*net.TCPAddr).Port))
 	}
-	r := runGoray(t, ctx, args...)
+	// Without baseEnv's $GORAY_DASHBOARD_PORT=-1: the default port.
+	r := runGorayEnv(t, ctx, []string{"GORAY_DASHBOARD_PORT="}, args...)
 	_ = busy.Close()
 	if r.code != 1 {
 		t.Fatalf("goray start --head with its dashboard port taken: want exit 1, got %s", r)

@@ -223,13 +223,15 @@ func (n *Node) GCSDataDir() string {
 // to the working directory), read with getenv (a nil getenv fills
 // nothing). The file wins over the environment, setting by setting.
 // It also fills the logs block from $GORAY_LOG_MAX_FILE_SIZE and
-// $GORAY_LOG_MAX_FILES (logs.go). LoadWithFlags calls it with os.Getenv
+// $GORAY_LOG_MAX_FILES (logs.go), and dashboard.port from
+// $GORAY_DASHBOARD_PORT (observability.go). LoadWithFlags calls it with os.Getenv
 // after Override and before Validate.
 func (n *Node) ApplyEnv(getenv func(string) string) {
 	if getenv == nil {
 		return
 	}
 	n.applyLogsEnv(getenv)
+	n.applyDashboardEnv(getenv)
 	r := &n.GCS.Redis
 	for _, e := range []struct {
 		dst       *string

@@ -1,6 +1,10 @@
 package config
 
 import (
+	"fmt"
+	"maps"
+	"strconv"
+
 	"github.com/hashicorp/hcl/v2"
 )
 
@@ -44,6 +48,36 @@ type Dashboard struct {
 	MaxBinaryBytes int64
 	// MaxRunningJobs bounds the job drivers running at once (0: 16).
 	MaxRunningJobs int
+
+	// envErr is why $GORAY_DASHBOARD_PORT could not be used.
+	envErr string
+}
+
+// EnvDashboardPort sets dashboard.port when neither the file nor
+// --dashboard-port does: a port, or -1 for a free one. The tests set it to
+// -1 so that heads started beside each other (by test packages running at
+// once, or a test beside a person's head) never race for the default
+// port, which is an error when taken.
+const EnvDashboardPort = "GORAY_DASHBOARD_PORT"
+
+// applyDashboardEnv fills dashboard.port from $GORAY_DASHBOARD_PORT
+// (ApplyEnv calls it); a value it cannot use is reported by Validate.
+func (n *Node) applyDashboardEnv(getenv func(string) string) {
+	v := getenv(EnvDashboardPort)
+	if v == "" || n.Dashboard.Port != 0 {
+		return // unset, or set by the file or a flag
+	}
+	p, err := strconv.Atoi(v)
+	if err != nil || p < -1 || p > 65535 {
+		n.Dashboard.envErr = fmt.Sprintf("$%s=%q: want a port up to 65535, or -1 for a free one", EnvDashboardPort, v)
+		return
+	}
+	n.Dashboard.Port = p
+	n.fromEnv = maps.Clone(n.fromEnv)
+	if n.fromEnv == nil {
+		n.fromEnv = map[string]string{}
+	}
+	n.fromEnv[keyDashboardPort] = EnvDashboardPort
 }
 
 const (
@@ -98,6 +132,9 @@ func (v *validator) observability() {
 	n := v.n
 	if p := n.Metrics.Port; p < 0 || p > 65535 {
 		v.errorf(keyMetricsPort, "Invalid port", "metrics.port must be 0 (a free port) to 65535, got %d.", p)
+	}
+	if e := n.Dashboard.envErr; e != "" {
+		v.errorf("", "Invalid environment variable", "%s; it sets the dashboard's port.", e)
 	}
 	if p := n.Dashboard.Port; p < -1 || p > 65535 {
 		v.errorf(keyDashboardPort, "Invalid port", "dashboard.port must be -1 (a free port), 0 (the default, %d) or a port up to 65535, got %d.", DefaultDashboardPort, p)

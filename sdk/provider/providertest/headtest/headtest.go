@@ -147,7 +147,9 @@ func (h *Head) Env() []string {
 			env = append(env, kv)
 		}
 	}
-	return append(env, "GORAY_AUTH_TOKEN_PATH="+h.TokenPath)
+	// The dashboard on a free port: test packages run at once, and a
+	// taken default port (8265) is an error.
+	return append(env, "GORAY_AUTH_TOKEN_PATH="+h.TokenPath, "GORAY_DASHBOARD_PORT=-1")
 }
 
 // Run runs the goray CLI with args (and Env) and returns its stdout, or
