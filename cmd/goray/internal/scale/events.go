@@ -76,7 +76,7 @@ func (c *cluster) measureEvents(ctx context.Context, res *Result, opts Options) 
 	fmt.Fprintf(opts.Log, "  worker death: %d messages, %d bytes, %d nodes reached in %.0f ms\n", wd.Messages, wd.Bytes, wd.Reached, wd.Ms)
 
 	// Worker deaths in a burst: actors on the driver's node, killed at once.
-	burst, err := c.measureDeathBurst(ctx, burstDeaths)
+	burst, err := c.measureDeathBurst(ctx, burstDeaths, opts.BurstQuiet)
 	if err != nil {
 		fail("worker deaths in a burst", err)
 	}
@@ -258,8 +258,8 @@ type DeathBurst struct {
 
 // measureDeathBurst starts k actors on the driver's node, kills them at
 // once and counts what the simulated nodes receive until each got k ids
-// or nothing more arrived for 2 s.
-func (c *cluster) measureDeathBurst(ctx context.Context, k int) (DeathBurst, error) {
+// or nothing more arrived for quiet (at most a minute in all).
+func (c *cluster) measureDeathBurst(ctx context.Context, k int, quiet time.Duration) (DeathBurst, error) {
 	b := DeathBurst{Deaths: k}
 	hs := make([]ray.ActorHandle[probe], k)
 	for i := range hs {
@@ -308,7 +308,7 @@ func (c *cluster) measureDeathBurst(ctx context.Context, k int) (DeathBurst, err
 		if n := idsNow(); n != last {
 			last, lastChange = n, time.Now()
 		}
-		return last >= want || time.Since(lastChange) > 2*time.Second
+		return last >= want || time.Since(lastChange) > quiet
 	})
 	b.Messages, b.Bytes = counts.died.Load()-m0, counts.diedBytes.Load()-by0
 	b.IDs = idsNow()

@@ -59,6 +59,12 @@ type Options struct {
 	// Events is how many tasks, actors and placement groups the scheduling
 	// measurements create (default 10).
 	Events int
+	// BurstQuiet is how long the burst of worker deaths is counted after
+	// its last delivery before the count ends with nodes that did not get
+	// every id (default 2 s). A test that asserts every node got every id
+	// sets it as long as the whole wait (a minute): on a loaded machine
+	// deliveries pause longer than 2 s, and a count ended early is no loss.
+	BurstQuiet time.Duration
 	// Connections caps the GCS connections and raylet listeners the
 	// simulated nodes get (0: one each per node when the descriptor limit
 	// allows, else as many as it allows, shared). A cap below the node
@@ -94,6 +100,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Connections < 0 {
 		return fmt.Errorf("scale: %d connections: want 0 (as many as fit) or more", o.Connections)
+	}
+	if o.BurstQuiet <= 0 {
+		o.BurstQuiet = 2 * time.Second
 	}
 	if o.Events <= 0 {
 		o.Events = 10

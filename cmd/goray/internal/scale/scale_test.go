@@ -37,7 +37,7 @@ func smoke(t *testing.T) *Result {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		var rep *Report
-		rep, smokeErr = Run(ctx, Options{Nodes: []int{smokeNodes}, Duration: 2 * time.Second, Events: 3, Log: testLog{t}})
+		rep, smokeErr = Run(ctx, Options{Nodes: []int{smokeNodes}, Duration: 2 * time.Second, Events: 3, BurstQuiet: time.Minute, Log: testLog{t}})
 		if smokeErr == nil {
 			smokeRes = &rep.Results[0]
 			if len(smokeRes.Errors) > 0 {
