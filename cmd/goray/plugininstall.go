@@ -124,7 +124,7 @@ func (a *app) installPlugin(ctx context.Context, o installOptions, src string) e
 	if err := lock.Save(); err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "Installed %s plugin %q (version %s) as %s\n", rep.Kind, name, orDash(rep.Version), bin)
+	fmt.Fprintf(a.stdout, "Installed %s plugin %q (version %s) as %s\n", rep.Kind, name, orDash(rep.Version), underWorkDir(bin))
 	fmt.Fprintf(a.stdout, "Locked sha256 %s in %s\n", sum, lock.Filename)
 	if cfg != nil && !declares(cfg, rep.Kind, name, bin) {
 		fmt.Fprintf(a.stdout, "Declare it in %s:\n  plugin %q %q {\n    config { ... }\n  }\n", o.configPath, rep.Kind, name)
@@ -245,4 +245,19 @@ func declares(cfg *config.Node, kind, name, bin string) bool {
 		}
 	}
 	return false
+}
+
+// underWorkDir returns path relative to the working directory when it lies
+// below it (the plugin directory of a config file in it, which the config
+// makes absolute), else path: what the user wrote is what they read back.
+func underWorkDir(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
+	}
+	rel, err := filepath.Rel(wd, path)
+	if err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return path
+	}
+	return rel
 }

@@ -649,12 +649,13 @@ func TestSupervisorBoundsFinishedJobs(t *testing.T) {
 			_, ok := f.store.record(t, j.SubmissionID)
 			return !ok
 		})
-		if _, err := os.Stat(j.LogFile); !os.IsNotExist(err) {
-			t.Errorf("the dropped job's log %s: %v, want it removed", j.LogFile, err)
-		}
-		if _, err := os.Stat(j.WorkingDir); !os.IsNotExist(err) {
-			t.Errorf("the dropped job's working directory %s: %v, want it removed", j.WorkingDir, err)
-		}
+		// The files go once the finishing job's goroutine has released
+		// the table's lock, which can be after its record left the store.
+		waitfor.Cond(t, 20*time.Second, "the dropped job's log and working directory removed", func() bool {
+			_, errLog := os.Stat(j.LogFile)
+			_, errDir := os.Stat(j.WorkingDir)
+			return os.IsNotExist(errLog) && os.IsNotExist(errDir)
+		})
 	}
 	if _, err := os.Stat(ended[3].LogFile); err != nil {
 		t.Errorf("a kept job's log: %v", err)
