@@ -68,7 +68,7 @@ func TestReadFollow(t *testing.T) {
 		})
 	}()
 	var all []byte
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(time.Minute)
 	for len(all) < len(big) {
 		select {
 		case b := <-got:
@@ -99,7 +99,7 @@ func TestReadFollow(t *testing.T) {
 		if err != nil {
 			t.Errorf("Read after cancel: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("Read did not end with its context")
 	}
 }
