@@ -136,7 +136,13 @@ func TestStopLeavesNoStartFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := filepath.Join(dir, fmt.Sprintf("goray-start-%d", starter.Process.Pid))
-	waitFor(t, 30*time.Second, base+".out", func() bool { return pathExists(base + ".out") })
+	// The starter creates .out before it starts the node process: wait
+	// for the node's own session dir, so the kill comes after the node
+	// runs (killed between the two, no node starts at all).
+	waitFor(t, 60*time.Second, "the node's session dir in "+dir, func() bool {
+		m, _ := filepath.Glob(filepath.Join(dir, "session_2*"))
+		return len(m) > 0 && pathExists(base+".out")
+	})
 	_ = starter.Process.Kill()
 	_ = starter.Wait()
 	waitFor(t, 60*time.Second, "the node to serve ("+base+".ready)", func() bool { return pathExists(base + ".ready") })
