@@ -117,6 +117,7 @@ func eval[T any](b *browser, expr string) (T, error) {
 func (b *browser) waitEval(d time.Duration, what, expr string) {
 	b.t.Helper()
 	var last error
+	d = max(d, minWait)
 	deadline := time.Now().Add(d)
 	for {
 		ok, err := eval[bool](b, expr)

@@ -493,16 +493,23 @@ func alive(pid int) bool {
 	return ok
 }
 
-// waitFor polls cond until it holds; it fails the test after d.
+// minWait is the shortest deadline of any wait here (see
+// waitfor.Generous); the d a test passes says what it expects on a quiet
+// machine.
+const minWait = waitfor.Generous
+
+// waitFor polls cond until it holds; it fails the test after d, or
+// minWait if longer.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	waitfor.Cond(t, d, what, cond)
+	waitfor.Cond(t, max(d, minWait), what, cond)
 }
 
 // waitNoProcs waits until no live process matches.
 func waitNoProcs(t *testing.T, d time.Duration, what string, match func(proc) bool) {
 	t.Helper()
 	var left []proc
+	d = max(d, minWait)
 	deadline := time.Now().Add(d)
 	for {
 		left = findProcs(match)

@@ -89,10 +89,10 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds, for at most 5 s.
+// waitFor polls cond until it holds, for at most waitfor.Generous.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	waitfor.Cond(t, 5*time.Second, what, cond)
+	waitfor.Cond(t, waitfor.Generous, what, cond)
 }
 
 // wantCode checks err's gRPC code and that its message contains want.

@@ -488,10 +488,10 @@ func (h *harness) pendingCount() int32 {
 	return n
 }
 
-// waitFor polls cond until it holds, for at most 20 s.
+// waitFor polls cond until it holds, for at most waitfor.Generous.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	waitfor.Cond(t, 20*time.Second, what, cond)
+	waitfor.Cond(t, waitfor.Generous, what, cond)
 }
 
 // processGone reports whether pid no longer exists (it was reaped).

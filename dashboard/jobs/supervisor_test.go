@@ -645,13 +645,13 @@ func TestSupervisorBoundsFinishedJobs(t *testing.T) {
 		t.Fatalf("kept %v, want the last two finished %v", got, want)
 	}
 	for _, j := range ended[:2] {
-		waitfor.Cond(t, 20*time.Second, "the dropped job's record gone from the store", func() bool {
+		waitfor.Cond(t, waitfor.Generous, "the dropped job's record gone from the store", func() bool {
 			_, ok := f.store.record(t, j.SubmissionID)
 			return !ok
 		})
 		// The files go once the finishing job's goroutine has released
 		// the table's lock, which can be after its record left the store.
-		waitfor.Cond(t, 20*time.Second, "the dropped job's log and working directory removed", func() bool {
+		waitfor.Cond(t, waitfor.Generous, "the dropped job's log and working directory removed", func() bool {
 			_, errLog := os.Stat(j.LogFile)
 			_, errDir := os.Stat(j.WorkingDir)
 			return os.IsNotExist(errLog) && os.IsNotExist(errDir)

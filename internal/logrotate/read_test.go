@@ -134,7 +134,7 @@ func TestReadFollowGap(t *testing.T) {
 		done <- Read(context.Background(), path, ReadOptions{Follow: true, Open: open, Poll: time.Millisecond, Until: until},
 			func(b []byte) error { _, err := got.Write(b); return err })
 	}()
-	waitfor.Cond(t, 10*time.Second, "the first lines", func() bool { return got.String() == "a1\na2\n" })
+	waitfor.Cond(t, waitfor.Generous, "the first lines", func() bool { return got.String() == "a1\na2\n" })
 
 	// A rotation the follow sees whole: the line "half-b1" is split
 	// between the two files.
@@ -142,7 +142,7 @@ func TestReadFollowGap(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(path, "f-b1\nb2\n")
-	waitfor.Cond(t, 10*time.Second, "the line split by the rotation", func() bool { return got.String() == "a1\na2\nhalf-b1\nb2\n" })
+	waitfor.Cond(t, waitfor.Generous, "the line split by the rotation", func() bool { return got.String() == "a1\na2\nhalf-b1\nb2\n" })
 
 	// Two rotations, the first copy lost: "c1" starts in the file the
 	// follow has open and ends in the lost copy, and the next file starts

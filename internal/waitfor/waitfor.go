@@ -14,6 +14,12 @@ import (
 // of /proc) is not checked hundreds of times a second for long.
 const MaxInterval = 20 * time.Millisecond
 
+// Generous is the deadline for a wait on a state that a correct run
+// reaches: a wait returns as soon as its state holds, so a long deadline
+// costs nothing when the test passes, and a short one fails a correct run
+// on a busy machine (CI runs the suite on 2 cores beside other work).
+const Generous = 2 * time.Minute
+
 // Cond calls cond until it returns true. When d passes first, it fails t
 // with "timed out after d waiting for what".
 func Cond(t testing.TB, d time.Duration, what string, cond func() bool) {

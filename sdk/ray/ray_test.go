@@ -563,10 +563,10 @@ func TestClusterResources(t *testing.T) {
 	})
 }
 
-// waitFor polls cond until it holds, for at most 20 s.
+// waitFor polls cond until it holds, for at most waitfor.Generous.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	waitfor.Cond(t, 20*time.Second, what, cond)
+	waitfor.Cond(t, waitfor.Generous, what, cond)
 }
 
 func TestStoreFullIsAClearError(t *testing.T) {

@@ -109,7 +109,7 @@ func newInstance(t testing.TB, kv plugin.KV, cfg collective.Config) *collective.
 // until polls cond until it holds, failing the test after 10 s.
 func until(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	waitfor.Cond(t, 10*time.Second, what, cond)
+	waitfor.Cond(t, waitfor.Generous, what, cond)
 }
 
 // world is a group of n ranks, each on its own instance (as on n nodes).

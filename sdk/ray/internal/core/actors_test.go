@@ -312,7 +312,7 @@ func aliveOn(t *testing.T, gc pb.GcsClient, ref ActorRef, w *fakeActorWorker) {
 // waitUntil polls cond until it holds, for at most 10 seconds.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	waitfor.Cond(t, 10*time.Second, what, cond)
+	waitfor.Cond(t, waitfor.Generous, what, cond)
 }
 
 // frozenableRaylet grants every lease at once, or (frozen) answers nothing, like
