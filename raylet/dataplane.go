@@ -2,10 +2,12 @@ package raylet
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/raylet/internal/spill"
 )
 
 // The object data plane (package internal/dataplane) serves this node's
@@ -18,16 +20,17 @@ func (r *Raylet) ServeData(lis net.Listener) { r.objects.data.Serve(lis) }
 // Open implements dataplane.Source: it pins the sealed object oid
 // (restoring it first when it is spilled) for one data-plane request.
 func (om *objectManager) Open(oid ids.ObjectID) (data, meta []byte, release func(), err error) {
-	if om.spill.Has(oid) && !om.store.Contains(oid) {
-		ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
-		err := om.spill.Restore(ctx, oid)
-		cancel()
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("object %s is spilled on node %s and could not be restored: %v", oid, om.nodeID.Short(), err)
-		}
-	}
 	client := ids.New()
-	es := om.store.GetEntries([]ids.ObjectID{oid}, client)
+	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
+	es, err := om.spill.Pin(ctx, []ids.ObjectID{oid}, client)
+	cancel()
+	var rerr *spill.RestoreError
+	if errors.As(err, &rerr) {
+		return nil, nil, nil, fmt.Errorf("object %s is spilled on node %s and could not be restored: %v", oid, om.nodeID.Short(), rerr.Err)
+	}
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	if len(es) != 1 || !es[0].Found || !es[0].Sealed {
 		return nil, nil, nil, fmt.Errorf("object %s is not in the store of node %s", oid, om.nodeID.Short())
 	}

@@ -125,16 +125,10 @@ func (om *objectManager) seal(oid ids.ObjectID, release bool) error {
 }
 
 // get looks objects up, restoring spilled ones first, pinning the found
-// ones for client.
+// ones for client, atomically with the spiller (spill.Spiller.Pin): a
+// live object is never missed while it is being spilled.
 func (om *objectManager) get(ctx context.Context, objs []ids.ObjectID, client ids.ID) ([]StoreEntry, error) {
-	for _, o := range objs {
-		if om.spill.Has(o) && !om.store.Contains(o) {
-			if err := om.spill.Restore(ctx, o); err != nil {
-				return nil, fmt.Errorf("object %s is spilled and could not be restored: %w", o, err)
-			}
-		}
-	}
-	return om.store.GetEntries(objs, client), nil
+	return om.spill.Pin(ctx, objs, client)
 }
 
 // free deletes objects (and their stored copies) at their owner's request.

@@ -213,10 +213,17 @@ func (so *spilledObject) records() []string {
 	return out
 }
 
-// restore is a restore of an object in flight.
+// restore is a restore of an object in flight. Guarded by Spiller.mu but
+// for done.
 type restore struct {
 	done chan struct{}
 	err  error
+	// creator creates the restored object and pins it while held.
+	creator ids.ID
+	held    bool
+	// waiters counts the readers waiting for it that have not pinned the
+	// object yet.
+	waiters int
 }
 
 // Spiller spills and restores the primary copies of a node's objects.
@@ -224,7 +231,10 @@ type restore struct {
 // mu guards objs, files, busy, restores, seq, need, progress, failing,
 // lastFreed and stats. The spiller asks its Objects which objects are
 // primary or still alive, and has them make room, only with mu released;
-// it calls the store, the storage and the GCS with mu released too.
+// it calls the storage and the GCS with mu released too. The store's
+// pins and frees that must be atomic with its records (Pin, and releasing
+// spilled objects' memory) are made with mu held: the store's lock is
+// below mu (the store never calls the spiller).
 // round serialises spill rounds (Run's and SpillAll's), so that no object
 // is picked by two at once; it is held across the storage and GCS calls
 // of a round, and only spill rounds take it.
@@ -405,14 +415,7 @@ func (s *Spiller) spillOnce(ctx context.Context, need int64) (int64, error) {
 		batchBytes += c.size
 	}
 	if len(drop) > 0 {
-		s.mu.Lock()
-		for _, id := range drop {
-			if so := s.objs[id]; so != nil {
-				so.inMemory = false
-			}
-		}
-		s.mu.Unlock()
-		s.store.Free(drop)
+		freed -= s.dropStored(drop, cands)
 	}
 	if len(batch) == 0 {
 		return freed, nil
@@ -421,9 +424,39 @@ func (s *Spiller) spillOnce(ctx context.Context, need int64) (int64, error) {
 	return freed + n, err
 }
 
+// dropStored frees from memory the restored copies among drop whose
+// bytes are still stored and that no reader pins (atomically with Pin), and
+// returns the bytes of those it could not drop (pinned or gone meanwhile).
+func (s *Spiller) dropStored(drop []ids.ObjectID, cands []candidate) int64 {
+	size := make(map[ids.ObjectID]int64, len(cands))
+	for _, c := range cands {
+		size[c.id] = c.size
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var still []ids.ObjectID
+	for _, id := range drop {
+		if so := s.objs[id]; so != nil && so.inMemory {
+			still = append(still, id)
+		}
+	}
+	idle := s.freeIdleLocked(still)
+	var kept int64
+	for _, id := range drop {
+		if idle[id].freed {
+			s.objs[id].inMemory = false
+		} else {
+			kept += size[id]
+		}
+	}
+	return kept
+}
+
 // writeFile writes the objects into one stored file, then releases them
-// from memory. Objects freed meanwhile are not recorded. It returns the
-// bytes written and how many objects left memory.
+// from memory: those a reader pinned meanwhile stay in memory as well
+// (their stored copy is dropped later without writing). Objects freed
+// meanwhile are not recorded. It returns the bytes and the number of
+// objects that left memory.
 func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int, error) {
 	st, err := s.cfg.Storage()
 	if err != nil {
@@ -435,7 +468,12 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int,
 		objs[i] = c.id
 	}
 	entries := s.store.GetEntries(objs, client) // pinned while written
-	defer s.store.Release(objs, client)
+	released := false
+	defer func() {
+		if !released {
+			s.store.Release(objs, client)
+		}
+	}()
 	var parts []io.Reader
 	var offsets []int64
 	var total int64
@@ -487,16 +525,34 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int,
 	}
 	alive := s.objects.Alive(oids)
 	s.mu.Lock()
+	// What follows is atomic with Pin: a reader that pinned an object
+	// meanwhile keeps it in memory (with its stored copy, dropped later
+	// without writing); one that comes after finds it stored.
+	s.store.Release(objs, client)
+	released = true
+	var live []ids.ObjectID
+	for i, id := range oids {
+		if alive[i] {
+			live = append(live, id)
+		}
+	}
+	idle := s.freeIdleLocked(live)
+	var freedBytes int64
 	for i, c := range pinned {
-		if !alive[i] {
+		st := idle[c.id]
+		if !alive[i] || !st.found {
+			// Freed by its owner meanwhile: not recorded.
 			if records[i] != "" {
 				unrecord = append(unrecord, records[i])
 			}
 			continue
 		}
-		s.objs[c.id] = &spilledObject{file: f, offset: offsets[i], size: c.size, meta: c.meta, record: records[i]}
+		s.objs[c.id] = &spilledObject{file: f, offset: offsets[i], size: c.size, meta: c.meta, record: records[i], inMemory: !st.freed}
 		f.live++
-		release = append(release, c.id)
+		if st.freed {
+			release = append(release, c.id)
+			freedBytes += c.size
+		}
 	}
 	s.files[key] = f
 	s.stats.SpilledBytes += total
@@ -510,15 +566,51 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int,
 		delete(s.files, key)
 	}
 	s.mu.Unlock()
-	s.store.Free(release)
 	if empty {
 		s.deleteFiles([]string{key})
 	}
 	if len(unrecord) > 0 {
 		go s.unpublish(unrecord)
 	}
-	s.log.Debug("objects spilled", "objects", len(release), "bytes", total, "url", rep.URL, "took", took)
-	return total, len(release), nil
+	s.log.Debug("objects spilled", "objects", len(release), "bytes", total, "read meanwhile", len(pinned)-len(release), "url", rep.URL, "took", took)
+	return freedBytes, len(release), nil
+}
+
+// idleState is what freeIdleLocked found of one object.
+type idleState struct {
+	// found: the object is in the store, sealed and not freed.
+	found bool
+	// freed: nobody pinned it, so it left memory.
+	freed bool
+}
+
+// freeIdleLocked frees from the store the objects no reader pins, and
+// reports for each object whether it was found and whether it was freed.
+// Requires s.mu: Pin takes its pins under s.mu too, so no reader pins an
+// object between the check and the free (the store's lock is below s.mu:
+// the store never calls the spiller).
+func (s *Spiller) freeIdleLocked(objs []ids.ObjectID) map[ids.ObjectID]idleState {
+	out := make(map[ids.ObjectID]idleState, len(objs))
+	if len(objs) == 0 {
+		return out
+	}
+	probe := ids.New()
+	var pinned, free []ids.ObjectID
+	for i, e := range s.store.GetEntries(objs, probe) {
+		if !e.Found {
+			continue
+		}
+		pinned = append(pinned, objs[i])
+		st := idleState{found: true}
+		if e.Pins <= 1 { // the probe's own
+			st.freed = true
+			free = append(free, objs[i])
+		}
+		out[objs[i]] = st
+	}
+	s.store.Free(free)
+	s.store.Release(pinned, probe)
+	return out
 }
 
 // WaitForRoom makes room for a create of size bytes: it asks the spill
@@ -583,54 +675,173 @@ func (s *Spiller) Has(id ids.ObjectID) bool {
 	return so != nil
 }
 
+// RestoreError says a spilled object could not be restored.
+type RestoreError struct {
+	ID  ids.ObjectID
+	Err error
+}
+
+// Error implements error.
+func (e *RestoreError) Error() string {
+	return fmt.Sprintf("object %s is spilled and could not be restored: %v", e.ID, e.Err)
+}
+
+// Unwrap returns the cause (the storage's error, or the reader's context's).
+func (e *RestoreError) Unwrap() error { return e.Err }
+
 // Restore brings a spilled object back into the store (concurrent
 // restores of one object share the work). It is a no-op for objects that
 // are in memory or not spilled.
 func (s *Spiller) Restore(ctx context.Context, id ids.ObjectID) error {
-	s.mu.Lock()
-	so := s.objs[id]
-	if so == nil || so.inMemory {
-		s.mu.Unlock()
-		return nil
+	client := ids.New()
+	es, err := s.Pin(ctx, []ids.ObjectID{id}, client)
+	if err != nil {
+		return err
 	}
-	rs := s.restores[id]
-	if rs == nil {
-		rs = &restore{done: make(chan struct{})}
-		s.restores[id] = rs
-		file, off, size, meta := so.file, so.offset, so.size, so.meta
-		go func() {
-			rs.err = s.doRestore(id, file, off, size, meta)
-			s.mu.Lock()
-			delete(s.restores, id)
-			if rs.err == nil {
-				if cur := s.objs[id]; cur != nil {
-					cur.inMemory = true
+	if es[0].Found {
+		s.store.Release([]ids.ObjectID{id}, client)
+	}
+	return nil
+}
+
+// Pin looks objects up in the store as its GetEntries does, pinning the
+// found ones for client, and first restores those that are spilled: the
+// read path of every reader of the node's objects. It is atomic with the
+// spiller: an object the spiller writes or drops meanwhile is either
+// pinned in memory (and then stays there) or found stored and restored;
+// a restored object is pinned for every reader that waited for it before
+// anything can spill it again. So a live object never reads as missing.
+// On an error no pin is left; the error is a *RestoreError.
+func (s *Spiller) Pin(ctx context.Context, objs []ids.ObjectID, client ids.ID) ([]Entry, error) {
+	if !s.Enabled() {
+		return s.store.GetEntries(objs, client), nil
+	}
+	out := make([]Entry, len(objs))
+	for i, id := range objs {
+		e, err := s.pinOne(ctx, id, client)
+		if err != nil {
+			var got []ids.ObjectID
+			for _, p := range out[:i] {
+				if p.Found {
+					got = append(got, p.ID)
 				}
 			}
-			s.mu.Unlock()
-			close(rs.done)
-		}()
+			s.store.Release(got, client)
+			return nil, &RestoreError{ID: id, Err: err}
+		}
+		out[i] = e
 	}
-	s.mu.Unlock()
-	select {
-	case <-rs.done:
-		return rs.err
-	case <-ctx.Done():
-		return ctx.Err()
+	return out, nil
+}
+
+// pinOne pins one object for client, restoring it first when it is
+// stored and not in memory.
+func (s *Spiller) pinOne(ctx context.Context, id ids.ObjectID, client ids.ID) (Entry, error) {
+	var rs *restore // the restore this reader waited for
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		e := s.store.GetEntries([]ids.ObjectID{id}, client)[0]
+		if rs != nil {
+			s.leaveLocked(id, rs)
+			rs = nil
+		}
+		if e.Found {
+			return e, nil
+		}
+		so := s.objs[id]
+		if so == nil || so.inMemory {
+			// Not spilled, or its owner freed it: not found.
+			return e, nil
+		}
+		rs = s.restores[id]
+		if rs == nil {
+			rs = s.startRestoreLocked(id, so)
+		}
+		rs.waiters++
+		s.mu.Unlock()
+		select {
+		case <-rs.done:
+		case <-ctx.Done():
+		}
+		s.mu.Lock()
+		if !isDone(rs.done) {
+			s.leaveLocked(id, rs)
+			return Entry{}, ctx.Err()
+		}
+		if rs.err != nil {
+			s.leaveLocked(id, rs)
+			return Entry{}, rs.err
+		}
+		// Restored and pinned by its creator until every waiter took its
+		// own pin: loop to take ours.
 	}
 }
 
-func (s *Spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta []byte) error {
+// isDone reports whether ch is closed.
+func isDone(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// startRestoreLocked starts restoring the stored object id. The restored
+// object stays pinned by the restore's creator until every reader waiting
+// for it pinned it too (leaveLocked). Requires s.mu.
+func (s *Spiller) startRestoreLocked(id ids.ObjectID, so *spilledObject) *restore {
+	rs := &restore{done: make(chan struct{}), creator: ids.New()}
+	s.restores[id] = rs
+	file, off, size, meta := so.file, so.offset, so.size, so.meta
+	go func() {
+		created, err := s.doRestore(id, rs.creator, file, off, size, meta)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.restores, id)
+		rs.err = err
+		if err == nil {
+			if cur := s.objs[id]; cur != nil {
+				cur.inMemory = true
+			} else {
+				// Its owner freed it while it was restored.
+				s.store.Free([]ids.ObjectID{id})
+			}
+			rs.held = created
+			if rs.held && rs.waiters == 0 {
+				s.store.Release([]ids.ObjectID{id}, rs.creator)
+				rs.held = false
+			}
+		}
+		close(rs.done)
+	}()
+	return rs
+}
+
+// leaveLocked records that a reader waiting for restore rs is done with
+// it; the last one drops the restore's own pin. Requires s.mu.
+func (s *Spiller) leaveLocked(id ids.ObjectID, rs *restore) {
+	rs.waiters--
+	if rs.waiters == 0 && rs.held {
+		s.store.Release([]ids.ObjectID{id}, rs.creator)
+		rs.held = false
+	}
+}
+
+// doRestore reads a stored object into a new store object, sealed and
+// pinned by creator (the caller releases it). An object that is in the
+// store already (sealed) is not read again.
+func (s *Spiller) doRestore(id ids.ObjectID, creator ids.ID, f *spillFile, off, size int64, meta []byte) (created bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	start := time.Now()
-	creator := ids.New()
 	arenaOff, err := s.objects.CreateMakingRoom(ctx, id, size, meta, creator)
 	if err != nil {
 		if s.store.Contains(id) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("restoring object %s: %w", id, err)
+		return false, fmt.Errorf("restoring object %s: %w", id, err)
 	}
 	ok := false
 	defer func() {
@@ -640,13 +851,13 @@ func (s *Spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta
 	}()
 	st, err := s.cfg.Storage()
 	if err != nil {
-		return fmt.Errorf("restoring object %s: %w", id, err)
+		return false, fmt.Errorf("restoring object %s: %w", id, err)
 	}
 	if err := s.readIntoArena(ctx, st, f.key, off, arenaOff, size); err != nil {
-		return fmt.Errorf("restoring object %s from %s: %w", id, f.url, err)
+		return false, fmt.Errorf("restoring object %s from %s: %w", id, f.url, err)
 	}
-	if err := s.store.Seal(id, creator, true); err != nil {
-		return err
+	if err := s.store.Seal(id, creator, false); err != nil {
+		return false, err
 	}
 	ok = true
 	s.mu.Lock()
@@ -658,7 +869,7 @@ func (s *Spiller) doRestore(id ids.ObjectID, f *spillFile, off, size int64, meta
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.ObserveRestore(size, took)
 	}
-	return nil
+	return true, nil
 }
 
 // Parallel restore reads: an object of at least 2×restoreRange bytes is
@@ -733,6 +944,7 @@ func (s *Spiller) Forget(objs []ids.ObjectID) {
 		return
 	}
 	var dead, records []string
+	var forgot []ids.ObjectID
 	s.mu.Lock()
 	for _, id := range objs {
 		so := s.objs[id]
@@ -740,6 +952,7 @@ func (s *Spiller) Forget(objs []ids.ObjectID) {
 			continue
 		}
 		delete(s.objs, id)
+		forgot = append(forgot, id)
 		records = append(records, so.records()...)
 		so.file.live--
 		if so.file.live == 0 && !so.file.foreign {
@@ -748,6 +961,9 @@ func (s *Spiller) Forget(objs []ids.ObjectID) {
 		}
 	}
 	s.mu.Unlock()
+	// A restore may have brought a copy back after the owner's free
+	// reached the store: it goes too.
+	s.store.Free(forgot)
 	if len(dead) > 0 {
 		go s.deleteFiles(dead)
 	}
@@ -900,7 +1116,9 @@ func (s *Spiller) RestoreFromRecord(oid ids.ObjectID, node ids.ID, owner *gorayv
 		return fmt.Errorf("its spilled copy %s is in storage plugin %q, which this node does not spill to", rec.URL, rec.Storage)
 	}
 	f := &spillFile{key: rec.Key, url: rec.URL, foreign: true}
-	if err := s.doRestore(oid, f, rec.Offset, rec.Size, rec.Meta); err != nil {
+	creator := ids.New()
+	created, err := s.doRestore(oid, creator, f, rec.Offset, rec.Size, rec.Meta)
+	if err != nil {
 		return err
 	}
 	s.objects.Track(oid, owner)
@@ -910,6 +1128,9 @@ func (s *Spiller) RestoreFromRecord(oid ids.ObjectID, node ids.ID, owner *gorayv
 		s.objs[oid] = &spilledObject{file: f, offset: rec.Offset, size: rec.Size, meta: rec.Meta, inMemory: true, record: rk}
 	}
 	s.mu.Unlock()
+	if created {
+		s.store.Release([]ids.ObjectID{oid}, creator)
+	}
 	s.log.Info("object of a dead node restored from its spilled copy", "object_id", oid, "node", node, "url", rec.URL)
 	return nil
 }

@@ -106,10 +106,14 @@ func (m *memStore) Data(off, size int64) []byte {
 	return m.objs[off].data[:size]
 }
 
-func (m *memStore) Seal(id ids.ObjectID, _ ids.ID, _ bool) error {
+func (m *memStore) Seal(id ids.ObjectID, _ ids.ID, release bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.find(id).e.Sealed = true
+	o := m.find(id)
+	o.e.Sealed = true
+	if release {
+		o.e.Pins--
+	}
 	return nil
 }
 
@@ -132,7 +136,7 @@ func (f *fakeObjects) Track(oid ids.ObjectID, _ *gorayv1.Address) {
 func (f *fakeObjects) CreateMakingRoom(_ context.Context, oid ids.ObjectID, size int64, meta []byte, _ ids.ID) (int64, error) {
 	f.store.mu.Lock()
 	defer f.store.mu.Unlock()
-	f.store.objs = append(f.store.objs, &memObject{e: Entry{ID: oid, Found: true, Offset: int64(len(f.store.objs)), DataSize: size, Metadata: meta, Seq: int64(len(f.store.objs))}, data: make([]byte, size)})
+	f.store.objs = append(f.store.objs, &memObject{e: Entry{ID: oid, Found: true, Offset: int64(len(f.store.objs)), DataSize: size, Metadata: meta, Pins: 1, Seq: int64(len(f.store.objs))}, data: make([]byte, size)})
 	return int64(len(f.store.objs) - 1), nil
 }
 
