@@ -55,8 +55,11 @@ func DialOptions(target string, creds *auth.Credentials) []grpc.DialOption {
 // recovery and TLS. A call that passes the token check marks its
 // connection authenticated: serve TCP on a listener wrapped with
 // internal/connlimit, so that connections that never do are bounded.
+// Clients' keepalive pings are allowed as often as every
+// MinKeepaliveTime/2 (keepalive.go).
 func ServerOptions(creds *auth.Credentials) []grpc.ServerOption {
 	return append(creds.ServerOptions(),
+		grpc.KeepaliveEnforcementPolicy(keepaliveEnforcement),
 		grpc.MaxRecvMsgSize(MaxMessageSize),
 		grpc.MaxSendMsgSize(MaxMessageSize),
 		grpc.WriteBufferSize(bufferSize),

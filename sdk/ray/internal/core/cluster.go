@@ -69,8 +69,11 @@ func (cw *CoreWorker) nodeInfo(ctx context.Context, id ids.ID) (*pb.NodeInfo, er
 	return n, nil
 }
 
-// markNodeDead records a NODE_DIED report in the cache.
+// markNodeDead records a NODE_DIED report in the cache, then ends what
+// this process has on the node (afterNodeDeath, once the lock below is
+// released: deferred first, it runs last).
 func (cw *CoreWorker) markNodeDead(id ids.ID, reason string) {
+	defer cw.afterNodeDeath(id, reason)
 	d := &cw.nodeDir
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -112,6 +112,11 @@ type CoreWorker struct {
 	connsMu sync.Mutex
 	conns   map[string]*grpc.ClientConn
 	connOf  map[string]string // worker id -> conns key
+	// connNode: the node of each connection bound to one (nodedeath.go).
+	connNode map[string]ids.ID
+	// keepalive of the connections to other core workers
+	// (rpc.KeepaliveFromEnv; the zero value: rpc.DefaultKeepalive).
+	keepalive rpc.Keepalive
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -169,6 +174,11 @@ var current atomic.Pointer[CoreWorker]
 func Current() *CoreWorker { return current.Load() }
 
 func (cw *CoreWorker) start(ctx context.Context) error {
+	ka, err := rpc.KeepaliveFromEnv()
+	if err != nil {
+		return err
+	}
+	cw.keepalive = ka
 	cw.trackSegments()
 	sockDir := filepath.Join(cw.cfg.SessionDir, "sockets")
 	if err := os.MkdirAll(sockDir, 0o700); err != nil {
@@ -422,16 +432,28 @@ func (cw *CoreWorker) conn(addr *pb.Address) (*grpc.ClientConn, error) {
 	if target == "" {
 		return nil, errors.New("goray: address has neither a unix path nor a TCP address")
 	}
+	node := cw.peerNode(addr, target)
 	cw.connsMu.Lock()
 	defer cw.connsMu.Unlock()
+	if !node.IsNil() {
+		if dead, reason := cw.nodeDead(node); dead {
+			return nil, deadNodeError(node, reason, nil)
+		}
+	}
 	if c, ok := cw.conns[target]; ok {
 		return c, nil
 	}
-	c, err := rpc.Dial(target, cw.cfg.Auth, peerDialOptions()...)
+	c, err := rpc.Dial(target, cw.cfg.Auth, cw.peerConnOptions(node)...)
 	if err != nil {
 		return nil, err
 	}
 	cw.conns[target] = c
+	if !node.IsNil() {
+		if cw.connNode == nil {
+			cw.connNode = map[string]ids.ID{}
+		}
+		cw.connNode[target] = node
+	}
 	if len(addr.WorkerId) > 0 {
 		cw.connOf[string(addr.WorkerId)] = target
 	}

@@ -836,19 +836,46 @@ func (s *submitter) returnLease(l *lease, disconnect bool) *pb.MemoryKill {
 // leaseFailed handles a broken stream: retry or fail the tasks on it.
 func (s *submitter) leaseFailed(l *lease, cause error) {
 	s.mu.Lock()
-	if l.dead && len(l.inflight) == 0 {
-		s.mu.Unlock()
-		return
+	e, ok := s.endLeaseLocked(l, cause, "")
+	s.mu.Unlock()
+	if ok {
+		s.finishLeaseEnd(e)
 	}
-	wasDead := l.dead
+}
+
+// leaseEnd is what ending a lease left to do once submitter.mu is
+// released (finishLeaseEnd).
+type leaseEnd struct {
+	l       *lease
+	cause   error
+	node    string // the death reason of l's node ("": not dead)
+	wasDead bool   // l was returned or ended before (nothing to return)
+	fails   []*taskRecord
+	retried int
+	sends   []sendItem
+}
+
+// endLeaseLocked ends lease l, whose stream broke with cause or whose
+// node was declared dead (nodeDeath, the node's death reason): the tasks
+// on it that may run again (retries left, not cancelled) go back to the
+// head of their key's queue as their next attempt, the others are
+// returned to be failed. Once it has run, nothing that arrives on l's
+// stream is taken as a task's result: a reply to an attempt of a lease
+// that ended finds no task (recvLoop), so a node that comes back after
+// being declared dead has its late results ignored. It reports false
+// when l had ended already. s.mu must be held.
+func (s *submitter) endLeaseLocked(l *lease, cause error, nodeDeath string) (leaseEnd, bool) {
+	if l.dead && len(l.inflight) == 0 {
+		return leaseEnd{}, false
+	}
+	e := leaseEnd{l: l, cause: cause, node: nodeDeath, wasDead: l.dead}
 	l.dead = true
 	delete(l.key.leases, l)
 	var retry []*taskRecord
-	var fails []*taskRecord
 	for _, rec := range l.inflight {
 		if int(rec.spec.Attempt) < int(rec.spec.MaxRetries) && !s.closed && !rec.cancelled {
 			// This attempt failed; the next one is queued.
-			rec.errType, rec.errMsg = "WorkerCrashedError", fmt.Sprintf("connection to worker %s lost: %v; retrying", ids.MustFromBytes(l.worker.WorkerId).Short(), cause)
+			rec.errType, rec.errMsg = "WorkerCrashedError", e.reason()+"; retrying"
 			s.cw.taskEnded(rec, true)
 			rec.errType, rec.errMsg = "", ""
 			// A send of the old spec may still be marshalling it.
@@ -858,24 +885,44 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 			s.cw.taskQueued(rec, true)
 			retry = append(retry, rec)
 		} else {
-			fails = append(fails, rec)
+			e.fails = append(e.fails, rec)
 		}
 	}
 	l.inflight = nil
 	k := l.key
 	k.queue = append(retry, k.queue...)
-	sends := s.dispatchLocked(k)
-	s.mu.Unlock()
+	e.retried = len(retry)
+	e.sends = s.dispatchLocked(k)
+	return e, true
+}
+
+// reason says why e's lease ended: its node died, or its connection was
+// lost.
+func (e *leaseEnd) reason() string {
+	w := ids.MustFromBytes(e.l.worker.GetWorkerId()).Short()
+	if e.node != "" {
+		n, _ := ids.FromBytes(e.l.worker.GetNodeId())
+		return fmt.Sprintf("worker %s: its node %s was declared dead (%s)", w, n.Short(), e.node)
+	}
+	return fmt.Sprintf("connection to worker %s lost: %v", w, e.cause)
+}
+
+// finishLeaseEnd does what ending a lease left to do without
+// submitter.mu: the stream is cancelled, the lease returned to its raylet
+// (not to a dead node's, which would not answer), the tasks with no retry
+// left failed and the retried ones sent.
+func (s *submitter) finishLeaseEnd(e leaseEnd) {
+	l := e.l
 	l.cancel()
 	var oom *pb.MemoryKill // the node's memory monitor killed the worker
-	if !wasDead {
+	if !e.wasDead && e.node == "" {
 		oom = s.returnLease(l, true)
 	}
-	reason := fmt.Sprintf("connection to worker %s lost: %v", ids.MustFromBytes(l.worker.WorkerId).Short(), cause)
+	reason := e.reason()
 	if oom != nil {
 		reason = oom.Describe()
 	}
-	for _, rec := range fails {
+	for _, rec := range e.fails {
 		if oom != nil && !rec.cancelled {
 			s.fail(rec, outOfMemory(rec, oom))
 			continue
@@ -887,10 +934,39 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 		}
 		s.fail(rec, &WorkerCrashedError{Function: rec.spec.Function, TaskID: ids.MustFromBytes(rec.spec.TaskId), Attempts: int(rec.spec.Attempt) + 1, Reason: reason})
 	}
-	if len(retry) > 0 {
-		s.cw.log.Warn("worker died; retrying its tasks", "worker", ids.MustFromBytes(l.worker.WorkerId).Short(), "tasks", len(retry), "reason", reason)
+	if e.retried > 0 {
+		s.cw.log.Warn("worker lost; retrying its tasks", "worker", ids.MustFromBytes(l.worker.WorkerId).Short(), "tasks", e.retried, "reason", reason)
 	}
-	s.send(sends)
+	s.send(e.sends)
+}
+
+// nodeDied ends at once every lease on node, which was declared dead
+// (reason): their tasks are retried elsewhere within their MaxRetries, or
+// fail with a WorkerCrashedError naming the node. The node may only be
+// frozen or cut off, its connections open: nothing else would end them.
+func (s *submitter) nodeDied(node ids.ID, reason string) {
+	s.mu.Lock()
+	// Out of every key first, so that no retried task is dispatched to
+	// another of the node's leases.
+	var gone []*lease
+	for _, k := range s.keys {
+		for l := range k.leases {
+			if !l.dead && string(l.worker.GetNodeId()) == string(node[:]) {
+				gone = append(gone, l)
+				delete(k.leases, l)
+			}
+		}
+	}
+	var ends []leaseEnd
+	for _, l := range gone {
+		if e, ok := s.endLeaseLocked(l, nil, reason); ok {
+			ends = append(ends, e)
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range ends {
+		s.finishLeaseEnd(e)
+	}
 }
 
 func (s *submitter) close() {
