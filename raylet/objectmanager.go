@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/goray-dev/goray/internal/auth"
@@ -49,6 +51,8 @@ type peerDirectory interface {
 type pull struct {
 	done chan struct{}
 	err  error
+	node ids.ID                  // the node pulled from
+	stop context.CancelCauseFunc // ends the transfer (its node died)
 }
 
 // objectManager is the raylet's side of the node's object store: who
@@ -98,9 +102,19 @@ func newObjectManager(cfg Config, log hclog.Logger, closing <-chan struct{}, pee
 // create allocates an unsealed object (making room when the store is
 // full), held by creator until sealed and owned by owner (a process of
 // node ownerNode) until freed.
+//
+// An object that exists already, sealed (a copy pulled here before, or a
+// restored one), is the creator's result too: a task re-run to rebuild an
+// object lost with its node can land where a copy of it lives. The create
+// fails with "already exists" as before, but the copy becomes a primary
+// copy owned by owner (no longer evictable), and the creator reads it
+// (core's storeValue) instead of failing.
 func (om *objectManager) create(ctx context.Context, oid ids.ObjectID, size int64, meta []byte, owner, ownerNode, creator ids.ID) (int64, error) {
 	off, err := om.createMakingRoom(ctx, oid, size, meta, creator)
 	if err != nil {
+		if isExists(err) {
+			om.adoptCopy(oid, owner, ownerNode)
+		}
 		return 0, err
 	}
 	om.mu.Lock()
@@ -193,10 +207,12 @@ func (om *objectManager) objectsOf(id ids.ID) (aborts, frees []ids.ObjectID) {
 
 // freeOwnedOn frees the objects here whose owners ran on the dead nodes:
 // nobody can read or free them any more.
+// Pulls from those nodes end at once (endPullsFrom).
 func (om *objectManager) freeOwnedOn(nodes []ids.ID) {
 	if len(nodes) == 0 {
 		return
 	}
+	om.endPullsFrom(nodes)
 	om.mu.Lock()
 	var frees []ids.ObjectID
 	for o, owner := range om.ownerNodes {
@@ -211,6 +227,49 @@ func (om *objectManager) freeOwnedOn(nodes []ids.ID) {
 	if len(frees) > 0 {
 		om.freeObjects(frees)
 		om.log.Info("freed objects owned on dead nodes", "objects", len(frees))
+	}
+}
+
+// adoptCopy makes the sealed copy of oid here a primary copy owned by
+// owner (a process of node ownerNode): a copy pulled from another node is
+// no longer evicted to make room (it is spilled instead, as every primary
+// copy). An object not sealed (still being created or pulled) is left
+// alone.
+func (om *objectManager) adoptCopy(oid ids.ObjectID, owner, ownerNode ids.ID) {
+	client := ids.New()
+	es := om.store.GetEntries([]ids.ObjectID{oid}, client)
+	if len(es) != 1 || !es[0].Found {
+		return
+	}
+	defer om.store.Release([]ids.ObjectID{oid}, client)
+	om.mu.Lock()
+	defer om.mu.Unlock()
+	if _, creating := om.creates[oid]; creating {
+		return
+	}
+	if !om.secondary[oid] && om.owners[oid] == owner {
+		return
+	}
+	om.trackOwnerLocked(oid, owner, ownerNode)
+	om.log.Debug("a copy becomes the object's primary copy", "object_id", oid, "owner", owner)
+}
+
+// isExists reports whether a store error says the object exists.
+func isExists(err error) bool {
+	return status.Code(storeStatus(err)) == codes.AlreadyExists
+}
+
+// endPullsFrom ends the transfers from the dead nodes (each fails with a
+// *NodeDeadError, and a copy the node spilled to shared storage is
+// restored instead, as for any pull from a dead node): a frozen node would
+// hold them, and the readers waiting on them, for pullTimeout.
+func (om *objectManager) endPullsFrom(nodes []ids.ID) {
+	om.mu.Lock()
+	defer om.mu.Unlock()
+	for _, p := range om.pulls {
+		if slices.Contains(nodes, p.node) {
+			p.stop(&NodeDeadError{Node: p.node, Reason: "reported dead while the object was pulled from it"})
+		}
 	}
 }
 
@@ -372,11 +431,13 @@ func (om *objectManager) pull(ctx context.Context, oid ids.ObjectID, node ids.ID
 	om.mu.Lock()
 	p := om.pulls[oid]
 	if p == nil {
-		p = &pull{done: make(chan struct{})}
+		pctx, stop := context.WithCancelCause(context.Background())
+		p = &pull{done: make(chan struct{}), node: node, stop: stop}
 		om.pulls[oid] = p
 		owner := proto.Clone(owner).(*gorayv1.Address)
 		go func() {
-			p.err = om.runPull(oid, node, owner)
+			defer stop(nil)
+			p.err = om.runPull(pctx, oid, node, owner)
 			if p.err != nil && om.peers.nodeDied(node, p.err) {
 				// Its node is gone: restore the copy it spilled to shared
 				// storage, if any.
@@ -385,6 +446,11 @@ func (om *objectManager) pull(ctx context.Context, oid ids.ObjectID, node ids.ID
 				} else if !errors.Is(err, spill.ErrNoSpilledCopy) {
 					om.log.Warn("restoring a dead node's object from its spilled copy failed", "object_id", oid, "node", node, "error", err)
 					p.err = fmt.Errorf("%w; restoring its spilled copy: %v", p.err, err)
+				}
+				if p.err != nil {
+					// The caller learns the node is dead (not a failure to
+					// retry), whatever the transfer's own error was.
+					p.err = &pullError{err: p.err, dead: true}
 				}
 			}
 			om.mu.Lock()
@@ -402,10 +468,22 @@ func (om *objectManager) pull(ctx context.Context, oid ids.ObjectID, node ids.ID
 	}
 }
 
+// pullError is a pull that failed because its source node is dead: the
+// copy there is gone (unless it was restored from shared storage).
+type pullError struct {
+	err  error
+	dead bool
+}
+
+func (e *pullError) Error() string { return e.err.Error() }
+func (e *pullError) Unwrap() error { return e.err }
+
 // runPull reads the object from node's data plane in parallel ranged
 // streams straight into a new object of this store, sealed once complete;
 // on failure the partial object is discarded.
-func (om *objectManager) runPull(oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) error {
+// A transfer from a node reported dead meanwhile (endPullsFrom) ends at
+// once with a *NodeDeadError: a frozen node would hold it for pullTimeout.
+func (om *objectManager) runPull(pctx context.Context, oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) (err error) {
 	info, err := om.peers.peerInfo(node)
 	if err != nil {
 		return err
@@ -414,8 +492,14 @@ func (om *objectManager) runPull(oid ids.ObjectID, node ids.ID, owner *gorayv1.A
 	if addr == "" {
 		return fmt.Errorf("node %s serves no object data plane", node.Short())
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), pullTimeout)
+	ctx, cancel := context.WithTimeout(pctx, pullTimeout)
 	defer cancel()
+	defer func() {
+		var nd *NodeDeadError
+		if cause := context.Cause(pctx); err != nil && errors.As(cause, &nd) {
+			err = fmt.Errorf("%w (pulling object %s: %v)", cause, oid, err)
+		}
+	}()
 	go func() {
 		select {
 		case <-om.closing:
@@ -521,4 +605,28 @@ func isClosed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// pullStatus is the gRPC status of a pull of oid from node (PullObject):
+// FailedPrecondition when the node is dead (the copy there is gone),
+// NotFound when the node answered that it does not hold the object,
+// Unavailable when the transfer failed (the node is unreachable, slow or
+// frozen, but not known to be dead: the caller may try again).
+func pullStatus(ctx context.Context, oid ids.ObjectID, node ids.ID, err error) error {
+	var (
+		nd      *NodeDeadError
+		pe      *pullError
+		refused *dataplane.Error
+	)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return status.FromContextError(ctx.Err()).Err()
+	case errors.As(err, &nd), errors.As(err, &pe) && pe.dead:
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.As(err, &refused) && refused.Status == dataplane.StatusNotFound:
+		return status.Errorf(codes.NotFound, "pulling object %s from node %s: %v", oid, node.Short(), err)
+	}
+	return status.Errorf(codes.Unavailable, "pulling object %s from node %s: %v", oid, node.Short(), err)
 }

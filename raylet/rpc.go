@@ -480,17 +480,7 @@ func (r *Raylet) PullObject(ctx context.Context, req *gorayv1.PullObjectRequest)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "pull object %s: node id: %v", oid, err)
 	}
-	err = r.objects.pull(ctx, oid, node, req.GetOwner())
-	var nd *NodeDeadError
-	switch {
-	case err == nil:
-		return &gorayv1.PullObjectReply{}, nil
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		return nil, status.FromContextError(ctx.Err()).Err()
-	case errors.As(err, &nd):
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
-	}
-	return nil, status.Errorf(codes.Unavailable, "pulling object %s from node %s: %v", oid, node.Short(), err)
+	return &gorayv1.PullObjectReply{}, pullStatus(ctx, oid, node, r.objects.pull(ctx, oid, node, req.GetOwner()))
 }
 
 // WorkersDied handles the death of drivers or workers of another node: the
