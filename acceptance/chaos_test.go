@@ -38,13 +38,13 @@ func buildChaosJob(t *testing.T) {
 	}
 }
 
-// chaosConfig declares a silent node dead after about three seconds (6
-// missed checks of 500ms), and spills in small files so that the small
-// stores spill.
+// chaosConfig declares a silent node dead after about five seconds (5
+// missed checks of 1s: a loaded machine must not fail a live node), and
+// spills in small files so that the small stores spill.
 const chaosConfig = `
 health_check {
-  period            = "500ms"
-  failure_threshold = 6
+  period            = "1s"
+  failure_threshold = 5
 }
 spilling {
   min_file_size = "1MiB"
@@ -92,6 +92,44 @@ func spillFiles(t *testing.T, dir string) []string {
 	return out
 }
 
+// logKeeper copies the logs of the head's and the nodes' sessions to the
+// artifacts directory (chaos/<node>) once, when the test failed: before
+// goray stop, which removes a stopped node's session.
+type logKeeper struct {
+	t     *testing.T
+	h     *head
+	nodes []*clusterNode
+	once  sync.Once
+}
+
+// add registers n, and a cleanup that keeps the logs before n's own
+// cleanup stops it.
+func (k *logKeeper) add(n *clusterNode) {
+	k.nodes = append(k.nodes, n)
+	k.t.Cleanup(k.keepIfFailed)
+}
+
+func (k *logKeeper) keepIfFailed() {
+	if !k.t.Failed() {
+		return
+	}
+	k.once.Do(func() {
+		sessions := map[string]string{"head": k.h.session}
+		for _, n := range k.nodes {
+			sessions[n.ip] = n.session
+		}
+		base := artifactDir(k.t, "chaos")
+		for name, s := range sessions {
+			to := filepath.Join(base, name)
+			_ = os.RemoveAll(to)
+			if out, err := exec.Command("cp", "-r", filepath.Join(s, "logs"), to).CombinedOutput(); err != nil {
+				k.t.Logf("keeping the logs of %s: %v\n%s", name, err, out)
+			}
+		}
+		k.t.Logf("the nodes' logs are in %s", base)
+	})
+}
+
 // TestChaosNodeKillAndFreeze runs a small mixed workload (chaosjob: Put
 // objects, tasks with retries making 1-16 MiB results pulled to other
 // nodes, tasks taking other tasks' results, a named restartable actor with
@@ -115,6 +153,9 @@ func TestChaosNodeKillAndFreeze(t *testing.T) {
 	small := []string{"--config", cfg, "--object-store-memory", "48MiB"}
 	killed := joinNode(t, ctx, h, "127.0.0.2", "", append(small, "--resources", "kill=100")...)
 	frozen := joinNode(t, ctx, h, "127.0.0.3", "", append(small, "--resources", "freeze=100")...)
+	logs := &logKeeper{t: t, h: h}
+	logs.add(killed)
+	logs.add(frozen)
 	var stopped []int
 	t.Cleanup(func() { // before the nodes' goray stop
 		for _, pid := range stopped {
@@ -134,6 +175,7 @@ func TestChaosNodeKillAndFreeze(t *testing.T) {
 	waitNodeState(t, ctx, h, killed.id, "DEAD", time.Minute)
 	waitNodeState(t, ctx, h, frozen.id, "DEAD", time.Minute)
 	repl := joinNode(t, ctx, h, "127.0.0.4", "", append(small, "--resources", "kill=100,freeze=100")...)
+	logs.add(repl)
 	t.Logf("replacement node %s", repl.id[:8])
 	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -163,11 +205,11 @@ func TestChaosNodeKillAndFreeze(t *testing.T) {
 
 	// goray stop on every node's temp dir leaves nothing running and no
 	// spill file, the dead nodes' included.
-	nodes := []*clusterNode{killed, frozen, repl}
 	dirs := []string{h.tempDir}
-	for _, n := range nodes {
+	for _, n := range logs.nodes {
 		dirs = append(dirs, n.tempDir)
 	}
+	logs.keepIfFailed()
 	for _, d := range dirs {
 		if r := runGoray(t, ctx, "stop", "--temp-dir", d); r.code != 0 {
 			t.Errorf("goray stop --temp-dir %s: %s", d, r)

@@ -189,6 +189,21 @@ func phaseCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, d)
 }
 
+// reads bounds the driver's concurrent reads of large values: the head's
+// small store must hold what they pin at once.
+var reads = make(chan struct{}, 3)
+
+// read gets ref's value, one of at most cap(reads) at once.
+func read(ctx context.Context, ref ray.Ref[[]byte]) ([]byte, error) {
+	select {
+	case reads <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for a turn to read: %w", ctx.Err())
+	}
+	defer func() { <-reads }()
+	return ref.Get(ctx)
+}
+
 // object is a value the driver knows the checksum of.
 type object struct {
 	name string
@@ -197,7 +212,7 @@ type object struct {
 }
 
 func (o object) check(ctx context.Context) error {
-	b, err := o.ref.Get(ctx)
+	b, err := read(ctx, o.ref)
 	if err != nil {
 		return err
 	}
@@ -232,7 +247,7 @@ type gatedObj struct {
 // be taken (they were declared dead before the gate opened). It returns
 // the header.
 func (g gatedObj) check(ctx context.Context, dead map[string]string) (string, error) {
-	b, err := g.ref.Get(ctx)
+	b, err := read(ctx, g.ref)
 	if err != nil {
 		return "", err
 	}
