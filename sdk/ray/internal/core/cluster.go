@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -135,6 +136,25 @@ func (cw *CoreWorker) nodeDead(id ids.ID) (bool, string) {
 		return true, n.GetDeathReason()
 	}
 	return false, ""
+}
+
+// nodeDeadNow reports whether the node is dead, asking the GCS when it is
+// not known to be: another process may have learned the death first.
+func (cw *CoreWorker) nodeDeadNow(ctx context.Context, id ids.ID) bool {
+	if dead, _ := cw.nodeDead(id); dead || cw.gcs == nil {
+		return dead
+	}
+	rep, err := cw.gcs.GetAllNodes(ctx, &pb.GetAllNodesRequest{})
+	if err != nil {
+		return false
+	}
+	for _, n := range rep.GetNodes() {
+		if info := n.GetInfo(); string(info.GetNodeId()) == string(id.Bytes()) && info.GetState() == "DEAD" {
+			cw.markNodeDead(id, info.GetDeathReason())
+			return true
+		}
+	}
+	return false
 }
 
 // rayletOf returns a client for the raylet of node id: the local one for
@@ -274,29 +294,118 @@ func (cw *CoreWorker) cancelLeaseAt(cli pb.RayletClient, requestID []byte) {
 // pullObject makes a copy of an object held by another node in the local
 // store. When that node died, the local raylet restores the copy it spilled
 // to shared storage, if any (the object's primary copy is then on this
-// node, which its owner, when it is this process, records). Failures that
-// mean the copy is gone are ErrObjectLost.
+// node, which its owner, when it is this process, records).
+//
+// A transfer that fails while the node is not known to be dead (a refused
+// connection, a handshake timeout: the node may be slow, frozen or cut
+// off, and come back) is no loss: it is tried again, with backoff, until
+// it succeeds, ctx ends or the node is reported dead (NODE_DIED from this
+// node's raylet, or the raylet's pull finds it dead in the GCS); the owner
+// also tries the other nodes that may hold a copy (copies.go) meanwhile.
+// Only a dead node's copy, or one its live node does not hold, is
+// ErrObjectLost, saying why.
 func (cw *CoreWorker) pullObject(ctx context.Context, id ids.ObjectID, node ids.ID, owner *pb.Address) error {
-	_, err := cw.raylet.PullObject(ctx, &pb.PullObjectRequest{ObjectId: id[:], NodeId: node.Bytes(), Owner: owner})
-	if err == nil {
-		if dead, _ := cw.nodeDead(node); dead {
-			cw.objects.relocate(id, node, cw.nodeID)
+	if dead, _ := cw.nodeDead(node); dead {
+		// Once: the raylet restores the copy the node spilled to shared
+		// storage, or finds none.
+		if err := cw.pullOnce(ctx, id, node, owner); err != nil {
+			var again *pullRetryError
+			if errors.As(err, &again) {
+				return cw.lostWithNode(id, node, again.Error())
+			}
+			return err
 		}
+		cw.objects.relocate(id, node, cw.nodeID)
 		return nil
 	}
-	if ctx.Err() != nil {
+	dctx, stop := cw.untilNodeDies(ctx, node)
+	defer stop()
+	back := newBackOff(pullRetryMax)
+	for tries := 1; ; tries++ {
+		err := cw.pullOnce(dctx, id, node, owner)
+		if err == nil {
+			if dead, _ := cw.nodeDead(node); dead {
+				cw.objects.relocate(id, node, cw.nodeID)
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("goray: pulling object %s from node %s: %w (%v)", id, node.Short(), ctx.Err(), err)
+		}
+		if dctx.Err() != nil {
+			// Reported dead during the pull: once more, for the copy it
+			// may have spilled to shared storage.
+			return cw.pullObject(ctx, id, node, owner)
+		}
+		var again *pullRetryError
+		if !errors.As(err, &again) {
+			return err
+		}
+		if tries == 1 || tries%10 == 0 {
+			cw.log.Warn("pulling an object failed; its node is not reported dead, so trying again", "object", id, "node", node.Short(), "tries", tries, "error", again.err)
+		}
+		if cw.isSelf(owner) && cw.objects.owns(id) {
+			if ok, _ := cw.fromLiveCopy(ctx, id, node); ok {
+				return nil
+			}
+		}
+		t := time.NewTimer(back.NextBackOff())
+		select {
+		case <-t.C:
+		case <-dctx.Done():
+			t.Stop()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// pullRetryMax bounds the wait between tries of a pull from a node that
+// is unreachable but not reported dead.
+const pullRetryMax = 2 * time.Second
+
+// pullRetryError is a pull that failed while its node is not known to be
+// dead: worth trying again.
+type pullRetryError struct{ err error }
+
+func (e *pullRetryError) Error() string { return e.err.Error() }
+func (e *pullRetryError) Unwrap() error { return e.err }
+
+// pullOnce asks the local raylet once to pull object id from node. A
+// failure worth trying again is a *pullRetryError; a copy that is gone is
+// ErrObjectLost.
+func (cw *CoreWorker) pullOnce(ctx context.Context, id ids.ObjectID, node ids.ID, owner *pb.Address) error {
+	_, err := cw.raylet.PullObject(ctx, &pb.PullObjectRequest{ObjectId: id[:], NodeId: node.Bytes(), Owner: owner})
+	if err == nil || ctx.Err() != nil {
 		return err
 	}
 	st := status.Convert(err)
 	switch st.Code() {
-	case codes.FailedPrecondition, codes.Unavailable, codes.NotFound:
-		if dead, reason := cw.nodeDead(node); dead {
-			return &ObjectError{ObjectID: id, Kind: ErrObjectLost, Detail: fmt.Sprintf("its node %s died (%s)", node.Short(), reason)}
+	case codes.FailedPrecondition: // the raylet found the node dead
+		return cw.lostWithNode(id, node, st.Message())
+	case codes.NotFound:
+		if dead, _ := cw.nodeDead(node); dead {
+			return cw.lostWithNode(id, node, "")
 		}
-		if st.Code() == codes.NotFound {
-			return &ObjectError{ObjectID: id, Kind: ErrObjectFreed, Detail: st.Message()}
+		return &ObjectError{ObjectID: id, Kind: ErrObjectLost, Detail: fmt.Sprintf("node %s does not hold it: %s", node.Short(), st.Message())}
+	case codes.Unavailable:
+		if dead, _ := cw.nodeDead(node); dead {
+			return cw.lostWithNode(id, node, "")
 		}
-		return &ObjectError{ObjectID: id, Kind: ErrObjectLost, Detail: st.Message()}
+		return &pullRetryError{err: fmt.Errorf("goray: pulling object %s from node %s: %w", id, node.Short(), err)}
 	}
 	return fmt.Errorf("goray: pulling object %s from node %s: %w", id, node.Short(), err)
+}
+
+// lostWithNode is the ErrObjectLost of object id, whose copy died with
+// node (detail, when the node's death reason is not known here).
+func (cw *CoreWorker) lostWithNode(id ids.ObjectID, node ids.ID, detail string) error {
+	if dead, reason := cw.nodeDead(node); dead {
+		detail = reason
+	}
+	if detail == "" {
+		detail = "reported dead"
+	}
+	return &ObjectError{ObjectID: id, Kind: ErrObjectLost, Detail: fmt.Sprintf("its node %s died (%s)", node.Short(), detail)}
 }

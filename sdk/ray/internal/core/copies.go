@@ -2,6 +2,9 @@ package core
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -39,6 +42,15 @@ func (o *object) addCopyNodeLocked(node []byte) {
 		}
 	}
 	o.copies = append(o.copies, id)
+}
+
+// addCopyNode records that node may hold a copy of owned object id.
+func (t *objectTable) addCopyNode(id ids.ObjectID, node ids.ID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if o := t.objs[id]; o != nil && o.owned {
+		o.addCopyNodeLocked(node.Bytes())
+	}
 }
 
 // queueFreeLocked queues the free of store object id, whose record is ret
@@ -134,4 +146,96 @@ func (t *objectTable) noteCopy(ctx context.Context, id ids.ObjectID, owner *pb.A
 	}
 	t.noted[id] = struct{}{}
 	t.mu.Unlock()
+}
+
+// copyNodes returns the nodes besides lost that may hold a copy of owned
+// object id and are not known to be dead: this node first (a copy here
+// needs no transfer), then the others recorded.
+func (cw *CoreWorker) copyNodes(id ids.ObjectID, lost ids.ID) []ids.ID {
+	t := cw.objects
+	t.mu.Lock()
+	var recorded []ids.ID
+	if o := t.objs[id]; o != nil && o.owned {
+		recorded = append(recorded, o.copies...)
+	}
+	t.mu.Unlock()
+	out := []ids.ID{cw.nodeID}
+	for _, n := range recorded {
+		if n == lost || n == cw.nodeID {
+			continue
+		}
+		if dead, _ := cw.nodeDead(n); !dead {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// fromLiveCopy makes owned object id, whose copy on node lost is gone (or
+// out of reach), readable again from a live copy on another node, as Ray's
+// object directory would before re-running the task: a copy in this
+// node's store, else one pulled from a node recorded as holding a copy
+// (in memory, or spilled there, which that node restores to serve it).
+// The copy here becomes the object's primary copy (claim) and the owner
+// records this node as its location. It reports whether a copy was found;
+// the error says why each candidate failed.
+func (cw *CoreWorker) fromLiveCopy(ctx context.Context, id ids.ObjectID, lost ids.ID) (bool, error) {
+	var errs []error
+	for _, n := range cw.copyNodes(id, lost) {
+		if n != cw.nodeID {
+			nctx, stop := cw.untilNodeDies(ctx, n)
+			err := cw.pullOnce(nctx, id, n, cw.addr)
+			stop()
+			if err != nil {
+				if ctx.Err() != nil {
+					return false, ctx.Err()
+				}
+				errs = append(errs, fmt.Errorf("node %s: %w", n.Short(), err))
+				continue
+			}
+		}
+		ok, err := cw.claim(ctx, id)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s: %w", n.Short(), err))
+			continue
+		}
+		if !ok {
+			continue // no copy here (this node), or evicted meanwhile
+		}
+		cw.objects.relocate(id, lost, cw.nodeID)
+		// A node that is only unreachable may come back with its copy:
+		// the free must reach it too.
+		cw.objects.addCopyNode(id, lost)
+		cw.log.Info("object's node is gone; a live copy is its primary copy now", "object", id, "lost_node", lost.Short(), "copy_node", n.Short(), "now_on", cw.nodeID.Short())
+		return true, nil
+	}
+	return false, errors.Join(errs...)
+}
+
+// claim makes the sealed copy of owned object id in this node's store its
+// primary copy, owned by this process: the raylet keeps it (spilling
+// rather than evicting it). The copy is pinned meanwhile, so the create
+// that claims it can only find it there. It reports whether there was a
+// copy.
+func (cw *CoreWorker) claim(ctx context.Context, id ids.ObjectID) (bool, error) {
+	rep, err := cw.raylet.GetObjects(ctx, &pb.GetObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
+	if err != nil {
+		return false, fmt.Errorf("reading object %s from the store: %w", id, err)
+	}
+	if len(rep.Objects) != 1 || !rep.Objects[0].Found {
+		return false, nil
+	}
+	so := rep.Objects[0]
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_, _ = cw.raylet.ReleaseObjects(rctx, &pb.ReleaseObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
+	}()
+	// The raylet adopts an existing sealed copy as the creator's result
+	// (raylet objectManager.create): AlreadyExists is the expected answer.
+	_, err = cw.raylet.CreateObject(ctx, &pb.CreateObjectRequest{ObjectId: id[:], DataSize: so.DataSize, Metadata: so.Metadata, Owner: cw.addr, CreatorId: cw.id[:]})
+	if status.Code(err) != codes.AlreadyExists {
+		return false, fmt.Errorf("claiming the copy of object %s here: %v", id, err)
+	}
+	return true, nil
 }

@@ -257,8 +257,11 @@ func (e *executor) runFunction(ctx context.Context, spec *pb.TaskSpec, self any,
 	t.fetchEnd = nowUs()
 	if err != nil {
 		kind := KindObjectFreed
-		if errors.Is(err, ErrTransferFailed) {
+		switch {
+		case errors.Is(err, ErrTransferFailed):
 			kind = KindTransfer
+		case errors.Is(err, ErrObjectLost):
+			kind = KindObjectLost // its owner may rebuild it and send the task again
 		}
 		return e.systemError(spec, kind, err.Error())
 	}

@@ -73,13 +73,23 @@ func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, owner *pb
 	}
 	cw.objects.flushFrees()
 	rep, err := cw.raylet.CreateObject(ctx, &pb.CreateObjectRequest{ObjectId: id[:], DataSize: size, Metadata: f.Meta(), Owner: owner, CreatorId: cw.id[:]})
+	if status.Code(err) == codes.AlreadyExists {
+		return cw.existingCopy(ctx, id, owner, f, data)
+	}
 	if err != nil {
 		if status.Code(err) == codes.ResourceExhausted {
 			return nil, &RemoteError{Kind: KindStoreFull, Type: "StoreFullError", Message: status.Convert(err).Message(), Function: "put"}
 		}
 		return nil, fmt.Errorf("goray: creating object %s in the store: %w", id, err)
 	}
-	dst, err := cw.store.Slice(rep.Offset, size)
+	return cw.fillAndSeal(ctx, id, rep.Offset, f, data)
+}
+
+// fillAndSeal copies data into object id, created at offset in this
+// node's store, and seals it.
+func (cw *CoreWorker) fillAndSeal(ctx context.Context, id ids.ObjectID, offset int64, f codec.Format, data []byte) (*pb.ReturnObject, error) {
+	size := int64(len(data))
+	dst, err := cw.store.Slice(offset, size)
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +102,66 @@ func (cw *CoreWorker) storeValue(ctx context.Context, id ids.ObjectID, owner *pb
 		return nil, fmt.Errorf("goray: sealing object %s: %w", id, err)
 	}
 	return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: f.Meta(), InStore: true, NodeId: cw.nodeID.Bytes(), Size: size}, nil
+}
+
+// existingCopy is storeValue's result when object id exists already in
+// this node's store: a task re-run to rebuild its lost result can land on
+// a node where a copy of it lives (pulled by a reader before the result's
+// node died). The raylet made that copy the primary one, owned by owner
+// (objectManager.create); it is the result. A copy whose bytes differ (a
+// task whose result is not deterministic) is kept all the same, with a
+// warning: readers may have read it already. A copy still being written
+// (a pull or a restore in flight) is waited for, until ctx ends.
+func (cw *CoreWorker) existingCopy(ctx context.Context, id ids.ObjectID, owner *pb.Address, f codec.Format, data []byte) (*pb.ReturnObject, error) {
+	back := newBackOff(time.Second)
+	for {
+		rep, err := cw.raylet.GetObjects(ctx, &pb.GetObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
+		if err != nil {
+			return nil, fmt.Errorf("goray: reading the existing copy of object %s: %w", id, err)
+		}
+		if len(rep.Objects) == 1 && rep.Objects[0].Found {
+			so := rep.Objects[0]
+			// Pinned, it can only be found by the create, which makes it
+			// the primary copy owned by owner (it may have been sealed
+			// after the first create found it unsealed).
+			_, cerr := cw.raylet.CreateObject(ctx, &pb.CreateObjectRequest{ObjectId: id[:], DataSize: so.DataSize, Metadata: so.Metadata, Owner: owner, CreatorId: cw.id[:]})
+			same := so.DataSize == int64(len(data))
+			if same {
+				if cur, err := cw.store.Slice(so.Offset, so.DataSize); err == nil {
+					same = bytes.Equal(cur, data)
+				}
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			_, _ = cw.raylet.ReleaseObjects(rctx, &pb.ReleaseObjectsRequest{ObjectIds: [][]byte{id[:]}, ClientId: cw.id[:]})
+			cancel()
+			if status.Code(cerr) != codes.AlreadyExists {
+				return nil, fmt.Errorf("goray: making the existing copy of object %s the result: %v", id, cerr)
+			}
+			if !same {
+				cw.log.Warn("the result's object exists on this node with other bytes (the task is not deterministic); keeping the existing copy", "object", id, "existing_bytes", so.DataSize, "result_bytes", len(data))
+			}
+			meta := so.Metadata
+			if len(meta) == 0 {
+				meta = f.Meta()
+			}
+			return &pb.ReturnObject{ObjectId: id.Bytes(), Metadata: meta, InStore: true, NodeId: cw.nodeID.Bytes(), Size: so.DataSize}, nil
+		}
+		// Not sealed yet, or gone meanwhile: create it, or wait for it.
+		rep2, err := cw.raylet.CreateObject(ctx, &pb.CreateObjectRequest{ObjectId: id[:], DataSize: int64(len(data)), Metadata: f.Meta(), Owner: owner, CreatorId: cw.id[:]})
+		if err == nil {
+			return cw.fillAndSeal(ctx, id, rep2.Offset, f, data)
+		}
+		if status.Code(err) != codes.AlreadyExists {
+			return nil, fmt.Errorf("goray: creating object %s in the store: %w", id, err)
+		}
+		t := time.NewTimer(back.NextBackOff())
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("goray: object %s exists unsealed in the store (a transfer in flight) and %w", id, ctx.Err())
+		}
+	}
 }
 
 // Get waits for the object and returns its value. Remote errors come back

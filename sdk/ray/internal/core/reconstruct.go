@@ -12,17 +12,18 @@ import (
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 )
 
-// Lineage reconstruction (as in Ray): the owner of an object whose only
-// copy was lost with its node re-runs the normal task that made it — the
-// owner keeps every task's record (its lineage) while the task's result is
-// referenced — within the task's MaxRetries. Arguments the task took by
-// reference must still exist.
+// Lineage reconstruction (as in Ray): the owner of an object whose primary
+// copy was lost with its node first looks for a live copy (one a reader
+// pulled to another node: copies.go), and only when there is none re-runs
+// the normal task that made it — the owner keeps every task's record (its
+// lineage) while the task's result is referenced — within the task's
+// MaxRetries. Arguments the task took by reference must still exist.
 
 // recoverLost makes an owned object whose primary copy's node died readable
 // again: restored by this node's raylet from the copy the dead node spilled
-// to shared storage, else rebuilt by re-running its task. It returns the
-// object's current record; objects that are not lost, or not owned here,
-// come back unchanged.
+// to shared storage, else from a live copy on another node, else rebuilt by
+// re-running its task. It returns the object's current record; objects that
+// are not lost, or not owned here, come back unchanged.
 func (cw *CoreWorker) recoverLost(ctx context.Context, id ids.ObjectID, ret *pb.ReturnObject) (*pb.ReturnObject, error) {
 	if ret == nil || !ret.InStore {
 		return ret, nil
@@ -44,9 +45,23 @@ func (cw *CoreWorker) recoverLost(ctx context.Context, id ids.ObjectID, ret *pb.
 	return cw.rebuilt(ctx, id, node, err)
 }
 
-// rebuilt reconstructs object id, lost with node, and returns its new
-// record; objects this process does not own stay lost.
+// rebuilt makes object id, lost with node, readable again from a live
+// copy, else by reconstructing it, and returns its new record; objects this
+// process does not own stay lost.
 func (cw *CoreWorker) rebuilt(ctx context.Context, id ids.ObjectID, node ids.ID, lost error) (*pb.ReturnObject, error) {
+	if !cw.objects.owns(id) {
+		return nil, lost
+	}
+	ok, cerr := cw.fromLiveCopy(ctx, id, node)
+	if ok {
+		return cw.objects.result(id)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if cerr != nil {
+		lost = &ObjectError{ObjectID: id, Kind: ErrObjectLost, Detail: fmt.Sprintf("%s; no live copy: %v", lostDetail(lost), cerr)}
+	}
 	if err := cw.reconstruct(ctx, id, node, lost); err != nil {
 		return nil, err
 	}
@@ -147,4 +162,94 @@ func (s *submitter) resubmit(rec *taskRecord) error {
 	}
 	s.enqueue(rec)
 	return nil
+}
+
+// A task whose by-reference argument was lost with its node (the node died
+// between the argument's resolution and the executor's pull) fails at the
+// executor with KindObjectLost: the executor only borrows the argument and
+// cannot rebuild it. Its owner, when it is this process, makes the argument
+// readable again (a live copy, else lineage: rebuilt) and sends the task
+// again, as Ray's owner reconstructs a dependency its task waits for. The
+// attempt is not counted against MaxRetries; maxArgRebuilds bounds how
+// often one task goes round.
+
+// maxArgRebuilds bounds how often one task is sent again because an
+// argument of it was lost.
+const maxArgRebuilds = 3
+
+// argLostReply reports whether rep fails its task because the executor
+// could not read a by-reference argument whose node died.
+func argLostReply(rep *pb.TaskReply) bool {
+	if !rep.GetSystemError() || rep.GetRet() == nil || codec.FormatOf(rep.GetRet().GetMetadata()) != codec.FormatError {
+		return false
+	}
+	var re *RemoteError
+	return errors.As(decodeRemoteError(rep.GetRet().GetData()), &re) && re.Kind == KindObjectLost
+}
+
+// argRebuildLocked reports whether rec, whose attempt failed for a lost
+// argument (argLostReply), is to have its arguments rebuilt and be sent
+// again (rebuildArgs) instead of failing; s.mu is held.
+func (s *submitter) argRebuildLocked(rec *taskRecord) bool {
+	if rec.argRebuilds >= maxArgRebuilds || rec.cancelled || s.closed || rec.stream != nil {
+		return false
+	}
+	rec.argRebuilds++
+	rec.state = statePendingArgs
+	return true
+}
+
+// rebuildArgs makes the lost by-reference arguments of rec that this
+// process owns readable again and queues rec again; when none of them was
+// lost (the lost argument is another process's) the task fails with rep,
+// the executor's reply, as it would have.
+func (cw *CoreWorker) rebuildArgs(rec *taskRecord, rep *pb.TaskReply, errType, errMsg string) {
+	s := cw.submitter
+	s.mu.Lock()
+	spec := proto.Clone(rec.spec).(*pb.TaskSpec)
+	s.mu.Unlock()
+	rebuilt := 0
+	for i, a := range spec.Args {
+		if !a.GetByRef() || a.GetRef() == nil {
+			continue
+		}
+		id, err := ids.ObjectIDFromBytes(a.Ref.GetObjectId())
+		if err != nil || !cw.objects.owns(id) {
+			continue
+		}
+		node, err := ids.FromBytes(a.GetNodeId())
+		if err != nil || node.IsNil() || !cw.nodeDeadNow(rec.ctx, node) {
+			continue
+		}
+		ret, err := cw.objects.result(id)
+		if err == nil && ret != nil && string(ret.GetNodeId()) == string(node.Bytes()) {
+			_, reason := cw.nodeDead(node)
+			ret, err = cw.rebuilt(rec.ctx, id, node, &ObjectError{ObjectID: id, Kind: ErrObjectLost,
+				Detail: fmt.Sprintf("its node %s died (%s) before task %s read it", node.Short(), reason, spec.Function)})
+		}
+		if err != nil {
+			cw.log.Warn("an argument of a task was lost with its node and could not be made readable again", "task", spec.Function, "argument", i, "object", id, "error", err)
+			s.fail(rec, fmt.Errorf("argument %d: %w", i, err))
+			return
+		}
+		if ret != nil && ret.GetInStore() {
+			a.NodeId = ret.NodeId
+		}
+		rebuilt++
+	}
+	if rebuilt == 0 {
+		s.mu.Lock()
+		rec.errType, rec.errMsg = errType, errMsg
+		s.finishLocked(rec, stateFailed)
+		s.mu.Unlock()
+		cw.completeReply(rec, rep)
+		cw.objects.removeSubmitted(rec.deps)
+		return
+	}
+	cw.log.Warn("an argument of a task was lost with its node; sending the task again", "task", spec.Function, "arguments", rebuilt)
+	s.mu.Lock()
+	rec.spec = spec
+	rec.argNode, rec.argBytes = ids.Nil, nil
+	s.mu.Unlock()
+	s.enqueue(rec)
 }

@@ -111,6 +111,9 @@ type taskRecord struct {
 	errType  string
 	// stream is a generator call's stream (stream.go).
 	stream *Stream
+	// argRebuilds counts the times the task was sent again because an
+	// argument of it was lost with its node (reconstruct.go).
+	argRebuilds int
 }
 
 // Task states shown by `goray list tasks`.
@@ -728,10 +731,15 @@ func (s *submitter) recvLoop(l *lease) {
 			continue
 		}
 		errType, errMsg := s.cw.noteReplyError(rep)
+		argLost := argLostReply(rep)
 		s.mu.Lock()
 		rec := l.inflight[tid]
 		delete(l.inflight, tid)
 		k := l.key
+		var rebuild *taskRecord // an argument was lost: rebuilt, sent again
+		if rec != nil && argLost && s.argRebuildLocked(rec) {
+			rebuild, rec = rec, nil
+		}
 		if rec != nil {
 			rt := time.Since(rec.sent)
 			if !k.measured {
@@ -753,6 +761,9 @@ func (s *submitter) recvLoop(l *lease) {
 		if rec != nil {
 			s.cw.completeReply(rec, rep)
 			s.cw.objects.removeSubmitted(rec.deps)
+		}
+		if rebuild != nil {
+			go s.cw.rebuildArgs(rebuild, rep, errType, errMsg)
 		}
 		s.send(sends)
 		if idle {
