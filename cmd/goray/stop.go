@@ -13,8 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/goray-dev/goray/host/node"
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/metrics"
 	"github.com/goray-dev/goray/internal/recvseg"
 	"github.com/goray-dev/goray/internal/workerenv"
 	"github.com/hashicorp/go-hclog"
@@ -62,6 +65,11 @@ type stopResult struct {
 	// Segments are the tensor segments the processes of dead sessions
 	// owned (their ledgers, internal/recvseg), unlinked from /dev/shm.
 	Segments []string
+	// Spill are the dead sessions whose local spill files were removed
+	// (their <session>/spill directory: nodes that died without stopping),
+	// SpillBytes what those files held.
+	Spill      []string
+	SpillBytes int64
 }
 
 // stopper stops every node under a temp dir.
@@ -146,6 +154,10 @@ func (s *stopper) cleanDead(res *stopResult) error {
 		dirs[i] = se.Dir
 	}
 	res.Pools, err = node.RemoveDeadPools(dirs)
+	errs = append(errs, err)
+	// Before cleanStale, which removes the node.json that tells a node
+	// that died from one that stopped.
+	res.Spill, res.SpillBytes, err = removeDeadSpill(dead)
 	errs = append(errs, err)
 	res.Cleaned, err = cleanStale(dead)
 	errs = append(errs, err)
@@ -313,14 +325,63 @@ func (s *stopper) deadSessions() ([]session, error) {
 	return slices.DeleteFunc(ss, func(se session) bool { return se.Running }), err
 }
 
-// cleanStale removes the sockets directory and node.json of each dead
-// session; logs stay.
+// spillDir is the directory under a session where the node spills by
+// default (the in-process local-disk backend; host/node's spillConfig).
+const spillDir = "spill"
+
+// removeDeadSpill removes the local spill files of each dead session whose
+// node died without stopping (its node.json is still there: a node that
+// stops removes it, after deleting its spill files unless
+// spilling.keep_files asked to keep them). Nobody else can read them: a
+// node's local-disk spill files are only reachable through it. Spill
+// files in shared storage (a storage plugin, which a drained node leaves
+// for other nodes on purpose) are never under the session, and stay. It
+// returns the sessions whose files it removed and their total size.
+func removeDeadSpill(dead []session) ([]string, int64, error) {
+	var removed []string
+	var total int64
+	var errs []error
+	for _, se := range dead {
+		if _, err := os.Lstat(filepath.Join(se.Dir, "node.json")); err != nil {
+			continue // stopped (or never started): its own stop decided
+		}
+		dir := filepath.Join(se.Dir, spillDir)
+		if _, err := os.Lstat(dir); err != nil {
+			continue
+		}
+		var size int64
+		_ = filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					size += fi.Size()
+				}
+			}
+			return nil
+		})
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("removing the spill files of dead session %s: %w", se.Dir, err))
+			continue
+		}
+		removed = append(removed, se.Dir)
+		total += size
+	}
+	return removed, total, errors.Join(errs...)
+}
+
+// staleFiles are what a node keeps in its session for others to find it
+// while it runs (sockets, node.json, the head's gcs.json and Prometheus
+// discovery file): stale once it is dead.
+var staleFiles = []string{"sockets", "node.json", "gcs.json", metrics.DiscoveryFile}
+
+// cleanStale removes the stale files of each dead session (staleFiles);
+// logs stay.
 func cleanStale(dead []session) ([]string, error) {
 	var cleaned []string
 	var errs []error
 	for _, se := range dead {
 		removed := false
-		for _, p := range []string{filepath.Join(se.Dir, "sockets"), filepath.Join(se.Dir, "node.json")} {
+		for _, f := range staleFiles {
+			p := filepath.Join(se.Dir, f)
 			if _, err := os.Lstat(p); err != nil {
 				continue
 			}
@@ -330,6 +391,8 @@ func cleanStale(dead []session) ([]string, error) {
 			}
 			removed = true
 		}
+		// The discovery file's directory, when nothing else is in it.
+		_ = os.Remove(filepath.Join(se.Dir, filepath.Dir(metrics.DiscoveryFile)))
 		if removed {
 			cleaned = append(cleaned, se.Dir)
 		}
@@ -370,8 +433,16 @@ func writeStopResult(w io.Writer, root string, r stopResult) {
 		}
 		fmt.Fprintf(w, "Killed %s: %s\n", plural(len(r.Killed), "leftover process", "leftover processes"), strings.Join(parts, ", "))
 	}
+	writeCleanResult(w, r)
+}
+
+// writeCleanResult says what stop or down removed of dead sessions.
+func writeCleanResult(w io.Writer, r stopResult) {
 	if len(r.Cleaned) > 0 {
-		fmt.Fprintf(w, "Removed stale sockets of %s: %s\n", plural(len(r.Cleaned), "dead session", "dead sessions"), strings.Join(r.Cleaned, ", "))
+		fmt.Fprintf(w, "Removed stale sockets and state files of %s: %s\n", plural(len(r.Cleaned), "dead session", "dead sessions"), strings.Join(r.Cleaned, ", "))
+	}
+	if len(r.Spill) > 0 {
+		fmt.Fprintf(w, "Removed the spill files (%s) of %s: %s\n", humanize.IBytes(uint64(r.SpillBytes)), plural(len(r.Spill), "dead node", "dead nodes"), strings.Join(r.Spill, ", "))
 	}
 	if len(r.Segments) > 0 {
 		fmt.Fprintf(w, "Unlinked %s of dead sessions.\n", plural(len(r.Segments), "tensor segment", "tensor segments"))
@@ -387,8 +458,9 @@ func (a *app) stopCmd() *cobra.Command {
 		Use:   "stop",
 		Short: "Stop every goray node started under the temp dir",
 		Long: "Stop every goray node started under the temp dir: ask each to shut down, wait up to --grace,\n" +
-			"then SIGKILL. Leftover worker processes are killed, stale sockets of dead sessions removed, and the\n" +
-			"tensor segments their processes owned, and the segment pools of dead nodes, removed from /dev/shm.",
+			"then SIGKILL. Leftover worker processes are killed; of dead sessions, stale sockets and state files are\n" +
+			"removed, the local spill files of nodes that died without stopping, and the tensor segments their\n" +
+			"processes owned and the segment pools of dead nodes from /dev/shm. Logs stay.",
 		Args: cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if o.grace < 0 {

@@ -128,7 +128,7 @@ func TestStopperStopsEverything(t *testing.T) {
 
 	var out bytes.Buffer
 	writeStopResult(&out, root, res)
-	for _, w := range []string{"Stopped goray node 11112222", "Stopped goray head node 33334444", "Killed 2 leftover processes", "Removed stale sockets of"} {
+	for _, w := range []string{"Stopped goray node 11112222", "Stopped goray head node 33334444", "Killed 2 leftover processes", "Removed stale sockets and state files of"} {
 		if !strings.Contains(out.String(), w) {
 			t.Errorf("output lacks %q:\n%s", w, out.String())
 		}

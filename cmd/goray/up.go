@@ -171,7 +171,12 @@ func (a *app) stopClusterHead(ctx context.Context, c *config.Cluster) error {
 	}
 	if len(heads) == 0 {
 		fmt.Fprintf(a.stdout, "No head of cluster %q runs under %s.\n", c.Name, root)
-		return nil
+		// A head killed before (kill -9, a crash) left its files.
+		s := &stopper{proc: p, root: root, log: a.log}
+		var res stopResult
+		err := s.cleanDead(&res)
+		writeCleanResult(a.stdout, res)
+		return err
 	}
 	na, err := nodeCredentials(c.Head)
 	if err != nil {
@@ -187,7 +192,9 @@ func (a *app) stopClusterHead(ctx context.Context, c *config.Cluster) error {
 		err = errors.Join(err, kerr)
 	}
 	var res stopResult
-	return errors.Join(err, s.cleanDead(&res))
+	err = errors.Join(err, s.cleanDead(&res))
+	writeCleanResult(a.stdout, res)
+	return err
 }
 
 // terminateInstances terminates every instance the provider lists for the
