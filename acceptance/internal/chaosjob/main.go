@@ -32,6 +32,7 @@ import (
 	"hash/crc64"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -496,6 +497,15 @@ func run(ctx context.Context, dir string) (*checker, error) {
 		})
 	}
 	c.wait()
+	// Every object stays referenced to the end: goray rebuilds a lost
+	// object only while the by-reference arguments of the task that made
+	// it exist (it does not pin lineage as Ray does; docs/architecture.md,
+	// "Lineage reconstruction"), and a value read early must not let the
+	// garbage collector free an argument a later rebuild needs.
+	runtime.KeepAlive(puts)
+	runtime.KeepAlive(prod)
+	runtime.KeepAlive(combs)
+	runtime.KeepAlive(gatedObjs)
 	fmt.Println("phase 3 done")
 	return c, nil
 }
