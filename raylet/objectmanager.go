@@ -374,6 +374,11 @@ func (om *objectManager) evictSecondaries(need int64) int64 {
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Seq < entries[j].Seq })
 	var drop []ids.ObjectID
 	var freed int64
+	type evicted struct {
+		size             int64
+		owner, ownerNode ids.ID
+	}
+	was := map[ids.ObjectID]evicted{}
 	om.mu.Lock()
 	for _, e := range entries {
 		if freed >= need {
@@ -384,11 +389,30 @@ func (om *objectManager) evictSecondaries(need int64) int64 {
 		}
 		drop = append(drop, e.ID)
 		freed += e.DataSize
+		was[e.ID] = evicted{e.DataSize, om.owners[e.ID], om.ownerNodes[e.ID]}
 		om.forgetObjectLocked(e.ID)
 	}
 	om.mu.Unlock()
+	if len(drop) == 0 {
+		return 0
+	}
+	// Only those no reader pinned meanwhile (atomically with the read
+	// path, spill.Spiller.Pin); the others stay secondary copies.
+	drop = om.spill.FreeIdle(drop)
+	freed = 0
+	om.mu.Lock()
+	for _, o := range drop {
+		freed += was[o].size
+		delete(was, o)
+	}
+	for o, w := range was {
+		if _, tracked := om.owners[o]; !tracked && !w.owner.IsNil() {
+			om.trackOwnerLocked(o, w.owner, w.ownerNode)
+			om.secondary[o] = true
+		}
+	}
+	om.mu.Unlock()
 	if len(drop) > 0 {
-		om.store.Free(drop)
 		om.log.Debug("evicted copies of other nodes' objects", "objects", len(drop), "bytes", freed)
 	}
 	return freed

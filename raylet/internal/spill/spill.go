@@ -613,6 +613,24 @@ func (s *Spiller) freeIdleLocked(objs []ids.ObjectID) map[ids.ObjectID]idleState
 	return out
 }
 
+// FreeIdle frees from the store the objects among objs that no reader
+// pins, atomically with Pin, and returns them: an object a reader pinned
+// meanwhile stays (freed while pinned, it would be invisible to the next
+// reader and yet block a create of its id, such as a pull of it again,
+// with "already exists"). The object manager evicts copies of other
+// nodes' objects through it.
+func (s *Spiller) FreeIdle(objs []ids.ObjectID) []ids.ObjectID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ids.ObjectID
+	for id, st := range s.freeIdleLocked(objs) {
+		if st.freed {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // WaitForRoom makes room for a create of size bytes: it asks the spill
 // loop for it and waits for progress until the create fits, ctx ends, or
 // the wait bound passes. It returns the last spill error, if any.
@@ -714,6 +732,9 @@ func (s *Spiller) Restore(ctx context.Context, id ids.ObjectID) error {
 // On an error no pin is left; the error is a *RestoreError.
 func (s *Spiller) Pin(ctx context.Context, objs []ids.ObjectID, client ids.ID) ([]Entry, error) {
 	if !s.Enabled() {
+		// Nothing is stored, but pins stay atomic with FreeIdle.
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		return s.store.GetEntries(objs, client), nil
 	}
 	out := make([]Entry, len(objs))
