@@ -14,10 +14,13 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/sdk/transport"
 )
 
 // leasingRaylet grants each lease request the next worker of its list
@@ -142,4 +145,30 @@ func serveRaylet(t *testing.T, path string, r pb.RayletServer) string {
 	go func() { _ = s.Serve(lis) }()
 	t.Cleanup(s.Stop)
 	return path
+}
+
+// TestNodeDeathEndsTransportCalls: a call to another node's transport
+// plugin (relayed by that node's raylet) that waits for an answer when the
+// node is declared dead ends at once, saying so, instead of waiting for a
+// node that may never answer.
+func TestNodeDeathEndsTransportCalls(t *testing.T) {
+	w := newRoutingWorker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		// "two0" waits for a Send that never comes: an answer that never comes.
+		_, err := w.cw.transportOn("two0", w.remote).Receive(ctx, &transport.ReceiveRequest{ObjectID: "o"})
+		done <- err
+	}()
+	waitUntil(t, "the call to reach the remote plugin", func() bool { return strings.Contains(w.log.String(), "remote:receive") })
+	w.cw.markNodeDead(w.remote, "missed 5 health checks")
+	select {
+	case err := <-done:
+		if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "declared dead") {
+			t.Fatalf("the call ended with %v; want Unavailable saying the node was declared dead", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the call to the dead node's plugin never ended")
+	}
 }

@@ -96,6 +96,19 @@ func (p *transportProxy) Invoke(ctx context.Context, method string, args, reply 
 			// The node is dead or unknown: nothing there will answer.
 			return status.Errorf(codes.Unavailable, "transport %q on node %s: %v", p.name, p.node.Short(), err)
 		}
+		// A node declared dead while the call is under way (frozen, cut
+		// off) ends it.
+		ictx, stop := p.cw.untilNodeDies(ctx, p.node)
+		defer stop()
+		rep, err := r.TransportInvoke(ictx, &pb.TransportInvokeRequest{Name: p.name, Method: method, Payload: payload})
+		if err != nil {
+			if ctx.Err() == nil && ictx.Err() != nil {
+				_, reason := p.cw.nodeDead(p.node)
+				return deadNodeError(p.node, reason, err)
+			}
+			return err
+		}
+		return proto.Unmarshal(rep.Payload, out)
 	}
 	rep, err := r.TransportInvoke(ctx, &pb.TransportInvokeRequest{Name: p.name, Method: method, Payload: payload})
 	if err != nil {
