@@ -109,6 +109,12 @@ func TestNodeDeathEndsItsLeases(t *testing.T) {
 			waitUntil(t, "the task to run on the frozen node", func() bool { return frozen.callCount() == 1 })
 
 			cw.markNodeDead(frozenNode, "missed 5 health checks")
+			cw.connsMu.Lock()
+			_, open := cw.conns[frozenAddr.TcpAddr]
+			cw.connsMu.Unlock()
+			if open {
+				t.Fatal("the connection to the dead node's worker is still open")
+			}
 			v, err := cw.Get(ctx, h)
 			release() // the frozen node comes back and answers
 			if tt.retries > 0 {
