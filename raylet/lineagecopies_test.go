@@ -35,7 +35,7 @@ func (n *testNode) putOwned(size int64, owner *gorayv1.Address, seed byte) (ids.
 	return oid, want
 }
 
-// pullStatus pulls oid from node into n and returns the gRPC status code.
+// pullCode pulls oid from node into n and returns the gRPC status code.
 func (n *testNode) pullCode(oid ids.ObjectID, node ids.ID, owner *gorayv1.Address) codes.Code {
 	n.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)

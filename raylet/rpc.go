@@ -480,7 +480,10 @@ func (r *Raylet) PullObject(ctx context.Context, req *gorayv1.PullObjectRequest)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "pull object %s: node id: %v", oid, err)
 	}
-	return &gorayv1.PullObjectReply{}, pullStatus(ctx, oid, node, r.objects.pull(ctx, oid, node, req.GetOwner()))
+	if err := pullStatus(ctx, oid, node, r.objects.pull(ctx, oid, node, req.GetOwner())); err != nil {
+		return nil, err
+	}
+	return &gorayv1.PullObjectReply{}, nil
 }
 
 // WorkersDied handles the death of drivers or workers of another node: the
