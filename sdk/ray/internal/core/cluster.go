@@ -139,7 +139,9 @@ func (cw *CoreWorker) nodeDead(id ids.ID) (bool, string) {
 }
 
 // nodeDeadNow reports whether the node is dead, asking the GCS when it is
-// not known to be: another process may have learned the death first.
+// not known to be: another process may have learned the death first. A
+// node the GCS does not list (a dead node dropped from its history) counts
+// as dead for the caller.
 func (cw *CoreWorker) nodeDeadNow(ctx context.Context, id ids.ID) bool {
 	if dead, _ := cw.nodeDead(id); dead || cw.gcs == nil {
 		return dead
@@ -149,12 +151,17 @@ func (cw *CoreWorker) nodeDeadNow(ctx context.Context, id ids.ID) bool {
 		return false
 	}
 	for _, n := range rep.GetNodes() {
-		if info := n.GetInfo(); string(info.GetNodeId()) == string(id.Bytes()) && info.GetState() == "DEAD" {
+		if info := n.GetInfo(); string(info.GetNodeId()) == string(id.Bytes()) {
+			if info.GetState() != "DEAD" {
+				return false
+			}
 			cw.markNodeDead(id, info.GetDeathReason())
 			return true
 		}
 	}
-	return false
+	// Not recorded as dead here: a GCS restarted without its storage
+	// lists no node until they register again.
+	return true
 }
 
 // rayletOf returns a client for the raylet of node id: the local one for
@@ -306,17 +313,7 @@ func (cw *CoreWorker) cancelLeaseAt(cli pb.RayletClient, requestID []byte) {
 // ErrObjectLost, saying why.
 func (cw *CoreWorker) pullObject(ctx context.Context, id ids.ObjectID, node ids.ID, owner *pb.Address) error {
 	if dead, _ := cw.nodeDead(node); dead {
-		// Once: the raylet restores the copy the node spilled to shared
-		// storage, or finds none.
-		if err := cw.pullOnce(ctx, id, node, owner); err != nil {
-			var again *pullRetryError
-			if errors.As(err, &again) {
-				return cw.lostWithNode(id, node, again.Error())
-			}
-			return err
-		}
-		cw.objects.relocate(id, node, cw.nodeID)
-		return nil
+		return cw.pullFromDead(ctx, id, node, owner, "")
 	}
 	dctx, stop := cw.untilNodeDies(ctx, node)
 	defer stop()
@@ -333,13 +330,17 @@ func (cw *CoreWorker) pullObject(ctx context.Context, id ids.ObjectID, node ids.
 			return fmt.Errorf("goray: pulling object %s from node %s: %w (%v)", id, node.Short(), ctx.Err(), err)
 		}
 		if dctx.Err() != nil {
-			// Reported dead during the pull: once more, for the copy it
-			// may have spilled to shared storage.
-			return cw.pullObject(ctx, id, node, owner)
+			// Reported dead during the pull.
+			return cw.pullFromDead(ctx, id, node, owner, "")
 		}
 		var again *pullRetryError
 		if !errors.As(err, &again) {
 			return err
+		}
+		if tries%5 == 0 && cw.nodeDeadNow(ctx, node) {
+			// The GCS says so (this process was not told, or the node
+			// is not even in its history any more).
+			return cw.pullFromDead(ctx, id, node, owner, "the GCS lists it dead, or not at all")
 		}
 		if tries == 1 || tries%10 == 0 {
 			cw.log.Warn("pulling an object failed; its node is not reported dead, so trying again", "object", id, "node", node.Short(), "tries", tries, "error", again.err)
@@ -359,6 +360,24 @@ func (cw *CoreWorker) pullObject(ctx context.Context, id ids.ObjectID, node ids.
 			}
 		}
 	}
+}
+
+// pullFromDead pulls object id from node, which is dead (why, when this
+// process was not told the reason), once: the raylet restores the copy
+// the node spilled to shared storage, or finds none (ErrObjectLost).
+func (cw *CoreWorker) pullFromDead(ctx context.Context, id ids.ObjectID, node ids.ID, owner *pb.Address, why string) error {
+	if err := cw.pullOnce(ctx, id, node, owner); err != nil {
+		var again *pullRetryError
+		if errors.As(err, &again) {
+			if why == "" {
+				why = again.Error()
+			}
+			return cw.lostWithNode(id, node, why)
+		}
+		return err
+	}
+	cw.objects.relocate(id, node, cw.nodeID)
+	return nil
 }
 
 // pullRetryMax bounds the wait between tries of a pull from a node that
