@@ -10,8 +10,9 @@
 // gopkg.in/natefinch/lumberjack.v2, with the same rotation and a Close
 // that stops its background goroutine; see docs/architecture.md). A
 // rotated copy of worker-1.out is named
-// worker-1-2026-12-07T03-30-00.000-size.out: the name without its
-// extension, the time of the rotation (UTC), "size" and the extension.
+// worker-1-2026-12-07T03-30-00.123456789-size.out: the name without its
+// extension, the time of the rotation (UTC, to the nanosecond), "size"
+// and the extension.
 package logrotate
 
 import (
@@ -85,6 +86,11 @@ func Open(path string, lim Limits) *Writer {
 			MaxSize:    mib,
 			MaxBackups: backups,
 			FileMode:   0o600,
+			// Nanoseconds: timberjack keeps the rotated files of the
+			// MaxBackups newest distinct times, so two rotations within
+			// one millisecond (its default precision; 1 MiB files under
+			// a fast writer) counted once and a file too many stayed.
+			BackupTimeFormat: backupTimeFormat,
 		},
 		chunk: mib << 20,
 	}
@@ -125,10 +131,14 @@ func Copy(w io.Writer, r io.ReadCloser) error {
 	return err
 }
 
+// backupTimeFormat is the time in a rotated file's name.
+const backupTimeFormat = "2006-01-02T15-04-05.000000000"
+
 // backupTime matches the part of a rotated file's name between the log's
-// name and its extension: the rotation's time, its reason and a suffix
-// that keeps two rotations within the same millisecond apart.
-var backupTime = regexp.MustCompile(`^-(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3})-(size|time|initial)(?:_(\d+))?$`)
+// name and its extension: the rotation's time (to the nanosecond, or the
+// millisecond in files of goray before 2026-12), its reason and a suffix
+// that keeps two rotations at the same time apart.
+var backupTime = regexp.MustCompile(`^-(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.(?:\d{9}|\d{3}))-(size|time|initial)(?:_(\d+))?$`)
 
 // logOf returns the name of the log whose rotated copy name is, or name
 // itself when it is not a rotated copy.
@@ -165,7 +175,11 @@ func backupKey(name, log string) (string, bool) {
 			return "", false
 		}
 	}
-	return fmt.Sprintf("%s/%09d", m[1], n), true
+	ts := m[1]
+	if frac := len(ts) - strings.LastIndexByte(ts, '.') - 1; frac < 9 {
+		ts += strings.Repeat("0", 9-frac) // milliseconds: the same order
+	}
+	return fmt.Sprintf("%s/%09d", ts, n), true
 }
 
 // Files returns the files of the log at path, oldest first: its rotated

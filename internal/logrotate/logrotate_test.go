@@ -231,3 +231,49 @@ func TestReadFollowsRotation(t *testing.T) {
 		t.Errorf("%d files: the log did not rotate twice", len(files))
 	}
 }
+
+// TestWriterRotatesFast: 64 writes of a whole file each rotate 63 times
+// as fast as the disk goes, many within one millisecond; after each, the
+// directory keeps only MaxFiles rotated copies besides the log, and Files
+// lists them in the order they were written. Before, rotated names
+// carried milliseconds and timberjack keeps the copies of the MaxFiles
+// newest distinct times: copies rotated within one millisecond counted
+// once and stayed.
+func TestWriterRotatesFast(t *testing.T) {
+	leaktest.Goroutines(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fast.log")
+	w := Open(path, Limits{MaxFileSize: 1 << 20, MaxFiles: 2})
+	t.Cleanup(func() { _ = w.Close() }) // also when the test fails
+	chunk := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1<<20) }
+	for i := range 64 {
+		if _, err := w.Write(chunk(i)); err != nil {
+			t.Fatal(err)
+		}
+		// After every rotation: the last two may have come within one
+		// millisecond.
+		waitfor.Cond(t, waitfor.Generous, fmt.Sprintf("rotated copies past MaxFiles removed after write %d", i+1), func() bool {
+			_, n := dirSize(t, dir)
+			return n <= 3
+		})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, err := Files(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 3 {
+		t.Fatalf("Files = %q, want 3", files)
+	}
+	for k, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := chunk(61 + k); !bytes.Equal(b, want) {
+			t.Errorf("file %d of 3 (%s) holds %d bytes of %q, want chunk %d", k+1, filepath.Base(f), len(b), b[:1], 61+k)
+		}
+	}
+}
