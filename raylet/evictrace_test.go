@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/objstore"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/plugins/fs/fsstore"
+	"github.com/goray-dev/goray/sdk/storage"
 )
 
 // TestEvictionRacesReaders: readers of copies pulled from another node
@@ -50,8 +53,8 @@ func TestEvictionRacesReaders(t *testing.T) {
 	owner := &gorayv1.Address{WorkerId: ids.New().Bytes(), NodeId: ids.New().Bytes()}
 	data := func(i int) []byte { return bytes.Repeat([]byte{byte(i + 1)}, size) }
 	oid := func(i int) ids.ObjectID { return ids.ObjectIDFor(task, uint32(i+1)) }
-	// pullAgain stands for pull: create the copy, write it, seal it,
-	// track it as a secondary copy. Pulls of one object are one at a time
+	// pullAgain stands for pull (runPull): create the copy, write it,
+	// seal it, track it as a secondary copy. Pulls of one object are one at a time
 	// (om.pulls shares one transfer); another reader may have brought it
 	// back meanwhile.
 	var pulling [n]sync.Mutex
@@ -60,9 +63,20 @@ func TestEvictionRacesReaders(t *testing.T) {
 		defer pulling[i].Unlock()
 		creator := ids.New()
 		off, err := store.Create(oid(i), size, nil, creator)
+		for range 3 { // as runPull: evicted between the create and the look
+			if err == nil || !errors.Is(err, objstore.ErrObjectExists) || store.Contains(oid(i)) {
+				break
+			}
+			off, err = store.Create(oid(i), size, nil, creator)
+		}
 		if err != nil {
 			if store.Contains(oid(i)) {
 				return nil // arrived meanwhile
+			}
+			for _, e := range store.List() {
+				if e.ID == oid(i) {
+					return fmt.Errorf("%w (the store holds it: %d pins, sealed %v, freed %v)", err, e.Pins, e.Sealed, e.Freed)
+				}
 			}
 			return err
 		}
@@ -136,4 +150,92 @@ func TestEvictionRacesReaders(t *testing.T) {
 		t.Error("nothing was evicted: the readers did not race the eviction")
 	}
 	t.Logf("%d evictions", evicted.Load())
+}
+
+// unreachablePeers is a cluster view in which no other node can be
+// reached (and none is dead).
+type unreachablePeers struct{}
+
+func (unreachablePeers) peerInfo(node ids.ID) (*gorayv1.NodeInfo, error) {
+	return nil, fmt.Errorf("node %s is unreachable", node.Short())
+}
+func (unreachablePeers) nodeDied(ids.ID, error) bool { return false }
+
+// TestPullFindsSpilledCopy: a pull of an object whose copy here is
+// spilled restores that copy instead of pulling a second one (whose
+// create would race the restore's, "already exists"), even when the node
+// named cannot be reached; readers restoring it at the same time share the
+// work.
+func TestPullFindsSpilledCopy(t *testing.T) {
+	dir, err := os.MkdirTemp("", "gr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := objstore.New(objstore.Config{Capacity: 4 << 20, SocketPath: filepath.Join(dir, "store.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	st, err := fsstore.Open(context.Background(), t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closing := make(chan struct{})
+	defer close(closing)
+	node := ids.New()
+	om := newObjectManager(Config{NodeID: node, Store: realStore{store}, Spill: SpillConfig{Storage: func() (storage.Storage, error) { return st, nil }, Location: "local disk"}},
+		hclog.NewNullLogger(), closing, unreachablePeers{})
+
+	ctx := context.Background()
+	owner, creator := ids.New(), ids.New()
+	oid := ids.ObjectIDFor(ids.New(), 1)
+	want := bytes.Repeat([]byte("p"), 1<<20)
+	off, err := om.create(ctx, oid, int64(len(want)), nil, owner, node, creator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(store.Data(off, int64(len(want))), want)
+	if err := om.seal(oid, true); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := om.spill.SpillAll(ctx); err != nil || n != 1 || store.Contains(oid) {
+		t.Fatalf("SpillAll = %d, %v; in memory %v; want the object spilled", n, err, store.Contains(oid))
+	}
+
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				errs[i] = om.pull(ctx, oid, ids.New(), &gorayv1.Address{WorkerId: owner.Bytes(), NodeId: node.Bytes()})
+				return
+			}
+			client := ids.New()
+			es, err := om.get(ctx, []ids.ObjectID{oid}, client)
+			if err == nil && !es[0].Found {
+				err = errors.New("not found")
+			}
+			if err == nil {
+				om.store.Release([]ids.ObjectID{oid}, client)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("reader %d: %v", i, err)
+		}
+	}
+	es := store.Get([]ids.ObjectID{oid}, creator)
+	if !es[0].Found || !bytes.Equal(store.Data(es[0].Offset, es[0].DataSize), want) {
+		t.Fatalf("after the pull the object is found %v, with its bytes %v", es[0].Found, es[0].Found && bytes.Equal(store.Data(es[0].Offset, es[0].DataSize), want))
+	}
+	store.Release([]ids.ObjectID{oid}, creator)
+	if got := om.spill.Stats().GetRestoredObjects(); got != 1 {
+		t.Errorf("restored %d times, want once", got)
+	}
 }

@@ -452,6 +452,16 @@ func (om *objectManager) pull(ctx context.Context, oid ids.ObjectID, node ids.ID
 	if node == om.nodeID || om.store.Contains(oid) {
 		return nil
 	}
+	if om.spill.Has(oid) {
+		// Its copy here is spilled (a copy that became this node's
+		// primary): restore it rather than pull a second one, whose create
+		// would race the restore's.
+		err := om.spill.Restore(ctx, oid)
+		if err == nil {
+			return nil
+		}
+		om.log.Debug("restoring the spilled copy failed; pulling it", "object_id", oid, "node", node, "error", err)
+	}
 	om.mu.Lock()
 	p := om.pulls[oid]
 	if p == nil {
@@ -543,6 +553,14 @@ func (om *objectManager) runPull(pctx context.Context, oid ids.ObjectID, node id
 	}
 	creator := ids.New()
 	off, err := om.createMakingRoom(ctx, oid, size, meta, creator)
+	// A copy that exists is the pull's result once sealed; one evicted
+	// between the create and the look is created again.
+	for range 3 {
+		if err == nil || !isExists(err) || om.store.Contains(oid) {
+			break
+		}
+		off, err = om.createMakingRoom(ctx, oid, size, meta, creator)
+	}
 	if err != nil {
 		if om.store.Contains(oid) {
 			return nil // arrived meanwhile

@@ -87,7 +87,7 @@ func pattern(i, size int) []byte {
 	return b
 }
 
-// TestPinRacesSpiller: readers of live objects, in a real store four
+// TestPinRacesSpiller: readers of live objects, in a real store three
 // times smaller than what is put, while the spiller writes, drops and
 // restores them: every read finds the object with its bytes, several
 // readers at once restore one object (sharing the work, never failing
@@ -102,7 +102,7 @@ func TestPinRacesSpiller(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	store, err := objstore.New(objstore.Config{Capacity: 4 << 20, SocketPath: filepath.Join(dir, "store.sock")})
+	store, err := objstore.New(objstore.Config{Capacity: 8 << 20, SocketPath: filepath.Join(dir, "store.sock")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,8 +122,9 @@ func TestPinRacesSpiller(t *testing.T) {
 	defer func() { cancel(); run.Wait() }()
 
 	const (
-		n       = 64
-		size    = 256 << 10 // 16 MiB through a 4 MiB store
+		n       = 96
+		size    = 256 << 10 // 24 MiB through an 8 MiB store: at most a
+		// quarter of it pinned by readers and restores at any time
 		readers = 8
 		reads   = 200
 	)

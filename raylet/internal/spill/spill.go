@@ -455,8 +455,8 @@ func (s *Spiller) dropStored(drop []ids.ObjectID, cands []candidate) int64 {
 // writeFile writes the objects into one stored file, then releases them
 // from memory: those a reader pinned meanwhile stay in memory as well
 // (their stored copy is dropped later without writing). Objects freed
-// meanwhile are not recorded. It returns the bytes and the number of
-// objects that left memory.
+// meanwhile are not recorded. It returns the bytes written and the number
+// of objects that left memory.
 func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int, error) {
 	st, err := s.cfg.Storage()
 	if err != nil {
@@ -537,7 +537,6 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int,
 		}
 	}
 	idle := s.freeIdleLocked(live)
-	var freedBytes int64
 	for i, c := range pinned {
 		st := idle[c.id]
 		if !alive[i] || !st.found {
@@ -551,7 +550,6 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int,
 		f.live++
 		if st.freed {
 			release = append(release, c.id)
-			freedBytes += c.size
 		}
 	}
 	s.files[key] = f
@@ -573,7 +571,9 @@ func (s *Spiller) writeFile(ctx context.Context, batch []candidate) (int64, int,
 		go s.unpublish(unrecord)
 	}
 	s.log.Debug("objects spilled", "objects", len(release), "bytes", total, "read meanwhile", len(pinned)-len(release), "url", rep.URL, "took", took)
-	return freedBytes, len(release), nil
+	// The bytes written count as progress even when readers kept some in
+	// memory: their stored copies are dropped without writing once unpinned.
+	return total, len(release), nil
 }
 
 // idleState is what freeIdleLocked found of one object.
@@ -608,8 +608,11 @@ func (s *Spiller) freeIdleLocked(objs []ids.ObjectID) map[ids.ObjectID]idleState
 		}
 		out[objs[i]] = st
 	}
-	s.store.Free(free)
+	// The probe's pins go first: an object freed while pinned would hold
+	// its id, and a create of it (a pull, which does not take s.mu) would
+	// fail with "already exists".
 	s.store.Release(pinned, probe)
+	s.store.Free(free)
 	return out
 }
 
