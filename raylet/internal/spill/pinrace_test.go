@@ -122,9 +122,10 @@ func TestPinRacesSpiller(t *testing.T) {
 	defer func() { cancel(); run.Wait() }()
 
 	const (
+		// 24 MiB through an 8 MiB store: at most a quarter of it pinned
+		// by readers and restores at any time.
 		n       = 96
-		size    = 256 << 10 // 24 MiB through an 8 MiB store: at most a
-		// quarter of it pinned by readers and restores at any time
+		size    = 256 << 10
 		readers = 8
 		reads   = 200
 	)
