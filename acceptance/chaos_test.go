@@ -233,3 +233,43 @@ func TestChaosNodeKillAndFreeze(t *testing.T) {
 	}
 	checkNoNewShm(t, shm)
 }
+
+// TestChaosLiveCopyNotEvicted: the copy of an object that its owner takes
+// as the object's primary once the object's node died (here a copy a task
+// on the head pulled before) stays a primary copy: when the head's store
+// fills up it is spilled, not evicted as a pulled copy, and a later read
+// gets the bytes. TestChaosNodeKillAndFreeze found it now and then as an
+// object that "object freed: not in the node's object store" or "is not in
+// the store of node <head>" although the driver held it.
+func TestChaosLiveCopyNotEvicted(t *testing.T) {
+	buildChaosJob(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cfg := writeConfig(t, shortTempDir(t), chaosConfig)
+	h := startHead(t, ctx, "--config", cfg, "--num-cpus", "2", "--node-name", "head", "--resources", "h=100", "--object-store-memory", "64MiB")
+	killed := joinNode(t, ctx, h, "127.0.0.2", "", "--config", cfg, "--object-store-memory", "48MiB", "--resources", "kill=100")
+	logs := &logKeeper{t: t, h: h}
+	logs.add(killed)
+	dir := shortTempDir(t)
+	j := startJob(t, jobOptions{addr: h.addr}, chaosjobBin, "evict", dir)
+	waitFile(t, j, 2*time.Minute, filepath.Join(dir, "ready"))
+	if err := syscall.Kill(killed.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeState(t, ctx, h, killed.id, "DEAD", time.Minute)
+	// The head's raylet tells its processes (the driver) of the death as
+	// it logs it: the driver's next read takes the dead node's path.
+	waitFor(t, time.Minute, "the head's raylet to see the node die", func() bool {
+		b, _ := os.ReadFile(filepath.Join(h.session, "logs", "node.log"))
+		return strings.Contains(string(b), "node died: node_id="+killed.id)
+	})
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := j.waitExit(3 * time.Minute)
+	if code != 0 || !strings.Contains(out, "PASS evict") {
+		t.Errorf("chaosjob evict exited %d:\n%s", code, out)
+	} else {
+		t.Logf("chaosjob evict:\n%s", out)
+	}
+}

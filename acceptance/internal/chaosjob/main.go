@@ -3,6 +3,8 @@
 // checked.
 //
 //	chaosjob DIR
+//	chaosjob evict DIR   a copy taken as the primary of an object whose
+//	                     node died is not evicted (evict.go)
 //
 // The cluster it expects: a head with resource "h", a node with resource
 // "kill" (the test kills it with SIGKILL) and one with "freeze" (the test
@@ -519,11 +521,18 @@ func main() {
 		fmt.Println("FAIL: init:", err)
 		os.Exit(1)
 	}
-	code := 0
-	if len(os.Args) != 2 {
-		fmt.Println("FAIL: usage: chaosjob DIR")
+	code, mode := 0, "chaos"
+	switch {
+	case len(os.Args) == 3 && os.Args[1] == "evict":
+		mode = "evict"
+		if err := runEvict(ctx, os.Args[2]); err != nil {
+			fmt.Println("FAIL evict:", err)
+			code = 1
+		}
+	case len(os.Args) != 2:
+		fmt.Println("FAIL: usage: chaosjob DIR | chaosjob evict DIR")
 		code = 2
-	} else {
+	default:
 		c, err := run(ctx, os.Args[1])
 		if c != nil {
 			c.wait()
@@ -544,7 +553,7 @@ func main() {
 		code = 1
 	}
 	if code == 0 {
-		fmt.Println("PASS chaos")
+		fmt.Println("PASS", mode)
 	}
 	os.Exit(code)
 }
