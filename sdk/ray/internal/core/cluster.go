@@ -322,7 +322,7 @@ func (cw *CoreWorker) pullObject(ctx context.Context, id ids.ObjectID, node ids.
 		err := cw.pullOnce(dctx, id, node, owner)
 		if err == nil {
 			if dead, _ := cw.nodeDead(node); dead {
-				cw.objects.relocate(id, node, cw.nodeID)
+				return cw.takeOver(ctx, id, node, owner)
 			}
 			return nil
 		}
@@ -375,6 +375,28 @@ func (cw *CoreWorker) pullFromDead(ctx context.Context, id ids.ObjectID, node id
 			return cw.lostWithNode(id, node, why)
 		}
 		return err
+	}
+	return cw.takeOver(ctx, id, node, owner)
+}
+
+// takeOver makes the copy of object id just pulled into this node's store,
+// whose primary copy died with node, the primary copy when this process
+// owns the object: the raylet then keeps it (spilling, never evicting it)
+// and later readers pull it from here. A copy that was only pulled stays a
+// secondary one the store may evict (the raylet's pull returns at once when
+// the store holds any copy), so relocating without claiming it lost the
+// object to the next eviction while retries remained. A copy evicted before
+// it could be claimed is lost with its node: the owner re-runs its task.
+func (cw *CoreWorker) takeOver(ctx context.Context, id ids.ObjectID, node ids.ID, owner *pb.Address) error {
+	if !cw.isSelf(owner) || !cw.objects.owns(id) {
+		return nil
+	}
+	ok, err := cw.claim(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return cw.lostWithNode(id, node, "its copy here was evicted before it could be kept")
 	}
 	cw.objects.relocate(id, node, cw.nodeID)
 	return nil
