@@ -24,6 +24,8 @@
 //     plane (internal/dataplane) and the spiller (internal/spill).
 //   - clusterView (clusterview.go): the other nodes as the GCS reports
 //     them, node deaths and connections to other raylets.
+//   - deathNotifier (deaths.go): the deaths of local drivers and workers,
+//     sent in batches to the other nodes of the view.
 //   - jobTable (jobs.go): the job table; checked job binaries are cached by
 //     internal/binaries.
 //   - drainer (drain.go): the node's drain before it is terminated
@@ -235,8 +237,10 @@ type Config struct {
 
 // Raylet is the node's local scheduler, worker pool and object store front.
 // It implements gorayv1.RayletServer. It composes the components (see the
-// package doc) and holds no lock of its own: its fields are set in New, or
-// are channels, Once values and atomics.
+// package doc). Its one lock, reportsMu, guards only the bookkeeping of
+// the reports to the GCS it retries in the background (reportsClosed and
+// reports.Add); its other fields are set in New, or are channels, Once
+// values and atomics.
 type Raylet struct {
 	gorayv1.UnimplementedRayletServer
 
