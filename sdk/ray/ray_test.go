@@ -389,6 +389,63 @@ func TestWaitAndTimeout(t *testing.T) {
 	}
 }
 
+// TestWaitReturnsAtMostNum ports test_basic.py's waits: of ten ready refs,
+// Wait with num 2 returns exactly the first two (Ray's 2 and 8, where goray
+// returned all ten), a loop of Wait(refs, 1) takes one at a time, and refs
+// naming one object twice or a num outside 1..len(refs) are refused.
+func TestWaitReturnsAtMostNum(t *testing.T) {
+	ctx := testCtx(t)
+	var refs []ray.Ref[int]
+	for i := range 10 {
+		r, err := ray.Put(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, r)
+	}
+	ready, notReady, err := ray.Wait(ctx, refs, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ready) != 2 || len(notReady) != 8 || ready[0].ID() != refs[0].ID() || ready[1].ID() != refs[1].ID() || notReady[0].ID() != refs[2].ID() {
+		t.Fatalf("Wait(10 ready, 2): %d ready, %d not ready; want the first 2 and the other 8", len(ready), len(notReady))
+	}
+	rest, rounds := refs, 0
+	for len(rest) > 0 {
+		var got []ray.Ref[int]
+		if got, rest, err = ray.Wait(ctx, rest, 1, 0); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 1 {
+			t.Fatalf("Wait(refs, 1) returned %d ready", len(got))
+		}
+		rounds++
+	}
+	if rounds != len(refs) {
+		t.Fatalf("a loop of Wait(refs, 1) took %d rounds for %d refs", rounds, len(refs))
+	}
+	for _, tc := range []struct {
+		name string
+		refs []ray.Ref[int]
+		num  int
+		want string
+	}{
+		{"same object twice", []ray.Ref[int]{refs[0], refs[1], refs[0]}, 1, "refs 0 and 2 are the same object"},
+		{"num 0", refs[:3], 0, "num is 0, want 1..3"},
+		{"num past the refs", refs[:3], 4, "num is 4, want 1..3"},
+		{"negative num", refs[:3], -1, "num is -1, want 1..3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := ray.Wait(ctx, tc.refs, tc.num, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want an error saying %q, got %v", tc.want, err)
+			}
+		})
+	}
+	if ready, notReady, err := ray.Wait(ctx, []ray.Ref[int]{}, 0, 0); err != nil || len(ready)+len(notReady) != 0 {
+		t.Fatalf("Wait of no refs: %v %v %v", ready, notReady, err)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	ctx := testCtx(t)
 	_, err := Fail.Remote(ctx, ray.V("boom")).Get(ctx)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/codec"
+	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/vmihailenco/msgpack/v5"
@@ -164,14 +165,18 @@ func GetAll[T any](ctx context.Context, refs []Ref[T]) ([]T, error) {
 
 // Wait waits until num of refs are ready or timeout passes (timeout <= 0
 // waits without limit, bounded by ctx) and splits refs into ready and not
-// ready, keeping their order. An object whose task failed counts as ready.
+// ready, keeping their order. As Ray's ray.wait, ready holds at most num
+// refs (of those ready at once, the first num in refs), so a loop of
+// Wait(refs, 1) takes them one at a time; num must be 1..len(refs) (0 for
+// no refs) and refs must not name one object twice. An object whose task
+// failed counts as ready.
 func Wait[R ObjectRef](ctx context.Context, refs []R, num int, timeout time.Duration) (ready, notReady []R, err error) {
 	cw, err := current()
 	if err != nil {
 		return nil, nil, err
 	}
-	if num < 0 || num > len(refs) {
-		return nil, nil, fmt.Errorf("goray: Wait: num is %d, want 0..%d (the number of refs)", num, len(refs))
+	if num > len(refs) || num < 1 && !(num == 0 && len(refs) == 0) {
+		return nil, nil, fmt.Errorf("goray: Wait: num is %d, want 1..%d (the number of refs)", num, len(refs))
 	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
@@ -179,10 +184,15 @@ func Wait[R ObjectRef](ctx context.Context, refs []R, num int, timeout time.Dura
 		defer cancel()
 	}
 	hs := make([]*core.Handle, len(refs))
+	seen := make(map[ids.ObjectID]int, len(refs))
 	for i, r := range refs {
 		if hs[i] = r.handle(); hs[i] == nil {
 			return nil, nil, fmt.Errorf("goray: Wait: ref %d is a zero Ref", i)
 		}
+		if j, dup := seen[hs[i].ID]; dup {
+			return nil, nil, fmt.Errorf("goray: Wait: refs %d and %d are the same object %s (Wait takes each object once)", j, i, hs[i].ID)
+		}
+		seen[hs[i].ID] = i
 	}
 	idx, err := cw.Wait(ctx, hs, num)
 	if err != nil {

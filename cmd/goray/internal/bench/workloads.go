@@ -494,6 +494,7 @@ func (e *env) metrics() []workload {
 		},
 		{
 			name: MetricWait1kRefs, unit: UnitPerSecond, mult: 1,
+			note: "as Ray: 1,000 small tasks, then Wait(notReady, 1) until none is left: 1,000 waits, each returning one ref (before Wait returned at most num, one wait could take every ready ref)",
 			setup: simple(func(ctx context.Context) error {
 				const n = 1000
 				all := make([]ray.Ref[[]byte], n)

@@ -272,8 +272,10 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, own
 	}}, nil
 }
 
-// Wait returns the indexes of the first n handles that are ready, waiting at
-// most until ctx ends (a ctx deadline is not an error for Wait).
+// Wait returns the indexes, in order, of at most n handles that are ready,
+// waiting until n are or ctx ends (a ctx deadline is not an error for
+// Wait). As Ray's wait, it never returns more than n: of the handles ready
+// at once, the first n in hs are taken.
 func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, error) {
 	if n > len(hs) {
 		n = len(hs)
@@ -336,9 +338,9 @@ func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, err
 			}
 		}
 	}
-	out := make([]int, 0, count)
+	out := make([]int, 0, min(count, n))
 	for i, r := range ready {
-		if r {
+		if r && len(out) < n {
 			out = append(out, i)
 		}
 	}
