@@ -42,6 +42,14 @@ type ObjectRef interface {
 //
 // A Ref may be passed as an argument, returned from tasks, and stored
 // inside other values (struct fields, slices, maps).
+//
+// Go's collector frees by reachability, not by scope: a Ref held only by a
+// variable the code no longer reads may be collected, and its object freed,
+// before the variable goes out of scope (in Python, Ray's variable in scope
+// keeps its object). Code that needs the object to outlive the Ref's last
+// use, for example while its ID travels by another path, calls
+// runtime.KeepAlive(ref) where it may go, or keeps the Ref in a value that
+// stays reachable; Release frees it at once.
 type Ref[T any] struct{ h *core.Handle }
 
 func (r Ref[T]) handle() *core.Handle { return r.h }
