@@ -86,6 +86,45 @@ func (r *statusReport) addAutoscaler(value []byte, found bool, readErr error) {
 	r.AutoscalerStale = r.asOf.Sub(st.At) > max(autoscalerStaleAfter, 3*intervalOf(&st))
 }
 
+// addResourceRequest records the standing ray.RequestResources request
+// read from the KV (value, when found): a cluster without an autoscaler
+// stores it and nothing acts on it, so status shows it there too.
+func (r *statusReport) addResourceRequest(value []byte, found bool, readErr error) {
+	switch {
+	case readErr != nil:
+		r.ResourceRequestError = "cannot read the resource request: " + readErr.Error()
+		return
+	case !found || len(value) == 0:
+		return
+	}
+	var req []autoscaler.Request
+	if err := json.Unmarshal(value, &req); err != nil {
+		r.ResourceRequestError = fmt.Sprintf("the resource request in key %q of the GCS's KV namespace %q is unreadable: %v", autoscaler.RequestsKey, autoscaler.StatusNamespace, err)
+		return
+	}
+	r.ResourceRequest = req
+}
+
+// writeResourceRequest writes the standing ray.RequestResources request
+// of a cluster whose autoscaler does not publish its demands (with one,
+// the request is among them).
+func writeResourceRequest(w io.Writer, r statusReport) error {
+	if r.ResourceRequestError != "" {
+		_, err := fmt.Fprintf(w, "Resource request: UNREADABLE: %s\n", r.ResourceRequestError)
+		return err
+	}
+	if len(r.ResourceRequest) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "Resource request (ray.RequestResources), stored; no autoscaler acts on it:")
+	for _, q := range r.ResourceRequest {
+		if _, err := fmt.Fprintf(w, "  %s x %d\n", floatSetText(q.Resources), q.Count); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // age formats how long before now t was, in whole seconds ("0s" for a
 // time after now: the clocks of the autoscaler and of the GCS are the
 // head's, but a status may be read back from storage).
@@ -129,8 +168,10 @@ func writeAutoscaler(w io.Writer, r statusReport) error {
 	}
 	st := r.Autoscaler
 	if st == nil {
-		_, err := fmt.Fprintln(w, "Autoscaler: not running (no status published; a cluster started with `goray start` has none, `goray up` starts one)")
-		return err
+		if _, err := fmt.Fprintln(w, "Autoscaler: not running (no status published; a cluster started with `goray start` has none, `goray up` starts one)"); err != nil {
+			return err
+		}
+		return writeResourceRequest(w, r)
 	}
 	now := r.asOf
 	name := ""

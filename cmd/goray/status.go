@@ -48,6 +48,12 @@ type statusReport struct {
 	// AutoscalerError says why the autoscaler's status could not be read
 	// (the rest of the report stands).
 	AutoscalerError string `json:"autoscaler_error,omitempty"`
+	// ResourceRequest is the standing ray.RequestResources request, as
+	// stored in the GCS's KV (autoscaler.RequestsKey); omitted when none
+	// is. Without an autoscaler nothing acts on it, and status says so.
+	ResourceRequest []autoscaler.Request `json:"resource_request,omitempty"`
+	// ResourceRequestError says why the request could not be read.
+	ResourceRequestError string `json:"resource_request_error,omitempty"`
 
 	// asOf is when the report was made, by the GCS's clock when it says
 	// (the autoscaler runs on the head too); ages are counted from it.
@@ -517,6 +523,8 @@ func gatherStatus(ctx context.Context, c statusCluster, addr string) (statusRepo
 	}
 	value, found, err := c.KVGet(ctx, autoscaler.StatusNamespace, autoscaler.StatusKey)
 	r.addAutoscaler(value, found, err)
+	value, found, err = c.KVGet(ctx, autoscaler.StatusNamespace, autoscaler.RequestsKey)
+	r.addResourceRequest(value, found, err)
 	return r, nil
 }
 

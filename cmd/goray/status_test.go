@@ -528,3 +528,85 @@ func TestStatusAutoscalerAgedByGCSClock(t *testing.T) {
 		t.Errorf("want the status 7s old by the GCS's clock:\n%s", b.String())
 	}
 }
+
+// TestStatusResourceRequest: a ray.RequestResources request stored in a
+// cluster without an autoscaler shows in `goray status` (text and --json),
+// saying nothing acts on it; with an autoscaler the request is among its
+// demands instead; an unreadable one is reported, the rest stands.
+func TestStatusResourceRequest(t *testing.T) {
+	now := time.Date(2026, 12, 7, 14, 3, 11, 0, time.UTC)
+	req := []byte(`[{"resources":{"CPU":1},"count":16},{"resources":{"CPU":8,"GPU":4},"count":2}]`)
+	for _, tc := range []struct {
+		name          string
+		status        []byte // the autoscaler's, nil: none
+		request       []byte // nil: none stored
+		want, notWant []string
+		jsonCount     int
+		jsonErr       string
+	}{
+		{
+			name:      "no autoscaler",
+			request:   req,
+			want:      []string{"Resource request (ray.RequestResources), stored; no autoscaler acts on it:\n", "  {CPU: 1} x 16\n", "  {CPU: 8, GPU: 4} x 2\n"},
+			jsonCount: 2,
+		},
+		{
+			name:    "none stored",
+			notWant: []string{"Resource request"},
+		},
+		{
+			name:    "with an autoscaler",
+			status:  must(json.Marshal(autoscaler.Status{Cluster: "demo", At: now.Add(-time.Second)})),
+			request: req,
+			notWant: []string{"no autoscaler acts on it"}, jsonCount: 2,
+		},
+		{
+			name:    "unreadable",
+			request: []byte(`{"cpu": `),
+			want:    []string{`Resource request: UNREADABLE: the resource request in key "resource_requests" of the GCS's KV namespace "autoscaler" is unreadable`},
+			jsonErr: "is unreadable",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &kvCluster{fakeCluster: newFakeCluster(), now: now, kv: map[string][]byte{}}
+			if tc.status != nil {
+				c.kv[autoscaler.StatusNamespace+"/"+autoscaler.StatusKey] = tc.status
+			}
+			if tc.request != nil {
+				c.kv[autoscaler.StatusNamespace+"/"+autoscaler.RequestsKey] = tc.request
+			}
+			r, err := gatherStatus(context.Background(), c, "h:1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			if err := writeStatus(&b, r); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("text lacks %q:\n%s", w, b.String())
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(b.String(), w) {
+					t.Errorf("text has %q:\n%s", w, b.String())
+				}
+			}
+			b.Reset()
+			if err := writeJSON(&b, r); err != nil {
+				t.Fatal(err)
+			}
+			var doc struct {
+				Request []autoscaler.Request `json:"resource_request"`
+				Err     string               `json:"resource_request_error"`
+			}
+			if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if len(doc.Request) != tc.jsonCount || !strings.Contains(doc.Err, tc.jsonErr) || (tc.jsonErr == "") != (doc.Err == "") {
+				t.Errorf("JSON resource_request %+v, error %q; want %d shapes, error with %q", doc.Request, doc.Err, tc.jsonCount, tc.jsonErr)
+			}
+		})
+	}
+}

@@ -31,7 +31,8 @@ import (
 //
 // A cluster without an autoscaler (an embedded node, or a cluster started
 // with `goray start` rather than `goray up`) stores the request and
-// nothing acts on it: the call succeeds and is harmless.
+// nothing acts on it: the call succeeds and is harmless, and `goray
+// status` shows the request, saying no autoscaler acts on it.
 //
 // Bad arguments (a nil option, a negative, NaN, infinite or fractional
 // WithCPUs, a bundle that is empty or has a negative, NaN or infinite
