@@ -20,10 +20,13 @@ func pgTask(ctx context.Context, _ int) (ray.TaskContext, error) {
 
 // pgParent submits pgTask (with Spread when spread) and returns the
 // child's view.
-func pgParent(ctx context.Context, spread bool) (ray.TaskContext, error) {
+func pgParent(ctx context.Context, how string) (ray.TaskContext, error) {
 	var opts []ray.Option
-	if spread {
+	switch how {
+	case "spread":
 		opts = append(opts, ray.Spread())
+	case "default":
+		opts = append(opts, ray.DefaultScheduling())
 	}
 	return PGTask.Options(opts...).Remote(ctx, ray.V(0)).Get(ctx)
 }
@@ -318,14 +321,17 @@ func TestPlacementGroupCaptureChildTasks(t *testing.T) {
 	for _, tt := range []struct {
 		name    string
 		opts    []ray.Option
-		spread  bool
+		child   string // the child's own strategy: "", "spread" or "default"
 		inGroup bool
 	}{
-		{"captured", append(in, ray.CaptureChildTasks()), false, true},
-		{"not captured", in, false, false},
-		{"child chooses Spread", append(in, ray.CaptureChildTasks()), true, false},
+		{"captured", append(in, ray.CaptureChildTasks()), "", true},
+		{"not captured", in, "", false},
+		{"child chooses Spread", append(in, ray.CaptureChildTasks()), "spread", false},
+		// Ray's scheduling_strategy="DEFAULT" (or placement_group=None)
+		// opts a child out of its parent's capturing group.
+		{"child chooses DefaultScheduling", append(in, ray.CaptureChildTasks()), "default", false},
 	} {
-		tc, err := PGParent.Options(tt.opts...).Remote(ctx, ray.V(tt.spread)).Get(ctx)
+		tc, err := PGParent.Options(tt.opts...).Remote(ctx, ray.V(tt.child)).Get(ctx)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}

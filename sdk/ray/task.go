@@ -29,6 +29,9 @@ type callOptions struct {
 	pg        *PlacementGroup
 	pgBundle  int
 	pgCapture bool
+	// noCapture keeps the call out of its caller's capturing group
+	// (DefaultScheduling).
+	noCapture bool
 	// lifetime and getIfExists are actor options (namespace.go).
 	lifetime    ActorLifetime
 	getIfExists bool
@@ -135,9 +138,14 @@ func NodeAffinity(nodeID string, soft bool) Option {
 
 // DefaultScheduling restores the default (hybrid) strategy: the local node
 // (or the one holding the call's arguments) while it is not busy, else one
-// of the least loaded nodes.
+// of the least loaded nodes. It also takes the call out of any placement
+// group: one named before it, and the group of a caller that captures its
+// child tasks (CaptureChildTasks), as Ray's scheduling_strategy="DEFAULT"
+// or placement_group=None does.
 func DefaultScheduling() Option {
-	return func(c *callOptions) { c.strategy, c.affinity, c.soft, c.pg = core.StrategyDefault, "", false, nil }
+	return func(c *callOptions) {
+		c.strategy, c.affinity, c.soft, c.pg, c.noCapture = core.StrategyDefault, "", false, nil, true
+	}
 }
 
 // taskBase is the untyped part of every registered task and actor class.
@@ -166,7 +174,7 @@ func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
 		return core.TaskOptions{}, fmt.Errorf("goray: %s: %w", b.name, err)
 	}
 	o := core.TaskOptions{Resources: set, MaxRetries: -1, Name: b.opts.name, MaxConcurrency: b.opts.maxConc, MaxRestarts: b.opts.maxRestart, Transports: b.opts.transports,
-		Strategy: b.opts.strategy, AffinitySoft: b.opts.soft}
+		Strategy: b.opts.strategy, AffinitySoft: b.opts.soft, NoCapture: b.opts.noCapture}
 	if b.opts.strategy == core.StrategyNodeAffinity {
 		if o.AffinityNode, err = ids.Parse(b.opts.affinity); err != nil {
 			return core.TaskOptions{}, fmt.Errorf("goray: %s: NodeAffinity(%q): not a node id: %w", b.name, b.opts.affinity, err)

@@ -36,12 +36,12 @@ func placementFromProto(p *pb.PlacementOptions) *Placement {
 // placementOf returns where a submission made with ctx and opts goes: its
 // own Placement, else the group of the task or actor submitting it when
 // that one captures child tasks and the submission chose no other
-// strategy; nil for none.
+// strategy (nor opted out, NoCapture); nil for none.
 func placementOf(ctx context.Context, opts TaskOptions) *Placement {
 	if opts.Placement != nil {
 		return opts.Placement
 	}
-	if opts.Strategy != StrategyDefault {
+	if opts.Strategy != StrategyDefault || opts.NoCapture {
 		return nil
 	}
 	if t, ok := CurrentTask(ctx); ok && t.Placement != nil && t.Placement.CaptureChildTasks {

@@ -74,6 +74,9 @@ type TaskOptions struct {
 	// Placement puts the call in a placement group's bundle (nil: none,
 	// or the caller's group when it captures child tasks).
 	Placement *Placement
+	// NoCapture keeps a call without a Placement out of its caller's
+	// capturing group (ray.DefaultScheduling).
+	NoCapture bool
 	// NumReturns is how many values the function returns (0: one); see
 	// returns.go.
 	NumReturns int
