@@ -33,8 +33,25 @@ func (h ActorHandle[T]) Ready(ctx context.Context) error {
 // Kill ends the actor's process at once, and the actor for good: it does
 // not restart, whatever MaxRestarts says, and its name is free at once.
 // Calls in flight and later calls fail with an error matching
-// ErrActorDied.
-func (h ActorHandle[T]) Kill(ctx context.Context) error { return Kill(ctx, h) }
+// ErrActorDied. With AllowRestart only the process ends, and the actor
+// restarts as after a crash when it has restarts left.
+func (h ActorHandle[T]) Kill(ctx context.Context, opts ...KillOption) error {
+	return Kill(ctx, h, opts...)
+}
+
+// KillOption configures Kill.
+type KillOption func(*killOptions)
+
+type killOptions struct{ restart bool }
+
+// AllowRestart makes Kill end the actor's process as a crash would (Ray's
+// ray.kill(actor, no_restart=False)): an actor with restarts left
+// (MaxRestarts) restarts, and the kill counts as one of them; one without
+// dies, its error saying its restarts ran out. Calls in flight are retried
+// on the new instance when their MaxTaskRetries allow, else fail with
+// ActorUnavailableError. An actor with no live instance (pending, or
+// already restarting) is left as it is.
+func AllowRestart() KillOption { return func(o *killOptions) { o.restart = true } }
 
 // EncodeMsgpack implements msgpack.CustomEncoder.
 func (h ActorHandle[T]) EncodeMsgpack(enc *msgpack.Encoder) error { return enc.Encode(h.ref) }
@@ -43,12 +60,18 @@ func (h ActorHandle[T]) EncodeMsgpack(enc *msgpack.Encoder) error { return enc.E
 func (h *ActorHandle[T]) DecodeMsgpack(dec *msgpack.Decoder) error { return dec.Decode(&h.ref) }
 
 // Kill ends an actor's process; see ActorHandle.Kill.
-func Kill[T any](ctx context.Context, h ActorHandle[T]) error {
+func Kill[T any](ctx context.Context, h ActorHandle[T], opts ...KillOption) error {
+	var o killOptions
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
 	cw, err := current()
 	if err != nil {
 		return err
 	}
-	return cw.KillActor(ctx, h.ref)
+	return cw.KillActor(ctx, h.ref, o.restart)
 }
 
 // GetActor returns a handle to the live actor with the given name in this

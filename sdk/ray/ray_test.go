@@ -827,6 +827,36 @@ func TestActorRestarts(t *testing.T) {
 			t.Fatalf("a killed actor with restarts left: %v, want ErrActorDied", err)
 		}
 	})
+	// test_actor_failures.py's ray.kill(actor, no_restart=False): the
+	// process ends, the actor comes back with fresh state while it has
+	// restarts, and the kill counts as one.
+	t.Run("KillAllowRestart", func(t *testing.T) {
+		c := CounterA.Options(ray.MaxRestarts(1)).Remote(ctx, ray.V(10))
+		if v, err := Inc.On(c).Remote(ctx, ray.V(1)).Get(ctx); err != nil || v != 11 {
+			t.Fatalf("Inc: %v, %v", v, err)
+		}
+		pid, err := Pid.On(c).Remote(ctx).Get(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Kill(ctx, ray.AllowRestart()); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := callUntil(t, ctx, c); err != nil || v != 11 {
+			t.Fatalf("Inc after Kill(AllowRestart): %v, %v; want 11 from a restarted actor", v, err)
+		}
+		if pid2, err := Pid.On(c).Remote(ctx).Get(ctx); err != nil || pid2 == pid {
+			t.Fatalf("the restarted actor's pid: %d, %v (first worker %d)", pid2, err, pid)
+		}
+		if err := ray.Kill(ctx, c, ray.AllowRestart()); err != nil {
+			t.Fatal(err)
+		}
+		_, err = callUntil(t, ctx, c)
+		var ad *ray.ActorDiedError
+		if !errors.As(err, &ad) || !strings.Contains(ad.Reason, "max_restarts 1") {
+			t.Fatalf("Kill(AllowRestart) with no restart left: %v, want ActorDiedError saying its restarts ran out", err)
+		}
+	})
 	t.Run("Unlimited", func(t *testing.T) {
 		c := CounterA.Options(ray.MaxRestarts(-1)).Remote(ctx, ray.V(0))
 		defer c.Kill(ctx)

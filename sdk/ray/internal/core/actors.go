@@ -959,10 +959,34 @@ func (cw *CoreWorker) ActorReady(ctx context.Context, ref ActorRef) error {
 // frees its name), a creation under way is stopped (its lease request
 // withdrawn) and the process hosting it is told to exit. Pending and later
 // calls fail with ActorDiedError; the actor does not restart.
-func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef) error {
+//
+// With restart (Ray's no_restart=False) only the process is ended, as a
+// crash would end it: the GCS restarts the actor when it has restarts left
+// (counting this one) and records it dead, saying its restarts ran out,
+// when it has none. An actor with no live instance (pending, or restarting
+// already) is left as it is.
+func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef, restart bool) error {
 	c := cw.actors.client(ref)
 	reason := "killed by ray.Kill"
 	if c.diedErr() != nil {
+		return nil
+	}
+	if restart {
+		c.mu.Lock()
+		addr := c.addr
+		c.mu.Unlock()
+		if addr == nil {
+			return nil
+		}
+		cli, err := cw.peer(addr)
+		if err != nil {
+			return fmt.Errorf("goray: killing actor %s: %w", ref.ID.Short(), err)
+		}
+		// The worker exits at once; the connection's end is the failure
+		// the GCS restarts the actor from.
+		if _, err := cli.Exit(ctx, &pb.ExitRequest{Reason: reason + " (it may restart)", Force: true}); err != nil && status.Code(err) != codes.Unavailable {
+			return fmt.Errorf("goray: killing actor %s: %w", ref.ID.Short(), err)
+		}
 		return nil
 	}
 	if cw.gcs != nil {
