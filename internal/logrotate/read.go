@@ -231,12 +231,24 @@ type follower struct {
 	// halves of a line, and a gap drops a half whose other half was lost
 	// instead of sending it as a line.
 	pending []byte
+	// skipHalf drops what is read up to its first newline: the end of a
+	// line whose start was lost in a gap (afterGap). It stays set until
+	// that newline is read, which may come later than the gap (a new file
+	// the follow opened before its writer wrote to it).
+	skipHalf bool
 }
 
 // emit sends b's whole lines, with the pending start of the first, and
 // keeps the unterminated rest pending (a line longer than ChunkSize is
 // sent as it is).
 func (r *follower) emit(b []byte) error {
+	if r.skipHalf {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return nil
+		}
+		b, r.skipHalf = b[i+1:], false
+	}
 	r.pending = append(r.pending, b...)
 	end := bytes.LastIndexByte(r.pending, '\n') + 1
 	if len(r.pending)-end > ChunkSize {
@@ -324,7 +336,8 @@ func (r *follower) follow(ctx context.Context, cur *os.File, offset int64) error
 				gap = true // removed meanwhile
 				continue
 			}
-			_, err = sendFrom(ctx, f, r.afterGap(f, gap), r.emit)
+			r.afterGap(gap)
+			_, err = sendFrom(ctx, f, 0, r.emit)
 			gap = false
 			_ = f.Close()
 			if err != nil {
@@ -336,25 +349,23 @@ func (r *follower) follow(ctx context.Context, cur *os.File, offset int64) error
 			continue
 		}
 		r.opened = append(r.opened, f)
-		cur, offset = f, r.afterGap(f, gap)
+		r.afterGap(gap)
+		cur, offset = f, 0
 	}
 }
 
-// afterGap is where sending starts in file f: 0, or after a gap (rotated
-// copies removed before the follow read them, which a writer faster than
-// the follow's polls causes) past f's first newline, so that the end of a
-// line whose start was lost is not sent as a line of its own. (A writer
-// copying a pipe rotates between chunks, not between lines.)
-// The pending start of a line is dropped with it.
-func (r *follower) afterGap(f io.ReaderAt, gap bool) int64 {
+// afterGap, after a gap (rotated copies removed before the follow read
+// them, which a writer faster than the follow's polls causes), drops the
+// pending start of a line and has emit drop what comes next up to its
+// first newline, so that the end of a line whose start was lost is not
+// sent as a line of its own. (A writer copying a pipe rotates between
+// chunks, not between lines.) The newline may be in a file the follow
+// reads later, or written later to the file it reads now: the new file
+// may still be empty when the follow opens it.
+func (r *follower) afterGap(gap bool) {
 	if !gap {
-		return 0
+		return
 	}
 	r.pending = r.pending[:0]
-	buf := make([]byte, ChunkSize)
-	n, _ := f.ReadAt(buf, 0)
-	if i := bytes.IndexByte(buf[:n], '\n'); i >= 0 {
-		return int64(i + 1)
-	}
-	return 0
+	r.skipHalf = true
 }
