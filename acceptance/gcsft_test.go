@@ -394,7 +394,7 @@ func TestGCSStorageUnavailableAtStart(t *testing.T) {
 	if err := os.WriteFile(notDir, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	closed := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	closed := fmt.Sprintf("127.0.0.1:%d", refusedPort(t))
 	held := startHead(t, ctx, "--num-cpus", "1")
 	for _, tc := range []struct {
 		name string

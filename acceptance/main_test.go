@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/internal/testservers/freeport"
 	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 )
@@ -125,6 +126,19 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// refusedPort is a loopback port where connections are refused until the
+// test ends (freeport.Refused): a closed free port may be taken meanwhile
+// by a server of a test running beside it.
+func refusedPort(t *testing.T) int {
+	t.Helper()
+	port, closer, err := freeport.Refused("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = closer() })
+	return port
 }
 
 // baseEnv is this process's environment without GORAY_* variables, so a

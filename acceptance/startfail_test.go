@@ -78,7 +78,7 @@ func TestStartGCSUnreachable(t *testing.T) {
 	ctx := testCtx(t)
 	dir := shortTempDir(t)
 	stopOnCleanup(t, dir)
-	addr := "127.0.0.1:" + strconv.Itoa(freePort(t)) // closed
+	addr := "127.0.0.1:" + strconv.Itoa(refusedPort(t))
 	r := runGorayEnv(t, ctx, []string{auth.EnvToken + "=" + startFailToken},
 		"start", "--address", addr, "--temp-dir", dir, "--node-ip", "127.0.0.1")
 	wantFailure(t, "joining "+addr, r, "cannot reach the GCS at "+addr, "connection refused")

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"syscall"
 )
 
 // Attempts is how many times Start tries a server's start, each time with
@@ -83,4 +84,36 @@ func Start(n int, ips []string, start func(ports []int) error) error {
 		}
 	}
 	return fmt.Errorf("%w (the last of %d attempts, each on new ports)", last, Attempts)
+}
+
+// Refused returns a loopback port on ip (127.0.0.1 when empty) where a
+// connection is refused for as long as the returned closer is not called:
+// a TCP socket is bound to it and never listens, so no other process can
+// take the port (a port found free and closed again may be taken by a
+// server of another test, and a connection meant to be refused then
+// reaches that server).
+func Refused(ip string) (port int, closer func() error, err error) {
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	addr := net.ParseIP(ip).To4()
+	if addr == nil {
+		return 0, nil, fmt.Errorf("freeport: Refused: %q is not an IPv4 address", ip)
+	}
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, nil, fmt.Errorf("freeport: Refused: socket: %w", err)
+	}
+	sa := &syscall.SockaddrInet4{}
+	copy(sa.Addr[:], addr)
+	if err := syscall.Bind(fd, sa); err != nil {
+		syscall.Close(fd)
+		return 0, nil, fmt.Errorf("freeport: Refused: binding %s: %w", ip, err)
+	}
+	got, err := syscall.Getsockname(fd)
+	if err != nil {
+		syscall.Close(fd)
+		return 0, nil, fmt.Errorf("freeport: Refused: %w", err)
+	}
+	return got.(*syscall.SockaddrInet4).Port, func() error { return syscall.Close(fd) }, nil
 }

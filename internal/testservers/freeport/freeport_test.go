@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -114,5 +115,36 @@ func TestStartGivesUp(t *testing.T) {
 				t.Errorf("err = %v, want it to say how many attempts were made", err)
 			}
 		})
+	}
+}
+
+// TestRefused: a connection to the port Refused returns is refused, and no
+// listener can take the port while it is held; once closed, it can.
+func TestRefused(t *testing.T) {
+	port, closer, err := Refused("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	if c, err := net.Dial("tcp", addr); err == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("dialing the refused port %s: %v, want connection refused", addr, err)
+	}
+	if l, err := net.Listen("tcp", addr); err == nil {
+		l.Close()
+		t.Fatalf("a listener took the held port %s", addr)
+	}
+	if err := closer(); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the port %s, released, cannot be listened on: %v", addr, err)
+	}
+	l.Close()
+	if _, _, err := Refused("::1"); err == nil {
+		t.Fatal("Refused(\"::1\") succeeded; want an error naming the address")
 	}
 }
