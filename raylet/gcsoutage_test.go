@@ -105,6 +105,11 @@ func newGCSHarness(t *testing.T, addr string, limit time.Duration, mods ...func(
 			m(c)
 		}
 	})
+	t.Cleanup(func() { // a failure shows what the raylet did
+		if t.Failed() {
+			t.Logf("the raylet's logs:\n%s", logs)
+		}
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	gh := &gcsHarness{harness: h, logs: logs, runDone: make(chan error, 1)}
 	go func() { gh.runDone <- h.r.Run(ctx) }()
@@ -390,8 +395,15 @@ func openReservingGCS(t *testing.T, path string, r gcs.BundleReserver) *gcs.Serv
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	logs := &syncBuffer{}
+	t.Cleanup(func() { // a failure shows what this GCS did
+		if t.Failed() {
+			t.Logf("the logs of the GCS on %s:\n%s", path, logs)
+		}
+	})
 	g, err := gcs.Open(ctx, gcs.Options{HeartbeatPeriod: testGCSPeriod, FailureThreshold: 100, Reserver: r,
-		Storage: gcs.Storage{Backend: gcs.BackendBolt, Path: path}})
+		Storage: gcs.Storage{Backend: gcs.BackendBolt, Path: path},
+		Logger:  hclog.New(&hclog.LoggerOptions{Name: "gcs", Level: hclog.Debug, Output: logs})})
 	if err != nil {
 		t.Fatal(err)
 	}
