@@ -169,7 +169,8 @@ func moduleDecls(root string) (map[string]map[string]bool, error) {
 	return out, err
 }
 
-// recvName is the type name of a method's receiver (T, *T, T[P], *T[P]).
+// recvName is the name of the type a receiver or an embedded field names
+// (T, *T, T[P], *T[P], pkg.T, *pkg.T).
 func recvName(e ast.Expr) string {
 	for {
 		switch x := e.(type) {
@@ -179,6 +180,8 @@ func recvName(e ast.Expr) string {
 			e = x.X
 		case *ast.IndexListExpr:
 			e = x.X
+		case *ast.SelectorExpr:
+			return x.Sel.Name
 		case *ast.Ident:
 			return x.Name
 		default:
@@ -203,16 +206,8 @@ func addMembers(names map[string]bool, typ string, e ast.Expr) {
 		for _, n := range f.Names {
 			names[typ+"."+n.Name] = true
 		}
-		if len(f.Names) == 0 { // embedded: its name is a member too
-			if n := recvName(f.Type); n != "" {
-				names[typ+"."+n] = true
-			} else if sel, ok := f.Type.(*ast.SelectorExpr); ok {
-				names[typ+"."+sel.Sel.Name] = true
-			} else if st, ok := f.Type.(*ast.StarExpr); ok {
-				if sel, ok := st.X.(*ast.SelectorExpr); ok {
-					names[typ+"."+sel.Sel.Name] = true
-				}
-			}
+		if len(f.Names) == 0 { // embedded: its type's name is a member too
+			names[typ+"."+recvName(f.Type)] = true
 		}
 	}
 }

@@ -105,15 +105,30 @@ func TestReadFollow(t *testing.T) {
 	}
 }
 
+// startFollow follows path with Read (files opened by open, polled every
+// millisecond) until until is closed; got collects what it sends and done
+// receives Read's result.
+func startFollow(path string, open OpenFunc) (got *syncBuffer, until chan struct{}, done chan error) {
+	got, until, done = &syncBuffer{}, make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- Read(context.Background(), path, ReadOptions{Follow: true, Open: open, Poll: time.Millisecond, Until: until},
+			func(b []byte) error { _, err := got.Write(b); return err })
+	}()
+	return got, until, done
+}
+
+// rotatedName is the name of w.log's copy rotated in dir at second sec.
+func rotatedName(dir string, sec int) string {
+	return filepath.Join(dir, fmt.Sprintf("w-2026-12-07T00-00-%02d.000-size.log", sec))
+}
+
 // TestReadFollowGap: a follow that misses a rotated copy (removed before it
 // read it) sends no half line on either side of the gap, and a line split
 // by a rotation it saw whole comes out whole.
 func TestReadFollowGap(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "w.log")
-	backup := func(sec int) string {
-		return filepath.Join(dir, fmt.Sprintf("w-2026-12-07T00-00-%02d.000-size.log", sec))
-	}
+	backup := func(sec int) string { return rotatedName(dir, sec) }
 	write := func(name, s string) {
 		t.Helper()
 		if err := os.WriteFile(name, []byte(s), 0o600); err != nil {
@@ -128,13 +143,7 @@ func TestReadFollowGap(t *testing.T) {
 		}
 		return os.Open(name)
 	}
-	var got syncBuffer
-	until := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- Read(context.Background(), path, ReadOptions{Follow: true, Open: open, Poll: time.Millisecond, Until: until},
-			func(b []byte) error { _, err := got.Write(b); return err })
-	}()
+	got, until, done := startFollow(path, open)
 	waitfor.Cond(t, waitfor.Generous, "the first lines", func() bool { return got.String() == "a1\na2\n" })
 
 	// A rotation the follow sees whole: the line "half-b1" is split
@@ -178,9 +187,7 @@ func TestReadFollowGap(t *testing.T) {
 func TestReadFollowGapEmptyNewFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "w.log")
-	backup := func(sec int) string {
-		return filepath.Join(dir, fmt.Sprintf("w-2026-12-07T00-00-%02d.000-size.log", sec))
-	}
+	backup := func(sec int) string { return rotatedName(dir, sec) }
 	if err := os.WriteFile(path, []byte("a1\nhal"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -196,13 +203,7 @@ func TestReadFollowGapEmptyNewFile(t *testing.T) {
 		}
 		return os.Open(name)
 	}
-	var got syncBuffer
-	until := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- Read(context.Background(), path, ReadOptions{Follow: true, Open: open, Poll: time.Millisecond, Until: until},
-			func(b []byte) error { _, err := got.Write(b); return err })
-	}()
+	got, until, done := startFollow(path, open)
 	waitfor.Cond(t, waitfor.Generous, "the first line", func() bool { return got.String() == "a1\n" })
 
 	if err := os.Rename(path, backup(1)); err != nil {

@@ -183,8 +183,8 @@ func Wait[R ObjectRef](ctx context.Context, refs []R, num int, timeout time.Dura
 	if err != nil {
 		return nil, nil, err
 	}
-	if num > len(refs) || num < 1 && !(num == 0 && len(refs) == 0) {
-		return nil, nil, fmt.Errorf("goray: Wait: num is %d, want 1..%d (the number of refs)", num, len(refs))
+	if least := min(1, len(refs)); num < least || num > len(refs) {
+		return nil, nil, fmt.Errorf("goray: Wait: num is %d, want %d..%d (the number of refs)", num, least, len(refs))
 	}
 	if timeout > 0 {
 		var cancel context.CancelFunc

@@ -975,16 +975,9 @@ func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef, restart bool)
 		c.mu.Lock()
 		addr := c.addr
 		c.mu.Unlock()
-		if addr == nil {
-			return nil
-		}
-		cli, err := cw.peer(addr)
-		if err != nil {
-			return fmt.Errorf("goray: killing actor %s: %w", ref.ID.Short(), err)
-		}
 		// The worker exits at once; the connection's end is the failure
 		// the GCS restarts the actor from.
-		if _, err := cli.Exit(ctx, &pb.ExitRequest{Reason: reason + " (it may restart)", Force: true}); err != nil && status.Code(err) != codes.Unavailable {
+		if err := cw.exitInstance(ctx, addr, reason+" (it may restart)"); err != nil {
 			return fmt.Errorf("goray: killing actor %s: %w", ref.ID.Short(), err)
 		}
 		return nil
@@ -1014,10 +1007,22 @@ func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef, restart bool)
 	// The instance this process knows of; one it does not (a borrower's
 	// lookup still under way) ends itself when it sees the GCS record
 	// (fenceActor).
-	if addr != nil {
-		if cli, err := cw.peer(addr); err == nil {
-			_, _ = cli.Exit(ctx, &pb.ExitRequest{Reason: reason, Force: true})
-		}
+	_ = cw.exitInstance(ctx, addr, reason)
+	return nil
+}
+
+// exitInstance tells the actor's worker at addr (nil: none known) to exit
+// at once. A worker gone already (Unavailable) is no error.
+func (cw *CoreWorker) exitInstance(ctx context.Context, addr *pb.Address, reason string) error {
+	if addr == nil {
+		return nil
+	}
+	cli, err := cw.peer(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := cli.Exit(ctx, &pb.ExitRequest{Reason: reason, Force: true}); err != nil && status.Code(err) != codes.Unavailable {
+		return err
 	}
 	return nil
 }
