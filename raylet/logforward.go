@@ -75,6 +75,10 @@ type logForwarder struct {
 	mu     sync.Mutex
 	closed bool
 	jobs   map[ids.ID]*jobLogs
+
+	// afterRead, when set (tests), is called by a stream right after it
+	// read a chunk from its pipe and before it handles it, under its mu.
+	afterRead func()
 }
 
 // jobLogs is one job's lines on this node, waiting to be pushed.
@@ -428,7 +432,9 @@ func (s *outStream) run() {
 }
 
 // readAvailable handles what the pipe holds now (at most what it held
-// when called, so a worker writing without pause cannot keep it going).
+// when called, so a worker writing without pause cannot keep it going),
+// and what the read loop took from it before: when it returns, every byte
+// written to the pipe before the call has been handled.
 func (s *outStream) readAvailable() {
 	_ = s.rc.Control(func(fd uintptr) {
 		n, err := unix.IoctlGetInt(int(fd), unix.TIOCINQ) // FIONREAD
@@ -436,6 +442,10 @@ func (s *outStream) readAvailable() {
 			s.readFD(int(fd), n)
 		}
 	})
+	// The read loop reads and handles a chunk under mu: bytes it read
+	// before the pipe was found empty are handled once mu is free.
+	s.mu.Lock()
+	s.mu.Unlock() //nolint:staticcheck // an empty critical section: waiting for the read loop's chunk
 }
 
 // readFD reads chunks from fd and handles them, each under mu, until the
@@ -449,6 +459,9 @@ func (s *outStream) readFD(fd, budget int) bool {
 			return true
 		}
 		n, err := unix.Read(fd, s.buf)
+		if n > 0 && s.fw.afterRead != nil {
+			s.fw.afterRead()
+		}
 		if n > 0 {
 			s.split.Write(s.buf[:n], s.handle)
 		}

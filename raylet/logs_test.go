@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/goray-dev/goray/internal/logline"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // gatedSender is a driver's raylet that takes batches only when let.
@@ -97,11 +99,11 @@ func TestForwarderSlowDriver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("the worker's writes blocked behind a driver that takes nothing")
 	}
 	close(send.gate)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if err := fw.drain(ctx, job); err != nil {
 		t.Fatal(err)
@@ -125,20 +127,14 @@ func TestForwarderSlowDriver(t *testing.T) {
 	if _, err := io.WriteString(wr[0], "end\n"); err != nil {
 		t.Fatal(err)
 	}
-	// The forwarder reads the pipe on its own goroutine: a drain may come
-	// before it has read "end". Drain until it has (or the deadline).
-	for {
-		if err := fw.drain(ctx, job); err != nil {
-			t.Fatal(err)
-		}
-		send.mu.Lock()
-		got, drops = len(send.lines), send.drops
-		send.mu.Unlock()
-		if uint64(got)+drops >= total+1 || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // polling the forwarder, not synchronising
+	// A drain returns once what was written before it is handed over
+	// (TestForwarderDrainWaitsForReadLoop).
+	if err := fw.drain(ctx, job); err != nil {
+		t.Fatal(err)
 	}
+	send.mu.Lock()
+	got, drops = len(send.lines), send.drops
+	send.mu.Unlock()
 	if drops == 0 || uint64(got)+drops != total+1 {
 		t.Errorf("%d lines arrived and %d were reported dropped; want some dropped and %d in all", got, drops, total+1)
 	}
@@ -265,7 +261,7 @@ func TestLogServicesRefuseStrangers(t *testing.T) {
 	}
 	go g.Serve(lis)
 	defer g.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	dial := func(c *auth.Credentials) *grpc.ClientConn {
 		cc, err := rpc.Dial(lis.Addr().String(), c)
@@ -360,7 +356,7 @@ func TestForwarderEndJobStopsSender(t *testing.T) {
 	if _, err := io.WriteString(w, "hello\n"); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if err := fw.drain(ctx, job); err != nil {
 		t.Fatal(err)
@@ -373,7 +369,101 @@ func TestForwarderEndJobStopsSender(t *testing.T) {
 	go func() { fw.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("the job's sender still runs after endJob")
+	}
+}
+
+// TestForwarderDrainWaitsForReadLoop: a line a worker wrote before a drain
+// has been handed over when the drain returns, also when the forwarder's
+// read loop took it from the pipe just before the drain looked there and
+// has not handled it yet: the drain waits for the read loop. A driver's
+// Shutdown relies on it to print the line its last call printed
+// (acceptance TestLogsEmbedded missed that line under load).
+func TestForwarderDrainWaitsForReadLoop(t *testing.T) {
+	send := &gatedSender{gate: make(chan struct{})}
+	close(send.gate)
+	fw := newLogForwarder(Config{NodeID: ids.New()}, hclog.NewNullLogger(), send)
+	defer fw.close()
+	took, release := make(chan struct{}, 1), make(chan struct{})
+	// The read loop stops between reading a chunk and handling it.
+	fw.afterRead = func() {
+		took <- struct{}{}
+		<-release
+	}
+	job := ids.New()
+	dir := t.TempDir()
+	var rd, wr [2]*os.File
+	var files [2]io.WriteCloser
+	for i := range 2 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(dir, strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd[i], wr[i], files[i] = r, w, f
+	}
+	ws, err := fw.attach(job, ids.New(), ids.New(), 7, rd, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+		for _, w := range wr {
+			w.Close()
+		}
+		ws.finish()
+	}()
+	if _, err := io.WriteString(wr[0], "last words\n"); err != nil {
+		t.Fatal(err)
+	}
+	<-took // the pipe is empty; the line is in the read loop's hands
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
+	defer cancel()
+	drained := make(chan error, 1)
+	go func() { drained <- fw.drain(ctx, job) }()
+	// Let the read loop go on once the drain returned (wrongly: the line
+	// is not handed over yet) or waits for the read loop's lock.
+	var derr error
+	returned := false
+	waitfor.Cond(t, waitfor.Generous, "the drain to return or to wait for the read loop", func() bool {
+		select {
+		case derr = <-drained:
+			returned = true
+			return true
+		default:
+		}
+		buf := make([]byte, 1<<20)
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "(*outStream).readAvailable") && strings.Contains(g, "Mutex).Lock") {
+				return true
+			}
+		}
+		return false
+	})
+	send.mu.Lock()
+	early := len(send.lines)
+	send.mu.Unlock()
+	close(release)
+	released = true
+	if !returned {
+		derr = <-drained
+	}
+	if derr != nil {
+		t.Fatal(derr)
+	}
+	if returned {
+		t.Fatalf("the drain returned while the line it follows was still being read (%d lines handed over)", early)
+	}
+	send.mu.Lock()
+	defer send.mu.Unlock()
+	if len(send.lines) != 1 || send.lines[0] != "last words" {
+		t.Errorf("handed over %q when the drain returned, want [\"last words\"]", send.lines)
 	}
 }
