@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // logsJob runs `testjob logs NODE DIR MARKER` against h from the node on
@@ -103,7 +105,7 @@ func TestLogsAcrossNodes(t *testing.T) {
 		if err != nil {
 			t.Errorf("goray logs --follow after Ctrl-C: %v\nstderr:\n%s", err, ferr.String())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatalf("goray logs --follow still runs after Ctrl-C")
 	}
 

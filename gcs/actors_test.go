@@ -9,6 +9,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -272,7 +273,7 @@ func TestGetActorWaitAlive(t *testing.T) {
 		select {
 		case r := <-ch:
 			return r
-		case <-time.After(5 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Fatal("GetActor did not return")
 			return result{}
 		}

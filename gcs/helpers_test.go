@@ -74,7 +74,7 @@ func startServer(t *testing.T, opts Options) (*Server, gorayv1.GcsClient) {
 		}()
 		select {
 		case <-stopped:
-		case <-time.After(5 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Error("gRPC server did not stop: a handler is stuck")
 		}
 	})

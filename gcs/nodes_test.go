@@ -8,6 +8,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 )
@@ -189,7 +190,7 @@ func TestRunDetectsDeadNode(t *testing.T) {
 	cancel()
 	select {
 	case <-ran:
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("Run did not return after cancel")
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/goray-dev/goray/internal/leaktest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"sync"
 	"testing"
 	"time"
@@ -197,7 +198,7 @@ func TestSubscribe(t *testing.T) {
 		select {
 		case ev := <-ch:
 			return ev
-		case <-time.After(5 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Fatal("no event")
 			return Event{}
 		}
@@ -233,7 +234,7 @@ func TestSubscribe(t *testing.T) {
 		if ok {
 			t.Fatal("event received after unsubscribe")
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("channel not closed by unsubscribe")
 	}
 	// Later changes still reach the remaining subscriber.

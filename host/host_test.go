@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
 
@@ -384,7 +385,7 @@ func TestCrashRestartsAndInFlightCallsFail(t *testing.T) {
 		if err == nil {
 			t.Error("the in-flight call succeeded")
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("the in-flight call hangs after the plugin crashed")
 	}
 

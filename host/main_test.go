@@ -149,10 +149,11 @@ func echo(ctx context.Context, conn *grpc.ClientConn, in string) (string, error)
 	return out.GetValue(), nil
 }
 
-// waitFor polls cond until it holds, for at most d.
+// waitFor polls cond until it holds, for at most d or waitfor.Generous,
+// whichever is longer.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	waitfor.Cond(t, d, what, cond)
+	waitfor.Cond(t, max(d, waitfor.Generous), what, cond) // d names the usual wait; load can stretch it
 }
 
 // alive reports whether pid is a live (not zombie) process.

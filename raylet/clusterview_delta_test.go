@@ -15,6 +15,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // recordingGCS counts the GetAllNodes replies that were deltas.
@@ -196,7 +197,7 @@ func TestHeartbeatsNotBehindRefresh(t *testing.T) {
 
 	select {
 	case <-g.entered:
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("the raylet never refreshed its view")
 	}
 	count := func() int {

@@ -11,6 +11,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/leaktest"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // deathCounter counts, on the receiving node's gRPC server, the
@@ -62,7 +63,7 @@ func (c *deathCounter) waitHeld(t *testing.T) {
 	t.Helper()
 	select {
 	case <-c.held:
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("no WorkersDied reached the other node")
 	}
 }
@@ -203,7 +204,7 @@ func recvAllDied(t *testing.T, d *testDriver, dead []ids.ID) {
 		if err != nil {
 			t.Fatalf("driver %s stream ended before every WORKER_DIED (%d left): %v", d.id.Short(), len(left), err)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitfor.Generous):
 		d.cancel() // ends the reader
 		<-got
 		t.Fatalf("driver %s was not told of %d of %d deaths", d.id.Short(), len(left), len(dead))

@@ -20,6 +20,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // testGCSPeriod is the heartbeat period the test GCSs hand the raylet.
@@ -155,7 +156,7 @@ func (h *gcsHarness) waitStopped() {
 	h.t.Helper()
 	select {
 	case <-h.r.Done():
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitfor.Generous):
 		h.t.Fatalf("the node did not stop itself; logs:\n%s", h.logs)
 	}
 }
@@ -306,7 +307,7 @@ func TestGCSUnreachableStopsTheNode(t *testing.T) {
 		select {
 		case err2 = <-h.runDone:
 			h.runDone <- err2 // for the cleanup
-		case <-time.After(20 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Fatal("Run did not give up registering")
 		}
 		var gu *GCSUnreachableError

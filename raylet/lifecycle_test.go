@@ -21,6 +21,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // leaseReq is a lease request for job with res, named rid.
@@ -342,7 +343,7 @@ func recvDied(t *testing.T, d *testDriver, dead ids.ID) {
 		if err != nil {
 			t.Fatalf("driver %s stream ended before WORKER_DIED %s: %v", d.id.Short(), dead.Short(), err)
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatalf("driver %s got no WORKER_DIED for %s", d.id.Short(), dead.Short())
 	}
 }
@@ -513,7 +514,7 @@ func TestNotifyTaskBlockedLendsCPU(t *testing.T) {
 		case b = <-bc:
 		case err := <-berr:
 			t.Fatalf("second lease: %v", err)
-		case <-time.After(20 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Fatal("the second request was not granted the blocked worker's CPU")
 		}
 		if got := h.availableCPU(); got != 0 {
@@ -544,7 +545,7 @@ func TestNotifyTaskBlockedLendsCPU(t *testing.T) {
 		case c = <-cc:
 		case err := <-cerr:
 			t.Fatalf("third lease: %v", err)
-		case <-time.After(20 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Fatal("the third request was not granted after the returns")
 		}
 		h.returnLease(c, false)

@@ -20,6 +20,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 func TestDriverRegistersAndPrestartsWorkers(t *testing.T) {
@@ -162,7 +163,7 @@ func TestFractionalCPU(t *testing.T) {
 	case c = <-third:
 	case err := <-errc:
 		t.Fatalf("third lease: %v", err)
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("third lease not granted after a return")
 	}
 	if got := h.availableCPU(); got != 0 {
@@ -658,7 +659,7 @@ func TestHeartbeatDeadAndShutdownNodeCloseDone(t *testing.T) {
 		defer func() { cancel(); <-runDone }()
 		select {
 		case <-h.r.Done():
-		case <-time.After(20 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Fatal("Done not closed after the GCS declared the node dead")
 		}
 		h.gcs.locked(func() {

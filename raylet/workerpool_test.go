@@ -11,6 +11,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // fakeBinaries is a job table whose binaries cannot be found.
@@ -154,7 +155,7 @@ func TestWorkerPoolStartFailure(t *testing.T) {
 		if !errors.As(ev.jobFailed, &wse) || ev.w.job != j {
 			t.Fatalf("death event %+v, want the job failed with a WorkerStartError", ev)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("no death event")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/goray-dev/goray/host/node"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/recvseg"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/internal/workerenv"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/hashicorp/go-hclog"
@@ -31,10 +32,10 @@ func waitCmdline(t *testing.T, pid int, want string) {
 	}
 }
 
-// poll calls cond every 20ms until it holds (true) or timeout passes
-// (false).
+// poll calls cond every 20ms until it holds (true) or timeout (at least
+// waitfor.Generous) passes (false).
 func poll(timeout time.Duration, cond func() bool) bool {
-	deadline := time.NewTimer(timeout)
+	deadline := time.NewTimer(max(timeout, waitfor.Generous))
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()

@@ -22,6 +22,7 @@ import (
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/leaktest"
 	"github.com/goray-dev/goray/internal/logrotate"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 const testToken = "test-token-0123456789"
@@ -299,7 +300,7 @@ func TestLogStreamEndsWhenClientStopsReading(t *testing.T) {
 			}
 			select {
 			case <-hm.done:
-			case <-time.After(20 * time.Second):
+			case <-time.After(waitfor.Generous):
 				t.Fatal("the logs handler still writes to a client that reads nothing, 20 s on")
 			}
 		})

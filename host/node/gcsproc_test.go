@@ -108,10 +108,11 @@ func (w *testLogWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// waitUntil polls cond until it holds, for at most d.
+// waitUntil polls cond until it holds, for at most d or waitfor.Generous,
+// whichever is longer.
 func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	waitfor.Cond(t, d, what, cond)
+	waitfor.Cond(t, max(d, waitfor.Generous), what, cond)
 }
 
 // TestGCSProcessRestartsOnSameStorage: the supervised GCS killed with

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/goray-dev/goray/internal/leaktest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"io"
 	"io/fs"
 	"net"
@@ -1208,7 +1209,7 @@ func (p *pending) wait(t testing.TB) connResult {
 		select {
 		case p.r = <-p.ch:
 			p.got = true
-		case <-time.After(30 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Fatal("the server's handshake did not return")
 		}
 	}

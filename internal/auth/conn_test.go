@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/leaktest"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // rogueHello writes a GRA2 hello in mode and returns its server nonce.
@@ -250,7 +251,7 @@ func TestRawConnRogueServer(t *testing.T) {
 				if err != nil && !tt.anyErr {
 					t.Errorf("rogue: %v", err)
 				}
-			case <-time.After(30 * time.Second):
+			case <-time.After(waitfor.Generous):
 				t.Fatal("the rogue server did not finish")
 			}
 		})

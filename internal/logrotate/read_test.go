@@ -69,7 +69,7 @@ func TestReadFollow(t *testing.T) {
 		})
 	}()
 	var all []byte
-	deadline := time.After(time.Minute)
+	deadline := time.After(waitfor.Generous)
 	for len(all) < len(big) {
 		select {
 		case b := <-got:
@@ -100,7 +100,7 @@ func TestReadFollow(t *testing.T) {
 		if err != nil {
 			t.Errorf("Read after cancel: %v", err)
 		}
-	case <-time.After(time.Minute):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("Read did not end with its context")
 	}
 }

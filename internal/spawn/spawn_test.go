@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // startLocked runs start in a goroutine locked to its thread that then
@@ -53,7 +55,7 @@ func TestChildSurvivesThreadExit(t *testing.T) {
 	go func() { exited <- control.Wait() }()
 	select {
 	case <-exited:
-	case <-time.After(30 * time.Second):
+	case <-time.After(waitfor.Generous):
 		_ = control.Process.Kill()
 		t.Fatal("the control child was not killed when its thread exited")
 	}

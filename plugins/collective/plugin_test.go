@@ -24,6 +24,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/testservers/gcstest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
@@ -332,7 +333,7 @@ func TestKillRankMidAllReduce(t *testing.T) {
 				!strings.Contains(err.Error(), `"doomed"`) || !strings.Contains(err.Error(), "rank 1") {
 				t.Errorf("surviving rank: %v, want ErrRankFailed naming group doomed and rank 1", err)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Fatal("a surviving rank did not fail within 10s of the kill")
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/testservers/gcstest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/plugins/onesided/onesided"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
@@ -190,7 +191,7 @@ func TestSourceKilledMidRead(t *testing.T) {
 	begin := time.Now()
 	select {
 	case err = <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("receive from a killed source hangs")
 	}
 	t.Logf("receive from a killed source failed after %v: %v", time.Since(begin), err)

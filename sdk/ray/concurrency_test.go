@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/ray"
 )
 
@@ -38,7 +39,7 @@ func (s *GroupSvc) wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(time.Minute):
+	case <-time.After(waitfor.Generous):
 		return errors.New("never released")
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/ray"
 )
 
@@ -115,7 +116,7 @@ func submitThenWait(ctx context.Context, path string) (string, error) {
 	running := NoteThenNap.Options(ray.CPUs(0)).Remote(ctx, ray.V(path), ray.V(2*time.Second))
 	select {
 	case <-ctx.Done():
-	case <-time.After(30 * time.Second):
+	case <-time.After(waitfor.Generous):
 		return "", errors.New("never cancelled")
 	}
 	bg := context.Background()

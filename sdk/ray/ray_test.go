@@ -101,7 +101,7 @@ func (c *Counter) Meet(ctx context.Context) (int, error) {
 	select {
 	case c.gate <- struct{}{}:
 	case <-c.gate:
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitfor.Generous):
 		return 0, errors.New("no second call arrived: calls did not run concurrently")
 	}
 	return 1, nil
@@ -129,7 +129,7 @@ func untilCancelled(ctx context.Context, path string) (int, error) {
 	select {
 	case <-ctx.Done():
 		return 0, ctx.Err()
-	case <-time.After(30 * time.Second):
+	case <-time.After(waitfor.Generous):
 		return 0, errors.New("never cancelled")
 	}
 }

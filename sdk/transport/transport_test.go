@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 	"github.com/goray-dev/goray/sdk/transport/transporttest"
@@ -476,13 +477,13 @@ func TestBridgeCancellation(t *testing.T) {
 			var err error
 			select {
 			case err = <-res:
-			case <-time.After(10 * time.Second):
+			case <-time.After(waitfor.Generous):
 				t.Fatal("Receive did not return after its context ended")
 			}
 			var implErr error
 			select {
 			case implErr = <-f.exited:
-			case <-time.After(10 * time.Second):
+			case <-time.After(waitfor.Generous):
 				t.Fatal("the implementation's context was not cancelled")
 			}
 			if deadline {

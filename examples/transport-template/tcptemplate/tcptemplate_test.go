@@ -18,6 +18,7 @@ import (
 
 	"github.com/goray-dev/goray/examples/transport-template/tcptemplate"
 	"github.com/goray-dev/goray/internal/auth/authtest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
@@ -405,7 +406,7 @@ func TestSourceTellsWaitingDestination(t *testing.T) {
 				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.message) {
 					t.Fatalf("Receive: %v, want an error matching %v that says %q", err, tc.want, tc.message)
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(waitfor.Generous):
 				t.Fatal("the waiting Receive did not return")
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"github.com/goray-dev/goray/internal/leaktest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"net"
 	"os/exec"
 	"slices"
@@ -259,7 +260,7 @@ func TestAbortPendingRead(t *testing.T) {
 	}()
 	select {
 	case <-entered:
-	case <-time.After(10 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("the read never reached the source")
 	}
 	begin := time.Now()
@@ -274,7 +275,7 @@ func TestAbortPendingRead(t *testing.T) {
 		if d := time.Since(begin); d > 2*time.Second {
 			t.Fatalf("abort took %v", d)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("aborted receive did not return")
 	}
 	if _, err := dst.Receive(ctxT(t), &transport.ReceiveRequest{ObjectID: id, TransportData: m.TransportData}); !errors.Is(err, transport.ErrAborted) {
@@ -385,7 +386,7 @@ func TestSourceClosedMidRead(t *testing.T) {
 		if !errors.Is(err, ErrSourceUnreachable) && !errors.Is(err, ErrUnknownAgent) {
 			t.Fatalf("receive from a closed source: %v, want ErrSourceUnreachable or ErrUnknownAgent", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitfor.Generous):
 		t.Fatal("receive from a closed source hangs")
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/leaktest"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // gate counts the calls of a test that are running, the most that ever
@@ -70,7 +71,7 @@ func TestSaturatedGroupDoesNotBlockOthers(t *testing.T) {
 		mustEnqueue(t, gs, group, groupCall{ctx: ctx, done: wg.Done, run: func() { close(answered) }})
 		select {
 		case <-answered:
-		case <-time.After(20 * time.Second):
+		case <-time.After(waitfor.Generous):
 			t.Fatalf("a call in group %q did not run while compute was saturated", group)
 		}
 	}
