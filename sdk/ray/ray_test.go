@@ -368,12 +368,30 @@ func TestWaitAndTimeout(t *testing.T) {
 	ctx := testCtx(t)
 	fast := SleepFor.Remote(ctx, ray.V(time.Millisecond))
 	slow := SleepFor.Options(ray.CPUs(0)).Remote(ctx, ray.V(30*time.Second)) // holds no CPU while it sleeps
-	ready, notReady, err := ray.Wait(ctx, []ray.Ref[int]{slow, fast}, 1, 20*time.Second)
+	ready, notReady, err := ray.Wait(ctx, []ray.Ref[int]{slow, fast}, 1, ray.NoTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(ready) != 1 || ready[0].ID() != fast.ID() || len(notReady) != 1 {
 		t.Fatalf("ready %v notReady %v", ready, notReady)
+	}
+	// A timeout of 0 looks once, as Ray's ray.wait(timeout=0): asking for
+	// both returns at once with the one that is ready (it waited for slow
+	// before, as if 0 meant no limit).
+	ready, notReady, err = ray.Wait(ctx, []ray.Ref[int]{slow, fast}, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ready) != 1 || ready[0].ID() != fast.ID() || len(notReady) != 1 || notReady[0].ID() != slow.ID() {
+		t.Fatalf("Wait with timeout 0: %d ready, %d not ready; want fast ready and slow not", len(ready), len(notReady))
+	}
+	// A ctx that ends bounds a wait without limit; what is ready is
+	// returned without an error.
+	short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+	ready, _, err = ray.Wait(short, []ray.Ref[int]{slow, fast}, 2, ray.NoTimeout)
+	cancelShort()
+	if err != nil || len(ready) != 1 {
+		t.Fatalf("Wait until ctx ends: %d ready, %v; want fast ready and no error", len(ready), err)
 	}
 	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
@@ -403,7 +421,7 @@ func TestWaitReturnsAtMostNum(t *testing.T) {
 		}
 		refs = append(refs, r)
 	}
-	ready, notReady, err := ray.Wait(ctx, refs, 2, 0)
+	ready, notReady, err := ray.Wait(ctx, refs, 2, ray.NoTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +431,7 @@ func TestWaitReturnsAtMostNum(t *testing.T) {
 	rest, rounds := refs, 0
 	for len(rest) > 0 {
 		var got []ray.Ref[int]
-		if got, rest, err = ray.Wait(ctx, rest, 1, 0); err != nil {
+		if got, rest, err = ray.Wait(ctx, rest, 1, ray.NoTimeout); err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != 1 {
@@ -436,12 +454,12 @@ func TestWaitReturnsAtMostNum(t *testing.T) {
 		{"negative num", refs[:3], -1, "num is -1, want 1..3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, _, err := ray.Wait(ctx, tc.refs, tc.num, 0); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, _, err := ray.Wait(ctx, tc.refs, tc.num, ray.NoTimeout); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want an error saying %q, got %v", tc.want, err)
 			}
 		})
 	}
-	if ready, notReady, err := ray.Wait(ctx, []ray.Ref[int]{}, 0, 0); err != nil || len(ready)+len(notReady) != 0 {
+	if ready, notReady, err := ray.Wait(ctx, []ray.Ref[int]{}, 0, ray.NoTimeout); err != nil || len(ready)+len(notReady) != 0 {
 		t.Fatalf("Wait of no refs: %v %v %v", ready, notReady, err)
 	}
 }

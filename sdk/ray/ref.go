@@ -171,13 +171,20 @@ func GetAll[T any](ctx context.Context, refs []Ref[T]) ([]T, error) {
 	return out, nil
 }
 
-// Wait waits until num of refs are ready or timeout passes (timeout <= 0
-// waits without limit, bounded by ctx) and splits refs into ready and not
-// ready, keeping their order. As Ray's ray.wait, ready holds at most num
-// refs (of those ready at once, the first num in refs), so a loop of
-// Wait(refs, 1) takes them one at a time; num must be 1..len(refs) (0 for
-// no refs) and refs must not name one object twice. An object whose task
-// failed counts as ready.
+// NoTimeout is a Wait timeout without limit (Ray's timeout=None): Wait
+// returns once num refs are ready, or when ctx ends.
+const NoTimeout time.Duration = -1
+
+// Wait waits until num of refs are ready or timeout passes and splits refs
+// into ready and not ready, keeping their order. As in Ray's ray.wait, a
+// timeout of 0 does not wait: it looks once and returns what is ready
+// (so a loop polling with timeout 0 never blocks), and NoTimeout (any
+// negative timeout) waits without limit, bounded by ctx. When ctx ends
+// first, Wait returns what is ready then, without an error. Ready holds at
+// most num refs (of those ready at once, the first num in refs), so a loop
+// of Wait(refs, 1, NoTimeout) takes them one at a time; num must be
+// 1..len(refs) (0 for no refs) and refs must not name one object twice.
+// An object whose task failed counts as ready.
 func Wait[R ObjectRef](ctx context.Context, refs []R, num int, timeout time.Duration) (ready, notReady []R, err error) {
 	cw, err := current()
 	if err != nil {
@@ -186,9 +193,9 @@ func Wait[R ObjectRef](ctx context.Context, refs []R, num int, timeout time.Dura
 	if least := min(1, len(refs)); num < least || num > len(refs) {
 		return nil, nil, fmt.Errorf("goray: Wait: num is %d, want %d..%d (the number of refs)", num, least, len(refs))
 	}
-	if timeout > 0 {
+	if timeout >= 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
+		ctx, cancel = context.WithTimeout(ctx, timeout) // 0: already done, so Wait looks once
 		defer cancel()
 	}
 	hs := make([]*core.Handle, len(refs))

@@ -346,7 +346,7 @@ func run(ctx context.Context, dir string) (*checker, error) {
 				c.run("phase 1 "+o.name+" read on the head", func() error { return checkSumOn(pctx, o, "h") })
 			} else {
 				c.run("phase 1 "+o.name+" made", func() error {
-					_, _, err := ray.Wait(pctx, []ray.Ref[[]byte]{o.ref}, 1, 0)
+					_, _, err := ray.Wait(pctx, []ray.Ref[[]byte]{o.ref}, 1, ray.NoTimeout)
 					return err
 				})
 			}

@@ -504,7 +504,7 @@ func (e *env) metrics() []workload {
 				notReady := all
 				for range n {
 					var err error
-					if _, notReady, err = ray.Wait(ctx, notReady, 1, 0); err != nil {
+					if _, notReady, err = ray.Wait(ctx, notReady, 1, ray.NoTimeout); err != nil {
 						break
 					}
 				}

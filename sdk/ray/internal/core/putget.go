@@ -274,8 +274,9 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, own
 
 // Wait returns the indexes, in order, of at most n handles that are ready,
 // waiting until n are or ctx ends (a ctx deadline is not an error for
-// Wait). As Ray's wait, it never returns more than n: of the handles ready
-// at once, the first n in hs are taken.
+// Wait; a ctx already done when it is called makes it look once). As
+// Ray's wait, it never returns more than n: of the handles ready at once,
+// the first n in hs are taken.
 func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, error) {
 	if n > len(hs) {
 		n = len(hs)
@@ -308,7 +309,7 @@ func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, err
 			count++
 		}
 	}
-	if count < n {
+	if count < n && ctx.Err() == nil {
 		defer cw.blocked()()
 		// Slow path: one goroutine per pending object reports readiness.
 		done := make(chan struct{})
