@@ -120,17 +120,20 @@ func (n *nodeEntry) availableViewLocked() *gorayv1.Resources {
 // InvalidArgumentError naming the field.
 //
 // A node that registers with the cluster id (it registers again: this GCS
-// restarted, or lost touch with it) gets its placement group bundles swept:
-// the placement group manager tells its raylet, soon and without this call
-// waiting, which bundles the table has placed there, and the raylet gives
-// back every other one (sweep.go).
+// restarted, or lost touch with it), or that says it holds placement group
+// bundles (a GCS that died before its answer to the node's first
+// registration reached it may have prepared some there), gets its bundles
+// swept: the placement group manager tells its raylet, soon and without
+// this call waiting, which bundles the table has placed there, and the
+// raylet gives back every other one (sweep.go).
 func (s *Server) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequest) (_ *gorayv1.RegisterNodeReply, err error) {
 	var d durable
 	defer d.wait(ctx, &err) // after the unlocks below: answer once the change is durable
-	again := false
+	// sweepWhy says why the node's bundles are swept ("": they are not).
+	sweepWhy := ""
 	defer func() { // after the unlock below: the manager's lock is never taken under s.mu
-		if again && err == nil {
-			s.pgs.requestSweep(ids.MustFromBytes(req.GetNode().GetNodeId()), sweepReregistered)
+		if sweepWhy != "" && err == nil {
+			s.pgs.requestSweep(ids.MustFromBytes(req.GetNode().GetNodeId()), sweepWhy)
 		}
 	}()
 	if req.GetNode() == nil {
@@ -147,7 +150,12 @@ func (s *Server) RegisterNode(ctx context.Context, req *gorayv1.RegisterNodeRequ
 	if c := req.GetClusterId(); c != "" && c != s.clusterID {
 		return nil, &OtherClusterError{Node: id, Cluster: c, Want: s.clusterID}
 	}
-	again = req.GetClusterId() != ""
+	switch {
+	case req.GetClusterId() != "":
+		sweepWhy = sweepReregistered
+	case req.GetHoldsBundles():
+		sweepWhy = sweepHoldsBundles
+	}
 	reply := &gorayv1.RegisterNodeReply{HeartbeatPeriodMs: s.period.Milliseconds(), ClusterId: s.clusterID}
 	now := s.now()
 

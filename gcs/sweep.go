@@ -30,8 +30,13 @@ const (
 )
 
 // Why a node is swept (said in logs and to the work a release ends). A
-// restored GCS sweeps a node when it registers again (restore.go).
-const sweepReregistered = "the node registered again"
+// restored GCS sweeps a node when it registers again (restore.go), and any
+// GCS a node that registers holding bundles without the cluster id (its
+// first registration's answer was lost with the GCS that prepared them).
+const (
+	sweepReregistered = "the node registered again"
+	sweepHoldsBundles = "the node registered holding placement group bundles"
+)
 
 // pendingSweep is a sweep of one node not taken by its raylet yet. Its
 // fields are guarded by placementGroups.mu.

@@ -304,3 +304,37 @@ func TestReregisteredNodeIsSwept(t *testing.T) {
 		return len(pc.s.pgs.sweeps) == 0
 	})
 }
+
+// TestRegistrationHoldingBundlesIsSwept: a node that registers without the
+// cluster id (the answer to its first registration was lost with the GCS
+// that then prepared bundles there) but says it holds bundles is swept;
+// one that holds none is not. (TestGCSRestartReleasesCutReservation in
+// raylet hit it: the restored GCS never swept the node.)
+func TestRegistrationHoldingBundlesIsSwept(t *testing.T) {
+	pc, _ := startPGCluster(t, 1, 4)
+	n := pc.addNode(t, "lost-answer", 4)
+	idle := pc.addNode(t, "idle", 4)
+	stray := newID()
+	pc.f.mu.Lock()
+	if pc.f.held[n] == nil {
+		pc.f.held[n] = map[ids.ID]map[int32]resources.Set{}
+	}
+	pc.f.held[n][stray] = map[int32]resources.Set{0: {"CPU": resources.Unit}}
+	pc.f.available[n].Sub(resources.Set{"CPU": resources.Unit})
+	pc.f.mu.Unlock()
+
+	_, err := pc.c.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: nodeInfo(idle, "idle")})
+	mustOK(t, err)
+	_, err = pc.c.RegisterNode(ctxT(t), &gorayv1.RegisterNodeRequest{Node: nodeInfo(n, "lost-answer"), HoldsBundles: true})
+	mustOK(t, err)
+	waitFor(t, "the stray bundle given back", func() bool {
+		_, ok := pc.f.heldOn(n)[stray]
+		return !ok
+	})
+	pc.f.mu.Lock()
+	idleCalls := pc.f.releases[idle]
+	pc.f.mu.Unlock()
+	if idleCalls != 0 {
+		t.Errorf("a node that holds no bundles and registered without the cluster id was swept %d times", idleCalls)
+	}
+}

@@ -393,6 +393,19 @@ func (s *scheduler) infeasibleLocked(res resources.Set) bool {
 
 // heldBundles reports the bundles of group held here by index: true for
 // committed, false for prepared (tests and stats).
+// holdsBundles reports whether the node holds any placement group bundle,
+// prepared or committed (a registration says so: the GCS sweeps it).
+func (s *scheduler) holdsBundles() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, bs := range s.bundles {
+		if len(bs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *scheduler) heldBundles(group ids.ID) map[int]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/raylet/internal/policy"
 )
 
@@ -420,7 +421,7 @@ func TestPlacementGroupLifecycle(t *testing.T) {
 		err error
 	}
 	got := make(chan result, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	go func() {
 		rep, err := h.cl.RequestWorkerLease(ctx, groupLeaseReq(d.job, res, g))
@@ -505,7 +506,7 @@ func TestRemovedGroupFailsRequests(t *testing.T) {
 	h.commit(g, 0, 1)
 	l := h.mustLeaseReq(groupLeaseReq(d.job, inGroup(cpus(1), g, -1), g))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	errc := make(chan *gorayv1.LeaseReply, 1)
 	go func() {
@@ -636,7 +637,7 @@ func TestBundleRPCsRefuseBadInput(t *testing.T) {
 
 func (h *harness) mustLeaseReq(req *gorayv1.LeaseRequest) *gorayv1.LeaseReply {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	l, err := h.cl.RequestWorkerLease(ctx, req)
 	if err != nil || len(l.GetLeaseId()) == 0 {
@@ -718,9 +719,16 @@ func TestReleaseUnused(t *testing.T) {
 		t.Fatalf("again: released %v, ended %d leases; want nothing", released, len(ended))
 	}
 	// Nothing in use: the kept group goes too, with its leases, and the
-	// node is back to its own resources.
+	// node is back to its own resources (and says it holds no bundles when
+	// it registers).
+	if !s.holdsBundles() {
+		t.Fatal("holdsBundles is false with the kept group's bundles here")
+	}
 	if released, ended := s.releaseUnused(nil); len(released) != 2 || len(ended) != 2 {
 		t.Fatalf("nothing in use: released %v, ended %d leases; want the kept group's 2 bundles and 2 leases", released, len(ended))
+	}
+	if s.holdsBundles() {
+		t.Fatal("holdsBundles is true with no bundle here")
 	}
 	if got := s.availableResources(); !maps.Equal(got, cpus(8)) {
 		t.Fatalf("available = %v, want the node's 8 CPUs", got)

@@ -79,11 +79,12 @@ func (r *Raylet) gcsAddress() string {
 }
 
 // register registers the node (again) with the GCS, with the cluster id
-// learned at the first registration, and remembers the cluster id the GCS
+// learned at the first registration and whether it holds placement group
+// bundles (the GCS then sweeps them), and remembers the cluster id the GCS
 // answers. A refusal is a permanent error that stops the node
 // (*OtherClusterError, *RegistrationRefusedError); other errors may pass.
 func (r *Raylet) register(ctx context.Context) (*gorayv1.RegisterNodeReply, error) {
-	req := &gorayv1.RegisterNodeRequest{Node: r.nodeInfo()}
+	req := &gorayv1.RegisterNodeRequest{Node: r.nodeInfo(), HoldsBundles: r.sched.holdsBundles()}
 	if c := r.clusterID.Load(); c != nil {
 		req.ClusterId = *c
 	}

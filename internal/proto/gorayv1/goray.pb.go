@@ -6232,7 +6232,12 @@ type RegisterNodeRequest struct {
 	// The cluster the node belongs to, when it joined before (a node
 	// re-registering with a restarted GCS); a GCS of another cluster refuses
 	// it. Empty for a node joining for the first time.
-	ClusterId     string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The node holds placement group bundles (prepared or committed). The
+	// GCS then sweeps it as it sweeps a node registering again, also without
+	// a cluster id: a GCS that died before its answer to the node's first
+	// registration reached it may have prepared bundles there.
+	HoldsBundles  bool `protobuf:"varint,3,opt,name=holds_bundles,json=holdsBundles,proto3" json:"holds_bundles,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -6279,6 +6284,13 @@ func (x *RegisterNodeRequest) GetClusterId() string {
 		return x.ClusterId
 	}
 	return ""
+}
+
+func (x *RegisterNodeRequest) GetHoldsBundles() bool {
+	if x != nil {
+		return x.HoldsBundles
+	}
+	return false
 }
 
 type RegisterNodeReply struct {
@@ -9236,11 +9248,12 @@ const file_goray_proto_rawDesc = "" +
 	"\fHistoryBound\x12\x12\n" +
 	"\x04kept\x18\x01 \x01(\x03R\x04kept\x12\x10\n" +
 	"\x03cap\x18\x02 \x01(\x03R\x03cap\x12\x18\n" +
-	"\adropped\x18\x03 \x01(\x03R\adropped\"\\\n" +
+	"\adropped\x18\x03 \x01(\x03R\adropped\"\x81\x01\n" +
 	"\x13RegisterNodeRequest\x12&\n" +
 	"\x04node\x18\x01 \x01(\v2\x12.goray.v1.NodeInfoR\x04node\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x02 \x01(\tR\tclusterId\"b\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12#\n" +
+	"\rholds_bundles\x18\x03 \x01(\bR\fholdsBundles\"b\n" +
 	"\x11RegisterNodeReply\x12.\n" +
 	"\x13heartbeat_period_ms\x18\x01 \x01(\x03R\x11heartbeatPeriodMs\x12\x1d\n" +
 	"\n" +
