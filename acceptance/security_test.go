@@ -25,6 +25,7 @@ import (
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // TestAuthEveryEntryPoint calls every method of every gRPC service of a
@@ -234,7 +235,7 @@ func dial(t *testing.T, target string, creds *auth.Credentials) *grpc.ClientConn
 
 // invokeEmpty calls method with an empty request message.
 func invokeEmpty(ctx context.Context, cc *grpc.ClientConn, method string, streaming bool) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, waitfor.Generous)
 	defer cancel()
 	if !streaming {
 		return cc.Invoke(ctx, method, &emptypb.Empty{}, &emptypb.Empty{})

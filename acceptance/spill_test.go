@@ -16,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/goray-dev/goray/internal/testservers/miniotest"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // Binaries of the spill tests, built once on first use.
@@ -106,7 +107,7 @@ func bucketFiles(t *testing.T, srv *miniotest.Server, bucket string) map[string]
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	out := map[string]int64{}
 	for o := range c.ListObjects(ctx, bucket, minio.ListObjectsOptions{Recursive: true}) {

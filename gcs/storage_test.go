@@ -22,6 +22,7 @@ import (
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/goray-dev/goray/internal/testservers/redistest"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // serveOpened serves an opened server over real gRPC (and runs it) until
@@ -51,7 +52,7 @@ func serveOpened(t *testing.T, s *Server) (gorayv1.GcsClient, func()) {
 			cancel()
 			g.Stop()
 			wg.Wait()
-			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+			cctx, ccancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer ccancel()
 			if err := s.Close(cctx); err != nil {
 				t.Errorf("Close: %v", err)

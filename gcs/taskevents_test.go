@@ -7,13 +7,13 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 	"unicode/utf8"
 
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/leaktest"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -273,7 +273,7 @@ func TestTaskEventsService(t *testing.T) {
 	served := make(chan struct{})
 	go func() { defer close(served); _ = g.Serve(lis) }()
 	defer func() { g.Stop(); <-served }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 
 	dial := func(c *auth.Credentials) gorayv1.TaskEventServiceClient {

@@ -115,7 +115,7 @@ func newManager(t *testing.T, n *config.Node, opts Options) (*Manager, *syncBuff
 	}
 	m := New(opts)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		if err := m.Stop(ctx); err != nil {
 			t.Errorf("Stop: %v", err)
@@ -128,7 +128,7 @@ func newManager(t *testing.T, n *config.Node, opts Options) (*Manager, *syncBuff
 }
 
 func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	t.Cleanup(cancel)
 	return ctx
 }

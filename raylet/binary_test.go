@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,6 +17,7 @@ import (
 	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/transport/shmem"
 )
 
@@ -135,7 +135,7 @@ func TestRemoteJobMustNameBinaryHash(t *testing.T) {
 			h.gcs.jobs = append(h.gcs.jobs, &gorayv1.JobInfo{JobId: job.Bytes(), BinaryPath: evil, BinarySha256: tc.sum,
 				DriverNodeId: other.Bytes(), State: "RUNNING"})
 			h.gcs.mu.Unlock()
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer cancel()
 			_, err := h.lease(ctx, job, cpus(1), ids.Nil)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -168,7 +168,7 @@ func TestReplacedBinaryIsNotRun(t *testing.T) {
 	if err := os.Rename(bin+".new", bin); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if _, err := h.lease(ctx, d.job, cpus(1), ids.Nil); err == nil || !strings.Contains(err.Error(), "not running it") {
 		t.Fatalf("lease after the binary was replaced: %v, want a sha256 error", err)

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/raylet/internal/dataplane"
 )
 
@@ -75,7 +76,7 @@ func rawRequest(magic uint32, oid ids.ObjectID, off, length uint64) []byte {
 // readWhole reads the whole object over a new connection and compares it.
 func readWhole(t *testing.T, addr string, oid ids.ObjectID, want []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	rr, err := dataplane.Dial(ctx, addr, nil)
 	if err != nil {
@@ -119,7 +120,7 @@ func TestDataPlaneRefusesHostileRanges(t *testing.T) {
 		{"length -2^63", 0, 1 << 63, "is negative"},
 		{"offset past the end", size + 1, 0, "is outside the object"},
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	rr, err := dataplane.Dial(ctx, addr, nil)
 	if err != nil {
@@ -161,7 +162,7 @@ func TestDataPlaneRefusesHostileRanges(t *testing.T) {
 func TestDataPlaneDropsBadMagic(t *testing.T) {
 	fs := newFakeStore()
 	addr, oid, src := dataPlane(t, fs, fs, 4096, hclog.NewNullLogger())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	rr, err := dataplane.Dial(ctx, addr, nil)
 	if err != nil {
@@ -196,7 +197,7 @@ func TestDataPlaneRecoversFromPanic(t *testing.T) {
 	}
 	ps.badOffset = off
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	rr, err := dataplane.Dial(ctx, addr, nil)
 	if err != nil {
@@ -218,7 +219,7 @@ func TestDataPlaneRecoversFromPanic(t *testing.T) {
 		defer fs.mu.Unlock()
 		return len(fs.getClient) == 1 && slices.Contains(fs.releases[fs.getClient[0]], bad)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(waitfor.Generous)
 	for !released() {
 		if time.Now().After(deadline) {
 			t.Fatal("the object pinned for the request that panicked was not released")

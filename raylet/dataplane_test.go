@@ -6,11 +6,11 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/raylet/internal/dataplane"
 )
 
@@ -38,7 +38,7 @@ func TestDataPlaneRanges(t *testing.T) {
 	if err := store.Seal(oid, ids.New(), true); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	rr, err := dataplane.Dial(ctx, lis.Addr().String(), nil)
 	if err != nil {

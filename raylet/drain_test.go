@@ -21,6 +21,7 @@ import (
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
 	"github.com/goray-dev/goray/sdk/storage"
 )
@@ -28,7 +29,7 @@ import (
 // drain asks the harness's raylet to drain (or, with cancel, to stop).
 func (h *harness) drain(cancel bool) *gorayv1.DrainRayletReply {
 	h.t.Helper()
-	ctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, stop := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer stop()
 	rep, err := h.cl.DrainRaylet(ctx, &gorayv1.DrainRayletRequest{Reason: "test", Cancel: cancel})
 	if err != nil {
@@ -251,7 +252,7 @@ func TestDrainIdleNode(t *testing.T) {
 	}
 	waiting := make(chan result, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		l, err := h.lease(ctx, d.job, cpus(1), ids.Nil)
 		waiting <- result{l, err}
@@ -423,7 +424,7 @@ func drainGCS(t *testing.T) (*gcs.Server, string, gorayv1.GcsClient) {
 // drainNode calls the GCS's DrainNode for node.
 func drainNode(t *testing.T, c gorayv1.GcsClient, node ids.ID, cancel bool) *gorayv1.DrainNodeReply {
 	t.Helper()
-	ctx, stop := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, stop := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer stop()
 	rep, err := c.DrainNode(ctx, &gorayv1.DrainNodeRequest{NodeId: node.Bytes(), Reason: "idle for 1m", Cancel: cancel})
 	if err != nil {
@@ -523,7 +524,7 @@ func TestDrainMovesPrimariesToSharedStorage(t *testing.T) {
 	owner := &gorayv1.Address{WorkerId: ids.New().Bytes(), NodeId: reader.id.Bytes()}
 	client := ids.New()
 	for oid, b := range want {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		_, err := reader.cl.PullObject(ctx, &gorayv1.PullObjectRequest{ObjectId: oid[:], NodeId: victim.id.Bytes(), Owner: owner})
 		cancel()
 		if err != nil {
@@ -566,7 +567,7 @@ func TestDrainingNodeTakesNoWork(t *testing.T) {
 	small.seesPeer("the big node draining in the view of the small one", big.id, func(p *peerView) bool { return p.draining })
 
 	// A request on the draining node goes to the node with room.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	rep, err := big.lease(ctx, db.job, cpus(1), ids.Nil)
 	if err != nil || string(rep.GetSpillbackNodeId()) != string(small.id.Bytes()) {
@@ -641,7 +642,7 @@ func TestDrainNodeUnknownOrDead(t *testing.T) {
 // ErrShuttingDown.
 func TestDrainAfterShutdown(t *testing.T) {
 	h := newHarness(t, nil)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if err := h.r.Shutdown(ctx); err != nil {
 		t.Fatal(err)

@@ -59,7 +59,7 @@ func (s *servedGCS) stop() {
 	}
 	s.srv.Stop()
 	<-s.served
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	_ = s.g.Close(ctx)
 	s.srv = nil
@@ -67,7 +67,7 @@ func (s *servedGCS) stop() {
 
 func openBoltGCS(t *testing.T, path string) *gcs.Server {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	g, err := gcs.Open(ctx, gcs.Options{HeartbeatPeriod: testGCSPeriod, Storage: gcs.Storage{Backend: gcs.BackendBolt, Path: path}})
 	if err != nil {
@@ -143,7 +143,7 @@ func (h *gcsHarness) waitAlive(g *gcs.Server, since time.Time) {
 // harness's own Shutdown, later, returns the same result).
 func (h *gcsHarness) shutdown() {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if err := h.r.Shutdown(ctx); err != nil {
 		h.t.Fatalf("Shutdown: %v", err)
@@ -224,7 +224,7 @@ func TestGCSWithoutTheNodeRegistersItAgain(t *testing.T) {
 	dir := t.TempDir()
 	db, before := filepath.Join(dir, "gcs.db"), filepath.Join(dir, "before.db")
 	g0 := openBoltGCS(t, db)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if err := g0.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -394,7 +394,7 @@ func (r *cutReserver) ReleaseUnused(ctx context.Context, n *gorayv1.NodeInfo, in
 // missed heartbeat periods.
 func openReservingGCS(t *testing.T, path string, r gcs.BundleReserver) *gcs.Server {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	logs := &syncBuffer{}
 	t.Cleanup(func() { // a failure shows what this GCS did
@@ -455,7 +455,7 @@ func TestGCSRestartReleasesCutReservation(t *testing.T) {
 			}
 
 			group := ids.New()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer cancel()
 			_, err := g1.g.CreatePlacementGroup(ctx, &gorayv1.CreatePlacementGroupRequest{Group: &gorayv1.PlacementGroupInfo{
 				PlacementGroupId: group.Bytes(), Detached: true, Strategy: gorayv1.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_PACK,

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -369,7 +368,7 @@ func newHarness(t testing.TB, mod func(*Config)) *harness {
 	}
 	h.cl = gorayv1.NewRayletClient(conn)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		if err := r.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)
@@ -440,7 +439,7 @@ func (h *harness) lease(ctx context.Context, job ids.ID, res resources.Set, acto
 
 func (h *harness) mustLease(job ids.ID, res resources.Set) *gorayv1.LeaseReply {
 	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	l, err := h.lease(ctx, job, res, ids.Nil)
 	if err != nil {

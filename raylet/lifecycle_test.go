@@ -66,7 +66,7 @@ func TestCancelWorkerLease(t *testing.T) {
 		held := h.mustLease(d.job, cpus(1))
 		errc := make(chan error, 1)
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer cancel()
 			_, err := h.cl.RequestWorkerLease(ctx, leaseReq(d.job, cpus(1), "req-wait"))
 			errc <- err
@@ -96,7 +96,7 @@ func TestCancelWorkerLease(t *testing.T) {
 	t.Run("granted lease is returned", func(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.Resources = cpus(1) })
 		d := h.driver()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		// The reply reaches the test, but the cancel stands for a caller
 		// that gave up as the lease was granted and never saw it.
@@ -170,7 +170,7 @@ func TestCancelWorkerLease(t *testing.T) {
 		if rep := h.cancelLease("req-late"); rep.GetReturned() {
 			t.Fatal("cancelling a request not seen yet returned a lease")
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		_, err := h.cl.RequestWorkerLease(ctx, leaseReq(d.job, cpus(1), "req-late"))
 		if status.Code(err) != codes.Canceled {
@@ -450,7 +450,7 @@ func TestReaperSparesOwnersAndHolders(t *testing.T) {
 		h := newHarness(t, func(c *Config) { c.Pool.MaxIdle = intp(0) })
 		d := h.driver()
 		x := h.mustLease(d.job, cpus(1))
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		// x's worker submits a task: it holds y's lease.
 		req := leaseReq(d.job, cpus(1), "")
@@ -488,7 +488,7 @@ func (h *harness) mustNotifyBlocked(wid []byte, blocked bool) {
 func (h *harness) leaseAsync(job ids.ID, res resources.Set) (<-chan *gorayv1.LeaseReply, <-chan error) {
 	ok, errc := make(chan *gorayv1.LeaseReply, 1), make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		l, err := h.lease(ctx, job, res, ids.Nil)
 		if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/raylet/internal/memory"
 )
 
@@ -215,7 +216,7 @@ func TestMemoryMonitorKillsRealWorkers(t *testing.T) {
 	mem.set(900, nil)
 	h.r.memory.reader = mem
 	d := h.driver()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	task, err := h.cl.RequestWorkerLease(ctx, &gorayv1.LeaseRequest{JobId: d.job.Bytes(), Resources: resourcesProto(cpus(1)),
 		HolderId: d.id.Bytes(), Retriable: true, Function: "main.hog"})

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,6 +16,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // TestObjectCopiesService: FreeObjectCopies answers only callers with the
@@ -46,7 +46,7 @@ func TestObjectCopiesService(t *testing.T) {
 	}
 	go g.Serve(lis)
 	defer g.Stop()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	client := func(c *auth.Credentials) gorayv1.ObjectCopiesClient {
 		cc, err := rpc.Dial(lis.Addr().String(), c)

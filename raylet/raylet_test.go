@@ -138,7 +138,7 @@ func TestFractionalCPU(t *testing.T) {
 	third := make(chan *gorayv1.LeaseReply, 1)
 	errc := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		l, err := h.lease(ctx, d.job, cpus(0.5), ids.Nil)
 		if err != nil {
@@ -298,7 +298,7 @@ func TestInfeasibleDemandReported(t *testing.T) {
 
 	// A zero-resource (actor) request is feasible and not blocked by it.
 	actor := ids.New()
-	zctx, zcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	zctx, zcancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer zcancel()
 	l, err := h.lease(zctx, d.job, resources.Set{}, actor)
 	if err != nil {
@@ -326,7 +326,7 @@ func TestWorkerKilledReleasesLease(t *testing.T) {
 			if actor {
 				actorID = ids.New()
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer cancel()
 			l, err := h.lease(ctx, d.job, cpus(1), actorID)
 			if err != nil {
@@ -378,7 +378,7 @@ func TestDriverExitEndsJob(t *testing.T) {
 	d := h.driver()
 	waitFor(t, "prestarted workers", func() bool { return len(h.workers("IDLE")) == 2 })
 	normal := h.mustLease(d.job, cpus(1))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if _, err := h.lease(ctx, d.job, resources.Set{}, ids.New()); err != nil {
 		t.Fatal(err)
@@ -444,7 +444,7 @@ func TestShutdownKillsEverything(t *testing.T) {
 	d := h.driver()
 	waitFor(t, "prestarted workers", func() bool { return len(h.workers("IDLE")) == 2 })
 	h.mustLease(d.job, cpus(2))
-	actx, acancel := context.WithTimeout(context.Background(), 20*time.Second)
+	actx, acancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer acancel()
 	if _, err := h.lease(actx, d.job, resources.Set{}, ids.New()); err != nil {
 		t.Fatal(err)
@@ -461,7 +461,7 @@ func TestShutdownKillsEverything(t *testing.T) {
 	}()
 	waitFor(t, "a request to wait", func() bool { return h.pendingCount() == 1 })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if err := h.r.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)
@@ -561,7 +561,7 @@ func TestWorkersThatCannotStartFailLeases(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer cancel()
 			_, err = h.lease(ctx, d.job, cpus(1), ids.Nil)
 			if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), tt.want) {
@@ -809,7 +809,7 @@ func TestResolvePoolDefaults(t *testing.T) {
 func TestLeaseHolderDeathReturnsItsLeases(t *testing.T) {
 	h := newHarness(t, nil)
 	d := h.driver()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	// The holder: a worker leased with 0 CPUs (like an actor that submits tasks).
 	holderLease, err := h.lease(ctx, d.job, resources.Set{}, ids.Nil)

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // fakeProc builds a /proc tree in a temp dir.
@@ -183,7 +185,7 @@ func TestWaitExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Not reaped yet: a zombie counts as exited.
-	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel2()
 	if alive := p.waitExit(ctx2, []int{pid}); alive != nil {
 		t.Fatalf("waitExit after SIGKILL = %v, want none", alive)

@@ -143,7 +143,7 @@ func TestStopperForce(t *testing.T) {
 	makeSession(t, root, "session_1", &node.Info{NodeID: "77778888", Head: true, Pid: n.Process.Pid})
 	// A long grace period shows --force does not wait for it.
 	s := &stopper{proc: procFS{"/proc"}, root: root, opts: stopOptions{force: true, grace: time.Hour}, log: hclog.NewNullLogger()}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	res, err := s.run(ctx)
 	if err != nil {

@@ -60,7 +60,7 @@ func newAPIWith(t *testing.T, maxBinary int64, o Options) *apiFixture {
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() {
 		hc.CloseIdleConnections()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("Shutdown: %v", err)

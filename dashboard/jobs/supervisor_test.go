@@ -114,7 +114,7 @@ func newFixture(t *testing.T, o Options) *fixture {
 	o.Environ = []string{"PATH=" + os.Getenv("PATH")}
 	f.sup = NewSupervisor(o)
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		if err := f.sup.Close(ctx); err != nil {
 			t.Errorf("Close: %v", err)
@@ -138,7 +138,7 @@ func (f *fixture) script(body string) string {
 // wait polls the job until cond holds.
 func (f *fixture) wait(id, what string, cond func(Job) bool) Job {
 	f.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitfor.Generous)
 	for {
 		j, ch, err := f.sup.Watch(id)
 		if err != nil {
@@ -207,7 +207,7 @@ func TestSupervisorRunsDrivers(t *testing.T) {
 				}
 			}
 			// The record reaches the store with its final status.
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := time.Now().Add(waitfor.Generous)
 			for {
 				r, ok := f.store.record(t, id)
 				if ok && r.Status == tc.status {
@@ -250,7 +250,7 @@ func TestSupervisorStop(t *testing.T) {
 			j := f.wait(id, "RUNNING", func(j Job) bool { return j.Status == StatusRunning })
 			pidFile := filepath.Join(j.WorkingDir, "child.pid")
 			var child int
-			deadline := time.Now().Add(10 * time.Second)
+			deadline := time.Now().Add(waitfor.Generous)
 			for child == 0 {
 				if b, err := os.ReadFile(pidFile); err == nil && bytes.HasSuffix(b, []byte("\n")) {
 					child, _ = strconv.Atoi(strings.TrimSpace(string(b)))
@@ -270,7 +270,7 @@ func TestSupervisorStop(t *testing.T) {
 			if err := syscall.Kill(child, 0); !errors.Is(err, syscall.ESRCH) {
 				// A zombie is gone too: its parent (the driver) is dead, so
 				// init reaps it; poll briefly.
-				deadline := time.Now().Add(5 * time.Second)
+				deadline := time.Now().Add(waitfor.Generous)
 				for syscall.Kill(child, 0) == nil && time.Now().Before(deadline) {
 					time.Sleep(10 * time.Millisecond)
 				}
@@ -337,7 +337,7 @@ func TestSupervisorPendingAndLimits(t *testing.T) {
 	if _, err := os.Stat(j.LogFile); !os.IsNotExist(err) {
 		t.Errorf("log after Delete: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitfor.Generous)
 	for {
 		if _, ok := f.store.record(t, first); !ok {
 			break
@@ -348,7 +348,7 @@ func TestSupervisorPendingAndLimits(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// Closing stops the running job.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if err := f.sup.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -387,7 +387,7 @@ func TestSupervisorRecordsSurviveAndLink(t *testing.T) {
 	f.store.mu.Lock()
 	f.store.fail = false
 	f.store.mu.Unlock()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(waitfor.Generous)
 	for {
 		r, ok := f.store.record(t, done)
 		if ok && r.Status == StatusSucceeded {

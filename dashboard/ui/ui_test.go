@@ -16,6 +16,7 @@ import (
 	"github.com/goray-dev/goray/internal/leaktest"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/state"
 )
 
@@ -125,7 +126,7 @@ func serve(t *testing.T, src Source) *dashboard.Server {
 		Jobs: fakeJobs{{SubmissionID: "sub1", Status: jobs.StatusRunning, GorayJobID: hexID(id(0x0a)), BinarySHA256: strings.Repeat("ab", 32), Args: []string{"--long"}, StartTime: &start}}})
 	s.Serve()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	})

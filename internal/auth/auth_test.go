@@ -815,7 +815,7 @@ func dial(t testing.TB, target string, opts ...grpc.DialOption) *grpc.ClientConn
 
 func callCtx(t testing.TB) context.Context {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -1218,7 +1218,7 @@ func (p *pending) wait(t testing.TB) connResult {
 
 func dialRaw(t testing.TB, l net.Listener) net.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	c, err := (&net.Dialer{}).DialContext(ctx, l.Addr().Network(), l.Addr().String())
 	if err != nil {
@@ -1235,7 +1235,7 @@ func rawHandshake(t testing.TB, network string, srv, cli *Credentials) (server, 
 	l := listen(t, network)
 	p := acceptOne(t, l, srv.ServerConn)
 	raw := dialRaw(t, l)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	cc, err := cli.ClientConn(ctx, raw)
 	if err != nil {

@@ -229,7 +229,7 @@ func TestRawConnRogueServer(t *testing.T) {
 				served <- tt.serve(c)
 			}()
 			raw := dialRaw(t, l)
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer cancel()
 			c, err := mustNew(t, token, nil).ClientConn(ctx, raw)
 			raw.Close()

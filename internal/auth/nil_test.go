@@ -5,7 +5,8 @@ import (
 	"net"
 	"slices"
 	"testing"
-	"time"
+
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // TestNilCredentials: a nil *Credentials is usable and means no token and
@@ -40,7 +41,7 @@ func TestNilCredentials(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	if _, err := c.ClientConn(ctx, raw); err != nil {
 		t.Fatalf("client handshake: %v", err)

@@ -102,7 +102,7 @@ func startNode(t *testing.T, gcsAddr, cfg string) *node {
 		t.Fatal(diags.Error())
 	}
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		_ = m.Stop(ctx)
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/host"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/storage/storagetest"
@@ -82,7 +83,7 @@ func TestConformancePlugin(t *testing.T) {
 func TestInfoLocation(t *testing.T) {
 	dir := tempDir(t)
 	s, _ := launch(t, dir, "fsync = false")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	info, err := s.Info(ctx, nil)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/goray-dev/goray/host"
 	"github.com/goray-dev/goray/internal/testservers/miniotest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/storage/storagetest"
@@ -43,7 +44,7 @@ func incompleteUploads(srv *miniotest.Server, bucket string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	var keys []string
 	for u := range c.ListIncompleteUploads(ctx, bucket, "", true) {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
 
@@ -122,7 +123,7 @@ func connect(network string, server serverSide, client clientSide) (o outcome, e
 		return o, err
 	}
 	defer raw.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	cc, cerr := client(ctx, raw)
 	if cerr != nil {

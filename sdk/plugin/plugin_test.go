@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/goray-dev/goray/internal/proto/pluginv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 var testSchema = Schema{
@@ -197,7 +198,7 @@ func serveInfo(t *testing.T, cfg ServeConfig) *InfoClient {
 }
 
 func TestInfoService(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	var got map[string]any
 	healthErr := errors.New("disk on fire")

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/provider"
 	"github.com/goray-dev/goray/sdk/provider/internal/memprovider"
@@ -228,7 +229,7 @@ func TestGoneServer(t *testing.T) {
 	var c provider.Provider
 	t.Run("serve", func(t *testing.T) { c = providertest.OverGRPC(t, memprovider.New()) })
 	// The subtest's cleanup has stopped the server.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	_, err := c.List(ctx, &provider.ListRequest{ClusterName: "demo"})
 	if !errors.Is(err, provider.ErrUnavailable) {

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	pb "github.com/goray-dev/goray/internal/proto/storagev1"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // Status errors without goray's detail (an older plugin, a dead
@@ -163,7 +164,7 @@ func TestWriteProtocol(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorder{done: make(chan struct{})}
 			c := rawServer(t, rec)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer cancel()
 			stream, err := c.Write(ctx)
 			if err != nil {
@@ -207,7 +208,7 @@ func TestWriteProtocol(t *testing.T) {
 func TestBodyConfirmsEndBeforeLastByte(t *testing.T) {
 	rec := &exactSizeReader{done: make(chan error, 1)}
 	c := rawServer(t, rec)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	stream, err := c.Write(ctx)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/storage/internal/memstore"
 	"github.com/goray-dev/goray/sdk/storage/storagetest"
@@ -96,7 +97,7 @@ func TestPluginGone(t *testing.T) {
 	}
 	defer conn.Close()
 	s := storage.NewClient(conn, storage.APIVersion)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	_, err = s.Write(ctx, &storage.WriteRequest{Key: "k", Size: 1, Body: strings.NewReader("x")})
 	if !errors.Is(err, storage.ErrUnavailable) || status.Code(err) != codes.Unavailable {

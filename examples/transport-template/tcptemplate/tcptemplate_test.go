@@ -237,7 +237,7 @@ func freeAllocated(t *testing.T, r *transport.ReceiveResponse) {
 func oid(n byte) string { return strings.Repeat(fmt.Sprintf("%02x", n), 20) }
 
 func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	t.Cleanup(cancel)
 	return ctx
 }

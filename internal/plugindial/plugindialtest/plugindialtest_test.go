@@ -3,7 +3,6 @@ package plugindialtest_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/plugindial"
 	"github.com/goray-dev/goray/internal/plugindial/plugindialtest"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // TestServeRefusesOtherClients: the server answers only the client
@@ -20,7 +20,7 @@ import (
 func TestServeRefusesOtherClients(t *testing.T) {
 	s := plugindialtest.Serve(t, func(srv *grpc.Server) { healthpb.RegisterHealthServer(srv, health.NewServer()) })
 	check := func(conn *grpc.ClientConn) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 		return err

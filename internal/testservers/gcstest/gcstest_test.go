@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/internal/testservers/gcstest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
 
@@ -24,7 +25,7 @@ func TestStart(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer closeKV()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		if err := kv.Put(ctx, "k", []byte("v")); err != nil {
 			t.Fatalf("KV Put: %v", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/goray-dev/goray/internal/testservers/mototest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/plugins/aws/awsprovider"
 	"github.com/goray-dev/goray/sdk/provider"
 )
@@ -44,7 +45,7 @@ func open(t *testing.T, endpoint string, mod ...func(*awsprovider.Config)) *awsp
 	for _, f := range mod {
 		f(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	p, err := awsprovider.Open(ctx, cfg)
 	if err != nil {

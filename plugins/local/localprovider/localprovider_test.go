@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/plugins/local/internal/localtest"
 	"github.com/goray-dev/goray/plugins/local/localprovider"
 	"github.com/goray-dev/goray/sdk/plugin/plugintest"
@@ -51,7 +52,7 @@ func open(t *testing.T, stateDir string, mod ...func(*localprovider.Config)) *lo
 	for _, f := range mod {
 		f(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	p, err := localprovider.Open(ctx, cfg)
 	if err != nil {

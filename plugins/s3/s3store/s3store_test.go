@@ -15,6 +15,7 @@ import (
 	"github.com/minio/minio-go/v7"
 
 	"github.com/goray-dev/goray/internal/testservers/miniotest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/plugins/s3/s3store"
 	"github.com/goray-dev/goray/sdk/storage"
 	"github.com/goray-dev/goray/sdk/storage/storagetest"
@@ -61,7 +62,7 @@ func noIncompleteUploads(srv *miniotest.Server, bucket string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	var left []string
 	for u := range c.ListIncompleteUploads(ctx, bucket, "", true) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/spawn"
 	"github.com/goray-dev/goray/internal/testservers/sshdtest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/plugins/ssh/internal/sshtest"
 	"github.com/goray-dev/goray/plugins/ssh/sshprovider"
 	"github.com/goray-dev/goray/sdk/plugin/plugintest"
@@ -59,7 +60,7 @@ func stateDir(t *testing.T) string {
 // open returns a provider with cfg, closed when the test ends.
 func open(t *testing.T, cfg sshprovider.Config) *sshprovider.Provider {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	p, err := sshprovider.Open(ctx, cfg)
 	if err != nil {

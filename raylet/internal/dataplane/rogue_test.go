@@ -8,13 +8,13 @@ import (
 	"net"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/leaktest"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // claimsTokenAcceptsAnyone plays the server side of the GRA2 handshake
@@ -102,7 +102,7 @@ func TestDialRefusesRogueServer(t *testing.T) {
 			}()
 			defer func() { lis.Close(); rogue.Close(); <-done }()
 
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer cancel()
 			rr, err := Dial(ctx, lis.Addr().String(), cli)
 			if err == nil {

@@ -6,11 +6,11 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/internal/ids"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // mapSource serves objects from a map and counts the pins it gave out and
@@ -46,7 +46,7 @@ func TestServerWithFakeSource(t *testing.T) {
 	done := make(chan struct{})
 	go func() { srv.Serve(lis); close(done) }()
 	defer func() { lis.Close(); srv.Close(); <-done }()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	rr, err := Dial(ctx, lis.Addr().String(), nil)
 	if err != nil {

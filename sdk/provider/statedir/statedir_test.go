@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/provider/statedir"
 )
 
@@ -105,7 +106,8 @@ func TestLockContext(t *testing.T) {
 				release := h.hold(t)
 				ctx, cancel := c.ctx()
 				defer cancel()
-				start := time.Now()
+				// (A Lock that ignored ctx would wait for release, which
+				// comes after: the test would hang, not pass.)
 				unlock, err := d.Lock(ctx)
 				if !errors.Is(err, c.want) {
 					if unlock != nil {
@@ -113,12 +115,9 @@ func TestLockContext(t *testing.T) {
 					}
 					t.Fatalf("Lock while %s holds it: %v, want %v", h.name, err, c.want)
 				}
-				if took := time.Since(start); took > 5*time.Second {
-					t.Errorf("Lock took %v to give up", took)
-				}
 				release()
 				// Free again: it is taken at once.
-				ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+				ctx, cancel = context.WithTimeout(context.Background(), waitfor.Generous)
 				defer cancel()
 				unlock, err = d.Lock(ctx)
 				if err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/goray-dev/goray/internal/plugindial/plugindialtest"
 	"github.com/goray-dev/goray/internal/testservers/pythontest"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/plugin"
 )
 
@@ -82,7 +83,7 @@ func TestPythonPluginRefusesWithoutHostCert(t *testing.T) {
 			return err
 		}
 		defer cc.Close()
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, waitfor.Generous)
 		defer cancel()
 		_, err = healthpb.NewHealthClient(cc).Check(cctx, &healthpb.HealthCheckRequest{Service: "plugin"})
 		return err

@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/plugin/plugintest"
 	"github.com/goray-dev/goray/sdk/provider"
 )
@@ -95,7 +95,7 @@ func TestProcessesKillAll(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 			defer cancel()
 			found := func() error {
 				if !slices.ContainsFunc(Processes(dir), func(p string) bool { return strings.HasPrefix(p, strconv.Itoa(cmd.Process.Pid)+": ") }) {

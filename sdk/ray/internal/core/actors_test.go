@@ -377,7 +377,7 @@ func TestLeaseLeavesANodeReportedDead(t *testing.T) {
 	node := ids.New()
 	cw.nodeDir.nodes = map[ids.ID]*pb.NodeInfo{node: {NodeId: node.Bytes(), State: "ALIVE", RayletTcp: frozenAddr}}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	type result struct {
 		g   *grantedLease

@@ -17,6 +17,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // boltGCS serves a GCS keeping its tables in a bolt file on a unix socket;
@@ -30,7 +31,7 @@ type boltGCS struct {
 
 func startBoltGCS(t *testing.T, sock, db string) *boltGCS {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	g, err := gcs.Open(ctx, gcs.Options{Storage: gcs.Storage{Backend: gcs.BackendBolt, Path: db}})
 	if err != nil {
@@ -57,7 +58,7 @@ func (b *boltGCS) stop() {
 	}
 	b.srv.Stop()
 	<-b.served
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	_ = b.gcs.Close(ctx)
 	b.srv = nil

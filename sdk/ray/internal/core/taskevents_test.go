@@ -10,6 +10,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/leaktest"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 // sink records what a buffer sends; fail makes the next calls fail.
@@ -86,7 +87,7 @@ func TestTaskEventBufferDropsUnderOverload(t *testing.T) {
 		b.add(tev(testSpec(byte(i)), true, false, evPendingArgsAvail, int64(i)+1))
 	}
 	close(sk.release)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	b.close(ctx)
 	events, dropped := sk.totals()
@@ -119,7 +120,7 @@ func TestTaskEventBufferFlushOnClose(t *testing.T) {
 	fin := tev(spec, false, true, evFinished, 20)
 	fin.phase, fin.start, fin.end, fin.errType = phExecution, 12, 19, "x"
 	b.add(fin)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	b.close(ctx)
 	if len(sk.reqs) != 1 || len(sk.reqs[0].Events) != 2 {

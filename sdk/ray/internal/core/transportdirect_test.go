@@ -18,6 +18,7 @@ import (
 	"github.com/goray-dev/goray/internal/plugindial/plugindialtest"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/rpc"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/sdk/transport"
 )
 
@@ -67,7 +68,7 @@ func TestDirectTransportCalls(t *testing.T) {
 
 	// call collects an object and says which side answered ("" on error).
 	call := func() string {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 		defer cancel()
 		log.mu.Lock()
 		before := len(log.calls)
@@ -86,7 +87,7 @@ func TestDirectTransportCalls(t *testing.T) {
 	// until calls until one is answered by side.
 	until := func(side, what string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
+		deadline := time.Now().Add(waitfor.Generous)
 		for call() != side {
 			if time.Now().After(deadline) {
 				t.Fatalf("timed out waiting for %s", what)
@@ -207,7 +208,7 @@ func TestDirectTransportBacksOff(t *testing.T) {
 		}
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitfor.Generous)
 	for cw.directTransport("shm") == nil {
 		if time.Now().After(deadline) {
 			t.Fatal("no direct connection once the plugin accepts it")
@@ -218,7 +219,7 @@ func TestDirectTransportBacksOff(t *testing.T) {
 
 func waitState(t *testing.T, conn *grpc.ClientConn, want connectivity.State) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	for s := conn.GetState(); s != want; s = conn.GetState() {
 		if !conn.WaitForStateChange(ctx, s) {

@@ -12,6 +12,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/goray-dev/goray/internal/waitfor"
 )
 
 func TestMain(m *testing.M) {
@@ -103,7 +105,7 @@ func TestBareGRPCEcho(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
 	defer cancel()
 	out, err := NewClient(cc).Echo(ctx, []byte("ok"))
 	if err != nil || string(out) != "ok" {
