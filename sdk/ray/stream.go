@@ -208,7 +208,7 @@ func callMethodReturns(ctx context.Context, actor core.ActorRef, m methodBase, n
 	if actor, err = m.withRetries(actor); err != nil {
 		return failedHandles(cw, err, n)
 	}
-	return cw.SubmitActorTaskReturns(ctx, actor, m.name, args, core.TaskOptions{ConcurrencyGroup: m.group, NumReturns: n})
+	return cw.SubmitActorTaskReturns(ctx, actor, m.name, args, core.TaskOptions{ConcurrencyGroup: m.group, NumReturns: n, RetryErrors: m.retryErrors})
 }
 
 func failedHandles(cw *core.CoreWorker, err error, n int) []*core.Handle {

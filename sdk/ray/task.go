@@ -42,6 +42,8 @@ type callOptions struct {
 	// backpressure bounds a generator's values not taken (stream.go; 0:
 	// the default).
 	backpressure int
+	// retryErrors is a task's RetryErrors (errretry.go); nil: off.
+	retryErrors func(*core.RemoteError) bool
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -183,6 +185,7 @@ func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
 	if b.opts.maxRetries != nil {
 		o.MaxRetries = *b.opts.maxRetries
 	}
+	o.RetryErrors = b.opts.retryErrors
 	if o.Placement, err = b.opts.placement(b.name, set); err != nil {
 		return core.TaskOptions{}, err
 	}
@@ -277,6 +280,9 @@ type methodBase struct {
 	transport string
 	group     string // concurrency group ("" the default)
 	retries   *int   // MaxCallRetries (taskretry.go); nil: the handle's
+	// retryErrors is the method's RetryMethodErrors (errretry.go); nil:
+	// off.
+	retryErrors func(*core.RemoteError) bool
 	// backpressure bounds a generator method's values not taken
 	// (stream.go; 0: the default).
 	backpressure int
@@ -293,7 +299,7 @@ func callMethod[R any](ctx context.Context, actor core.ActorRef, m methodBase, a
 	if actor, err = m.withRetries(actor); err != nil {
 		return failedRef[R](cw, err)
 	}
-	return Ref[R]{cw.SubmitActorTask(ctx, actor, m.name, args, core.TaskOptions{TensorTransport: m.transport, ConcurrencyGroup: m.group})}
+	return Ref[R]{cw.SubmitActorTask(ctx, actor, m.name, args, core.TaskOptions{TensorTransport: m.transport, ConcurrencyGroup: m.group, RetryErrors: m.retryErrors})}
 }
 
 // createActor registers an actor and starts creating it. The error is what
@@ -310,6 +316,9 @@ func createActor[T any](ctx context.Context, mustInit bool, b *taskBase, args ..
 	}
 	class := reflect.TypeFor[T]().String()
 	opts, err := b.coreOptions(0)
+	if err == nil && b.opts.retryErrors != nil {
+		err = fmt.Errorf("goray: %s: RetryErrors applies to tasks; give an actor's methods RetryMethodErrors", b.name)
+	}
 	if err == nil {
 		err = b.opts.actorLifetime(b.name, &opts)
 	}

@@ -547,7 +547,7 @@ func (cw *CoreWorker) submitActorTask(ctx context.Context, actor ActorRef, metho
 		ConcurrencyGroup: opts.ConcurrencyGroup, NumReturns: int32(opts.NumReturns),
 	}
 	rctx, rcancel := submitContext(ctx, nil)
-	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs}
+	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, retryErr: opts.RetryErrors}
 	cw.streaming(rec, opts)
 	h, more = cw.ownReturns(rec)
 	cw.submitter.track(rec)
@@ -797,6 +797,9 @@ func (c *actorClient) recvLoop(st pb.CoreWorker_PushTasksClient) {
 			continue
 		}
 		errType, errMsg := cw.noteReplyError(rep)
+		if rep.AppError && retryOnError(rec, rep) && c.requeueOnError(rec, errType, errMsg) {
+			continue
+		}
 		cw.submitter.mu.Lock()
 		state := stateFinished
 		if rep.AppError || rep.SystemError {

@@ -77,6 +77,11 @@ type TaskOptions struct {
 	// NoCapture keeps a call without a Placement out of its caller's
 	// capturing group (ray.DefaultScheduling).
 	NoCapture bool
+	// RetryErrors, when set, retries a call whose function returned an
+	// error or panicked, when it returns true for that error, within the
+	// call's retry budget (a task's MaxRetries, an actor call's
+	// MaxTaskRetries); see errretry.go. Generator calls are not retried.
+	RetryErrors func(*RemoteError) bool
 	// NumReturns is how many values the function returns (0: one); see
 	// returns.go.
 	NumReturns int
@@ -117,6 +122,9 @@ type taskRecord struct {
 	// argRebuilds counts the times the task was sent again because an
 	// argument of it was lost with its node (reconstruct.go).
 	argRebuilds int
+	// retryErr, when set, says whether an error the function returned
+	// (or its panic) is retried (TaskOptions.RetryErrors; errretry.go).
+	retryErr func(*RemoteError) bool
 }
 
 // Task states shown by `goray list tasks`.
@@ -237,7 +245,7 @@ func (cw *CoreWorker) submitTask(ctx context.Context, function string, args []Ar
 	}
 	placeSpec(spec, placementOf(ctx, opts))
 	rctx, rcancel := submitContext(ctx, cw.submitter.sweepLater)
-	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts)}
+	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts), retryErr: opts.RetryErrors}
 	cw.streaming(rec, opts)
 	h, more = cw.ownReturns(rec)
 	s := cw.submitter
@@ -735,6 +743,10 @@ func (s *submitter) recvLoop(l *lease) {
 		}
 		errType, errMsg := s.cw.noteReplyError(rep)
 		argLost := argLostReply(rep)
+		var again *taskRecord // the function failed and is retried (errretry.go)
+		if rep.AppError && !argLost {
+			again = s.retriedOnError(l, tid, rep)
+		}
 		s.mu.Lock()
 		rec := l.inflight[tid]
 		delete(l.inflight, tid)
@@ -742,6 +754,10 @@ func (s *submitter) recvLoop(l *lease) {
 		var rebuild *taskRecord // an argument was lost: rebuilt, sent again
 		if rec != nil && argLost && s.argRebuildLocked(rec) {
 			rebuild, rec = rec, nil
+		}
+		if rec != nil && rec == again && !s.closed {
+			s.requeueOnErrorLocked(rec, k, errType, errMsg)
+			rec = nil
 		}
 		if rec != nil {
 			rt := time.Since(rec.sent)
