@@ -13,7 +13,9 @@ import (
 // TransientError is an error a task returns that is worth retrying.
 type TransientError struct{ Attempt int }
 
-func (e *TransientError) Error() string { return fmt.Sprintf("transient failure in attempt %d", e.Attempt) }
+func (e *TransientError) Error() string {
+	return fmt.Sprintf("transient failure in attempt %d", e.Attempt)
+}
 
 // failUntil returns a *TransientError in attempts before ok, then the
 // attempt that succeeded.
