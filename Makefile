@@ -62,7 +62,7 @@ private-tmp = tmp=$$(mktemp -d /tmp/gXXX) || exit 1; \
 		echo "FAIL: left behind in the tests' TMPDIR $$tmp:"; ls -lA $$tmp; rc=1; fi; \
 	rm -rf $$tmp; exit $$rc
 
-.PHONY: all build test go-test race redis sshd prometheus chromium moto pyplugin bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench plugins fuzz-smoke fuzz
+.PHONY: all build test go-test race redis sshd prometheus chromium moto pyplugin bench-smoke vet fmt-check generate-check unit acceptance generate tools protoc minio clean bench bench-compare plugins fuzz-smoke fuzz
 
 all: build
 
@@ -125,6 +125,13 @@ fuzz:
 ## bench: the full microbenchmark; rewrites the tables in docs/benchmarks.md.
 bench: bin/goray
 	bin/goray microbenchmark --doc docs/benchmarks.md --json bin/microbenchmark.json
+
+## bench-compare BASE=<rev> [RUNS=3] [FILTER=regex] [QUICK=1]: the microbenchmark
+## of BASE and of the working tree, alternating in one session; prints each
+## metric's change with its spread (cmd/benchcompare; reports in bin/bench-compare).
+bench-compare:
+	@test -n "$(BASE)" || { echo "bench-compare: say BASE=<rev>, the revision to compare with"; exit 2; }
+	$(call private-tmp,$(GO) run ./cmd/benchcompare -base '$(BASE)' -runs $(or $(RUNS),3) $(if $(FILTER),-filter '$(FILTER)') $(if $(QUICK),-quick))
 
 FORCE:
 
