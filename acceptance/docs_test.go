@@ -100,6 +100,10 @@ var documented = []docEntry{
 		"go run ./cmd/goray microbenchmark": whyFullBench,
 		"go run ./cmd/goray microbenchmark --address 127.0.0.1:6380": whyFullBench,
 	}},
+	{file: "docs/benchmarks.md", first: "make bench-compare BASE=HEAD RUNS=2 QUICK=1 FILTER='^single_client_tasks_async$'", test: "TestDocBenchCompare", skip: map[string]string{
+		"make bench-compare BASE=HEAD~3": "two full microbenchmark runs of each side take half an hour",
+		"make bench-compare BASE=main RUNS=5 FILTER='actor_calls|tasks'": "ten filtered microbenchmark runs take many minutes",
+	}},
 	{file: "docs/plugins.md", first: "goray plugins install github.com/goray-dev/goray/plugins/shm@latest", test: "TestDocPluginsInstall"},
 	{file: "docs/writing-a-transport.md", first: "go build -o bin/plugins/goray-transport-tcp-template ./examples/transport-template", test: "TestDocTransportTemplate"},
 	{file: "docs/writing-a-transport.md", first: "make pyplugin", test: "TestDocPythonTransport"},
@@ -774,6 +778,18 @@ func TestDocCerts(t *testing.T) {
 				t.Errorf("%s: certs/%s after the commands: %v", c.file, f, err)
 			}
 		}
+	}
+}
+
+// TestDocBenchCompare runs the quick comparison of docs/benchmarks.md:
+// the working tree against HEAD, two alternating runs of each side of one
+// metric, and the table it prints.
+func TestDocBenchCompare(t *testing.T) {
+	d := newDocRun(t, testCtxFor(t, 10*time.Minute))
+	out := d.runBlock("", "docs/benchmarks.md", "make bench-compare BASE=HEAD RUNS=2 QUICK=1 FILTER='^single_client_tasks_async$'", 0)
+	wantLines(t, out[0].stdout, "run 2 of 2: base", "run 2 of 2: head", "base median [min–max]", "single_client_tasks_async")
+	if !strings.Contains(out[0].stdout, "load average") {
+		t.Errorf("the comparison does not say the machine's load:\n%s", out[0].stdout)
 	}
 }
 
