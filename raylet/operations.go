@@ -253,12 +253,19 @@ func (r *Raylet) freeObjects(objs []ids.ObjectID, raw [][]byte, broadcast bool) 
 }
 
 // remoteProcessesDied handles the death of drivers or workers of another
-// node: the objects they owned are freed here and local processes drop
-// them as borrowers.
+// node: the objects they owned are freed here, local processes drop them
+// as borrowers, and the leases they held here end with their workers
+// killed, as Ray kills the workers leased by an owner that died: the tasks
+// they run have no one to return to, and a task of a removed placement
+// group whose children ran here left their leases held, their CPUs out of
+// use, until its job ended.
 func (r *Raylet) remoteProcessesDied(dead []ids.ID) {
 	for _, id := range dead {
 		r.objects.ownerDied(id)
 		r.broadcastDied(id)
+		for _, l := range r.sched.heldBy(id) {
+			r.sched.returnLease(l.id, true)
+		}
 	}
 }
 

@@ -844,6 +844,42 @@ func TestLeaseHolderDeathReturnsItsLeases(t *testing.T) {
 	}
 }
 
+// TestRemoteLeaseHolderDeathReturnsItsLeases: a process of another node
+// that holds a lease here (it submitted a task that runs here) and dies,
+// as told by its node's WorkersDied, no longer holds the lease: its CPU
+// comes back and the worker behind it, whose task has no one to return
+// to, is killed (Ray kills the workers leased by an owner that died). A
+// task of a removed placement group whose children ran on another node
+// left their leases held until its job ended.
+func TestRemoteLeaseHolderDeathReturnsItsLeases(t *testing.T) {
+	h := newHarness(t, nil)
+	d := h.driver()
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
+	defer cancel()
+	remote := ids.New() // a worker of another node
+	held, err := h.cl.RequestWorkerLease(ctx, &gorayv1.LeaseRequest{JobId: d.job.Bytes(), Resources: resourcesProto(cpus(1)), HolderId: remote.Bytes()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.availableCPU() != 1*resources.Unit {
+		t.Fatalf("available CPU %d with one 1-CPU lease out", h.availableCPU())
+	}
+	pid := held.GetWorkerPid()
+	if _, err := h.r.WorkersDied(ctx, &gorayv1.WorkersDiedRequest{NodeId: ids.New().Bytes(), WorkerIds: [][]byte{remote.Bytes()}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the dead remote holder's lease to return its CPU", func() bool { return h.availableCPU() == 2*resources.Unit })
+	waitFor(t, "the worker of the dead holder's lease to be gone", func() bool {
+		for _, w := range h.workers("") {
+			if bytes.Equal(w.GetWorkerId(), held.GetWorker().GetWorkerId()) {
+				return false
+			}
+		}
+		return true
+	})
+	waitFor(t, "the worker's process to exit", func() bool { return processGone(pid) })
+}
+
 // BenchmarkLeaseGrantReturn measures one scheduler round: a lease request
 // granted to an idle worker and returned.
 func BenchmarkLeaseGrantReturn(b *testing.B) {
