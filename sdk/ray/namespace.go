@@ -105,9 +105,29 @@ func Lifetime(l ActorLifetime) Option { return func(c *callOptions) { c.lifetime
 // another type holding the name is still an *ActorNameTakenError.
 func GetIfExists() Option { return func(c *callOptions) { c.getIfExists = true } }
 
-// actorLifetime checks the lifetime options of actor class name and sets
-// them in o.
+// ActorNamespace creates a named actor in namespace ns instead of the
+// job's (Ray's .options(name=..., namespace=ns)): its name is unique in
+// ns, GetActor finds it there (InNamespace(ns), or in a job of namespace
+// ns), and GetIfExists looks for an existing one there. ns follows the
+// rules of Namespace. It applies to named actors only; given to a task or
+// an unnamed actor it fails the call with an error saying so.
+func ActorNamespace(ns string) Option { return func(c *callOptions) { c.namespace = &ns } }
+
+// actorLifetime checks the lifetime and namespace options of actor class
+// name and sets them in o.
 func (c callOptions) actorLifetime(name string, o *core.TaskOptions) error {
+	if c.namespace != nil {
+		if c.name == "" {
+			return fmt.Errorf("goray: %s: ActorNamespace(%q): only a named actor (ray.Name) has a namespace", name, *c.namespace)
+		}
+		if *c.namespace == "" {
+			return fmt.Errorf("goray: %s: ActorNamespace(\"\"): a namespace is not empty (leave the option out for the job's)", name)
+		}
+		if err := limits.CheckActorNamespace(*c.namespace); err != nil {
+			return fmt.Errorf("goray: %s: ActorNamespace(%q): namespace %w", name, *c.namespace, err)
+		}
+		o.Namespace = *c.namespace
+	}
 	switch c.lifetime {
 	case OwnedLifetime:
 	case DetachedLifetime:

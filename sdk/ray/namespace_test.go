@@ -100,3 +100,46 @@ func TestActorLifetimeOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestActorNamespace ports test_namespace.py's case of an actor created in
+// another namespace (Ray's .options(name=..., namespace=...)): GetActor
+// finds it there, not in the job's namespace, and the same name is free
+// in the job's; GetIfExists looks in the actor's namespace; an unnamed
+// actor or a task given ActorNamespace fails, saying why.
+func TestActorNamespace(t *testing.T) {
+	ctx := testCtx(t)
+	other, err := CounterA.Options(ray.Name("ns-shared"), ray.ActorNamespace("other-ns")).New(ctx, ray.V(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Kill(ctx)
+	if h, err := ray.GetActor[Counter](ctx, "ns-shared", ray.InNamespace("other-ns")); err != nil || h.ID() != other.ID() {
+		t.Fatalf("GetActor in the actor's namespace: %s, %v; want %s", h.ID(), err, other.ID())
+	}
+	if _, err := ray.GetActor[Counter](ctx, "ns-shared"); !errors.Is(err, ray.ErrActorNotFound) {
+		t.Fatalf("GetActor in the job's namespace: %v; want ErrActorNotFound", err)
+	}
+	mine, err := CounterA.Options(ray.Name("ns-shared")).New(ctx, ray.V(0))
+	if err != nil {
+		t.Fatalf("the same name in the job's namespace: %v", err)
+	}
+	defer mine.Kill(ctx)
+	again, err := CounterA.Options(ray.Name("ns-shared"), ray.ActorNamespace("other-ns"), ray.GetIfExists()).New(ctx, ray.V(0))
+	if err != nil || again.ID() != other.ID() {
+		t.Fatalf("GetIfExists in the actor's namespace: %s, %v; want %s", again.ID(), err, other.ID())
+	}
+	if v, err := Inc.On(again).Remote(ctx, ray.V(1)).Get(ctx); err != nil || v != 6 {
+		t.Fatalf("a call on the actor found: %d, %v; want 6", v, err)
+	}
+	unnamed := CounterA.Options(ray.ActorNamespace("other-ns")).Remote(ctx, ray.V(0))
+	if err := unnamed.Ready(ctx); err == nil || !strings.Contains(err.Error(), "only a named actor") {
+		t.Fatalf("an unnamed actor with ActorNamespace: %v; want an error saying it must be named", err)
+	}
+	if _, err := Add.Options(ray.ActorNamespace("other-ns")).Remote(ctx, ray.V(1), ray.V(2)).Get(ctx); err == nil || !strings.Contains(err.Error(), "not tasks") {
+		t.Fatalf("a task with ActorNamespace: %v; want an error saying it applies to actors", err)
+	}
+	bad := CounterA.Options(ray.Name("x"), ray.ActorNamespace("")).Remote(ctx, ray.V(0))
+	if err := bad.Ready(ctx); err == nil || !strings.Contains(err.Error(), `ActorNamespace("")`) {
+		t.Fatalf("an empty namespace: %v; want an error naming it", err)
+	}
+}

@@ -160,7 +160,7 @@ func startStream[R any](ctx context.Context, b *taskBase, args ...core.ArgInput)
 	if err != nil {
 		panic(err)
 	}
-	opts, err := b.coreOptions(1)
+	opts, err := b.taskOptions()
 	if err == nil && b.opts.backpressure != 0 {
 		err = checkBackpressure(b.name, b.opts.backpressure)
 	}
@@ -192,7 +192,7 @@ func submitTaskReturns(ctx context.Context, b *taskBase, n int, args ...core.Arg
 	if err != nil {
 		panic(err)
 	}
-	opts, err := b.coreOptions(1)
+	opts, err := b.taskOptions()
 	if err != nil {
 		return failedHandles(cw, err, n)
 	}

@@ -44,6 +44,8 @@ type callOptions struct {
 	backpressure int
 	// retryErrors is a task's RetryErrors (errretry.go); nil: off.
 	retryErrors func(*core.RemoteError) bool
+	// namespace is a named actor's ActorNamespace; nil: the job's.
+	namespace *string
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -267,11 +269,20 @@ func submitTask[R any](ctx context.Context, b *taskBase, args ...core.ArgInput) 
 	if err != nil {
 		panic(err)
 	}
-	opts, err := b.coreOptions(1)
+	opts, err := b.taskOptions()
 	if err != nil {
 		return failedRef[R](cw, err)
 	}
 	return Ref[R]{cw.SubmitTask(ctx, b.name, args, opts)}
+}
+
+// taskOptions are the core options of a task call: coreOptions, refusing
+// the options only actors have.
+func (b *taskBase) taskOptions() (core.TaskOptions, error) {
+	if b.opts.namespace != nil {
+		return core.TaskOptions{}, fmt.Errorf("goray: %s: ActorNamespace(%q) applies to named actors, not tasks", b.name, *b.opts.namespace)
+	}
+	return b.coreOptions(1)
 }
 
 // methodBase is the untyped part of every registered actor method.

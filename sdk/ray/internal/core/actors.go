@@ -70,6 +70,9 @@ type actorClient struct {
 	leaseID  []byte
 	owner    bool
 	detached bool // created detached: its lease has no holder
+	// namespace is the namespace it was created in (ActorNamespace; "":
+	// its job's).
+	namespace string
 	// createCancel stops a pending creation (Kill before the actor is up).
 	createCancel context.CancelFunc
 	// Restarts (owner only): the creation record, kept to create the actor
@@ -328,6 +331,7 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 	c.createCancel = cancel
 	c.maxRestarts = opts.MaxRestarts
 	c.detached = opts.Detached
+	c.namespace = opts.Namespace
 	c.groups = groupLimits(spec.ConcurrencyGroups)
 	c.mu.Unlock()
 	rec := &taskRecord{spec: spec, ctx: cctx, state: statePendingArgs, strategy: strategyProto(opts)}
@@ -381,6 +385,14 @@ func registerError(ref ActorRef, err error) error {
 	return nt
 }
 
+// namespaceOr returns the actor's namespace (ActorNamespace), else job's.
+func (c *actorClient) namespaceOr(job string) string {
+	if c.namespace != "" {
+		return c.namespace
+	}
+	return job
+}
+
 // info is the actor's GCS record at creation.
 func (c *actorClient) info(rec *taskRecord) *pb.ActorInfo {
 	cw := c.m.cw
@@ -389,7 +401,7 @@ func (c *actorClient) info(rec *taskRecord) *pb.ActorInfo {
 		State: pb.ActorState_ACTOR_STATE_PENDING, Owner: cw.addr, Resources: rec.spec.Resources,
 		MaxConcurrency: rec.spec.MaxConcurrency, MaxRestarts: int32(c.maxRestarts),
 		PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(),
-		Namespace:        cw.cfg.Namespace, Detached: c.detached,
+		Namespace:        c.namespaceOr(cw.cfg.Namespace), Detached: c.detached,
 		ConcurrencyGroups: rec.spec.ConcurrencyGroups, MaxTaskRetries: int32(c.ref.MaxTaskRetries),
 	}
 }

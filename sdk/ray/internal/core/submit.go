@@ -58,6 +58,8 @@ type TaskOptions struct {
 	// GetIfExists: creating a named actor whose name a live actor of the
 	// class holds returns that actor.
 	GetIfExists bool
+	// Namespace is a named actor's namespace ("": the job's).
+	Namespace string
 	// TensorTransport makes an actor method's returned tensors travel by
 	// this transport.
 	TensorTransport string
