@@ -101,7 +101,7 @@ var documented = []docEntry{
 		"go run ./cmd/goray microbenchmark --address 127.0.0.1:6380": whyFullBench,
 	}},
 	{file: "docs/benchmarks.md", first: "make bench-compare BASE=HEAD RUNS=2 QUICK=1 FILTER='^single_client_tasks_async$'", test: "TestDocBenchCompare", skip: map[string]string{
-		"make bench-compare BASE=HEAD~3": "two full microbenchmark runs of each side take half an hour",
+		"make bench-compare BASE=HEAD~3":                                 "two full microbenchmark runs of each side take half an hour",
 		"make bench-compare BASE=main RUNS=5 FILTER='actor_calls|tasks'": "ten filtered microbenchmark runs take many minutes",
 	}},
 	{file: "docs/plugins.md", first: "goray plugins install github.com/goray-dev/goray/plugins/shm@latest", test: "TestDocPluginsInstall"},
