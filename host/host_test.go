@@ -480,8 +480,11 @@ func TestRepeatedCrashesBackOff(t *testing.T) {
 	if el := time.Since(start); el < 140*time.Millisecond {
 		t.Errorf("three restarts took %s, want at least 140ms of backoff", el)
 	}
-	if s := status(t, m); !strings.Contains(s.LastError, "exited") {
-		t.Errorf("LastError = %q", s.LastError)
+	// The host sees the crash as the process's exit or, when its health
+	// checks (every 10ms) fail before the exit is noticed on a busy
+	// machine, as failed health checks: either names the failure.
+	if s := status(t, m); !strings.Contains(s.LastError, "exited") && !strings.Contains(s.LastError, "health checks failed") {
+		t.Errorf("LastError = %q, want the plugin's exit or its failed health checks", s.LastError)
 	}
 }
 
