@@ -235,6 +235,8 @@ func main() {
 		runErr = runPGDetached(ctx, arg(rt, args, 0))
 	case "gcs-ft":
 		runErr = runGCSFT(ctx, arg(rt, args, 0))
+	case "pg-children":
+		runErr = runPGChildren(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "pg-lookup":
 		runErr = runPGLookup(ctx, arg(rt, args, 0))
 	case "as-burst":
