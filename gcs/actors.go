@@ -200,6 +200,9 @@ func (s *Server) UpdateActor(ctx context.Context, req *gorayv1.UpdateActorReques
 		if reason == "" {
 			reason = "actor died"
 		}
+		if a.info.GetState() != gorayv1.ActorState_ACTOR_STATE_DEAD {
+			a.info.DeathCause = "" // killed, or its constructor failed: not a failure's
+		}
 		s.markActorDeadLocked(a, reason)
 	case gorayv1.ActorState_ACTOR_STATE_ALIVE:
 		if n, ok := s.nodes[a.node()]; ok && n.info.GetState() == StateDead {
@@ -208,6 +211,7 @@ func (s *Server) UpdateActor(ctx context.Context, req *gorayv1.UpdateActorReques
 		}
 		if a.info.GetState() != gorayv1.ActorState_ACTOR_STATE_ALIVE {
 			a.info.State = gorayv1.ActorState_ACTOR_STATE_ALIVE
+			a.info.DeathCause = "" // (the failure it restarted from is over)
 			s.log.Debug("actor alive", "actor", id.Short(), "name", a.info.GetName(), "pid", a.info.GetPid())
 			a.notifyLocked()
 			s.publishLocked(Event{Kind: EventActorStateChanged, Actor: a.info})
@@ -250,12 +254,15 @@ func (s *Server) markActorDeadLocked(a *actorEntry, reason string) {
 // reports it ALIVE — unless the worker was stopped on purpose (permanent);
 // any other actor dies. A detached actor is created again by the process
 // that created it, so it restarts only while its job runs (see
-// detachedRestartableLocked). s.mu must be held.
-func (s *Server) actorFailedLocked(a *actorEntry, reason string, permanent bool) {
+// detachedRestartableLocked). cause is the failure's death_cause
+// (DeathCauseOutOfMemory, or ""), kept while it restarts and when it dies.
+// s.mu must be held.
+func (s *Server) actorFailedLocked(a *actorEntry, reason, cause string, permanent bool) {
 	switch a.info.GetState() {
 	case gorayv1.ActorState_ACTOR_STATE_DEAD, gorayv1.ActorState_ACTOR_STATE_RESTARTING:
 		return // already handled (a node report after the worker's)
 	}
+	a.info.DeathCause = cause // of this failure (DeathCauseOutOfMemory, or none)
 	max := a.info.GetMaxRestarts()
 	exhausted := max == 0 || (max > 0 && a.info.GetNumRestarts() >= max)
 	ownerNode, _ := ids.FromBytes(a.info.GetOwner().GetNodeId())
@@ -411,9 +418,13 @@ func (s *Server) ReportWorkerFailure(ctx context.Context, req *gorayv1.ReportWor
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer s.pruneHistoryLocked() // before the unlock, after the loops (history.go)
+	cause := ""
+	if req.GetOutOfMemory() {
+		cause = DeathCauseOutOfMemory
+	}
 	for _, aid := range s.actorSeq {
 		if a := s.actors[aid]; match(a) {
-			s.actorFailedLocked(a, reason, req.GetPermanent())
+			s.actorFailedLocked(a, reason, cause, req.GetPermanent())
 		}
 	}
 	d = s.durableNow()

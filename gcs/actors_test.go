@@ -648,3 +648,61 @@ func TestNodeLeavingIsANodeFailure(t *testing.T) {
 		})
 	}
 }
+
+// TestReportWorkerFailureOutOfMemory: a worker the node's memory monitor
+// killed (out_of_memory) gives its actor the death_cause out_of_memory,
+// whether it dies of it or restarts from it; the cause goes once the actor
+// is alive again, and a kill or another failure does not keep it.
+func TestReportWorkerFailureOutOfMemory(t *testing.T) {
+	_, c := startServer(t, Options{})
+	ctx := ctxT(t)
+	job, node := newID(), newID()
+	const oom = DeathCauseOutOfMemory
+	restarting := gorayv1.ActorState_ACTOR_STATE_RESTARTING
+	type actor struct{ id, w ids.ID }
+	start := func(maxRestarts int32) actor {
+		a := actor{newID(), newID()}
+		info := actorOn(a.id, job, node, a.w, "")
+		info.MaxRestarts = maxRestarts
+		registerActor(t, c, info)
+		setState(t, c, a.id, alive, "")
+		return a
+	}
+	fail := func(a actor, outOfMemory bool) {
+		t.Helper()
+		_, err := c.ReportWorkerFailure(ctx, &gorayv1.ReportWorkerFailureRequest{WorkerId: a.w.Bytes(), NodeId: node.Bytes(),
+			Reason: "killed by the memory monitor", OutOfMemory: outOfMemory})
+		mustOK(t, err)
+	}
+	check := func(a actor, st gorayv1.ActorState, cause string) {
+		t.Helper()
+		if got := getActor(t, c, a.id); got.GetState() != st || got.GetDeathCause() != cause {
+			t.Fatalf("actor %s: %v, cause %q; want %v, cause %q", a.id.Short(), got.GetState(), got.GetDeathCause(), st, cause)
+		}
+	}
+	realive := func(a *actor) {
+		t.Helper()
+		a.w = newID()
+		_, err := c.UpdateActor(ctx, &gorayv1.UpdateActorRequest{Actor: &gorayv1.ActorInfo{ActorId: a.id.Bytes(), State: alive,
+			Address: &gorayv1.Address{UnixPath: "/tmp/w.sock", NodeId: node.Bytes(), WorkerId: a.w.Bytes()}}})
+		mustOK(t, err)
+	}
+
+	dies := start(0)
+	fail(dies, true)
+	check(dies, dead, oom)
+
+	r := start(-1)
+	fail(r, true)
+	check(r, restarting, oom)
+	realive(&r)
+	check(r, alive, "")
+	fail(r, false)
+	check(r, restarting, "")
+
+	k := start(-1)
+	fail(k, true)
+	check(k, restarting, oom)
+	setState(t, c, k.id, dead, "killed")
+	check(k, dead, "")
+}

@@ -369,7 +369,7 @@ func (s *Server) markNodeDeadLocked(id ids.ID, n *nodeEntry, reason string) {
 			// Its owner died with the node: it dies wherever it runs.
 			s.markActorDeadLocked(a, fmt.Sprintf("its owner's node %s died: %s", id.Short(), reason))
 		case a.node() == id:
-			s.actorFailedLocked(a, actorReason, false)
+			s.actorFailedLocked(a, actorReason, "", false)
 		}
 	}
 }

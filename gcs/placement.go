@@ -913,6 +913,10 @@ func (s *Server) dropGroupResources(node ids.ID, group ids.ID) {
 	}
 }
 
+// DeathCauseOutOfMemory is ActorInfo.death_cause of an actor whose worker
+// the node's memory monitor killed (it died of it, or restarts from it).
+const DeathCauseOutOfMemory = "out_of_memory"
+
 // DeathCauseGroupRemoved is ActorInfo.death_cause of an actor ended by
 // the removal of its placement group.
 const DeathCauseGroupRemoved = "placement_group_removed"

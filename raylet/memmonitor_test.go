@@ -261,8 +261,9 @@ func TestMemoryMonitorKillsRealWorkers(t *testing.T) {
 	})
 	h.gcs.locked(func() {
 		f := h.gcs.failures[0]
-		if f.GetPermanent() || !strings.Contains(f.GetReason(), "killed by the memory monitor") {
-			t.Errorf("the actor's death: permanent %v, reason %q; want a failure it may restart from, saying why", f.GetPermanent(), f.GetReason())
+		if f.GetPermanent() || !strings.Contains(f.GetReason(), "killed by the memory monitor") || !f.GetOutOfMemory() {
+			t.Errorf("the actor's death: permanent %v, reason %q, out of memory %v; want a failure it may restart from, out of memory, saying why",
+				f.GetPermanent(), f.GetReason(), f.GetOutOfMemory())
 		}
 	})
 	if s := h.r.memory.stats(); s.GetKills() != 2 || s.GetLastKill().GetPid() != actor.GetWorkerPid() {

@@ -313,6 +313,7 @@ func (r *Raylet) workerDied(d workerDeath) {
 	if r.cfg.GCS != nil && !d.closed {
 		req := &gorayv1.ReportWorkerFailureRequest{
 			WorkerId: w.id.Bytes(), NodeId: r.cfg.NodeID.Bytes(), Reason: d.reason, Permanent: d.permanent,
+			OutOfMemory: d.memoryKilled,
 		}
 		r.tellGCS("reporting the death of worker "+w.id.Short()+" (actor "+d.actorID.Short()+")", func(ctx context.Context, opts ...grpc.CallOption) error {
 			_, err := r.cfg.GCS.ReportWorkerFailure(ctx, req, opts...)

@@ -176,6 +176,8 @@ type workerDeath struct {
 	jobFailed error
 	// closed: the pool was shutting down.
 	closed bool
+	// memoryKilled: the node's memory monitor killed it.
+	memoryKilled bool
 }
 
 // outputReader reads a worker's stdout and stderr pipes (rd) into its log
@@ -785,7 +787,7 @@ func (p *workerPool) workerDied(w *worker, reason string, startErr error) {
 	// Killed on purpose (ray.Kill, its job or lease holder gone): its actor
 	// must not restart. (At shutdown Shutdown reports the node's actors
 	// itself, as failed: a node leaving is a node failure to them.)
-	d := workerDeath{w: w, permanent: w.killReason != "" && !w.memoryKilled, closed: p.closed}
+	d := workerDeath{w: w, permanent: w.killReason != "" && !w.memoryKilled, closed: p.closed, memoryKilled: w.memoryKilled}
 	if w.killReason != "" {
 		reason = w.killReason
 	} else if w.sessionReason != "" {

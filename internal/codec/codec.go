@@ -66,7 +66,8 @@ type RefInfo struct {
 // Encoder.Writer to record references.
 type writer struct {
 	bytes.Buffer
-	refs []RefInfo
+	refs   []RefInfo
+	actors []ids.ID // NoteActor
 }
 
 type encState struct {
@@ -106,12 +107,19 @@ func timestampEncoder(_ *msgpack.Encoder, v reflect.Value) ([]byte, error) {
 // values are encoded with msgpack. refs lists the object references found
 // inside v.
 func Encode(v any) (f Format, data []byte, refs []RefInfo, err error) {
+	f, data, refs, _, err = EncodeNoting(v)
+	return f, data, refs, err
+}
+
+// EncodeNoting is Encode that also returns the actors whose handles v
+// holds (NoteActor).
+func EncodeNoting(v any) (f Format, data []byte, refs []RefInfo, actors []ids.ID, err error) {
 	if b, ok := v.([]byte); ok {
-		return FormatRaw, b, nil, nil
+		return FormatRaw, b, nil, nil, nil
 	}
 	s := encPool.Get().(*encState)
 	s.w.Reset()
-	s.w.refs = nil
+	s.w.refs, s.w.actors = nil, nil
 	if t, ok := v.(time.Time); ok {
 		// Encoder.Encode writes a time.Time with EncodeTime, not with
 		// the registered timestampEncoder.
@@ -120,16 +128,28 @@ func Encode(v any) (f Format, data []byte, refs []RefInfo, err error) {
 		err = s.enc.Encode(v)
 	}
 	if err != nil {
+		s.w.refs, s.w.actors = nil, nil
 		encPool.Put(s)
-		return 0, nil, nil, &EncodeError{Type: fmt.Sprintf("%T", v), Err: err}
+		return 0, nil, nil, nil, &EncodeError{Type: fmt.Sprintf("%T", v), Err: err}
 	}
 	data = bytes.Clone(s.w.Bytes())
-	refs = s.w.refs
-	s.w.refs = nil
+	refs, actors = s.w.refs, s.w.actors
+	s.w.refs, s.w.actors = nil, nil
 	if s.w.Cap() <= 1<<20 {
 		encPool.Put(s)
 	}
-	return FormatMsgpack, data, refs, nil
+	return FormatMsgpack, data, refs, actors, nil
+}
+
+// NoteActor records that the value being encoded by enc holds a handle of
+// actor id, when enc belongs to Encode (EncodeNoting returns them). Actor
+// handle types call it from their EncodeMsgpack method: a handle of an
+// actor whose registration is still under way must not reach another
+// process before it is done.
+func NoteActor(enc *msgpack.Encoder, id ids.ID) {
+	if w, ok := enc.Writer().(*writer); ok {
+		w.actors = append(w.actors, id)
+	}
 }
 
 // DecodeInto decodes data of format f into ptr, which must be a non-nil

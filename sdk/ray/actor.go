@@ -3,6 +3,7 @@ package ray
 import (
 	"context"
 
+	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -53,8 +54,12 @@ type killOptions struct{ restart bool }
 // already restarting) is left as it is.
 func AllowRestart() KillOption { return func(o *killOptions) { o.restart = true } }
 
-// EncodeMsgpack implements msgpack.CustomEncoder.
-func (h ActorHandle[T]) EncodeMsgpack(enc *msgpack.Encoder) error { return enc.Encode(h.ref) }
+// EncodeMsgpack implements msgpack.CustomEncoder. It notes the actor, so
+// a call passing the handle waits until its creator has registered it.
+func (h ActorHandle[T]) EncodeMsgpack(enc *msgpack.Encoder) error {
+	codec.NoteActor(enc, h.ref.ID)
+	return enc.Encode(h.ref)
+}
 
 // DecodeMsgpack implements msgpack.CustomDecoder.
 func (h *ActorHandle[T]) DecodeMsgpack(dec *msgpack.Decoder) error { return dec.Decode(&h.ref) }

@@ -49,10 +49,13 @@ func (c *ActorClass0[T]) Options(opts ...Option) *ActorClass0[T] {
 	return &ActorClass0[T]{c.with(opts)}
 }
 
-// Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run. What keeps the actor from
-// existing at all (its Name taken, bad options) is reported by Ready and
-// every call; New returns it instead.
+// Remote starts creating an actor and returns its handle at once, also
+// while the GCS is down (the actor is registered and created once it is
+// back), except that a named actor (Name) is registered first, so that it
+// can be found by name at once. Calls on the handle wait until the
+// constructor has run. What keeps the actor from existing at all (its Name
+// taken, bad options) is reported by Ready and every call; New returns it
+// instead.
 func (c *ActorClass0[T]) Remote(ctx context.Context) ActorHandle[T] {
 	h, _ := createActor[T](ctx, true, &c.taskBase)
 	return h
@@ -166,10 +169,13 @@ func (c *ActorClass1[T, A1]) Options(opts ...Option) *ActorClass1[T, A1] {
 	return &ActorClass1[T, A1]{c.with(opts)}
 }
 
-// Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run. What keeps the actor from
-// existing at all (its Name taken, bad options) is reported by Ready and
-// every call; New returns it instead.
+// Remote starts creating an actor and returns its handle at once, also
+// while the GCS is down (the actor is registered and created once it is
+// back), except that a named actor (Name) is registered first, so that it
+// can be found by name at once. Calls on the handle wait until the
+// constructor has run. What keeps the actor from existing at all (its Name
+// taken, bad options) is reported by Ready and every call; New returns it
+// instead.
 func (c *ActorClass1[T, A1]) Remote(ctx context.Context, a1 Arg[A1]) ActorHandle[T] {
 	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput())
 	return h
@@ -295,10 +301,13 @@ func (c *ActorClass2[T, A1, A2]) Options(opts ...Option) *ActorClass2[T, A1, A2]
 	return &ActorClass2[T, A1, A2]{c.with(opts)}
 }
 
-// Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run. What keeps the actor from
-// existing at all (its Name taken, bad options) is reported by Ready and
-// every call; New returns it instead.
+// Remote starts creating an actor and returns its handle at once, also
+// while the GCS is down (the actor is registered and created once it is
+// back), except that a named actor (Name) is registered first, so that it
+// can be found by name at once. Calls on the handle wait until the
+// constructor has run. What keeps the actor from existing at all (its Name
+// taken, bad options) is reported by Ready and every call; New returns it
+// instead.
 func (c *ActorClass2[T, A1, A2]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2]) ActorHandle[T] {
 	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput(), a2.argInput())
 	return h
@@ -436,10 +445,13 @@ func (c *ActorClass3[T, A1, A2, A3]) Options(opts ...Option) *ActorClass3[T, A1,
 	return &ActorClass3[T, A1, A2, A3]{c.with(opts)}
 }
 
-// Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run. What keeps the actor from
-// existing at all (its Name taken, bad options) is reported by Ready and
-// every call; New returns it instead.
+// Remote starts creating an actor and returns its handle at once, also
+// while the GCS is down (the actor is registered and created once it is
+// back), except that a named actor (Name) is registered first, so that it
+// can be found by name at once. Calls on the handle wait until the
+// constructor has run. What keeps the actor from existing at all (its Name
+// taken, bad options) is reported by Ready and every call; New returns it
+// instead.
 func (c *ActorClass3[T, A1, A2, A3]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3]) ActorHandle[T] {
 	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput())
 	return h
@@ -589,10 +601,13 @@ func (c *ActorClass4[T, A1, A2, A3, A4]) Options(opts ...Option) *ActorClass4[T,
 	return &ActorClass4[T, A1, A2, A3, A4]{c.with(opts)}
 }
 
-// Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run. What keeps the actor from
-// existing at all (its Name taken, bad options) is reported by Ready and
-// every call; New returns it instead.
+// Remote starts creating an actor and returns its handle at once, also
+// while the GCS is down (the actor is registered and created once it is
+// back), except that a named actor (Name) is registered first, so that it
+// can be found by name at once. Calls on the handle wait until the
+// constructor has run. What keeps the actor from existing at all (its Name
+// taken, bad options) is reported by Ready and every call; New returns it
+// instead.
 func (c *ActorClass4[T, A1, A2, A3, A4]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4]) ActorHandle[T] {
 	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput())
 	return h
@@ -754,10 +769,13 @@ func (c *ActorClass5[T, A1, A2, A3, A4, A5]) Options(opts ...Option) *ActorClass
 	return &ActorClass5[T, A1, A2, A3, A4, A5]{c.with(opts)}
 }
 
-// Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run. What keeps the actor from
-// existing at all (its Name taken, bad options) is reported by Ready and
-// every call; New returns it instead.
+// Remote starts creating an actor and returns its handle at once, also
+// while the GCS is down (the actor is registered and created once it is
+// back), except that a named actor (Name) is registered first, so that it
+// can be found by name at once. Calls on the handle wait until the
+// constructor has run. What keeps the actor from existing at all (its Name
+// taken, bad options) is reported by Ready and every call; New returns it
+// instead.
 func (c *ActorClass5[T, A1, A2, A3, A4, A5]) Remote(ctx context.Context, a1 Arg[A1], a2 Arg[A2], a3 Arg[A3], a4 Arg[A4], a5 Arg[A5]) ActorHandle[T] {
 	h, _ := createActor[T](ctx, true, &c.taskBase, a1.argInput(), a2.argInput(), a3.argInput(), a4.argInput(), a5.argInput())
 	return h

@@ -267,6 +267,8 @@ func main() {
 		runErr = runOOMNeighbour(ctx, arg(rt, args, 0))
 	case "taskretry":
 		runErr = runTaskRetry(ctx, arg(rt, args, 0))
+	case "actor-outage":
+		runErr = runActorOutage(ctx, arg(rt, args, 0))
 	default:
 		runErr = fmt.Errorf("unknown mode %q", mode)
 	}

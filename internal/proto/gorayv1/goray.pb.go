@@ -5575,9 +5575,10 @@ type ActorInfo struct {
 	// Set when the actor runs in a placement group: it ends when the group
 	// is removed.
 	PlacementGroupId []byte `protobuf:"bytes,16,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
-	// What ended a DEAD actor, when it was not its own failure:
-	// "placement_group_removed" (its group was removed). Callers get a typed
-	// error from it.
+	// What ended a DEAD actor, or the failure a RESTARTING one restarts
+	// from, when it has a cause callers get a typed error from:
+	// "placement_group_removed" (its group was removed), "out_of_memory"
+	// (the node's memory monitor killed its worker).
 	DeathCause string `protobuf:"bytes,17,opt,name=death_cause,json=deathCause,proto3" json:"death_cause,omitempty"`
 	// The namespace its name lives in (names are unique per namespace): its
 	// job's unless created elsewhere. Empty for records of older GCSes.
@@ -7686,7 +7687,10 @@ type ReportWorkerFailureRequest struct {
 	// The worker was stopped on purpose (killed, its job or owner gone): its
 	// actors die even if they could restart. A node that stops reports its
 	// actors without it: a node leaving is a node failure to them.
-	Permanent     bool `protobuf:"varint,4,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	Permanent bool `protobuf:"varint,4,opt,name=permanent,proto3" json:"permanent,omitempty"`
+	// The node's memory monitor killed the worker: its actor's death, or the
+	// failure it restarts from, is out of memory (ActorInfo.death_cause).
+	OutOfMemory   bool `protobuf:"varint,5,opt,name=out_of_memory,json=outOfMemory,proto3" json:"out_of_memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -7745,6 +7749,13 @@ func (x *ReportWorkerFailureRequest) GetReason() string {
 func (x *ReportWorkerFailureRequest) GetPermanent() bool {
 	if x != nil {
 		return x.Permanent
+	}
+	return false
+}
+
+func (x *ReportWorkerFailureRequest) GetOutOfMemory() bool {
+	if x != nil {
+		return x.OutOfMemory
 	}
 	return false
 }
@@ -9344,12 +9355,13 @@ const file_goray_proto_rawDesc = "" +
 	"\x05actor\x18\x01 \x01(\v2\x13.goray.v1.ActorInfoR\x05actor\"\x13\n" +
 	"\x11ListActorsRequest\">\n" +
 	"\x0fListActorsReply\x12+\n" +
-	"\x06actors\x18\x01 \x03(\v2\x13.goray.v1.ActorInfoR\x06actors\"\x88\x01\n" +
+	"\x06actors\x18\x01 \x03(\v2\x13.goray.v1.ActorInfoR\x06actors\"\xac\x01\n" +
 	"\x1aReportWorkerFailureRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\fR\bworkerId\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1c\n" +
-	"\tpermanent\x18\x04 \x01(\bR\tpermanent\"\x1a\n" +
+	"\tpermanent\x18\x04 \x01(\bR\tpermanent\x12\"\n" +
+	"\rout_of_memory\x18\x05 \x01(\bR\voutOfMemory\"\x1a\n" +
 	"\x18ReportWorkerFailureReply\"d\n" +
 	"\fKVPutRequest\x12\x0e\n" +
 	"\x02ns\x18\x01 \x01(\tR\x02ns\x12\x10\n" +

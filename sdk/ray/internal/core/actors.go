@@ -73,6 +73,10 @@ type actorClient struct {
 	// namespace is the namespace it was created in (ActorNamespace; "":
 	// its job's).
 	namespace string
+	// registered, when set, is closed once this process, its creator, has
+	// registered it with the GCS or failed to (actorreg.go); nil: nothing
+	// to wait for.
+	registered chan struct{}
 	// createCancel stops a pending creation (Kill before the actor is up).
 	createCancel context.CancelFunc
 	// Restarts (owner only): the creation record, kept to create the actor
@@ -221,7 +225,7 @@ func (c *actorClient) watch(ctx context.Context, addr *pb.Address) {
 			case a.GetState() == pb.ActorState_ACTOR_STATE_RESTARTING && on == mine,
 				!c.owner && a.GetState() != pb.ActorState_ACTOR_STATE_PENDING && on != mine:
 				// It failed there (or, seen from a borrower, has moved on).
-				c.restart(addr, a.GetDeathReason())
+				c.restart(addr, a.GetDeathReason(), a.GetDeathCause())
 				return struct{}{}, nil
 			}
 			// The GCS has not recorded this instance yet (an owner's
@@ -241,10 +245,20 @@ func (c *actorClient) watch(ctx context.Context, addr *pb.Address) {
 // deathError is why the GCS says actor a died: a typed error when its
 // death had a cause other than its own failure.
 func deathError(ref ActorRef, a *pb.ActorInfo) error {
-	if a.GetDeathCause() == "placement_group_removed" {
+	switch a.GetDeathCause() {
+	case "placement_group_removed":
 		return &PlacementGroupRemovedError{Function: ref.Class, Reason: a.GetDeathReason()}
+	case "out_of_memory":
+		return actorOutOfMemory(ref, a.GetDeathReason())
 	}
 	return errors.New(a.GetDeathReason())
+}
+
+// actorOutOfMemory is the error of actor ref's worker, killed by its
+// node's memory monitor (reason says so): Ray's OutOfMemoryError for the
+// calls it was running.
+func actorOutOfMemory(ref ActorRef, reason string) *OutOfMemoryError {
+	return &OutOfMemoryError{Function: ref.Class, Reason: fmt.Sprintf("actor %s: %s", ref.ID.Short(), reason)}
 }
 
 // setDead marks the actor dead and fails every queued and in-flight call.
@@ -341,8 +355,20 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 		c.setDead(fmt.Errorf("constructor arguments: %w", err))
 		return ref, c.diedErr()
 	}
-	// Register before returning, so that the handle can be passed to other
-	// processes (and found by name) at once, and a name clash is known now.
+	// An unnamed actor is registered in the background, as Ray does: the
+	// handle returns at once, also while the GCS is down, and a call that
+	// passes it to another process waits for the registration
+	// (actorreg.go). A named actor registers before returning, so that it
+	// can be found by name at once and a name clash is known now.
+	if cw.gcs != nil && opts.Name == "" && !opts.GetIfExists {
+		c.mu.Lock()
+		c.createRec = rec
+		c.holdsArgs = c.maxRestarts != 0 // released at its death
+		c.registered = make(chan struct{})
+		c.mu.Unlock()
+		go c.registerThenCreate(rec)
+		return ref, nil
+	}
 	if cw.gcs != nil {
 		info := c.info(rec)
 		rep, err := cw.gcs.RegisterActor(ctx, &pb.RegisterActorRequest{Actor: info, GetIfExists: opts.GetIfExists})
@@ -616,7 +642,7 @@ func (c *actorClient) runFirst(rec *taskRecord) {
 func (c *actorClient) trySend(rec *taskRecord) bool {
 	c.mu.Lock()
 	if c.dead != nil || !c.alive || c.stream == nil || len(c.inflight) > 0 || len(c.queue) == 0 || c.queue[0] != rec ||
-		len(rec.pending) > 0 || rec.ctx.Err() != nil {
+		rec.unresolved() || rec.ctx.Err() != nil {
 		c.mu.Unlock()
 		return false
 	}
@@ -682,7 +708,7 @@ func (c *actorClient) run() {
 		if err == nil {
 			err = c.checkGroup(rec)
 		}
-		if err == nil && len(rec.pending) > 0 {
+		if err == nil && rec.unresolved() {
 			err = cw.resolveArgs(rec)
 		}
 		if err == nil {
@@ -915,7 +941,7 @@ func (c *actorClient) probe(addr *pb.Address, lost error) {
 // ActorUnavailableError; queued ones wait; the owner creates the actor
 // again, other callers wait for the GCS to say where it runs now. The
 // client was alive or suspended at from.
-func (c *actorClient) restart(from *pb.Address, reason string) {
+func (c *actorClient) restart(from *pb.Address, reason, cause string) {
 	cw := c.m.cw
 	c.mu.Lock()
 	if c.dead != nil || c.addr != from {
@@ -950,7 +976,11 @@ func (c *actorClient) restart(from *pb.Address, reason string) {
 		go c.run() // sends the retried calls once the actor is back
 	}
 	for _, r := range fails {
-		cw.submitter.fail(r, c.unavailable(r, why))
+		err := c.unavailable(r, why)
+		if cause == "out_of_memory" {
+			err.Cause = actorOutOfMemory(c.ref, reason)
+		}
+		cw.submitter.fail(r, err)
 	}
 	if rec != nil {
 		go c.create(rec)
@@ -983,6 +1013,10 @@ func (cw *CoreWorker) ActorReady(ctx context.Context, ref ActorRef) error {
 func (cw *CoreWorker) KillActor(ctx context.Context, ref ActorRef, restart bool) error {
 	c := cw.actors.client(ref)
 	reason := "killed by ray.Kill"
+	// The GCS must know the actor before it can record its death.
+	if err := cw.actors.awaitRegistered(ctx, ref.ID); err != nil {
+		return fmt.Errorf("goray: killing actor %s: %w", ref.ID.Short(), err)
+	}
 	if c.diedErr() != nil {
 		return nil
 	}

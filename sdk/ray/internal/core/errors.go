@@ -313,6 +313,9 @@ type ActorUnavailableError struct {
 	// Attempts is how many attempts of the call ran (1 without retries);
 	// 0 when not known.
 	Attempts int
+	// Cause, when set, is what failed the actor's worker: an
+	// *OutOfMemoryError when its node's memory monitor killed it.
+	Cause error
 }
 
 func (e *ActorUnavailableError) Error() string {
@@ -328,6 +331,9 @@ func (e *ActorUnavailableError) Error() string {
 
 // Is matches ErrActorUnavailable.
 func (e *ActorUnavailableError) Is(target error) bool { return target == ErrActorUnavailable }
+
+// Unwrap returns Cause.
+func (e *ActorUnavailableError) Unwrap() error { return e.Cause }
 
 // UnschedulableError says a task or actor can never be scheduled: a hard
 // node affinity names a dead node or one that can never fit it.

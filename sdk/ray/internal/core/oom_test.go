@@ -45,3 +45,33 @@ func TestOutOfMemoryError(t *testing.T) {
 		t.Fatalf("across a process boundary: Is %v, As %v (%v)", errors.Is(remote, ErrOutOfMemory), back, remote)
 	}
 }
+
+// TestActorOutOfMemoryErrors: an actor whose worker the memory monitor
+// killed fails its calls with errors that match ErrOutOfMemory, as Ray
+// raises OutOfMemoryError for them: when it died of it (ActorDiedError,
+// from the GCS's death_cause) and when a call under way had no retry left
+// as it restarts (ActorUnavailableError); other deaths do not match.
+func TestActorOutOfMemoryErrors(t *testing.T) {
+	ref := ActorRef{ID: ids.New(), Class: "main.Hog"}
+	reason := "killed by the memory monitor: node n1 used 95% of its memory"
+	for _, tc := range []struct {
+		name string
+		err  error
+		oom  bool
+	}{
+		{"died of it", &ActorDiedError{ActorID: ref.ID, Cause: deathError(ref, &pb.ActorInfo{DeathCause: "out_of_memory", DeathReason: reason})}, true},
+		{"died otherwise", &ActorDiedError{ActorID: ref.ID, Cause: deathError(ref, &pb.ActorInfo{DeathReason: "worker crashed"})}, false},
+		{"restarting from it", &ActorUnavailableError{ActorID: ref.ID, Reason: reason, Cause: actorOutOfMemory(ref, reason)}, true},
+		{"restarting otherwise", &ActorUnavailableError{ActorID: ref.ID, Reason: "worker crashed"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var oe *OutOfMemoryError
+			if errors.Is(tc.err, ErrOutOfMemory) != tc.oom || errors.As(tc.err, &oe) != tc.oom {
+				t.Fatalf("%v: matches ErrOutOfMemory %v, want %v", tc.err, !tc.oom, tc.oom)
+			}
+			if tc.oom && (!strings.Contains(oe.Error(), reason) || !strings.Contains(oe.Error(), ref.ID.Short())) {
+				t.Fatalf("the out-of-memory error %q does not name the actor and the monitor's reason", oe.Error())
+			}
+		})
+	}
+}

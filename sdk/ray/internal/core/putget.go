@@ -42,8 +42,11 @@ func (v *Value) Release() {
 
 // Put stores v and returns an owned handle.
 func (cw *CoreWorker) Put(ctx context.Context, v any) (*Handle, error) {
-	f, data, refs, err := codec.Encode(v)
+	f, data, refs, actors, err := codec.EncodeNoting(v)
 	if err != nil {
+		return nil, err
+	}
+	if err := cw.actors.awaitAll(ctx, actors); err != nil {
 		return nil, err
 	}
 	id := ids.ObjectIDFor(cw.idgen.Next(), 0)

@@ -105,8 +105,13 @@ func (e *executor) encodeReturns(ctx context.Context, spec *pb.TaskSpec, result 
 // encodeReturn encodes one return value as object id: inline when small,
 // else in this node's store. References inside it are lent to the caller.
 func (e *executor) encodeReturn(ctx context.Context, spec *pb.TaskSpec, id ids.ObjectID, v any) (*pb.ReturnObject, error) {
-	f, data, refs, err := codec.Encode(v)
+	f, data, refs, actors, err := codec.EncodeNoting(v)
 	if err != nil {
+		return nil, err
+	}
+	// A returned handle of an actor this task created reaches the caller
+	// once the actor is registered.
+	if err := e.cw.actors.awaitAll(ctx, actors); err != nil {
 		return nil, err
 	}
 	e.lendToCaller(ctx, spec.Owner, refs)

@@ -124,6 +124,9 @@ type taskRecord struct {
 	// argRebuilds counts the times the task was sent again because an
 	// argument of it was lost with its node (reconstruct.go).
 	argRebuilds int
+	// actorDeps are actors whose handles the arguments hold and whose
+	// registration was under way (actorreg.go): the call waits for it.
+	actorDeps []ids.ID
 	// retryErr, when set, says whether an error the function returned
 	// (or its panic) is retried (TaskOptions.RetryErrors; errretry.go).
 	retryErr func(*RemoteError) bool
@@ -256,7 +259,7 @@ func (cw *CoreWorker) submitTask(ctx context.Context, function string, args []Ar
 		s.fail(rec, err)
 		return h, more
 	}
-	if len(rec.pending) == 0 {
+	if !rec.unresolved() {
 		s.enqueue(rec)
 	} else {
 		go s.resolveThenEnqueue(rec)
@@ -321,9 +324,12 @@ func (cw *CoreWorker) buildArgs(ctx context.Context, rec *taskRecord, args []Arg
 			rec.pending = append(rec.pending, i)
 			continue
 		}
-		f, data, refs, err := codec.Encode(a.Value)
+		f, data, refs, actors, err := codec.EncodeNoting(a.Value)
 		if err != nil {
 			return fmt.Errorf("argument %d: %w", i, err)
+		}
+		if len(actors) > 0 {
+			rec.actorDeps = append(rec.actorDeps, cw.actors.registering(actors)...)
 		}
 		if len(refs) > 0 {
 			rec.deps = append(rec.deps, refs...)
@@ -365,6 +371,15 @@ func (s *submitter) resolveThenEnqueue(rec *taskRecord) {
 // resolveArgs waits for every pending reference argument of rec. Small
 // values are inlined into the spec; store objects stay by reference.
 func (cw *CoreWorker) resolveArgs(rec *taskRecord) error {
+	for _, id := range rec.actorDeps {
+		if err := cw.actors.awaitRegistered(rec.ctx, id); err != nil {
+			if rec.ctx.Err() != nil {
+				return cancelledError(rec.spec.Function, context.Cause(rec.ctx))
+			}
+			return err
+		}
+	}
+	rec.actorDeps = nil
 	for _, i := range rec.pending {
 		a := rec.spec.Args[i]
 		id, _ := ids.ObjectIDFromBytes(a.Ref.ObjectId)
@@ -396,6 +411,9 @@ func (cw *CoreWorker) resolveArgs(rec *taskRecord) error {
 	rec.pending = nil
 	return nil
 }
+
+// unresolved reports whether rec waits for arguments (resolveArgs).
+func (rec *taskRecord) unresolved() bool { return len(rec.pending) > 0 || len(rec.actorDeps) > 0 }
 
 // noteArg counts a store argument's bytes toward its node, keeping argNode
 // the node with the most.

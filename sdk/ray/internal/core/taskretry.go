@@ -85,7 +85,7 @@ func (c *actorClient) requeueInflightLocked(reason string) (fails []*taskRecord,
 
 // unavailable is the error of an actor call rec that was under way when
 // its actor became unavailable (reason) and has no retry left.
-func (c *actorClient) unavailable(rec *taskRecord, reason string) error {
+func (c *actorClient) unavailable(rec *taskRecord, reason string) *ActorUnavailableError {
 	return &ActorUnavailableError{ActorID: c.ref.ID, Name: c.ref.Name, Reason: reason, Attempts: int(rec.spec.Attempt) + 1}
 }
 

@@ -107,10 +107,13 @@ func (c *ActorClass{{.N}}[{{.Gen "T"}}]) Options(opts ...Option) *ActorClass{{.N
 	return &ActorClass{{.N}}[{{.Gen "T"}}]{c.with(opts)}
 }
 
-// Remote starts creating an actor and returns its handle at once. Calls on
-// the handle wait until the constructor has run. What keeps the actor from
-// existing at all (its Name taken, bad options) is reported by Ready and
-// every call; New returns it instead.
+// Remote starts creating an actor and returns its handle at once, also
+// while the GCS is down (the actor is registered and created once it is
+// back), except that a named actor (Name) is registered first, so that it
+// can be found by name at once. Calls on the handle wait until the
+// constructor has run. What keeps the actor from existing at all (its Name
+// taken, bad options) is reported by Ready and every call; New returns it
+// instead.
 func (c *ActorClass{{.N}}[{{.Gen "T"}}]) Remote(ctx context.Context{{if .Params}}, {{.Params}}{{end}}) ActorHandle[T] {
 	h, _ := createActor[T](ctx, true, &c.taskBase{{if .Inputs}}, {{.Inputs}}{{end}})
 	return h

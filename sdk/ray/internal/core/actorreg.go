@@ -1,0 +1,108 @@
+package core
+
+import (
+	"context"
+
+	"github.com/goray-dev/goray/internal/ids"
+	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
+)
+
+// Background registration of unnamed actors (Ray's AsyncRegisterActor).
+//
+// CreateActor of an unnamed actor returns its handle at once and registers
+// the actor with the GCS from a goroutine of its own, then creates it; a
+// GCS that is down delays the creation, not the caller. Until the GCS has
+// the actor, another process given the handle could not find it there, so
+// every way a handle leaves this process waits for the registration: a
+// task or actor call whose arguments hold it (resolveArgs, like an
+// argument not ready yet), a Put of a value that holds it, and a task's
+// return value. Calls through the handle in this process queue as they do
+// until the actor is alive; Kill waits for the registration first. A
+// failed registration kills the actor with its reason, as before.
+
+// registerThenCreate registers c's actor with the GCS, bounded by the
+// creation's context (Kill cancels it), then creates it.
+func (c *actorClient) registerThenCreate(rec *taskRecord) {
+	cw := c.m.cw
+	c.mu.Lock()
+	cancel := c.createCancel
+	done := c.registered
+	c.mu.Unlock()
+	_, err := cw.gcs.RegisterActor(rec.ctx, &pb.RegisterActorRequest{Actor: c.info(rec)})
+	if err != nil {
+		cw.objects.removeSubmitted(rec.deps)
+		if cancel != nil {
+			cancel()
+		}
+		if rec.ctx.Err() != nil {
+			err = cancelledError(rec.spec.Function, context.Cause(rec.ctx))
+		}
+		c.setDead(registerError(c.ref, err))
+		close(done)
+		return
+	}
+	close(done)
+	c.create(rec)
+}
+
+// awaitRegistered waits until this process's registration of actor id, if
+// one is under way, is done (or failed: the actor is then dead, which its
+// handle says), ctx ends or the core worker stops.
+func (m *actorManager) awaitRegistered(ctx context.Context, id ids.ID) error {
+	m.mu.Lock()
+	c := m.clients[id]
+	m.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	done := c.registered
+	c.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-m.cw.closed:
+		return ErrShutdown
+	}
+}
+
+// awaitAll is awaitRegistered of every actor in actors.
+func (m *actorManager) awaitAll(ctx context.Context, actors []ids.ID) error {
+	for _, id := range m.registering(actors) {
+		if err := m.awaitRegistered(ctx, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// registering returns those of actors whose registration by this process
+// is under way.
+func (m *actorManager) registering(actors []ids.ID) []ids.ID {
+	var out []ids.ID
+	for _, id := range actors {
+		m.mu.Lock()
+		c := m.clients[id]
+		m.mu.Unlock()
+		if c == nil {
+			continue
+		}
+		c.mu.Lock()
+		done := c.registered
+		c.mu.Unlock()
+		if done == nil {
+			continue
+		}
+		select {
+		case <-done:
+		default:
+			out = append(out, id)
+		}
+	}
+	return out
+}
