@@ -2740,8 +2740,9 @@ type WorkerMessage struct {
 	WorkerId []byte   `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
 	Address  *Address `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
 	Pid      int32    `protobuf:"varint,3,opt,name=pid,proto3" json:"pid,omitempty"`
-	// Later messages: whether the worker owns objects (it must not be reaped
-	// as idle while it does, or their owner would die).
+	// Later messages: whether the worker owns objects or live actors (not
+	// detached) it created (it must not be reaped as idle while it does, or
+	// their owner would die, and with it its actors).
 	OwnsObjects   bool `protobuf:"varint,4,opt,name=owns_objects,json=ownsObjects,proto3" json:"owns_objects,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

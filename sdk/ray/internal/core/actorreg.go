@@ -21,7 +21,10 @@ import (
 // failed registration kills the actor with its reason, as before.
 
 // registerThenCreate registers c's actor with the GCS, bounded by the
-// creation's context (Kill cancels it), then creates it.
+// creation's context, then creates it. Only once it is registered does
+// the client hold the constructor's arguments for restarts (createRec,
+// holdsArgs), as CreateActor does for a named actor: a failed registration
+// releases them here, once.
 func (c *actorClient) registerThenCreate(rec *taskRecord) {
 	cw := c.m.cw
 	c.mu.Lock()
@@ -41,8 +44,32 @@ func (c *actorClient) registerThenCreate(rec *taskRecord) {
 		close(done)
 		return
 	}
+	c.mu.Lock()
+	c.createRec = rec
+	c.holdsArgs = c.maxRestarts != 0 // released at its death
+	c.mu.Unlock()
 	close(done)
 	c.create(rec)
+}
+
+// ownsLive reports whether this process created an actor, not detached,
+// that is not dead (objectTable.ownsAny).
+func (m *actorManager) ownsLive() bool {
+	m.mu.Lock()
+	cs := make([]*actorClient, 0, len(m.clients))
+	for _, c := range m.clients {
+		cs = append(cs, c)
+	}
+	m.mu.Unlock()
+	for _, c := range cs {
+		c.mu.Lock()
+		live := c.owner && !c.detached && c.dead == nil
+		c.mu.Unlock()
+		if live {
+			return true
+		}
+	}
+	return false
 }
 
 // awaitRegistered waits until this process's registration of actor id, if

@@ -306,6 +306,9 @@ func (c *actorClient) setDead(reason error) {
 	for _, rec := range sent {
 		c.m.cw.submitter.fail(rec, deadFor(dead, rec, true))
 	}
+	if c.owner && c.m.cw.objects != nil {
+		c.m.cw.objects.kickOwnership() // it may own nothing now
+	}
 }
 
 func (c *actorClient) diedErr() error {
@@ -348,6 +351,7 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 	c.namespace = opts.Namespace
 	c.groups = groupLimits(spec.ConcurrencyGroups)
 	c.mu.Unlock()
+	cw.objects.kickOwnership() // an owner is not reaped as idle (ownsAny)
 	rec := &taskRecord{spec: spec, ctx: cctx, state: statePendingArgs, strategy: strategyProto(opts)}
 	if err := cw.buildArgs(ctx, rec, args); err != nil {
 		cw.objects.removeSubmitted(rec.deps)
@@ -362,8 +366,6 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 	// can be found by name at once and a name clash is known now.
 	if cw.gcs != nil && opts.Name == "" && !opts.GetIfExists {
 		c.mu.Lock()
-		c.createRec = rec
-		c.holdsArgs = c.maxRestarts != 0 // released at its death
 		c.registered = make(chan struct{})
 		c.mu.Unlock()
 		go c.registerThenCreate(rec)

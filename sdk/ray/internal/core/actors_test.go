@@ -407,3 +407,36 @@ func TestLeaseLeavesANodeReportedDead(t *testing.T) {
 		t.Fatalf("the local raylet was asked %d times, want once", len(local.asked))
 	}
 }
+
+// TestActorOwnerIsNotIdle: a process that created an actor (not detached)
+// that is not dead reports that it owns something, so its raylet does not
+// reap it as an idle worker: the raylets where its actors run kill them
+// when it dies (as Ray ties an actor to its owner). A detached actor's
+// creator, or one whose actors are dead, owns nothing.
+func TestActorOwnerIsNotIdle(t *testing.T) {
+	_, gpath := serveTestGCS(t)
+	cw := newActorTestWorker(t, gpath)
+	if cw.objects.ownsAny() {
+		t.Fatal("a fresh worker owns something")
+	}
+	add := func(detached bool) *actorClient {
+		c := &actorClient{m: cw.actors, ref: ActorRef{ID: ids.New()}, ready: make(chan struct{}), inflight: map[ids.ID]*taskRecord{}, owner: true, detached: detached}
+		cw.actors.mu.Lock()
+		cw.actors.clients[c.ref.ID] = c
+		cw.actors.mu.Unlock()
+		return c
+	}
+	d := add(true)
+	if cw.objects.ownsAny() {
+		t.Fatal("the creator of a detached actor owns it")
+	}
+	c := add(false)
+	if !cw.objects.ownsAny() {
+		t.Fatal("the creator of a live actor owns nothing")
+	}
+	c.setDead(errors.New("killed"))
+	d.setDead(errors.New("killed"))
+	if cw.objects.ownsAny() {
+		t.Fatal("the creator of dead actors still owns something")
+	}
+}

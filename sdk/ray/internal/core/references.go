@@ -108,11 +108,15 @@ func (t *objectTable) newOwned(id ids.ObjectID, task *taskRecord, local int) *ob
 	return o
 }
 
-// ownsAny reports whether this process owns any object.
+// ownsAny reports whether this process owns any object, or an actor
+// (not detached) that is not dead: an owner must outlive what it owns, so
+// its raylet does not reap it as an idle worker (the raylets of the nodes
+// where its actors run kill them when it dies, as Ray does).
 func (t *objectTable) ownsAny() bool {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.owned > 0
+	owned := t.owned
+	t.mu.Unlock()
+	return owned > 0 || (t.cw.actors != nil && t.cw.actors.ownsLive())
 }
 
 func (t *objectTable) kickOwnership() {
