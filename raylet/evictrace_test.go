@@ -10,12 +10,14 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/objstore"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
+	"github.com/goray-dev/goray/internal/waitfor"
 	"github.com/goray-dev/goray/plugins/fs/fsstore"
 	"github.com/goray-dev/goray/sdk/storage"
 )
@@ -63,16 +65,21 @@ func TestEvictionRacesReaders(t *testing.T) {
 		defer pulling[i].Unlock()
 		creator := ids.New()
 		off, err := store.Create(oid(i), size, nil, creator)
-		for range 3 { // as runPull: evicted between the create and the look
-			if err == nil || !errors.Is(err, objstore.ErrObjectExists) || store.Contains(oid(i)) {
-				break
+		// As runPull: a copy that exists and is visible arrived meanwhile
+		// (another reader pulled it; it may be evicted again at once, so
+		// that is decided when seen, not looked at again later). A freed
+		// copy a reader's lookup pinned for a moment blocks the id until
+		// the pin goes. A copy freed while pinned for good would block it
+		// until the deadline: the failure this test is for.
+		deadline := time.Now().Add(waitfor.Generous)
+		for pause := 100 * time.Microsecond; err != nil && errors.Is(err, objstore.ErrObjectExists) && time.Now().Before(deadline); pause = min(2*pause, 20*time.Millisecond) {
+			if store.Contains(oid(i)) {
+				return nil // arrived meanwhile (and may be evicted again at once)
 			}
+			time.Sleep(pause) // a retry's pause, as runPull's
 			off, err = store.Create(oid(i), size, nil, creator)
 		}
 		if err != nil {
-			if store.Contains(oid(i)) {
-				return nil // arrived meanwhile
-			}
 			for _, e := range store.List() {
 				if e.ID == oid(i) {
 					return fmt.Errorf("%w (the store holds it: %d pins, sealed %v, freed %v)", err, e.Pins, e.Sealed, e.Freed)

@@ -553,18 +553,24 @@ func (om *objectManager) runPull(pctx context.Context, oid ids.ObjectID, node id
 	}
 	creator := ids.New()
 	off, err := om.createMakingRoom(ctx, oid, size, meta, creator)
-	// A copy that exists is the pull's result once sealed; one evicted
-	// between the create and the look is created again.
-	for range 3 {
-		if err == nil || !isExists(err) || om.store.Contains(oid) {
-			break
+	// A copy that exists is the pull's result once sealed. One freed but
+	// still held by a reader's brief pin (a lookup pins, then finds it
+	// freed, then lets go) blocks its id until the pin goes: try again,
+	// pausing a little longer each time, while ctx lasts.
+	for pause := 100 * time.Microsecond; err != nil && isExists(err); pause = min(2*pause, 20*time.Millisecond) {
+		if om.store.Contains(oid) {
+			return nil // arrived meanwhile (it may be evicted again at once: the reader asks again)
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("making room for object %s (%d bytes): a freed copy still holds its id: %w", oid, size, ctx.Err())
+		case <-t.C:
 		}
 		off, err = om.createMakingRoom(ctx, oid, size, meta, creator)
 	}
 	if err != nil {
-		if om.store.Contains(oid) {
-			return nil // arrived meanwhile
-		}
 		return fmt.Errorf("making room for object %s (%d bytes): %w", oid, size, err)
 	}
 	dst := om.store.Data(off, size)
