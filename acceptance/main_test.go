@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -118,14 +117,16 @@ func shortTempDir(t *testing.T) string {
 	return d
 }
 
+// freePort is a loopback port free now, for a server a test starts.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	// Outside the ephemeral range: a port found free there and closed is
+	// soon taken by the sockets of the tests beside this one.
+	port, err := freeport.Outside("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // refusedPort is a loopback port where connections are refused until the

@@ -13,7 +13,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"strconv"
 	"syscall"
 )
@@ -116,4 +118,55 @@ func Refused(ip string) (port int, closer func() error, err error) {
 		return 0, nil, fmt.Errorf("freeport: Refused: %w", err)
 	}
 	return got.(*syscall.SockaddrInet4).Port, func() error { return syscall.Close(fd) }, nil
+}
+
+// ephemeral returns the kernel's ephemeral port range (its
+// ip_local_port_range), or Linux's default when it cannot be read.
+func ephemeral() (lo, hi int) {
+	lo, hi = 32768, 60999
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	var l, h int
+	if n, _ := fmt.Sscan(string(b), &l, &h); n == 2 && l > 0 && h >= l {
+		return l, h
+	}
+	return lo, hi
+}
+
+// Outside returns a port free now on ip (127.0.0.1 when empty) that lies
+// outside the kernel's ephemeral range, picked at random from 10000 up to
+// the start of that range (or from above it). The kernel hands ephemeral
+// ports to every socket bound to port 0 and every outgoing connection, so
+// a port found free there and closed is soon taken by a test beside the
+// caller (a doc run's `goray start --head --port P` once found its P in
+// use); a port outside it is only taken by another picker choosing the same
+// one at random. The port is closed again when Outside returns.
+func Outside(ip string) (int, error) {
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	lo, hi := ephemeral()
+	ranges := [][2]int{}
+	if lo > 10000+100 {
+		ranges = append(ranges, [2]int{10000, lo - 1})
+	}
+	if hi < 65535-100 {
+		ranges = append(ranges, [2]int{hi + 1, 65535})
+	}
+	if len(ranges) == 0 {
+		return 0, fmt.Errorf("freeport: the ephemeral range %d-%d leaves no ports outside it", lo, hi)
+	}
+	for range 200 {
+		r := ranges[rand.IntN(len(ranges))]
+		port := r[0] + rand.IntN(r[1]-r[0]+1)
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+		if err != nil {
+			continue // in use
+		}
+		_ = l.Close()
+		return port, nil
+	}
+	return 0, fmt.Errorf("freeport: no free port outside the ephemeral range %d-%d on %s after 200 tries", lo, hi, ip)
 }

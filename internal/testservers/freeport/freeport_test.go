@@ -148,3 +148,23 @@ func TestRefused(t *testing.T) {
 		t.Fatal("Refused(\"::1\") succeeded; want an error naming the address")
 	}
 }
+
+// TestOutside: the ports Outside returns lie outside the kernel's
+// ephemeral range and can be bound.
+func TestOutside(t *testing.T) {
+	lo, hi := ephemeral()
+	for range 50 {
+		port, err := Outside("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if port >= lo && port <= hi || port < 10000 || port > 65535 {
+			t.Fatalf("port %d: in the ephemeral range %d-%d or out of bounds", port, lo, hi)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			t.Fatalf("port %d cannot be bound: %v", port, err)
+		}
+		l.Close()
+	}
+}
