@@ -53,18 +53,13 @@ func (s *gatedSender) pushLogs(ctx context.Context, driverNode ids.ID, b *gorayv
 	return true, nil
 }
 
-// TestForwarderSlowDriver: a worker writing far more than the queue holds
-// to a driver that does not take anything is never blocked; lines beyond
-// the queue are dropped and counted, the count reaches the driver, the
-// rest arrives in order with its attribution, and a drain returns once
-// everything written before it was handed over.
-func TestForwarderSlowDriver(t *testing.T) {
-	dir := t.TempDir()
-	send := &gatedSender{gate: make(chan struct{})}
-	fw := newLogForwarder(Config{NodeID: ids.New()}, hclog.NewNullLogger(), send)
-	defer fw.close()
-	job, worker := ids.New(), ids.New()
-	var rd, wr, files [2]*os.File
+// attachWorker attaches a worker (pid) of job to fw as a worker process
+// would be: its stdout and stderr pipes, and log files in dir ("0" and
+// "1"). It returns the streams and the pipes' write ends.
+func attachWorker(t *testing.T, fw *logForwarder, dir string, job, worker ids.ID, pid int) (*workerStreams, [2]*os.File) {
+	t.Helper()
+	var rd, wr [2]*os.File
+	var files [2]io.WriteCloser
 	for i := range 2 {
 		r, w, err := os.Pipe()
 		if err != nil {
@@ -76,10 +71,25 @@ func TestForwarderSlowDriver(t *testing.T) {
 		}
 		rd[i], wr[i], files[i] = r, w, f
 	}
-	ws, err := fw.attach(job, ids.New(), worker, 42, rd, [2]io.WriteCloser{files[0], files[1]})
+	ws, err := fw.attach(job, ids.New(), worker, pid, rd, files)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ws, wr
+}
+
+// TestForwarderSlowDriver: a worker writing far more than the queue holds
+// to a driver that does not take anything is never blocked; lines beyond
+// the queue are dropped and counted, the count reaches the driver, the
+// rest arrives in order with its attribution, and a drain returns once
+// everything written before it was handed over.
+func TestForwarderSlowDriver(t *testing.T) {
+	dir := t.TempDir()
+	send := &gatedSender{gate: make(chan struct{})}
+	fw := newLogForwarder(Config{NodeID: ids.New()}, hclog.NewNullLogger(), send)
+	defer fw.close()
+	job := ids.New()
+	ws, wr := attachWorker(t, fw, dir, job, ids.New(), 42)
 	const total = 3 * maxJobQueueLines
 	written := make(chan error, 1)
 	go func() {
@@ -334,25 +344,8 @@ func TestForwarderEndJobStopsSender(t *testing.T) {
 	fw := newLogForwarder(Config{NodeID: ids.New()}, hclog.NewNullLogger(), send)
 	defer fw.close()
 	job := ids.New()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r2, w2, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	var files [2]*os.File
-	for i := range files {
-		if files[i], err = os.Create(filepath.Join(dir, strconv.Itoa(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ws, err := fw.attach(job, ids.New(), ids.New(), 7, [2]*os.File{r, r2}, [2]io.WriteCloser{files[0], files[1]})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws, wr := attachWorker(t, fw, t.TempDir(), job, ids.New(), 7)
+	w, w2 := wr[0], wr[1]
 	if _, err := io.WriteString(w, "hello\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -392,24 +385,7 @@ func TestForwarderDrainWaitsForReadLoop(t *testing.T) {
 		<-release
 	}
 	job := ids.New()
-	dir := t.TempDir()
-	var rd, wr [2]*os.File
-	var files [2]io.WriteCloser
-	for i := range 2 {
-		r, w, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.Create(filepath.Join(dir, strconv.Itoa(i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd[i], wr[i], files[i] = r, w, f
-	}
-	ws, err := fw.attach(job, ids.New(), ids.New(), 7, rd, files)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ws, wr := attachWorker(t, fw, t.TempDir(), job, ids.New(), 7)
 	released := false
 	defer func() {
 		if !released {

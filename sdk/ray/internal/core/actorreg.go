@@ -72,10 +72,9 @@ func (m *actorManager) ownsLive() bool {
 	return false
 }
 
-// awaitRegistered waits until this process's registration of actor id, if
-// one is under way, is done (or failed: the actor is then dead, which its
-// handle says), ctx ends or the core worker stops.
-func (m *actorManager) awaitRegistered(ctx context.Context, id ids.ID) error {
+// pendingRegistration returns what closes once this process's
+// registration of actor id is done, or nil when none is under way.
+func (m *actorManager) pendingRegistration(id ids.ID) <-chan struct{} {
 	m.mu.Lock()
 	c := m.clients[id]
 	m.mu.Unlock()
@@ -91,6 +90,22 @@ func (m *actorManager) awaitRegistered(ctx context.Context, id ids.ID) error {
 	select {
 	case <-done:
 		return nil
+	default:
+		return done
+	}
+}
+
+// awaitRegistered waits until this process's registration of actor id, if
+// one is under way, is done (or failed: the actor is then dead, which its
+// handle says), ctx ends or the core worker stops.
+func (m *actorManager) awaitRegistered(ctx context.Context, id ids.ID) error {
+	done := m.pendingRegistration(id)
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-m.cw.closed:
@@ -100,7 +115,7 @@ func (m *actorManager) awaitRegistered(ctx context.Context, id ids.ID) error {
 
 // awaitAll is awaitRegistered of every actor in actors.
 func (m *actorManager) awaitAll(ctx context.Context, actors []ids.ID) error {
-	for _, id := range m.registering(actors) {
+	for _, id := range actors {
 		if err := m.awaitRegistered(ctx, id); err != nil {
 			return err
 		}
@@ -113,21 +128,7 @@ func (m *actorManager) awaitAll(ctx context.Context, actors []ids.ID) error {
 func (m *actorManager) registering(actors []ids.ID) []ids.ID {
 	var out []ids.ID
 	for _, id := range actors {
-		m.mu.Lock()
-		c := m.clients[id]
-		m.mu.Unlock()
-		if c == nil {
-			continue
-		}
-		c.mu.Lock()
-		done := c.registered
-		c.mu.Unlock()
-		if done == nil {
-			continue
-		}
-		select {
-		case <-done:
-		default:
+		if m.pendingRegistration(id) != nil {
 			out = append(out, id)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"github.com/goray-dev/goray/internal/codec"
 	"github.com/goray-dev/goray/internal/ids"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
-	"google.golang.org/protobuf/proto"
 )
 
 // Retries on application errors (Ray's retry_exceptions).
@@ -33,11 +32,8 @@ func retryOnError(rec *taskRecord, rep *pb.TaskReply) bool {
 	if codec.FormatOf(rep.GetRet().GetMetadata()) != codec.FormatError {
 		return false
 	}
-	var re RemoteError
-	if err := codec.Unmarshal(rep.GetRet().GetData(), &re); err != nil {
-		return false
-	}
-	return rec.retryErr(&re)
+	re, ok := decodeRemoteError(rep.GetRet().GetData()).(*RemoteError)
+	return ok && rec.retryErr(re)
 }
 
 // retriedOnError returns the task of l's reply rep (an application error)
@@ -53,25 +49,12 @@ func (s *submitter) retriedOnError(l *lease, tid ids.ID, rep *pb.TaskReply) *tas
 	return rec
 }
 
-// nextAttemptLocked records rec's failed attempt (errType, errMsg) and
-// queues its next one in the task events; the caller puts rec back in a
-// queue. s.mu must be held.
-func (s *submitter) nextAttemptLocked(rec *taskRecord, errType, errMsg string) {
-	rec.errType, rec.errMsg = errType, errMsg+"; retrying"
-	s.cw.taskEnded(rec, true)
-	rec.errType, rec.errMsg = "", ""
-	// A send of the old spec may still be marshalling it.
-	rec.spec = proto.Clone(rec.spec).(*pb.TaskSpec)
-	rec.spec.Attempt++
-	rec.state, rec.worker, rec.node = statePendingLease, nil, nil
-	s.cw.taskQueued(rec, true)
-}
-
 // requeueOnErrorLocked puts task rec, whose function failed (errType,
 // errMsg), back at the head of its key's queue as its next attempt. s.mu
 // must be held; the caller dispatches k.
 func (s *submitter) requeueOnErrorLocked(rec *taskRecord, k *schedKey, errType, errMsg string) {
-	s.nextAttemptLocked(rec, errType, errMsg)
+	s.nextAttemptLocked(rec, errType, errMsg+"; retrying")
+	rec.worker, rec.node = nil, nil
 	k.queue = append([]*taskRecord{rec}, k.queue...)
 }
 
@@ -87,7 +70,8 @@ func (c *actorClient) requeueOnError(rec *taskRecord, errType, errMsg string) bo
 		return false
 	}
 	cw.submitter.mu.Lock()
-	cw.submitter.nextAttemptLocked(rec, errType, errMsg)
+	cw.submitter.nextAttemptLocked(rec, errType, errMsg+"; retrying")
+	rec.worker, rec.node = nil, nil
 	cw.submitter.mu.Unlock()
 	c.queue = append([]*taskRecord{rec}, c.queue...)
 	start := !c.running

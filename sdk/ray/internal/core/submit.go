@@ -924,15 +924,7 @@ func (s *submitter) endLeaseLocked(l *lease, cause error, nodeDeath string) (lea
 	var retry []*taskRecord
 	for _, rec := range l.inflight {
 		if int(rec.spec.Attempt) < int(rec.spec.MaxRetries) && !s.closed && !rec.cancelled {
-			// This attempt failed; the next one is queued.
-			rec.errType, rec.errMsg = "WorkerCrashedError", e.reason()+"; retrying"
-			s.cw.taskEnded(rec, true)
-			rec.errType, rec.errMsg = "", ""
-			// A send of the old spec may still be marshalling it.
-			rec.spec = proto.Clone(rec.spec).(*pb.TaskSpec)
-			rec.spec.Attempt++
-			rec.state = statePendingLease
-			s.cw.taskQueued(rec, true)
+			s.nextAttemptLocked(rec, "WorkerCrashedError", e.reason()+"; retrying")
 			retry = append(retry, rec)
 		} else {
 			e.fails = append(e.fails, rec)
@@ -944,6 +936,21 @@ func (s *submitter) endLeaseLocked(l *lease, cause error, nodeDeath string) (lea
 	e.retried = len(retry)
 	e.sends = s.dispatchLocked(k)
 	return e, true
+}
+
+// nextAttemptLocked records rec's attempt FAILED with errType and errMsg
+// in the task events and makes rec its next attempt, queued for a lease
+// (and queued in the task events); the caller puts rec back in a queue.
+// s.mu must be held.
+func (s *submitter) nextAttemptLocked(rec *taskRecord, errType, errMsg string) {
+	rec.errType, rec.errMsg = errType, errMsg
+	s.cw.taskEnded(rec, true)
+	rec.errType, rec.errMsg = "", ""
+	// A send of the old spec may still be marshalling it.
+	rec.spec = proto.Clone(rec.spec).(*pb.TaskSpec)
+	rec.spec.Attempt++
+	rec.state = statePendingLease
+	s.cw.taskQueued(rec, true)
 }
 
 // reason says why e's lease ended: its node died, or its connection was

@@ -6,8 +6,6 @@ import (
 	"slices"
 
 	"github.com/goray-dev/goray/internal/ids"
-	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
-	"google.golang.org/protobuf/proto"
 )
 
 // Actor task retries (Ray's max_task_retries).
@@ -62,14 +60,8 @@ func (c *actorClient) requeueInflightLocked(reason string) (fails []*taskRecord,
 			fails = append(fails, rec)
 			continue
 		}
-		rec.errType, rec.errMsg = "ActorUnavailableError", fmt.Sprintf("%s; retrying (attempt %d failed)", reason, rec.spec.Attempt+1)
-		c.m.cw.taskEnded(rec, true)
-		rec.errType, rec.errMsg = "", ""
-		// A send of the old spec may still be marshalling it.
-		rec.spec = proto.Clone(rec.spec).(*pb.TaskSpec)
-		rec.spec.Attempt++
-		rec.state, rec.worker, rec.node = statePendingLease, nil, nil
-		c.m.cw.taskQueued(rec, true)
+		s.nextAttemptLocked(rec, "ActorUnavailableError", fmt.Sprintf("%s; retrying (attempt %d failed)", reason, rec.spec.Attempt+1))
+		rec.worker, rec.node = nil, nil
 		retry = append(retry, rec)
 	}
 	s.mu.Unlock()
