@@ -12,7 +12,7 @@ import (
 // docs/memory.md shows it.
 var memoryExampleOutput = strings.Join([]string{
 	"memory monitor: usage threshold 1024 MiB above this machine's use, read every 50ms",
-	"hog: allocating 32 MiB at a time, MaxRetries(1); the tracker actor answers meanwhile",
+	"hog: allocating 32 MiB at a time, MaxOOMRetries(1); the tracker actor answers meanwhile",
 	"hog: killed by the memory monitor on each of its 2 attempts (OutOfMemoryError)",
 	"hog: the error names this node and its memory use, above the threshold",
 	"the other work kept running: the tracker actor answered every call, while the hog grew and after the kills",

@@ -44,7 +44,8 @@ const (
 	// refresh is how often the monitor reads the node's memory (Ray's
 	// memory_monitor_refresh_ms; the default is 250ms).
 	refresh = 50 * time.Millisecond
-	// hogRetries is the hog's MaxRetries: a kill counts as a failure.
+	// hogRetries is the hog's MaxOOMRetries: how often it runs again after
+	// a kill by the memory monitor (a budget apart from MaxRetries).
 	hogRetries = 1
 )
 
@@ -154,8 +155,8 @@ func hogAndTracker(ctx context.Context, total int64, threshold float64) error {
 	}
 	defer tracker.Kill(ctx)
 
-	ref := Hog.Options(ray.MaxRetries(hogRetries)).Remote(ctx, ray.V(tracker), ray.V(capMiB))
-	fmt.Printf("hog: allocating %d MiB at a time, MaxRetries(%d); the tracker actor answers meanwhile\n", stepMiB, hogRetries)
+	ref := Hog.Options(ray.MaxOOMRetries(hogRetries)).Remote(ctx, ray.V(tracker), ray.V(capMiB))
+	fmt.Printf("hog: allocating %d MiB at a time, MaxOOMRetries(%d); the tracker actor answers meanwhile\n", stepMiB, hogRetries)
 	done := make(chan error, 1)
 	go func() {
 		_, err := ref.Get(ctx)

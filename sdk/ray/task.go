@@ -46,6 +46,9 @@ type callOptions struct {
 	retryErrors func(*core.RemoteError) bool
 	// namespace is a named actor's ActorNamespace; nil: the job's.
 	namespace *string
+	// maxOOMRetries is a task's MaxOOMRetries (memory.go); nil: the
+	// default.
+	maxOOMRetries *int
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -98,7 +101,10 @@ func Resource(name string, amount float64) Option {
 }
 
 // MaxRetries sets how often a task is retried when its worker crashes
-// (default 3). Errors returned by the task itself are not retried.
+// (default 3). Errors returned by the task itself are retried only with
+// RetryErrors, within the same budget; kills by a node's memory monitor
+// have a budget of their own (MaxOOMRetries), but a task with MaxRetries
+// 0 is never retried.
 func MaxRetries(n int) Option { return func(c *callOptions) { c.maxRetries = &n } }
 
 // Name names a task (shown by `goray list tasks`) or an actor (found with
@@ -188,6 +194,7 @@ func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
 		o.MaxRetries = *b.opts.maxRetries
 	}
 	o.RetryErrors = b.opts.retryErrors
+	o.MaxOOMRetries = b.opts.maxOOMRetries
 	if o.Placement, err = b.opts.placement(b.name, set); err != nil {
 		return core.TaskOptions{}, err
 	}
@@ -329,6 +336,9 @@ func createActor[T any](ctx context.Context, mustInit bool, b *taskBase, args ..
 	opts, err := b.coreOptions(0)
 	if err == nil && b.opts.retryErrors != nil {
 		err = fmt.Errorf("goray: %s: RetryErrors applies to tasks; give an actor's methods RetryMethodErrors", b.name)
+	}
+	if err == nil && b.opts.maxOOMRetries != nil {
+		err = fmt.Errorf("goray: %s: MaxOOMRetries applies to tasks; an actor the memory monitor killed restarts within MaxRestarts, and its calls are retried within MaxTaskRetries", b.name)
 	}
 	if err == nil {
 		err = b.opts.actorLifetime(b.name, &opts)

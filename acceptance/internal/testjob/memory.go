@@ -2,9 +2,10 @@ package main
 
 // Jobs of the memory monitor's acceptance test (acceptance/memory_test.go):
 //
-//	testjob oom DIR CAP_MIB     a task (MaxRetries(1)) that allocates until its
-//	                            worker is killed (giving up at CAP_MIB) fails
-//	                            with *ray.OutOfMemoryError naming this node
+//	testjob oom DIR CAP_MIB     a task (MaxRetries(1), MaxOOMRetries(2)) that
+//	                            allocates until its worker is killed (giving
+//	                            up at CAP_MIB) fails, after three kills, with
+//	                            *ray.OutOfMemoryError naming this node
 //	testjob oom-neighbour DIR   tasks and an actor on the same node, with a
 //	                            task running from DIR/neighbour.running until
 //	                            DIR/release: all of it must survive
@@ -73,13 +74,14 @@ var (
 	HoldUntilReleased = ray.Task1(holdUntilReleased)
 )
 
-// runOOM runs MemoryHog with one retry and checks the typed error.
+// runOOM runs MemoryHog with two retries after kills (and one after other
+// failures: the kills must not draw on it) and checks the typed error.
 func runOOM(ctx context.Context, dir, capArg string) error {
 	capMiB, err := strconv.Atoi(capArg)
 	if err != nil {
 		return fmt.Errorf("cap: %w", err)
 	}
-	_, err = MemoryHog.Options(ray.MaxRetries(1)).Remote(ctx, ray.V(dir), ray.V(capMiB)).Get(ctx)
+	_, err = MemoryHog.Options(ray.MaxRetries(1), ray.MaxOOMRetries(2)).Remote(ctx, ray.V(dir), ray.V(capMiB)).Get(ctx)
 	fmt.Println("oom error:", err)
 	var oom *ray.OutOfMemoryError
 	if !errors.As(err, &oom) || !errors.Is(err, ray.ErrOutOfMemory) {

@@ -145,7 +145,7 @@ func lostDetail(err error) string {
 // next attempt, holding its reference arguments until it finishes.
 func (s *submitter) resubmit(rec *taskRecord) error {
 	s.mu.Lock()
-	if int(rec.spec.Attempt) >= int(rec.spec.MaxRetries) {
+	if !rec.crashRetriesLeft() {
 		s.mu.Unlock()
 		return fmt.Errorf("task %s has no retries left (MaxRetries %d)", rec.spec.Function, rec.spec.MaxRetries)
 	}

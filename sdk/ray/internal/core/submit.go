@@ -42,7 +42,12 @@ type TaskOptions struct {
 	Resources resources.Set
 	// MaxRetries < 0 means DefaultMaxRetries.
 	MaxRetries int
-	Name       string
+	// MaxOOMRetries is how often a task whose worker its node's memory
+	// monitor killed is retried, a budget apart from MaxRetries (nil:
+	// DefaultMaxOOMRetries; < 0: no limit). A task with MaxRetries 0 is
+	// not retried after a kill either. See oom.go.
+	MaxOOMRetries *int
+	Name          string
 	// Actor options.
 	MaxConcurrency int
 	// MaxRestarts: how often an actor is created again after its worker
@@ -130,6 +135,11 @@ type taskRecord struct {
 	// retryErr, when set, says whether an error the function returned
 	// (or its panic) is retried (TaskOptions.RetryErrors; errretry.go).
 	retryErr func(*RemoteError) bool
+	// oomLeft is how many more kills by a memory monitor the task is
+	// retried after (-1: no limit); oomKills counts the attempts killed so
+	// (they do not draw on MaxRetries). See oom.go.
+	oomLeft  int
+	oomKills int32
 }
 
 // Task states shown by `goray list tasks`.
@@ -207,12 +217,15 @@ type submitter struct {
 	// linger is how long an idle lease is kept (leaseLinger; tests
 	// change it).
 	linger time.Duration
+	// oomBase is the delay before the first retry of a task the memory
+	// monitor killed (oomRetryBase; tests change it); see oom.go.
+	oomBase time.Duration
 }
 
 const taskHistory = 10000
 
 func newSubmitter(cw *CoreWorker) *submitter {
-	return &submitter{cw: cw, keys: map[string]*schedKey{}, tasks: map[ids.ID]*taskRecord{}, linger: leaseLinger}
+	return &submitter{cw: cw, keys: map[string]*schedKey{}, tasks: map[ids.ID]*taskRecord{}, linger: leaseLinger, oomBase: oomRetryBase}
 }
 
 // SubmitTask submits a normal task and returns a handle to its result. It
@@ -250,7 +263,8 @@ func (cw *CoreWorker) submitTask(ctx context.Context, function string, args []Ar
 	}
 	placeSpec(spec, placementOf(ctx, opts))
 	rctx, rcancel := submitContext(ctx, cw.submitter.sweepLater)
-	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts), retryErr: opts.RetryErrors}
+	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts), retryErr: opts.RetryErrors,
+		oomLeft: oomBudget(opts.MaxOOMRetries, retries)}
 	cw.streaming(rec, opts)
 	h, more = cw.ownReturns(rec)
 	s := cw.submitter
@@ -884,9 +898,27 @@ func (s *submitter) returnLease(l *lease, disconnect bool) *pb.MemoryKill {
 }
 
 // leaseFailed handles a broken stream: retry or fail the tasks on it.
+// Before it decides, it returns the lease to its raylet, which says
+// whether its memory monitor killed the worker: such a kill is retried
+// within the tasks' MaxOOMRetries, not their MaxRetries (as Ray's owner
+// asks the raylet for a worker's failure cause). Meanwhile the lease is
+// out of its key, so nothing more is sent on it.
 func (s *submitter) leaseFailed(l *lease, cause error) {
 	s.mu.Lock()
-	e, ok := s.endLeaseLocked(l, cause, "")
+	if l.dead && len(l.inflight) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	wasDead := l.dead
+	l.dead = true
+	delete(l.key.leases, l)
+	s.mu.Unlock()
+	var oom *pb.MemoryKill // the node's memory monitor killed the worker
+	if !wasDead {
+		oom = s.returnLease(l, true)
+	}
+	s.mu.Lock()
+	e, ok := s.endLeaseLocked(leaseEnd{l: l, cause: cause, oom: oom})
 	s.mu.Unlock()
 	if ok {
 		s.finishLeaseEnd(e)
@@ -896,46 +928,69 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 // leaseEnd is what ending a lease left to do once submitter.mu is
 // released (finishLeaseEnd).
 type leaseEnd struct {
-	l       *lease
-	cause   error
-	node    string // the death reason of l's node ("": not dead)
-	wasDead bool   // l was returned or ended before (nothing to return)
+	l     *lease
+	cause error
+	node  string // the death reason of l's node ("": not dead)
+	// oom is the memory monitor's kill of l's worker, when it killed it.
+	oom     *pb.MemoryKill
 	fails   []*taskRecord
 	retried int
-	sends   []sendItem
+	// later are tasks the memory monitor killed, retried after a delay
+	// (requeueAfterKill).
+	later []*taskRecord
+	sends []sendItem
 }
 
-// endLeaseLocked ends lease l, whose stream broke with cause or whose
-// node was declared dead (nodeDeath, the node's death reason): the tasks
+// endLeaseLocked ends lease e.l, whose stream broke with e.cause or whose
+// node was declared dead (e.node, the node's death reason): the tasks
 // on it that may run again (retries left, not cancelled) go back to the
-// head of their key's queue as their next attempt, the others are
-// returned to be failed. Once it has run, nothing that arrives on l's
-// stream is taken as a task's result: a reply to an attempt of a lease
-// that ended finds no task (recvLoop), so a node that comes back after
-// being declared dead has its late results ignored. It reports false
-// when l had ended already. s.mu must be held.
-func (s *submitter) endLeaseLocked(l *lease, cause error, nodeDeath string) (leaseEnd, bool) {
+// head of their key's queue as their next attempt — those the memory
+// monitor killed (e.oom) after a delay, within their MaxOOMRetries — and
+// the others are returned to be failed. Once it has run, nothing that
+// arrives on l's stream is taken as a task's result: a reply to an attempt
+// of a lease that ended finds no task (recvLoop), so a node that comes
+// back after being declared dead has its late results ignored. It reports
+// false when l had ended already. s.mu must be held.
+func (s *submitter) endLeaseLocked(e leaseEnd) (leaseEnd, bool) {
+	l := e.l
 	if l.dead && len(l.inflight) == 0 {
 		return leaseEnd{}, false
 	}
-	e := leaseEnd{l: l, cause: cause, node: nodeDeath, wasDead: l.dead}
 	l.dead = true
 	delete(l.key.leases, l)
 	var retry []*taskRecord
 	for _, rec := range l.inflight {
-		if int(rec.spec.Attempt) < int(rec.spec.MaxRetries) && !s.closed && !rec.cancelled {
+		switch {
+		case s.closed || rec.cancelled:
+			e.fails = append(e.fails, rec)
+		case e.oom != nil:
+			if !rec.takeOOMRetry() {
+				e.fails = append(e.fails, rec)
+				continue
+			}
+			s.nextAttemptLocked(rec, "OutOfMemoryError", e.oom.Describe()+"; retrying")
+			e.later = append(e.later, rec)
+		case rec.crashRetriesLeft():
 			s.nextAttemptLocked(rec, "WorkerCrashedError", e.reason()+"; retrying")
 			retry = append(retry, rec)
-		} else {
+		default:
 			e.fails = append(e.fails, rec)
 		}
 	}
 	l.inflight = nil
 	k := l.key
 	k.queue = append(retry, k.queue...)
-	e.retried = len(retry)
+	e.retried = len(retry) + len(e.later)
 	e.sends = s.dispatchLocked(k)
 	return e, true
+}
+
+// crashRetriesLeft reports whether task rec may run again after a
+// failure that draws on MaxRetries (a crash, an error retried with
+// RetryErrors, a lost result rebuilt): the attempts the memory monitor
+// killed do not count.
+func (rec *taskRecord) crashRetriesLeft() bool {
+	return int(rec.spec.Attempt-rec.oomKills) < int(rec.spec.MaxRetries)
 }
 
 // nextAttemptLocked records rec's attempt FAILED with errType and errMsg
@@ -965,23 +1020,20 @@ func (e *leaseEnd) reason() string {
 }
 
 // finishLeaseEnd does what ending a lease left to do without
-// submitter.mu: the stream is cancelled, the lease returned to its raylet
-// (not to a dead node's, which would not answer), the tasks with no retry
-// left failed and the retried ones sent.
+// submitter.mu: the stream is cancelled, the tasks with no retry left
+// failed and the retried ones sent (those the memory monitor killed once
+// their delay is over). The lease was returned to its raylet before
+// (leaseFailed), unless its node died: a dead node would not answer.
 func (s *submitter) finishLeaseEnd(e leaseEnd) {
 	l := e.l
 	l.cancel()
-	var oom *pb.MemoryKill // the node's memory monitor killed the worker
-	if !e.wasDead && e.node == "" {
-		oom = s.returnLease(l, true)
-	}
 	reason := e.reason()
-	if oom != nil {
-		reason = oom.Describe()
+	if e.oom != nil {
+		reason = e.oom.Describe()
 	}
 	for _, rec := range e.fails {
-		if oom != nil && !rec.cancelled {
-			s.fail(rec, outOfMemory(rec, oom))
+		if e.oom != nil && !rec.cancelled {
+			s.fail(rec, outOfMemory(rec, e.oom))
 			continue
 		}
 		if rec.cancelled {
@@ -993,6 +1045,9 @@ func (s *submitter) finishLeaseEnd(e leaseEnd) {
 	}
 	if e.retried > 0 {
 		s.cw.log.Warn("worker lost; retrying its tasks", "worker", ids.MustFromBytes(l.worker.WorkerId).Short(), "tasks", e.retried, "reason", reason)
+	}
+	for _, rec := range e.later {
+		go s.requeueAfterKill(rec, l.key)
 	}
 	s.send(e.sends)
 }
@@ -1016,7 +1071,7 @@ func (s *submitter) nodeDied(node ids.ID, reason string) {
 	}
 	var ends []leaseEnd
 	for _, l := range gone {
-		if e, ok := s.endLeaseLocked(l, nil, reason); ok {
+		if e, ok := s.endLeaseLocked(leaseEnd{l: l, node: reason}); ok {
 			ends = append(ends, e)
 		}
 	}

@@ -32,7 +32,7 @@ import (
 // ray.Cancel did not ask to stop it and its caller still waits.
 func retriesLeft(rec *taskRecord) bool {
 	n := rec.spec.MaxRetries
-	return !rec.cancelled && rec.ctx.Err() == nil && (n < 0 || rec.spec.Attempt < n)
+	return !rec.cancelled && rec.ctx.Err() == nil && (n < 0 || rec.spec.Attempt-rec.oomKills < n)
 }
 
 // requeueInflightLocked takes the calls under way off c: those with
