@@ -156,11 +156,14 @@ func TestPlacementGroupNodeKilled(t *testing.T) {
 }
 
 // TestPlacementGroupDetached: a detached group outlives its job and a new
-// driver finds it by name; the job's other group went with the job.
+// driver of its namespace finds it by name; the job's other group went
+// with the job. Names are per namespace, as in Ray: a driver of another
+// namespace does not find the group and names a group of its own so.
 func TestPlacementGroupDetached(t *testing.T) {
 	ctx := testCtx(t)
 	h := startClusterHead(t, ctx)
-	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "pg-detached", "keep")
+	team := jobOptions{addr: h.addr, env: []string{"GORAY_NAMESPACE=team"}}
+	j := startJob(t, team, testjobBin, "pg-detached", "keep")
 	code, out := j.wait(ctx)
 	if code != 0 {
 		t.Fatalf("pg-detached exited %d:\n%s", code, out)
@@ -170,10 +173,24 @@ func TestPlacementGroupDetached(t *testing.T) {
 		r := runGoray(t, ctx, "list", "placement-groups", "--address", h.addr)
 		return r.code == 0 && strings.Contains(lineWith(r.stdout, "keep-scoped"), "REMOVED") && strings.Contains(lineWith(r.stdout, id), "CREATED")
 	})
-	j2 := startJob(t, jobOptions{addr: h.addr}, testjobBin, "pg-lookup", "keep")
+	other := startJob(t, jobOptions{addr: h.addr, env: []string{"GORAY_NAMESPACE=other"}}, testjobBin, "pg-elsewhere", "keep")
+	code, out = other.wait(ctx)
+	if code != 0 {
+		t.Fatalf("pg-elsewhere exited %d:\n%s", code, out)
+	}
+	wantLines(t, out, `no placement group named "keep" in namespace "other"`, "PASS pg-elsewhere")
+	mine := strings.TrimSpace(strings.TrimPrefix(lineWith(out, "own group:"), "own group:"))
+	r := runGoray(t, ctx, "list", "placement-groups", "--address", h.addr, "--json")
+	if r.code != 0 || !strings.Contains(r.stdout, `"namespace": "team"`) || !strings.Contains(r.stdout, `"namespace": "other"`) {
+		t.Fatalf("goray list placement-groups --json does not show both groups' namespaces: %s", r)
+	}
+	j2 := startJob(t, team, testjobBin, "pg-lookup", "keep")
 	code, out = j2.wait(ctx)
 	if code != 0 {
 		t.Fatalf("pg-lookup exited %d:\n%s", code, out)
 	}
 	wantLines(t, out, "found detached group: "+id+" CREATED", "PASS pg-lookup")
+	if mine == "" || mine == id {
+		t.Fatalf("the other namespace's group %q; want a group of its own, not %s", mine, id)
+	}
 }

@@ -18,12 +18,13 @@ type actorEntry struct {
 	changed chan struct{}
 }
 
-// actorName is the key of a named actor: names are unique per namespace.
-type actorName struct{ namespace, name string }
+// nsName is the key of a named actor or placement group: names are
+// unique per namespace.
+type nsName struct{ namespace, name string }
 
 // nameKey is the actor's key in byName (meaningful when it is named).
-func (a *actorEntry) nameKey() actorName {
-	return actorName{a.info.GetNamespace(), a.info.GetName()}
+func (a *actorEntry) nameKey() nsName {
+	return nsName{a.info.GetNamespace(), a.info.GetName()}
 }
 
 // checkActorNamespace checks an actor namespace (limits.CheckActorNamespace;
@@ -115,7 +116,7 @@ func (s *Server) RegisterActor(ctx context.Context, req *gorayv1.RegisterActorRe
 		return nil, &JobFinishedError{ID: jobID, Op: fmt.Sprintf("register actor %s", id)}
 	}
 	name := in.GetName()
-	key := actorName{in.GetNamespace(), name}
+	key := nsName{in.GetNamespace(), name}
 	if name != "" {
 		if holder, ok := s.byName[key]; ok {
 			h := s.actors[holder].info
@@ -295,7 +296,7 @@ func (s *Server) actorFailedLocked(a *actorEntry, reason, cause string, permanen
 // is Nil; s.mu must be held.
 func (s *Server) lookupActorLocked(id ids.ID, ns, name string) (*actorEntry, error) {
 	if id.IsNil() {
-		aid, ok := s.byName[actorName{ns, name}]
+		aid, ok := s.byName[nsName{ns, name}]
 		if !ok {
 			return nil, &NotFoundError{Kind: "actor", Name: name, Namespace: ns}
 		}

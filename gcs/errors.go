@@ -43,7 +43,7 @@ type NotFoundError struct {
 	ID ids.ID
 	// Name is the name looked up (actors and placement groups), or "".
 	Name string
-	// Namespace is the namespace an actor's name was looked up in.
+	// Namespace is the namespace a name was looked up in.
 	Namespace string
 }
 
@@ -74,7 +74,7 @@ type NameTakenError struct {
 	Holder ids.ID
 	// Class is the holder's class name (actors).
 	Class string
-	// Namespace is the namespace of an actor's name.
+	// Namespace is the namespace of the name.
 	Namespace string
 	// WantClass is set when a get-if-exists creation of class WantClass
 	// found the name held by an actor of another class.

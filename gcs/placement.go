@@ -84,7 +84,7 @@ type placementGroups struct {
 	mu     sync.Mutex
 	groups map[ids.ID]*pgEntry
 	order  []ids.ID
-	byName map[string]ids.ID // live (not REMOVED) named groups
+	byName map[nsName]ids.ID // live (not REMOVED) named groups
 	// pending are cancels raylets have not taken yet (retried).
 	pending []pendingCancel
 	// sweeps are the nodes whose raylets are to be told which bundles the
@@ -108,7 +108,7 @@ func newPlacementGroups(s *Server, r BundleReserver, log hclog.Logger, retry tim
 		s: s, reserver: r, log: log.Named("placement"), retry: retry,
 		kick:   make(chan struct{}, 1),
 		groups: map[ids.ID]*pgEntry{},
-		byName: map[string]ids.ID{},
+		byName: map[nsName]ids.ID{},
 		sweeps: map[ids.ID]*pendingSweep{},
 	}
 }
@@ -129,8 +129,9 @@ var strategies = map[gorayv1.PlacementStrategy]placement.Strategy{
 
 // CreatePlacementGroup adds a group in state PENDING and returns at once;
 // the scheduler reserves it as soon as it fits. Creating the same id again
-// is a no-op. A name held by a group that is not REMOVED is refused with
-// NameTakenError; a finished job cannot create groups (JobFinishedError).
+// is a no-op. A name held in the group's namespace by a group that is not
+// REMOVED is refused with NameTakenError; a finished job cannot create
+// groups (JobFinishedError).
 func (s *Server) CreatePlacementGroup(ctx context.Context, req *gorayv1.CreatePlacementGroupRequest) (_ *gorayv1.CreatePlacementGroupReply, err error) {
 	var d durable
 	defer d.wait(ctx, &err) // after the unlock below: answer once the change is durable
@@ -155,6 +156,7 @@ func (s *Server) CreatePlacementGroup(ctx context.Context, req *gorayv1.CreatePl
 	info := &gorayv1.PlacementGroupInfo{
 		PlacementGroupId: id.Bytes(),
 		Name:             in.GetName(),
+		Namespace:        in.GetNamespace(),
 		JobId:            in.GetJobId(),
 		Detached:         in.GetDetached(),
 		Strategy:         in.GetStrategy(),
@@ -172,11 +174,12 @@ func (s *Server) CreatePlacementGroup(ctx context.Context, req *gorayv1.CreatePl
 		return &gorayv1.CreatePlacementGroupReply{}, nil
 	}
 	if name := info.GetName(); name != "" {
-		if holder, ok := p.byName[name]; ok {
+		key := groupName(info)
+		if holder, ok := p.byName[key]; ok {
 			p.mu.Unlock()
-			return nil, &NameTakenError{Kind: "placement group", Name: name, Holder: holder}
+			return nil, &NameTakenError{Kind: "placement group", Name: name, Namespace: key.namespace, Holder: holder}
 		}
-		p.byName[name] = id
+		p.byName[key] = id
 	}
 	p.groups[id] = &pgEntry{id: id, info: info, bundles: bundles, strategy: strategy, changed: make(chan struct{})}
 	p.order = append(p.order, id)
@@ -208,6 +211,9 @@ func checkGroupInfo(in *gorayv1.PlacementGroupInfo) (id, job ids.ID, strategy pl
 	}
 	if len(in.GetName()) > maxNodeString {
 		return fail(&InvalidArgumentError{Field: "group.name", Problem: fmt.Sprintf("%d bytes long, more than %d", len(in.GetName()), maxNodeString)})
+	}
+	if err := checkActorNamespace("group.namespace", in.GetNamespace()); err != nil {
+		return fail(err)
 	}
 	n := len(in.GetBundles())
 	if n == 0 || n > maxBundles {
@@ -254,24 +260,27 @@ func (s *Server) RemovePlacementGroup(ctx context.Context, req *gorayv1.RemovePl
 }
 
 // GetPlacementGroup returns a group by id or, when the id is empty, by
-// name (a group that is not REMOVED). With wait_ready it blocks until the
+// namespace and name (a group that is not REMOVED). With wait_ready it blocks until the
 // group is CREATED or REMOVED, or the call's context ends.
 func (s *Server) GetPlacementGroup(ctx context.Context, req *gorayv1.GetPlacementGroupRequest) (*gorayv1.GetPlacementGroupReply, error) {
 	id, err := parseOptionalID("placement_group_id", req.GetPlacementGroupId())
 	if err != nil {
 		return nil, err
 	}
-	name := req.GetName()
+	name, ns := req.GetName(), req.GetNamespace()
 	if id.IsNil() && name == "" {
 		return nil, &InvalidArgumentError{Field: "placement_group_id", Problem: "placement_group_id or name is required"}
+	}
+	if err := checkActorNamespace("namespace", ns); err != nil {
+		return nil, err
 	}
 	p := s.pgs
 	for {
 		p.mu.Lock()
-		e := p.lookupLocked(id, name)
+		e := p.lookupLocked(id, nsName{ns, name})
 		if e == nil {
 			p.mu.Unlock()
-			return nil, &NotFoundError{Kind: "placement group", ID: id, Name: name}
+			return nil, &NotFoundError{Kind: "placement group", ID: id, Name: name, Namespace: ns}
 		}
 		st := e.info.GetState()
 		done := st == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_CREATED || st == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED
@@ -312,11 +321,17 @@ func (s *Server) PlacementGroups() []*gorayv1.PlacementGroupInfo {
 	return out
 }
 
-func (p *placementGroups) lookupLocked(id ids.ID, name string) *pgEntry {
+// lookupLocked finds a group by id, or by name when id is nil.
+func (p *placementGroups) lookupLocked(id ids.ID, name nsName) *pgEntry {
 	if id.IsNil() {
 		id = p.byName[name]
 	}
 	return p.groups[id]
+}
+
+// groupName is a named group's key in byName.
+func groupName(info *gorayv1.PlacementGroupInfo) nsName {
+	return nsName{info.GetNamespace(), info.GetName()}
 }
 
 // run places pending groups whenever something may have changed (a group
@@ -433,8 +448,8 @@ func (p *placementGroups) remove(ctx context.Context, id ids.ID, reason string) 
 	e.info.RemoveTimeMs = p.s.nowMs()
 	e.info.RemovalReason = reason
 	e.info.PendingReason = ""
-	if name := e.info.GetName(); name != "" && p.byName[name] == id {
-		delete(p.byName, name)
+	if key := groupName(e.info); key.name != "" && p.byName[key] == id {
+		delete(p.byName, key)
 	}
 	holding := map[ids.ID]bool{}
 	for _, b := range e.info.GetBundles() {

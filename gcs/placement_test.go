@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/goray-dev/goray/gcs/internal/store"
 	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
@@ -613,5 +614,60 @@ func TestWaitReadyEndsWithRemoval(t *testing.T) {
 		}
 	case <-ctxT(t).Done():
 		t.Fatal("the waiter was not woken by the removal")
+	}
+}
+
+// TestPlacementGroupNamesPerNamespace: a group's name is unique in its
+// namespace only, as in Ray (and as actors' names): two namespaces each
+// have a group "gang", a lookup finds the one of the namespace it names,
+// and a GCS restored from its storage keeps both.
+func TestPlacementGroupNamesPerNamespace(t *testing.T) {
+	pc, _ := startPGCluster(t, 4)
+	create := func(ns string) (ids.ID, error) {
+		id := newID()
+		_, err := pc.c.CreatePlacementGroup(ctxT(t), &gorayv1.CreatePlacementGroupRequest{Group: &gorayv1.PlacementGroupInfo{
+			PlacementGroupId: id.Bytes(), Name: "gang", Namespace: ns, Strategy: pack, Bundles: bundlesOf(1)}})
+		return id, err
+	}
+	a, err := create("a")
+	mustOK(t, err)
+	b, err := create("b")
+	mustOK(t, err)
+	_, err = create("a")
+	wantCode(t, err, codes.AlreadyExists, `placement group name "gang" in namespace "a" is already taken`)
+	_, err = create("bad\x00ns")
+	wantCode(t, err, codes.InvalidArgument, "group.namespace")
+	lookup := func(c gorayv1.GcsClient, ns string) (ids.ID, error) {
+		r, err := c.GetPlacementGroup(ctxT(t), &gorayv1.GetPlacementGroupRequest{Name: "gang", Namespace: ns})
+		if err != nil {
+			return ids.Nil, err
+		}
+		return ids.MustFromBytes(r.GetGroup().GetPlacementGroupId()), nil
+	}
+	for ns, want := range map[string]ids.ID{"a": a, "b": b} {
+		if got, err := lookup(pc.c, ns); err != nil || got != want {
+			t.Fatalf("GetPlacementGroup(gang) in namespace %q = %s, %v; want %s", ns, got, err, want)
+		}
+	}
+	_, err = lookup(pc.c, "c")
+	wantCode(t, err, codes.NotFound, `no placement group named "gang" in namespace "c"`)
+
+	st := keepOpen{store.NewMemory()}
+	recs := map[string][]byte{}
+	for _, g := range pc.s.PlacementGroups() {
+		recs[ids.MustFromBytes(g.GetPlacementGroupId()).String()] = marshalled(g)
+	}
+	mustOK(t, st.Put(ctxT(t), tableMeta, map[string][]byte{"cluster_id": []byte(ids.New().String())}))
+	mustOK(t, st.Put(ctxT(t), tableGroups, recs))
+	s, err := openOn(ctxT(t), Options{Reserver: newFakeRaylets()}, st)
+	mustOK(t, err)
+	c, _ := serveOpened(t, s)
+	if s.StorageSetAside() != 0 {
+		t.Fatalf("the restored GCS set %d records aside", s.StorageSetAside())
+	}
+	for ns, want := range map[string]ids.ID{"a": a, "b": b} {
+		if got, err := lookup(c, ns); err != nil || got != want {
+			t.Fatalf("restored: GetPlacementGroup(gang) in namespace %q = %s, %v; want %s", ns, got, err, want)
+		}
 	}
 }

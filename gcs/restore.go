@@ -418,12 +418,12 @@ func (s *Server) restoreGroups(ctx context.Context, r *restorer) error {
 	for _, rc := range recs {
 		e, info, id := rc.e, rc.e.info, rc.e.id
 		live := info.GetState() != gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_REMOVED
-		if name := info.GetName(); name != "" && live {
-			if holder, ok := p.byName[name]; ok {
-				r.setAside(tableGroups, rc.key, rc.raw, &StoredRecordError{Table: tableGroups, Key: rc.key, Err: &NameTakenError{Kind: "placement group", Name: name, Holder: holder}}, false)
+		if key := groupName(info); key.name != "" && live {
+			if holder, ok := p.byName[key]; ok {
+				r.setAside(tableGroups, rc.key, rc.raw, &StoredRecordError{Table: tableGroups, Key: rc.key, Err: &NameTakenError{Kind: "placement group", Name: key.name, Namespace: key.namespace, Holder: holder}}, false)
 				continue
 			}
-			p.byName[name] = id
+			p.byName[key] = id
 		}
 		if info.GetState() == gorayv1.PlacementGroupState_PLACEMENT_GROUP_STATE_PREPARED {
 			// Its reservation was cut short: place it again.

@@ -115,7 +115,7 @@ type Server struct {
 	actorSeq  []ids.ID
 	// byName maps an actor's namespace and name to the actor holding it,
 	// which is never DEAD: an actor's death frees its name.
-	byName map[actorName]ids.ID
+	byName map[nsName]ids.ID
 	subs   map[*subscriber]struct{}
 	// changes numbers the changes of nodes' views (nodeversions.go).
 	changes nodeChanges
@@ -190,7 +190,7 @@ func New(opts Options) *Server {
 		nodes:     map[ids.ID]*nodeEntry{},
 		jobs:      map[ids.ID]*gorayv1.JobInfo{},
 		actors:    map[ids.ID]*actorEntry{},
-		byName:    map[actorName]ids.ID{},
+		byName:    map[nsName]ids.ID{},
 		subs:      map[*subscriber]struct{}{},
 		kv:        map[string]map[string][]byte{},
 		kvLimits:  opts.KV.withDefaults(),

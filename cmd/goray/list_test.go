@@ -244,7 +244,7 @@ func TestListCommands(t *testing.T) {
 		{"tasks", "tasks", 3, []string{"TASK ID", "main.add", "slow one", "*errors.errorString: boom stack"}},
 		{"objects", "objects", 5, []string{"OBJECT ID", "inline in owner", "store on node aaaaaaaa,bbbbbbbb", "4.0 MiB", "2/1/1", "d1d1d1d1@aaaaaaaa"}},
 		{"workers", "workers", 3, []string{"WORKER ID", "d1d1d1d1   DRIVER  aaaaaaaa", "e1e1e1e1   WORKER  bbbbbbbb  31", "LEASED", "IDLE"}},
-		{"placement-groups", "placement_groups", 4, []string{"PLACEMENT GROUP ID", strings.Repeat("70", 16) + "  gang (detached)  CREATED       STRICT_SPREAD",
+		{"placement-groups", "placement_groups", 4, []string{"PLACEMENT GROUP ID", strings.Repeat("70", 16) + "  gang (detached)  prod       CREATED       STRICT_SPREAD",
 			"{CPU: 1} {CPU: 1}", "0@aaaaaaaa 1@bbbbbbbb", "PENDING", "infeasible: bundle 0 {CPU: 64} fits no node", "1@-", "RESCHEDULING", "node bbbbbbbb died", "REMOVED", "removed by its owner"}},
 	}
 	for _, tt := range tests {
@@ -320,7 +320,7 @@ func fakeGroups() []*pb.PlacementGroupInfo {
 		return &pb.Bundle{Index: i, Resources: res(map[string]float64{"CPU": cpu}), NodeId: node}
 	}
 	return []*pb.PlacementGroupInfo{
-		{PlacementGroupId: id(0x70, 16), Name: "gang", JobId: id(0x01, 4), Detached: true, Strategy: pb.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_SPREAD,
+		{PlacementGroupId: id(0x70, 16), Name: "gang", Namespace: "prod", JobId: id(0x01, 4), Detached: true, Strategy: pb.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_SPREAD,
 			State: pb.PlacementGroupState_PLACEMENT_GROUP_STATE_CREATED, Bundles: []*pb.Bundle{bundle(0, 1, id(0xaa, 16)), bundle(1, 1, id(0xbb, 16))}},
 		{PlacementGroupId: id(0x71, 16), JobId: id(0x01, 4), Strategy: pb.PlacementStrategy_PLACEMENT_STRATEGY_STRICT_PACK,
 			State: pb.PlacementGroupState_PLACEMENT_GROUP_STATE_PENDING, PendingReason: "bundle 0 {CPU: 64} fits no node", Infeasible: true,

@@ -16,6 +16,7 @@ import (
 type placementGroupRow struct {
 	PlacementGroupID string `json:"placement_group_id"`
 	Name             string `json:"name"`
+	Namespace        string `json:"namespace"`
 	JobID            string `json:"job_id"`
 	Detached         bool   `json:"detached"`
 	Strategy         string `json:"strategy"`
@@ -45,7 +46,7 @@ func placementGroupRows(gs []*pb.PlacementGroupInfo) []placementGroupRow {
 	out := []placementGroupRow{}
 	for _, g := range gs {
 		r := placementGroupRow{
-			PlacementGroupID: hexID(g.GetPlacementGroupId()), Name: g.GetName(), JobID: hexID(g.GetJobId()), Detached: g.GetDetached(),
+			PlacementGroupID: hexID(g.GetPlacementGroupId()), Name: g.GetName(), Namespace: g.GetNamespace(), JobID: hexID(g.GetJobId()), Detached: g.GetDetached(),
 			Strategy: strings.TrimPrefix(g.GetStrategy().String(), "PLACEMENT_STRATEGY_"),
 			State:    strings.TrimPrefix(g.GetState().String(), "PLACEMENT_GROUP_STATE_"),
 			Bundles:  []bundleRow{}, PendingReason: g.GetPendingReason(), Infeasible: g.GetInfeasible(),
@@ -99,13 +100,13 @@ func groupNote(g placementGroupRow) string {
 }
 
 func writePlacementGroups(w io.Writer, gs []placementGroupRow) error {
-	t := newTable(w, "PLACEMENT GROUP ID", "NAME", "STATE", "STRATEGY", "JOB", "BUNDLES", "NODES", "REASON")
+	t := newTable(w, "PLACEMENT GROUP ID", "NAME", "NAMESPACE", "STATE", "STRATEGY", "JOB", "BUNDLES", "NODES", "REASON")
 	for _, g := range gs {
 		name := g.Name
 		if g.Detached {
 			name = orDash(name) + " (detached)"
 		}
-		t.row(g.PlacementGroupID, orDash(name), g.State, g.Strategy, shortHex(g.JobID), formatBundles(g.Bundles),
+		t.row(g.PlacementGroupID, orDash(name), orDash(g.Namespace), g.State, g.Strategy, shortHex(g.JobID), formatBundles(g.Bundles),
 			formatBundleNodes(g.Bundles), orDash(groupNote(g)))
 	}
 	return t.flush()

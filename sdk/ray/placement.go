@@ -105,8 +105,9 @@ type pgOptions struct {
 	detached bool
 }
 
-// GroupName names the group, so that any job can find it with
-// GetPlacementGroup while it exists.
+// GroupName names the group, so that any job of the creating job's
+// namespace (Namespace) can find it with GetPlacementGroup while it
+// exists. Names are unique per namespace, as Ray's are.
 func GroupName(name string) PlacementGroupOption { return func(o *pgOptions) { o.name = name } }
 
 // Detached makes the group outlive the job that created it (Ray's
@@ -139,6 +140,9 @@ func CreatePlacementGroup(ctx context.Context, bundles []Bundle, strategy Placem
 	}
 	pg := &PlacementGroup{id: ids.New(), name: o.name, strategy: strategy}
 	info := &pb.PlacementGroupInfo{PlacementGroupId: pg.id.Bytes(), Name: o.name, JobId: cw.JobID().Bytes(), Detached: o.detached, Strategy: st}
+	if o.name != "" {
+		info.Namespace = cw.Namespace()
+	}
 	for i, b := range bundles {
 		set, err := bundleSet(i, b)
 		if err != nil {
@@ -262,16 +266,17 @@ func RemovePlacementGroup(ctx context.Context, pg *PlacementGroup) error {
 	return nil
 }
 
-// GetPlacementGroup finds a named group from any job (Ray's
-// get_placement_group), as long as it is not removed.
+// GetPlacementGroup finds a group named in the job's namespace, from any
+// job of the namespace (Ray's get_placement_group), as long as it is not
+// removed.
 func GetPlacementGroup(ctx context.Context, name string) (*PlacementGroup, error) {
 	cw, err := current()
 	if err != nil {
 		return nil, err
 	}
-	rep, err := cw.GCS().GetPlacementGroup(ctx, &pb.GetPlacementGroupRequest{Name: name})
+	rep, err := cw.GCS().GetPlacementGroup(ctx, &pb.GetPlacementGroupRequest{Name: name, Namespace: cw.Namespace()})
 	if status.Code(err) == codes.NotFound {
-		return nil, fmt.Errorf("goray: no placement group named %q: %w", name, ErrPlacementGroupNotFound)
+		return nil, fmt.Errorf("goray: no placement group named %q in namespace %q: %w", name, cw.Namespace(), ErrPlacementGroupNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("goray: placement group %q: %w", name, err)
@@ -287,11 +292,13 @@ func GetPlacementGroup(ctx context.Context, name string) (*PlacementGroup, error
 // PlacementGroupInfo is a placement group as the GCS has it (Ray's
 // placement_group_table entry).
 type PlacementGroupInfo struct {
-	ID       string
-	Name     string
-	JobID    string
-	Detached bool
-	Strategy PlacementStrategy
+	ID   string
+	Name string
+	// Namespace is a named group's namespace.
+	Namespace string
+	JobID     string
+	Detached  bool
+	Strategy  PlacementStrategy
 	// State is PENDING, PREPARED, CREATED, REMOVED or RESCHEDULING.
 	State string
 	// Bundles and the nodes (hex ids) holding them ("" while not placed).
@@ -307,7 +314,7 @@ type PlacementGroupInfo struct {
 
 func groupInfo(g *pb.PlacementGroupInfo) PlacementGroupInfo {
 	out := PlacementGroupInfo{
-		ID: ids.MustFromBytes(g.GetPlacementGroupId()).String(), Name: g.GetName(), Detached: g.GetDetached(),
+		ID: ids.MustFromBytes(g.GetPlacementGroupId()).String(), Name: g.GetName(), Namespace: g.GetNamespace(), Detached: g.GetDetached(),
 		Strategy: strategyFromPB(g.GetStrategy()), State: strings.TrimPrefix(g.GetState().String(), "PLACEMENT_GROUP_STATE_"),
 		PendingReason: g.GetPendingReason(), Infeasible: g.GetInfeasible(), RemovalReason: g.GetRemovalReason(), Reschedules: int(g.GetReschedules()),
 	}

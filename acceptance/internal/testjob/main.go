@@ -237,6 +237,8 @@ func main() {
 		runErr = runGCSFT(ctx, arg(rt, args, 0))
 	case "pg-children":
 		runErr = runPGChildren(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
+	case "pg-elsewhere":
+		runErr = runPGElsewhere(ctx, arg(rt, args, 0))
 	case "pg-lookup":
 		runErr = runPGLookup(ctx, arg(rt, args, 0))
 	case "as-burst":

@@ -16,7 +16,10 @@ package main
 //	                               VICTIM's bundle; the test kills VICTIM
 //	                               after DIR/ready
 //	testjob pg-detached NAME       a detached named group, left behind
-//	testjob pg-lookup NAME         finds it from a new job and removes it
+//	testjob pg-elsewhere NAME      from another namespace: the name is not
+//	                               found, and names a group of its own
+//	testjob pg-lookup NAME         finds it from a new job of its namespace
+//	                               and removes it
 
 import (
 	"context"
@@ -314,6 +317,25 @@ func runPGDetached(ctx context.Context, name string) error {
 	}
 	fmt.Println("detached group:", pg.ID())
 	return nil
+}
+
+// runPGElsewhere runs in a namespace other than runPGDetached's: it must
+// not find the group name, and names a (detached) group of its own so.
+func runPGElsewhere(ctx context.Context, name string) error {
+	_, err := ray.GetPlacementGroup(ctx, name)
+	if !errors.Is(err, ray.ErrPlacementGroupNotFound) {
+		return fmt.Errorf("another namespace's group %q: %v, want ErrPlacementGroupNotFound", name, err)
+	}
+	fmt.Println(err)
+	pg, err := ray.CreatePlacementGroup(ctx, bundlesOf(1, 0.5), ray.Pack, ray.GroupName(name), ray.Detached())
+	if err != nil {
+		return fmt.Errorf("a group of this namespace named %q: %w", name, err)
+	}
+	if got, err := ray.GetPlacementGroup(ctx, name); err != nil || got.ID() != pg.ID() {
+		return fmt.Errorf("GetPlacementGroup(%q) in this namespace: %v, %v; want %s", name, got, err, pg.ID())
+	}
+	fmt.Println("own group:", pg.ID())
+	return ray.RemovePlacementGroup(ctx, pg)
 }
 
 func runPGLookup(ctx context.Context, name string) error {

@@ -8278,8 +8278,8 @@ func (x *Bundle) GetNodeId() []byte {
 type PlacementGroupInfo struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
-	// Empty for an anonymous group; a named group is found by name from any
-	// job while it is not REMOVED.
+	// Empty for an anonymous group; a named group is found by name, in its
+	// namespace, from any job while it is not REMOVED.
 	Name  string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	JobId []byte `protobuf:"bytes,3,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
 	// A detached group outlives its job; others are removed when it ends.
@@ -8299,7 +8299,10 @@ type PlacementGroupInfo struct {
 	RemoveTimeMs  int64  `protobuf:"varint,12,opt,name=remove_time_ms,json=removeTimeMs,proto3" json:"remove_time_ms,omitempty"`
 	RemovalReason string `protobuf:"bytes,13,opt,name=removal_reason,json=removalReason,proto3" json:"removal_reason,omitempty"`
 	// How often bundles were placed again after node deaths.
-	Reschedules   int32 `protobuf:"varint,14,opt,name=reschedules,proto3" json:"reschedules,omitempty"`
+	Reschedules int32 `protobuf:"varint,14,opt,name=reschedules,proto3" json:"reschedules,omitempty"`
+	// The namespace a named group's name lives in (its job's): names are
+	// unique per namespace, as actors' are.
+	Namespace     string `protobuf:"bytes,15,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8430,6 +8433,13 @@ func (x *PlacementGroupInfo) GetReschedules() int32 {
 		return x.Reschedules
 	}
 	return 0
+}
+
+func (x *PlacementGroupInfo) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
 }
 
 type CreatePlacementGroupRequest struct {
@@ -8597,9 +8607,10 @@ func (*RemovePlacementGroupReply) Descriptor() ([]byte, []int) {
 type GetPlacementGroupRequest struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	PlacementGroupId []byte                 `protobuf:"bytes,1,opt,name=placement_group_id,json=placementGroupId,proto3" json:"placement_group_id,omitempty"`
-	// Looked up when placement_group_id is empty.
+	// Looked up, in namespace, when placement_group_id is empty.
 	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	WaitReady     bool   `protobuf:"varint,3,opt,name=wait_ready,json=waitReady,proto3" json:"wait_ready,omitempty"`
+	Namespace     string `protobuf:"bytes,4,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -8653,6 +8664,13 @@ func (x *GetPlacementGroupRequest) GetWaitReady() bool {
 		return x.WaitReady
 	}
 	return false
+}
+
+func (x *GetPlacementGroupRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
 }
 
 type GetPlacementGroupReply struct {
@@ -9394,7 +9412,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x06Bundle\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x05R\x05index\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x17\n" +
-	"\anode_id\x18\x03 \x01(\fR\x06nodeId\"\xa3\x04\n" +
+	"\anode_id\x18\x03 \x01(\fR\x06nodeId\"\xc1\x04\n" +
 	"\x12PlacementGroupInfo\x12,\n" +
 	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x15\n" +
@@ -9412,18 +9430,20 @@ const file_goray_proto_rawDesc = "" +
 	"\rready_time_ms\x18\v \x01(\x03R\vreadyTimeMs\x12$\n" +
 	"\x0eremove_time_ms\x18\f \x01(\x03R\fremoveTimeMs\x12%\n" +
 	"\x0eremoval_reason\x18\r \x01(\tR\rremovalReason\x12 \n" +
-	"\vreschedules\x18\x0e \x01(\x05R\vreschedules\"Q\n" +
+	"\vreschedules\x18\x0e \x01(\x05R\vreschedules\x12\x1c\n" +
+	"\tnamespace\x18\x0f \x01(\tR\tnamespace\"Q\n" +
 	"\x1bCreatePlacementGroupRequest\x122\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.goray.v1.PlacementGroupInfoR\x05group\"\x1b\n" +
 	"\x19CreatePlacementGroupReply\"K\n" +
 	"\x1bRemovePlacementGroupRequest\x12,\n" +
 	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\"\x1b\n" +
-	"\x19RemovePlacementGroupReply\"{\n" +
+	"\x19RemovePlacementGroupReply\"\x99\x01\n" +
 	"\x18GetPlacementGroupRequest\x12,\n" +
 	"\x12placement_group_id\x18\x01 \x01(\fR\x10placementGroupId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
-	"wait_ready\x18\x03 \x01(\bR\twaitReady\"L\n" +
+	"wait_ready\x18\x03 \x01(\bR\twaitReady\x12\x1c\n" +
+	"\tnamespace\x18\x04 \x01(\tR\tnamespace\"L\n" +
 	"\x16GetPlacementGroupReply\x122\n" +
 	"\x05group\x18\x01 \x01(\v2\x1c.goray.v1.PlacementGroupInfoR\x05group\"\x1c\n" +
 	"\x1aListPlacementGroupsRequest\"P\n" +
