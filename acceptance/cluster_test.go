@@ -298,6 +298,23 @@ func copyFile(t *testing.T, from, to string) {
 // store once the driver releases them, while the driver still runs: the
 // owner's free, sent only to the nodes that may hold a copy, reaches the
 // node that pulled them.
+// TestWaitFetchLocal: Wait counts an object held in another node's store
+// as ready once a copy is on the caller's node (Ray's fetch_local=True,
+// its default), also in a loop polling with timeout 0; with
+// FetchLocal(false) it leaves the copy to Get.
+func TestWaitFetchLocal(t *testing.T) {
+	ctx := testCtx(t)
+	h := startClusterHead(t, ctx)
+	n2 := joinNode(t, ctx, h, "127.0.0.2", "")
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "fetch-local", n2.id)
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("fetch-local exited %d:\n%s", code, out)
+	}
+	wantLines(t, out, "copies here after Wait(FetchLocal(false)): 0 <nil>", "copies here after Wait: 1 <nil>",
+		"copies here after polling Wait with timeout 0: 2 <nil>", "PASS fetch-local")
+}
+
 func TestClusterFreesPulledCopies(t *testing.T) {
 	ctx := testCtx(t)
 	h := startClusterHead(t, ctx)

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -77,6 +78,39 @@ type PlacementGroup struct {
 	name     string
 	strategy PlacementStrategy
 	bundles  []Bundle
+	// watch starts, once, the watcher that closes ready when the group is
+	// created or removed (readyChan).
+	watch sync.Once
+	ready chan struct{}
+}
+
+// readyChan makes a PlacementGroup a Waitable (Ray's pg.ready()): ready
+// once it is created or removed. The first Wait on the group starts a
+// watcher that lasts until then (or until the runtime shuts down), so a
+// loop polling with Wait's timeout 0 sees the group ready soon after it
+// is.
+func (pg *PlacementGroup) readyChan(cw *core.CoreWorker, _ bool) (<-chan struct{}, string, error) {
+	if pg == nil {
+		return nil, "", errors.New("a nil PlacementGroup")
+	}
+	pg.watch.Do(func() {
+		pg.ready = make(chan struct{})
+		go func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				select {
+				case <-cw.Closed():
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			if err := pg.Wait(ctx); ctx.Err() == nil || err == nil {
+				close(pg.ready) // created, or removed (Wait says why)
+			}
+		}()
+	})
+	return pg.ready, "placement group " + pg.ID(), nil
 }
 
 // ID returns the group's id (hex).

@@ -2,12 +2,13 @@ package ray
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
+	"runtime"
 	"time"
 
 	"github.com/goray-dev/goray/internal/codec"
-	"github.com/goray-dev/goray/internal/ids"
 	"github.com/goray-dev/goray/sdk/ray/internal/core"
 	"github.com/goray-dev/goray/sdk/transport"
 	"github.com/vmihailenco/msgpack/v5"
@@ -28,7 +29,7 @@ type value[T any] struct{ v T }
 func (v value[T]) argInput() core.ArgInput { return core.ArgInput{Value: v.v} }
 func (value[T]) argType(T)                 {}
 
-// ObjectRef is any reference regardless of its value type; Wait takes it.
+// ObjectRef is any reference regardless of its value type.
 type ObjectRef interface {
 	handle() *core.Handle
 	// ID returns the object id in hex.
@@ -175,6 +176,54 @@ func GetAll[T any](ctx context.Context, refs []Ref[T]) ([]T, error) {
 // returns once num refs are ready, or when ctx ends.
 const NoTimeout time.Duration = -1
 
+// Waitable is what Wait waits for, as Ray's ray.wait takes object refs,
+// generators and a placement group's ready(): a Ref[T] is ready once its
+// value or its error is known (an object whose task failed counts as
+// ready); a *Stream[T] once its Next would not wait (an item arrived that
+// was not taken yet, or the stream ended or was closed); a
+// *PlacementGroup once it is created, or removed (its Wait then says
+// why). Mix them in a []Waitable.
+type Waitable interface {
+	// ID names it: an object's id, a generator call's task id, a
+	// placement group's id.
+	ID() string
+	// readyChan returns a channel closed once it is ready and the key
+	// that tells two of them apart; with fetch, an object in another
+	// node's store is ready once a copy is in this node's (FetchLocal).
+	readyChan(cw *core.CoreWorker, fetch bool) (ch <-chan struct{}, key string, err error)
+}
+
+func (r Ref[T]) readyChan(cw *core.CoreWorker, fetch bool) (<-chan struct{}, string, error) {
+	if r.h == nil {
+		return nil, "", errors.New("a zero Ref")
+	}
+	var ch <-chan struct{}
+	var err error
+	if fetch {
+		ch, err = cw.LocalChan(r.h)
+	} else {
+		ch, err = cw.ReadyChan(r.h)
+	}
+	return ch, "object " + r.h.ID.String(), err
+}
+
+// WaitOption configures Wait.
+type WaitOption func(*waitOptions)
+
+type waitOptions struct{ noFetch bool }
+
+// FetchLocal says whether Wait counts an object held in another node's
+// store as ready only once a copy is in this node's (true, the default,
+// as Ray's fetch_local=True): Wait starts the pulls, so that the Gets
+// after it read at once and a loop over Wait's results overlaps the
+// transfers with its work. FetchLocal(false) counts an object ready as
+// soon as its value exists anywhere, and leaves the pull to Get. Objects
+// inline in their owner, or in this node's store, are ready as soon as
+// they are known either way. A pull Wait started goes on after it
+// returns (a loop polling with timeout 0 sees the object ready once it is
+// here), one per object at a time.
+func FetchLocal(fetch bool) WaitOption { return func(o *waitOptions) { o.noFetch = !fetch } }
+
 // Wait waits until num of refs are ready or timeout passes and splits refs
 // into ready and not ready, keeping their order. As in Ray's ray.wait, a
 // timeout of 0 does not wait: it looks once and returns what is ready
@@ -183,9 +232,17 @@ const NoTimeout time.Duration = -1
 // first, Wait returns what is ready then, without an error. Ready holds at
 // most num refs (of those ready at once, the first num in refs), so a loop
 // of Wait(refs, 1, NoTimeout) takes them one at a time; num must be
-// 1..len(refs) (0 for no refs) and refs must not name one object twice.
-// An object whose task failed counts as ready.
-func Wait[R ObjectRef](ctx context.Context, refs []R, num int, timeout time.Duration) (ready, notReady []R, err error) {
+// 1..len(refs) (0 for no refs) and refs must not name one object (or
+// stream, or group) twice. Refs are Ref[T] values of one type, or any
+// Waitable mixed in a []Waitable: object refs, streams and placement
+// groups (see Waitable for when each is ready). An object in another
+// node's store is ready once it is copied to this node (FetchLocal, as
+// Ray's default fetch_local=True).
+func Wait[R Waitable](ctx context.Context, refs []R, num int, timeout time.Duration, opts ...WaitOption) (ready, notReady []R, err error) {
+	var o waitOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	cw, err := current()
 	if err != nil {
 		return nil, nil, err
@@ -198,18 +255,24 @@ func Wait[R ObjectRef](ctx context.Context, refs []R, num int, timeout time.Dura
 		ctx, cancel = context.WithTimeout(ctx, timeout) // 0: already done, so Wait looks once
 		defer cancel()
 	}
-	hs := make([]*core.Handle, len(refs))
-	seen := make(map[ids.ObjectID]int, len(refs))
+	chans := make([]<-chan struct{}, len(refs))
+	seen := make(map[string]int, len(refs))
 	for i, r := range refs {
-		if hs[i] = r.handle(); hs[i] == nil {
-			return nil, nil, fmt.Errorf("goray: Wait: ref %d is a zero Ref", i)
+		if any(r) == nil {
+			return nil, nil, fmt.Errorf("goray: Wait: ref %d is nil", i)
 		}
-		if j, dup := seen[hs[i].ID]; dup {
-			return nil, nil, fmt.Errorf("goray: Wait: refs %d and %d are the same object %s (Wait takes each object once)", j, i, hs[i].ID)
+		ch, key, err := r.readyChan(cw, !o.noFetch)
+		if err != nil {
+			return nil, nil, fmt.Errorf("goray: Wait: ref %d: %w", i, err)
 		}
-		seen[hs[i].ID] = i
+		if j, dup := seen[key]; dup {
+			return nil, nil, fmt.Errorf("goray: Wait: refs %d and %d are the same %s (Wait takes each once)", j, i, key)
+		}
+		seen[key] = i
+		chans[i] = ch
 	}
-	idx, err := cw.Wait(ctx, hs, num)
+	defer runtime.KeepAlive(refs)
+	idx, err := cw.WaitChans(ctx, chans, num)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -37,6 +37,14 @@ func newStream[T any](s *core.Stream) *Stream[T] {
 	return st
 }
 
+// readyChan makes a Stream a Waitable: ready once Next would not wait.
+func (s *Stream[T]) readyChan(*core.CoreWorker, bool) (<-chan struct{}, string, error) {
+	if s == nil || s.s == nil {
+		return nil, "", errors.New("a nil Stream")
+	}
+	return s.s.Ready(), "stream " + s.ID(), nil
+}
+
 // ErrStreamNotPassable is the error of encoding a Stream: it belongs to
 // the process that called Remote and cannot be passed to a task or actor,
 // nor stored in an object. Pass the references of its items instead.

@@ -6,6 +6,8 @@ package main
 //	                            runs a task on every other node: their
 //	                            workers must run a copy shipped by sha256
 //	testjob where NODE          a task pinned to NODE reports where it ran
+//	testjob fetch-local NODE    objects made on NODE: Wait copies them to
+//	                            this node unless FetchLocal(false)
 //	testjob pending DIR         a task needing resource "special", which no
 //	                            node has yet; DIR/submitted once submitted
 //	testjob nodekill DIR VICTIM tasks, an actor and an object on VICTIM; the
@@ -118,6 +120,53 @@ func runWhere(ctx context.Context, node string) error {
 	if w.Node != node {
 		return fmt.Errorf("ran on %s, want %s", w.Node, node)
 	}
+	return nil
+}
+
+// runFetchLocal makes objects on node and checks, by the count of objects
+// in this node's store, that Wait copies them here by default (Ray's
+// fetch_local=True), also when a loop polls with timeout 0, and not with
+// FetchLocal(false).
+func runFetchLocal(ctx context.Context, node string) error {
+	here := func() (int64, error) {
+		u, err := ray.ObjectStoreUsage(ctx)
+		return u.Objects, err
+	}
+	before, err := here()
+	if err != nil {
+		return err
+	}
+	blob := func() ray.Ref[[]byte] {
+		return MakeBlob.Options(ray.NodeAffinity(node, false)).Remote(ctx, ray.V(4<<20))
+	}
+	a := blob()
+	if ready, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{a}, 1, ray.NoTimeout, ray.FetchLocal(false)); err != nil || len(ready) != 1 {
+		return fmt.Errorf("Wait(FetchLocal(false)): %d ready, %v", len(ready), err)
+	}
+	n, err := here()
+	fmt.Println("copies here after Wait(FetchLocal(false)):", n-before, err)
+	if ready, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{a}, 1, ray.NoTimeout); err != nil || len(ready) != 1 {
+		return fmt.Errorf("Wait: %d ready, %v", len(ready), err)
+	}
+	n, err = here()
+	fmt.Println("copies here after Wait:", n-before, err)
+	b := blob()
+	for {
+		ready, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{b}, 1, 0)
+		if err != nil {
+			return err
+		}
+		if len(ready) == 1 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("polling Wait with timeout 0: %w", ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	n, err = here()
+	fmt.Println("copies here after polling Wait with timeout 0:", n-before, err)
 	return nil
 }
 

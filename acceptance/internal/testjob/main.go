@@ -185,6 +185,8 @@ func main() {
 		runErr = runEnv(ctx, args)
 	case "where":
 		runErr = runWhere(ctx, arg(rt, args, 0))
+	case "fetch-local":
+		runErr = runFetchLocal(ctx, arg(rt, args, 0))
 	case "state":
 		runErr = runState(ctx, arg(rt, args, 0))
 	case "pending":

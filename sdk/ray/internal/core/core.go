@@ -77,6 +77,9 @@ type CoreWorker struct {
 	addr   *pb.Address
 	idgen  *ids.Generator
 
+	// fetches are Wait's pulls of objects to this node (fetchlocal.go).
+	fetches fetcher
+
 	node        *pb.NodeInfo
 	inlineLimit int64
 	gcsAddr     string

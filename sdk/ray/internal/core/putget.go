@@ -281,21 +281,35 @@ func (cw *CoreWorker) materialize(ctx context.Context, ret *pb.ReturnObject, own
 // Ray's wait, it never returns more than n: of the handles ready at once,
 // the first n in hs are taken.
 func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, error) {
-	if n > len(hs) {
-		n = len(hs)
-	}
 	chans := make([]<-chan struct{}, len(hs))
 	for i, h := range hs {
-		if h.Released() {
-			return nil, &ObjectError{ObjectID: h.ID, Kind: ErrObjectFreed, Detail: "the reference was released"}
-		}
-		ch, err := cw.objects.readyChan(h.ID)
+		ch, err := cw.ReadyChan(h)
 		if err != nil {
 			return nil, err
 		}
 		chans[i] = ch
 	}
 	defer runtime.KeepAlive(hs)
+	return cw.WaitChans(ctx, chans, n)
+}
+
+// ReadyChan returns a channel closed once h's object is ready (its value
+// or its error is known).
+func (cw *CoreWorker) ReadyChan(h *Handle) (<-chan struct{}, error) {
+	if h.Released() {
+		return nil, &ObjectError{ObjectID: h.ID, Kind: ErrObjectFreed, Detail: "the reference was released"}
+	}
+	return cw.objects.readyChan(h.ID)
+}
+
+// WaitChans is Wait of things that are ready once their channel is
+// closed (objects, a stream's next item, a placement group's creation):
+// the indexes, in order, of at most n of chans closed, waiting until n
+// are or ctx ends.
+func (cw *CoreWorker) WaitChans(ctx context.Context, chans []<-chan struct{}, n int) ([]int, error) {
+	if n > len(chans) {
+		n = len(chans)
+	}
 	isReady := func(ch <-chan struct{}) bool {
 		select {
 		case <-ch:
@@ -304,7 +318,7 @@ func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, err
 			return false
 		}
 	}
-	ready := make([]bool, len(hs))
+	ready := make([]bool, len(chans))
 	count := 0
 	for i, ch := range chans {
 		if isReady(ch) {
@@ -317,7 +331,7 @@ func (cw *CoreWorker) Wait(ctx context.Context, hs []*Handle, n int) ([]int, err
 		// Slow path: one goroutine per pending object reports readiness.
 		done := make(chan struct{})
 		defer close(done)
-		notify := make(chan int, len(hs))
+		notify := make(chan int, len(chans))
 		for i, ch := range chans {
 			if !ready[i] {
 				go func(i int, ch <-chan struct{}) {

@@ -154,6 +154,19 @@ func (st *Stream) Next(ctx context.Context) (*Handle, error) {
 	}
 }
 
+// Ready returns a channel closed once Next would not wait: an item has
+// arrived that was not taken yet, or the stream ended or was closed.
+func (st *Stream) Ready() <-chan struct{} {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.items) > 0 || st.ended || st.closed {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	return st.changed
+}
+
 // ErrStreamClosed is returned by Next after Close.
 var ErrStreamClosed = errors.New("goray: the stream was closed")
 
