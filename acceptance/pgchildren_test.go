@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -135,4 +136,54 @@ func TestPlacementGroupRemovalFreesChildLeases(t *testing.T) {
 		t.Fatalf("pg-children exited %d:\n%s", code, out)
 	}
 	wantLines(t, out, "group created on the head", "child running", "group removed", "parent error:", "PASS pg-children")
+}
+
+// TestNodeDeathEndsItsHoldersLeases: a task on the second node submits a
+// child to the head, whose lease the task's worker holds. When the second
+// node is killed (and declared dead), the head ends the leases processes
+// of that node held: the child's worker is stopped and its CPU is back
+// while the driver still runs. Before, the CPU stayed held until the job
+// ended.
+func TestNodeDeathEndsItsHoldersLeases(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cfg := writeConfig(t, shortTempDir(t), fastHealth)
+	h := startHead(t, ctx, "--config", cfg, "--num-cpus", "2", "--node-name", "head")
+	n2 := joinNode(t, ctx, h, "127.0.0.2", "")
+	headID := readNodeJSON(t, h.session).NodeID
+	dir := shortTempDir(t)
+	j := startJob(t, jobOptions{addr: h.addr, env: []string{"TESTJOB_TIMEOUT=7m"}}, testjobBin, "holder-node", dir, headID, n2.id)
+
+	_, parentNode := pidNode(t, waitFile(t, j, time.Minute, filepath.Join(dir, "parent")))
+	childPid, childNode := pidNode(t, waitFile(t, j, time.Minute, filepath.Join(dir, "child")))
+	if parentNode != n2.id || childNode != headID {
+		t.Fatalf("the parent runs on %s and the child on %s; want %s and the head %s", parentNode, childNode, n2.id, headID)
+	}
+	waitFor(t, 30*time.Second, "the child's lease holding a CPU of the head", func() bool {
+		c, ok := cpusOf(t, ctx, h)
+		return ok && c[headID].ok && c[headID].total == 2 && c[headID].available == 1
+	})
+
+	if err := syscall.Kill(n2.pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitNodeState(t, ctx, h, n2.id, "DEAD", 30*time.Second)
+	waitFor(t, 30*time.Second, "the child's worker to be stopped", func() bool { return !alive(childPid) })
+	waitFor(t, 30*time.Second, "the head's CPUs all available again, the driver still running", func() bool {
+		c, ok := cpusOf(t, ctx, h)
+		return ok && c[headID].ok && c[headID].available == c[headID].total
+	})
+	select {
+	case <-j.done:
+		t.Fatalf("the job exited before it was told to; output:\n%s", j.out.String())
+	default:
+	}
+	if err := os.WriteFile(filepath.Join(dir, "finish"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out := j.waitExit(minWait)
+	if code != 0 {
+		t.Fatalf("holder-node exited %d:\n%s", code, out)
+	}
+	wantLines(t, out, "child running", "parent error:", "PASS holder-node")
 }

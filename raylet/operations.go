@@ -404,6 +404,15 @@ func (r *Raylet) syncCluster(ctx context.Context) {
 		deadIDs = append(deadIDs, p.ID)
 	}
 	r.cluster.deaths.forget(deadIDs)
+	// The processes of a dead node died with it: the leases they held
+	// here end, and their workers are stopped (as for a remote holder
+	// reported dead, remoteProcessesDied), or their CPUs stay held until
+	// the job ends.
+	for _, id := range deadIDs {
+		for _, l := range r.sched.heldOn(id) {
+			r.sched.returnLease(l.id, true)
+		}
+	}
 	r.sched.respill(r.cluster.snapshot(), time.Now())
 	r.objects.freeOwnedOn(deadIDs)
 	r.syncJobs(ctx)

@@ -900,3 +900,49 @@ func BenchmarkLeaseGrantReturn(b *testing.B) {
 		}
 	}
 }
+
+// TestDeadNodesLeaseHoldersLoseTheirLeases: when a node is declared dead,
+// the leases that processes of that node held here end and their workers
+// are stopped (the processes died with their node); a lease held from a
+// live node stays. Before, they kept their CPUs until their job ended.
+func TestDeadNodesLeaseHoldersLoseTheirLeases(t *testing.T) {
+	h := newHarness(t, nil)
+	d := h.driver()
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
+	defer cancel()
+	doomed, live := ids.New(), ids.New()
+	h.gcs.locked(func() {
+		h.gcs.nodes = append(h.gcs.nodes, &gorayv1.NodeInfo{NodeId: doomed.Bytes(), State: "ALIVE"}, &gorayv1.NodeInfo{NodeId: live.Bytes(), State: "ALIVE"})
+	})
+	h.r.syncCluster(ctx)
+	lease := func(node ids.ID) *gorayv1.LeaseReply {
+		t.Helper()
+		l, err := h.cl.RequestWorkerLease(ctx, &gorayv1.LeaseRequest{JobId: d.job.Bytes(), Resources: resourcesProto(cpus(1)),
+			HolderId: ids.New().Bytes(), HolderNodeId: node.Bytes()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	gone, kept := lease(doomed), lease(live)
+	if h.availableCPU() != 0 {
+		t.Fatalf("available CPU %d with two 1-CPU leases out", h.availableCPU())
+	}
+	h.gcs.locked(func() {
+		for i, n := range h.gcs.nodes {
+			if bytes.Equal(n.GetNodeId(), doomed.Bytes()) {
+				h.gcs.nodes[i] = &gorayv1.NodeInfo{NodeId: doomed.Bytes(), State: "DEAD", DeathReason: "missed 5 health checks"}
+			}
+		}
+	})
+	h.r.syncCluster(ctx)
+	waitFor(t, "the dead node's holder's lease to return its CPU", func() bool { return h.availableCPU() == 1*resources.Unit })
+	waitFor(t, "the worker of that lease to exit", func() bool { return processGone(gone.GetWorkerPid()) })
+	alive := false
+	for _, w := range h.workers("") {
+		alive = alive || bytes.Equal(w.GetWorkerId(), kept.GetWorker().GetWorkerId())
+	}
+	if !alive || processGone(kept.GetWorkerPid()) {
+		t.Fatal("the worker leased to a process of a live node was stopped")
+	}
+}

@@ -240,8 +240,9 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 	}
 
 	holder, _ := ids.FromBytes(req.GetHolderId())
+	holderNode, _ := ids.FromBytes(req.GetHolderNodeId())
 	p := &pendingLease{
-		res: res, actorID: actorID, holder: holder, requestID: string(req.GetRequestId()), detached: req.GetDetached() && !actorID.IsNil(),
+		res: res, actorID: actorID, holder: holder, holderNode: holderNode, requestID: string(req.GetRequestId()), detached: req.GetDetached() && !actorID.IsNil(),
 		function: req.GetFunction(), strategy: req.GetStrategy(), queued: time.Now(), ready: make(chan struct{}),
 		retriable: req.GetRetriable(),
 	}

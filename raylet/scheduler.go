@@ -25,8 +25,10 @@ type lease struct {
 	res     resources.Set
 	actorID ids.ID
 	// holder is the process the lease was granted to (zero when the
-	// request did not say); its death returns the lease.
-	holder ids.ID
+	// request did not say); its death returns the lease, as does the
+	// death of holderNode, the node it runs on (zero: not said).
+	holder     ids.ID
+	holderNode ids.ID
 	// requestID is the caller's name for the request that was granted
 	// (empty for old callers); CancelWorkerLease finds the lease by it.
 	requestID string
@@ -77,6 +79,8 @@ type pendingLease struct {
 	res     resources.Set
 	actorID ids.ID
 	holder  ids.ID
+	// holderNode is lease.holderNode.
+	holderNode ids.ID
 	// requestID is the caller's name for the request (may be empty).
 	requestID string
 	detached  bool // for a detached actor (lease.detached)
@@ -433,7 +437,7 @@ func (s *scheduler) collectLocked(rd *dispatchRound) {
 			}
 			s.available.Sub(p.res)
 			if p.cand == nil {
-				p.cand = &lease{id: ids.New(), res: p.res, actorID: p.actorID, holder: p.holder, requestID: p.requestID, detached: p.detached,
+				p.cand = &lease{id: ids.New(), res: p.res, actorID: p.actorID, holder: p.holder, holderNode: p.holderNode, requestID: p.requestID, detached: p.detached,
 					retriable: p.retriable, function: p.function, created: time.Now()}
 			}
 			rd.cands = append(rd.cands, p)
@@ -565,6 +569,19 @@ func (s *scheduler) heldBy(holder ids.ID) []*lease {
 	var out []*lease
 	for _, l := range s.leases {
 		if l.holder == holder {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// heldOn returns the leases whose holders run on node.
+func (s *scheduler) heldOn(node ids.ID) []*lease {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*lease
+	for _, l := range s.leases {
+		if !node.IsNil() && l.holderNode == node {
 			out = append(out, l)
 		}
 	}

@@ -237,6 +237,8 @@ func main() {
 		runErr = runPGDetached(ctx, arg(rt, args, 0))
 	case "gcs-ft":
 		runErr = runGCSFT(ctx, arg(rt, args, 0))
+	case "holder-node":
+		runErr = runHolderNode(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "pg-children":
 		runErr = runPGChildren(ctx, arg(rt, args, 0), arg(rt, args, 1), arg(rt, args, 2))
 	case "pg-elsewhere":

@@ -13,6 +13,11 @@ package main
 //	                               kills the parent's worker), writes
 //	                               DIR/removed, checks the parent failed
 //	                               and waits for DIR/finish.
+//	testjob holder-node DIR HEAD N2   a parent task on N2 submits a child
+//	                               to HEAD (node affinity); both block.
+//	                               The test kills N2; the job checks the
+//	                               parent failed and waits for
+//	                               DIR/finish.
 
 import (
 	"context"
@@ -46,7 +51,18 @@ func pgParent(ctx context.Context, dir, n2 string) (int, error) {
 	return child.Get(ctx)
 }
 
+// holderParent writes "pid node" to dir/parent, submits the child to node
+// head and blocks on its result.
+func holderParent(ctx context.Context, dir, head string) (int, error) {
+	if err := writeFile(filepath.Join(dir, "parent"), fmt.Sprintf("%d %s", os.Getpid(), ray.NodeID())); err != nil {
+		return 0, err
+	}
+	return PGChild.Options(ray.NodeAffinity(head, false)).Remote(ctx, ray.V(dir)).Get(ctx)
+}
+
 var (
+	// HolderParent is holder-node's parent task, on the node the test kills.
+	HolderParent = ray.Task2(holderParent)
 	// PGChild is the child task, run outside the group on the second node.
 	PGChild = ray.Task1(pgChild)
 	// PGParent is the task in the group.
@@ -89,6 +105,21 @@ func runPGChildren(ctx context.Context, dir, head, n2 string) error {
 	fmt.Println("parent error:", err)
 	if err == nil {
 		return errors.New("the parent task returned although its group was removed")
+	}
+	return pollFile(ctx, filepath.Join(dir, "finish"))
+}
+
+// runHolderNode is the job of TestNodeDeathEndsItsHoldersLeases.
+func runHolderNode(ctx context.Context, dir, head, n2 string) error {
+	parent := HolderParent.Options(ray.NodeAffinity(n2, false), ray.CPUs(0), ray.MaxRetries(0)).Remote(ctx, ray.V(dir), ray.V(head))
+	if err := pollFile(ctx, filepath.Join(dir, "child")); err != nil {
+		return err
+	}
+	fmt.Println("child running")
+	_, err := parent.Get(ctx)
+	fmt.Println("parent error:", err)
+	if err == nil {
+		return errors.New("the parent task returned although its node was killed")
 	}
 	return pollFile(ctx, filepath.Join(dir, "finish"))
 }

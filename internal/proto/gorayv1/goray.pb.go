@@ -3061,7 +3061,10 @@ type LeaseRequest struct {
 	Detached bool `protobuf:"varint,10,opt,name=detached,proto3" json:"detached,omitempty"`
 	// The work is retriable (a task with retries left, an actor that may
 	// restart): the memory monitor kills retriable work first.
-	Retriable     bool `protobuf:"varint,20,opt,name=retriable,proto3" json:"retriable,omitempty"`
+	Retriable bool `protobuf:"varint,20,opt,name=retriable,proto3" json:"retriable,omitempty"`
+	// The node holder_id runs on: when that node is declared dead, the
+	// lease ends, as its holder died with it.
+	HolderNodeId  []byte `protobuf:"bytes,21,opt,name=holder_node_id,json=holderNodeId,proto3" json:"holder_node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3171,6 +3174,13 @@ func (x *LeaseRequest) GetRetriable() bool {
 		return x.Retriable
 	}
 	return false
+}
+
+func (x *LeaseRequest) GetHolderNodeId() []byte {
+	if x != nil {
+		return x.HolderNodeId
+	}
+	return nil
 }
 
 // SchedulingStrategy says which nodes a task or actor may run on.
@@ -9003,7 +9013,7 @@ const file_goray_proto_rawDesc = "" +
 	"\tStoreInfo\x12\x1b\n" +
 	"\tfd_socket\x18\x01 \x01(\tR\bfdSocket\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12!\n" +
-	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\x96\x03\n" +
+	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xbc\x03\n" +
 	"\fLeaseRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x19\n" +
@@ -9017,7 +9027,8 @@ const file_goray_proto_rawDesc = "" +
 	"\x12placement_group_id\x18\t \x01(\fR\x10placementGroupId\x12\x1a\n" +
 	"\bdetached\x18\n" +
 	" \x01(\bR\bdetached\x12\x1c\n" +
-	"\tretriable\x18\x14 \x01(\bR\tretriable\"\xac\x01\n" +
+	"\tretriable\x18\x14 \x01(\bR\tretriable\x12$\n" +
+	"\x0eholder_node_id\x18\x15 \x01(\fR\fholderNodeId\"\xac\x01\n" +
 	"\x12SchedulingStrategy\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.goray.v1.SchedulingStrategy.KindR\x04kind\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12\x12\n" +

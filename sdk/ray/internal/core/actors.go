@@ -452,11 +452,11 @@ func (c *actorClient) create(rec *taskRecord) {
 		return
 	}
 	reqID := ids.New()
-	holder := cw.id.Bytes()
+	holder, holderNode := cw.id.Bytes(), cw.nodeID.Bytes()
 	if c.detached {
-		holder = nil // its worker outlives this process
+		holder, holderNode = nil, nil // its worker outlives this process
 	}
-	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: holder, RequestId: reqID.Bytes(), Strategy: rec.strategy, PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(), Detached: c.detached, Retriable: c.maxRestarts != 0}, rec.argNode)
+	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: holder, HolderNodeId: holderNode, RequestId: reqID.Bytes(), Strategy: rec.strategy, PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(), Detached: c.detached, Retriable: c.maxRestarts != 0}, rec.argNode)
 	if err != nil {
 		if rec.ctx.Err() != nil {
 			fail(fmt.Errorf("creation cancelled: %w", context.Cause(rec.ctx)))

@@ -671,7 +671,7 @@ func (s *submitter) send(items []sendItem) {
 }
 
 func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseRequest, prefer ids.ID) {
-	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy, PlacementGroupId: k.group, Retriable: req.retriable, Function: req.function}, prefer)
+	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), HolderNodeId: s.cw.nodeID.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy, PlacementGroupId: k.group, Retriable: req.retriable, Function: req.function}, prefer)
 	withdrawn := ctx.Err() != nil
 	s.mu.Lock()
 	delete(k.requests, req)
