@@ -48,6 +48,7 @@ import (
 
 	"github.com/goray-dev/goray/autoscaler/internal/binpack"
 	"github.com/goray-dev/goray/autoscaler/internal/instance"
+	"github.com/goray-dev/goray/autoscaler/request"
 	"github.com/goray-dev/goray/config"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
@@ -57,12 +58,12 @@ import (
 // KV keys of the autoscaler in the GCS (namespace StatusNamespace).
 const (
 	// StatusNamespace is the GCS KV namespace of the autoscaler.
-	StatusNamespace = "autoscaler"
+	StatusNamespace = request.Namespace
 	// StatusKey holds the latest Status as JSON.
 	StatusKey = "status"
 	// RequestsKey holds the explicit resource requests (ray.RequestResources)
 	// as a JSON array of Request.
-	RequestsKey = "resource_requests"
+	RequestsKey = request.Key
 )
 
 // DefaultInterval is how often the autoscaler reconciles.
@@ -71,13 +72,9 @@ const DefaultInterval = 5 * time.Second
 // maxFailures bounds the failures Status keeps.
 const maxFailures = 20
 
-// Request is one shape of an explicit resource request: the cluster should
-// have room for Count bundles of Resources at once, whether or not work
-// asks for them (Ray's request_resources).
-type Request struct {
-	Resources map[string]float64 `json:"resources"`
-	Count     int                `json:"count"`
-}
+// Request is one shape of an explicit resource request (package request,
+// which programs import without the autoscaler).
+type Request = request.Request
 
 // Config configures an Autoscaler.
 type Config struct {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/goray-dev/goray/config"
+	"github.com/goray-dev/goray/host/autoscalersvc"
+	"github.com/goray-dev/goray/host/dashsvc"
 	"github.com/goray-dev/goray/host/node"
 	"github.com/goray-dev/goray/internal/logrotate"
 	"github.com/goray-dev/goray/internal/spawn"
@@ -384,7 +386,8 @@ func (a *app) runNode(ctx context.Context, cfg *config.Node, readyFile string, n
 	if err != nil {
 		return fmt.Errorf("finding the goray executable (it runs the GCS): %w", err)
 	}
-	n, err := node.Start(ctx, node.Options{Config: cfg, Auth: na.creds, GCSCommand: []string{exe, "gcs-server"}, Fresh: lc.fresh, Resume: lc.resume, Cluster: cluster, GorayBinary: exe})
+	n, err := node.Start(ctx, node.Options{Config: cfg, Auth: na.creds, GCSCommand: []string{exe, "gcs-server"}, Fresh: lc.fresh, Resume: lc.resume, Cluster: cluster, GorayBinary: exe,
+		HeadServices: []node.HeadService{dashsvc.New(), autoscalersvc.New()}})
 	if err != nil {
 		return err
 	}

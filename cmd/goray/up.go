@@ -12,6 +12,7 @@ import (
 
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/host"
+	"github.com/goray-dev/goray/host/autoscalersvc"
 	"github.com/goray-dev/goray/host/node"
 	"github.com/goray-dev/goray/internal/resources"
 	"github.com/goray-dev/goray/sdk/plugin"
@@ -218,7 +219,7 @@ func (a *app) terminateInstances(ctx context.Context, c *config.Cluster) error {
 	if diags := m.Start(ctx); diags.HasErrors() {
 		return a.reportDiagnostics(&config.DiagnosticsError{Diags: diags, Files: c.Files()})
 	}
-	p := node.ProviderOf(m, c.Provider.Name)
+	p := autoscalersvc.ProviderOf(m, c.Provider.Name)
 	list, err := p.List(ctx, &provider.ListRequest{ClusterName: c.Name})
 	if err != nil {
 		return fmt.Errorf("listing the instances of cluster %q: %w", c.Name, err)

@@ -22,7 +22,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/goray-dev/goray/autoscaler"
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/gcs"
 	"github.com/goray-dev/goray/host"
@@ -92,6 +91,10 @@ type Options struct {
 	// one (not an embedded node): plugins learn it as
 	// plugin.EnvGorayBinary.
 	GorayBinary string
+	// HeadServices run beside the GCS and raylet on a head a command
+	// starts (the dashboard, the autoscaler; headservice.go), set up,
+	// started and stopped in this order.
+	HeadServices []HeadService
 }
 
 // Info is what a running node writes to SessionDir/node.json so that CLI
@@ -160,11 +163,7 @@ type Node struct {
 	raylet          *raylet.Raylet
 	rayletGRPC      *grpc.Server
 	dataLis         net.Listener // the raylet's object data plane
-	autoscaler      *autoscaler.Autoscaler
-	asCancel        context.CancelFunc // stops the autoscaler
-	asWG            sync.WaitGroup     // the autoscaler's goroutine
-	metrics         *nodeMetrics       // the Prometheus endpoint (nil: off; metrics.go)
-	dash            *nodeDashboard     // the head's dashboard and job API (nil: none; dashboard.go)
+	metrics         *nodeMetrics // the Prometheus endpoint (nil: off; metrics.go)
 
 	// gcsStorage is the head's GCS storage, which End marks; failed is why
 	// the node stopped itself (Err), guarded by failMu.
@@ -268,7 +267,7 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if n.gcsCC, err = rpc.Dial(gcsAddr, n.auth); err != nil {
 		return nil, fmt.Errorf("connecting to GCS %s: %w", gcsAddr, err)
 	}
-	if err := n.listenDashboard(ctx); err != nil {
+	if err := n.listenHeadServices(ctx); err != nil {
 		return nil, err
 	}
 
@@ -359,12 +358,11 @@ func Start(ctx context.Context, opts Options) (_ *Node, err error) {
 	if err := n.serveMetrics(); err != nil {
 		return nil, err
 	}
-	n.serveDashboard()
 	if opts.Cluster != nil {
 		n.info.ClusterName = opts.Cluster.Name
-		if err := n.startAutoscaler(ctx); err != nil {
-			return nil, err
-		}
+	}
+	if err := n.startHeadServices(ctx); err != nil {
+		return nil, err
 	}
 	if err := n.writeInfo(); err != nil {
 		return nil, err
@@ -887,12 +885,9 @@ func (n *Node) endCluster(ctx context.Context) error {
 func (n *Node) stop(ctx context.Context, end bool) error {
 	n.signalDone()
 	n.stopMetrics(ctx)
-	n.stopDashboard(ctx)
-	if n.asCancel != nil {
-		// First: a stopping head launches, drains and terminates nothing.
-		n.asCancel()
-		n.asWG.Wait()
-	}
+	// First: a stopping head launches, drains and terminates nothing, and
+	// its jobs' drivers end while the raylet and the GCS still serve.
+	n.stopHeadServices(ctx)
 	if n.raylet != nil {
 		if err := n.raylet.Shutdown(ctx); err != nil {
 			n.log.Warn("raylet shutdown", "error", err)

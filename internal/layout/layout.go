@@ -97,6 +97,13 @@ var Rules = []Rule{
 		From: []string{"sdk/ray/..."}, Deny: []string{"raylet/...", "gcs/...", "host"},
 	},
 	{
+		Why: "a program embedding a node links what it runs: host/node and sdk/ray never import the head's services (the dashboard, the job API, the autoscaler, state), which the command passes to the node (node.HeadService)",
+		From: []string{"host/node/...", "sdk/ray/..."},
+		Deny: []string{"autoscaler/...", "dashboard/...", "state/...", "host/dashsvc/...", "host/autoscalersvc/..."},
+		// What a program writes for the autoscaler (ray.RequestResources).
+		Allow: []string{"autoscaler/request"},
+	},
+	{
 		Why:  "the GCS and the raylet talk over gRPC only; neither imports the other, the hosts or the application API",
 		From: []string{"gcs/..."}, Deny: []string{"raylet/...", "host/...", "sdk/ray/...", "cmd/...", "plugins/..."},
 		Tests: true,

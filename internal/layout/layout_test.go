@@ -82,6 +82,11 @@ func TestCheck(t *testing.T) {
 		{"core worker test runs a real GCS", Package{Path: "sdk/ray/internal/core", TestImports: []string{"gcs"}}, false},
 		{"GCS test imports the raylet", Package{Path: "gcs", TestImports: []string{"raylet"}}, true},
 		{"sdk/ray starts a node", Package{Path: "sdk/ray", Imports: []string{"host/node"}}, false},
+		{"the node host runs the dashboard", Package{Path: "host/node", Imports: []string{"host/dashsvc"}}, true},
+		{"the node host runs the autoscaler", Package{Path: "host/node", Imports: []string{"autoscaler"}}, true},
+		{"sdk/ray reads the state", Package{Path: "sdk/ray", Imports: []string{"state"}}, true},
+		{"sdk/ray requests resources", Package{Path: "sdk/ray", Imports: []string{"autoscaler/request"}}, false},
+		{"the command runs the head's services", Package{Path: "cmd/goray", Imports: []string{"host/dashsvc", "host/autoscalersvc"}}, false},
 		{"GCS imports the raylet", Package{Path: "gcs", Imports: []string{"raylet"}}, true},
 		{"raylet imports the GCS", Package{Path: "raylet/internal/scheduling", Imports: []string{"gcs"}}, true},
 		{"shared library imports the raylet", Package{Path: "internal/codec", Imports: []string{"raylet"}}, true},
@@ -103,3 +108,38 @@ func TestCheck(t *testing.T) {
 		})
 	}
 }
+
+// TestEmbeddingLinksNoHeadService: a program that imports sdk/ray (and
+// with it the embedded node, host/node) links none of the head's services
+// (the dashboard, the job API, the autoscaler, state), even indirectly:
+// the import rules above see only direct imports.
+func TestEmbeddingLinksNoHeadService(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "list", "-deps", "./sdk/ray", "./host/node")
+	cmd.Dir = root
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v\n%s", err, stderr.String())
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 100 {
+		t.Fatalf("go list -deps found %d packages; want sdk/ray's whole closure", len(deps))
+	}
+	for _, d := range deps {
+		p := rel(d)
+		if p == "autoscaler/request" || !strings.HasPrefix(d, Module+"/") {
+			continue
+		}
+		for _, head := range []string{"autoscaler", "dashboard", "state", "host/dashsvc", "host/autoscalersvc"} {
+			if p == head || strings.HasPrefix(p, head+"/") {
+				t.Errorf("a program importing sdk/ray links %s", p)
+			}
+		}
+	}
+}
+

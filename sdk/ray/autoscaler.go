@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/goray-dev/goray/autoscaler"
+	"github.com/goray-dev/goray/autoscaler/request"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
 )
@@ -47,7 +47,7 @@ import (
 //	...
 //	err = ray.RequestResources(ctx) // done: the autoscaler may scale down again
 func RequestResources(ctx context.Context, opts ...RequestOption) error {
-	r := resourceRequest{shapes: []autoscaler.Request{}, index: map[string]int{}}
+	r := resourceRequest{shapes: []request.Request{}, index: map[string]int{}}
 	for i, opt := range opts {
 		if opt == nil {
 			return &RequestResourcesError{Option: i, Err: errors.New("the option is nil; pass WithCPUs or WithBundles")}
@@ -72,8 +72,8 @@ func RequestResources(ctx context.Context, opts ...RequestOption) error {
 	if err != nil {
 		return fmt.Errorf("goray: RequestResources: encoding the request: %w", err)
 	}
-	if _, err := cw.GCS().KVPut(ctx, &pb.KVPutRequest{Ns: autoscaler.StatusNamespace, Key: autoscaler.RequestsKey, Value: b, Overwrite: true}); err != nil {
-		return fmt.Errorf("goray: RequestResources: storing the request in the GCS (KV %s/%s): %w", autoscaler.StatusNamespace, autoscaler.RequestsKey, err)
+	if _, err := cw.GCS().KVPut(ctx, &pb.KVPutRequest{Ns: request.Namespace, Key: request.Key, Value: b, Overwrite: true}); err != nil {
+		return fmt.Errorf("goray: RequestResources: storing the request in the GCS (KV %s/%s): %w", request.Namespace, request.Key, err)
 	}
 	return nil
 }
@@ -87,7 +87,7 @@ type RequestOption func(*resourceRequest) error
 type resourceRequest struct {
 	// shapes are the bundles merged by shape, in the order first asked
 	// for; index finds a shape's entry by its key.
-	shapes []autoscaler.Request
+	shapes []request.Request
 	index  map[string]int
 }
 
@@ -99,7 +99,7 @@ func (r *resourceRequest) add(set resources.Set, count int) {
 		return
 	}
 	r.index[k] = len(r.shapes)
-	r.shapes = append(r.shapes, autoscaler.Request{Resources: set.Floats(), Count: count})
+	r.shapes = append(r.shapes, request.Request{Resources: set.Floats(), Count: count})
 }
 
 // maxRequestCPUs bounds WithCPUs: a count the autoscaler's request format

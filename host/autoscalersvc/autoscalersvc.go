@@ -1,4 +1,8 @@
-package node
+// Package autoscalersvc runs the cluster's autoscaler on a head started by
+// `goray up`, as a node.HeadService the command passes to the node, with
+// the provider plugin the head's plugin host runs. A program embedding a
+// node does not link it.
+package autoscalersvc
 
 import (
 	"context"
@@ -14,6 +18,7 @@ import (
 	"github.com/goray-dev/goray/autoscaler"
 	"github.com/goray-dev/goray/config"
 	"github.com/goray-dev/goray/host"
+	"github.com/goray-dev/goray/host/node"
 	pb "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/sdk/plugin"
 	"github.com/goray-dev/goray/sdk/plugin/hclspec"
@@ -24,14 +29,6 @@ import (
 // reconciles (a Go duration; default autoscaler.DefaultInterval), as Ray's
 // AUTOSCALER_UPDATE_INTERVAL_S does. Tests make it short.
 const EnvAutoscalerInterval = "GORAY_AUTOSCALER_INTERVAL"
-
-// ProviderBlock is the cluster file's provider block as a plugin block of
-// the head: the head's plugin host runs (and restarts) the provider plugin
-// like any other.
-func ProviderBlock(c *config.Cluster) config.Plugin {
-	return config.Plugin{Kind: plugin.KindProvider, Name: c.Provider.Name, SHA256: c.Provider.SHA256,
-		Config: c.Provider.Config, DeclRange: c.Provider.DeclRange}
-}
 
 // hostProvider is the provider plugin as the autoscaler uses it: every call
 // takes the plugin's live connection from the plugin host, so a provider
@@ -146,39 +143,74 @@ func DecodeNodeConfigs(ctx context.Context, p provider.Provider, c *config.Clust
 	return out, diags
 }
 
-// startAutoscaler runs the cluster's autoscaler on this head, as its own
-// goroutine until the node stops.
-func (n *Node) startAutoscaler(ctx context.Context) error {
-	c := n.opts.Cluster
-	p := &hostProvider{m: n.plugins, name: c.Provider.Name}
+// Service is the head's autoscaler: it runs when the head was started
+// with a cluster file (node.Options.Cluster), as its own goroutine until
+// the node stops.
+type Service struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	h      *node.Head
+}
+
+// New returns the service; it does nothing until the node calls it.
+func New() *Service { return &Service{} }
+
+// Listen notes the head; the autoscaler starts once the node is
+// registered.
+func (s *Service) Listen(_ context.Context, h *node.Head) error {
+	if h.Cluster() != nil {
+		s.h = h
+	}
+	return nil
+}
+
+// Start decodes the node types' node_config blocks against the provider's
+// schema and starts the autoscaler.
+func (s *Service) Start(ctx context.Context) error {
+	h := s.h
+	if h == nil {
+		return nil
+	}
+	c := h.Cluster()
+	p := &hostProvider{m: h.Plugins(), name: c.Provider.Name}
 	cfgs, diags := DecodeNodeConfigs(ctx, p, c)
 	if diags.HasErrors() {
 		return config.NewDiagnosticsError(diags, c.Files())
 	}
 	interval := autoscaler.DefaultInterval
-	if s := os.Getenv(EnvAutoscalerInterval); s != "" {
-		d, err := time.ParseDuration(s)
+	if v := os.Getenv(EnvAutoscalerInterval); v != "" {
+		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			return fmt.Errorf("%s=%q: want a positive duration such as 2s", EnvAutoscalerInterval, s)
+			return fmt.Errorf("%s=%q: want a positive duration such as 2s", EnvAutoscalerInterval, v)
 		}
 		interval = d
 	}
+	log := h.Logger()
 	a, err := autoscaler.New(autoscaler.Config{
-		Cluster: c, Provider: p, NodeConfigs: cfgs, GCS: pb.NewGcsClient(n.gcsCC),
-		HeadAddress: n.info.GCSAddress, AuthToken: n.auth.Token(), Interval: interval,
-		Logger: n.log.Named("autoscaler"),
+		Cluster: c, Provider: p, NodeConfigs: cfgs, GCS: pb.NewGcsClient(h.GCS()),
+		HeadAddress: h.GCSAddress(), AuthToken: h.Auth().Token(), Interval: interval,
+		Logger: log.Named("autoscaler"),
 	})
 	if err != nil {
 		return err
 	}
-	n.autoscaler = a
-	actx, cancel := context.WithCancel(n.ctx)
-	n.asCancel = cancel
-	n.asWG.Add(1)
+	actx, cancel := context.WithCancel(h.Context())
+	s.cancel = cancel
+	s.wg.Add(1)
 	go func() {
-		defer n.asWG.Done()
+		defer s.wg.Done()
 		_ = a.Run(actx)
 	}()
-	n.log.Info("autoscaler started", "cluster", c.Name, "provider", c.Provider.Name, "interval", interval)
+	log.Info("autoscaler started", "cluster", c.Name, "provider", c.Provider.Name, "interval", interval)
 	return nil
+}
+
+// Stop stops the autoscaler first thing, so that a stopping head
+// launches, drains and terminates nothing.
+func (s *Service) Stop(context.Context) {
+	if s.cancel != nil {
+		s.cancel()
+		s.wg.Wait()
+		s.cancel = nil
+	}
 }
