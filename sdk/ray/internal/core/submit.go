@@ -920,9 +920,11 @@ func (s *submitter) leaseFailed(l *lease, cause error) {
 	s.mu.Lock()
 	e, ok := s.endLeaseLocked(leaseEnd{l: l, cause: cause, oom: oom})
 	s.mu.Unlock()
-	if ok {
-		s.finishLeaseEnd(e)
+	if !ok { // no task was on it (or another end took them)
+		l.cancel()
+		return
 	}
+	s.finishLeaseEnd(e)
 }
 
 // leaseEnd is what ending a lease left to do once submitter.mu is
