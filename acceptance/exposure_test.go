@@ -9,19 +9,21 @@ import (
 // TestJobEnvForwardedOnly: a job's workers, on the driver's node and on
 // another node, get their node's environment plus only the variables the
 // job forwards (ray.ForwardEnv by name and by prefix, and
-// $GORAY_FORWARD_ENV): a secret in the driver's environment reaches no
-// worker, and `goray list jobs` and `goray status` never show what the job
-// forwards.
+// $GORAY_FORWARD_ENV) and those it sets (ray.EnvVars, Ray's runtime_env
+// env_vars, which win over forwarded ones): a secret in the driver's
+// environment reaches no worker, and `goray list jobs` and `goray status`
+// never show what the job forwards or sets.
 func TestJobEnvForwardedOnly(t *testing.T) {
 	ctx := testCtx(t)
 	h := startClusterHead(t, ctx)
 	n1 := joinNode(t, ctx, h, "127.0.0.2", "")
 	const secret = "planted-secret-4711"
-	names := []string{"AWS_SECRET_ACCESS_KEY", "ACC_FWD_ONE", "ACC_FWDP_A", "ACC_FWDP_B", "ACC_NOT_FWD", "TESTJOB_FORWARD_ENV", markerEnv}
+	names := []string{"AWS_SECRET_ACCESS_KEY", "ACC_FWD_ONE", "ACC_FWDP_A", "ACC_FWDP_B", "ACC_NOT_FWD", "TESTJOB_FORWARD_ENV", markerEnv, "ACC_SET", "ACC_SET_EQ"}
 	j := startJob(t, jobOptions{addr: h.addr, env: []string{
 		"AWS_SECRET_ACCESS_KEY=" + secret,
 		"ACC_FWD_ONE=one", "ACC_FWDP_A=a", "ACC_FWDP_B=b", "ACC_NOT_FWD=no",
 		"TESTJOB_FORWARD_ENV=ACC_FWD_ONE,ACC_FWDP_*",
+		"TESTJOB_ENV_VARS=ACC_SET=set-by-job,ACC_FWDP_B=set-wins,ACC_SET_EQ=a=b",
 	}}, testjobBin, append([]string{"env"}, names...)...)
 	code, out := j.wait(ctx)
 	if code != 0 {
@@ -54,7 +56,9 @@ func TestJobEnvForwardedOnly(t *testing.T) {
 			"AWS_SECRET_ACCESS_KEY": wantAWS,
 			"ACC_FWD_ONE":           "one",
 			"ACC_FWDP_A":            "a",
-			"ACC_FWDP_B":            "b",
+			"ACC_FWDP_B":            "set-wins", // EnvVars wins over ForwardEnv
+			"ACC_SET":               "set-by-job",
+			"ACC_SET_EQ":            "a=b",
 			"ACC_NOT_FWD":           "<unset>",
 			"TESTJOB_FORWARD_ENV":   "<unset>",
 			markerEnv:               j.marker,
@@ -73,7 +77,7 @@ func TestJobEnvForwardedOnly(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("goray %s: %s", strings.Join(args, " "), r)
 		}
-		for _, leak := range []string{secret, "ACC_FWDP_A", "ACC_FWD_ONE", j.marker} {
+		for _, leak := range []string{secret, "ACC_FWDP_A", "ACC_FWD_ONE", j.marker, "set-by-job"} {
 			if strings.Contains(r.stdout, leak) {
 				t.Errorf("goray %s shows %q:\n%s", strings.Join(args, " "), leak, r.stdout)
 			}

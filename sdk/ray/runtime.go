@@ -55,6 +55,7 @@ type initOptions struct {
 	output     io.Writer
 	transfer   time.Duration
 	forward    []string
+	envVars    map[string]string // EnvVars' (envvars.go)
 	tokenFile  string
 	namespace  *string // Namespace's (nil: $GORAY_NAMESPACE, else anonymous)
 
@@ -174,6 +175,10 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	setEnv, err := envVarList(o.envVars)
+	if err != nil {
+		return nil, err
+	}
 	logStdout, logStderr, err := driverOutput(&o, os.Getenv)
 	if err != nil {
 		return nil, err
@@ -213,7 +218,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 		rayletSock, sessionDir = info.RayletUnix, info.SessionDir
 		nodeIP, _, _ = net.SplitHostPort(info.RayletTcp)
 	}
-	var extraEnv []string
+	extraEnv := setEnv // after the forwarded variables: they win
 	if o.transfer > 0 {
 		// Workers of this job use the same transfer deadline.
 		extraEnv = append(extraEnv, envTransferTimeout+"="+o.transfer.String())

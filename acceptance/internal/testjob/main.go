@@ -143,6 +143,14 @@ func main() {
 	if fwd := os.Getenv("TESTJOB_FORWARD_ENV"); fwd != "" {
 		opts = append(opts, ray.ForwardEnv(strings.Split(fwd, ",")...))
 	}
+	if set := os.Getenv("TESTJOB_ENV_VARS"); set != "" { // NAME=value,...
+		vars := map[string]string{}
+		for kv := range strings.SplitSeq(set, ",") {
+			name, val, _ := strings.Cut(kv, "=")
+			vars[name] = val
+		}
+		opts = append(opts, ray.EnvVars(vars))
+	}
 	rt, err := ray.Init(ctx, opts...)
 	if err != nil {
 		fmt.Println("FAIL: init:", err)
