@@ -195,10 +195,27 @@ func TestTransportsAcrossNodes(t *testing.T) {
 		dir := shortTempDir(t)
 		j := startJob(t, jobOptions{addr: c.h.addr, env: []string{"TESTJOB_TRANSFER_TIMEOUT=1s"}}, testjobBin, "os-abort", dir, c.n2.id, c.n3.id)
 		waitFile(t, j, 30*time.Second, filepath.Join(dir, "ready"))
-		pid := c.plugin(t, ctx, c.n2.id, "onesided").Pid
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
+		// The agent serving now is the one to freeze: a pid the listing
+		// still shows of an incarnation that just died (a zombie takes the
+		// SIGSTOP without error, and the live agent would answer the read)
+		// is listed again until the process is seen stopped.
+		var pid int
+		waitFor(t, 30*time.Second, "N2's running onesided plugin to be stopped by SIGSTOP", func() bool {
+			p := c.plugin(t, ctx, c.n2.id, "onesided")
+			if p.State != "running" || p.Pid <= 0 {
+				return false
+			}
+			if p.Pid != pid {
+				if pid > 0 {
+					_ = syscall.Kill(pid, syscall.SIGCONT)
+				}
+				pid = p.Pid
+				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+					return false
+				}
+			}
+			return procState(pid) == "T"
+		})
 		thawed := false
 		thaw := func() {
 			if !thawed {

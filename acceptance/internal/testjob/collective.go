@@ -768,7 +768,7 @@ func runOneSidedAbort(ctx context.Context, dir, n2, n3 string) error {
 	start := time.Now()
 	_, err = PeerTake.On(dst).Remote(ctx, ref).Get(ctx)
 	if !errors.Is(err, ray.ErrTransferFailed) || !timedOut(err) {
-		return fmt.Errorf("read from a frozen source: want a timed-out transfer, got %v", err)
+		return fmt.Errorf("read from a frozen source: want a timed-out transfer, got %v after %v", err, time.Since(start).Round(time.Millisecond))
 	}
 	fmt.Printf("pending read timed out after %v: %v\n", time.Since(start).Round(10*time.Millisecond), err)
 	// The timed-out read was aborted on N3's plugin: later reads of the
