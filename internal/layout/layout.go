@@ -97,7 +97,7 @@ var Rules = []Rule{
 		From: []string{"sdk/ray/..."}, Deny: []string{"raylet/...", "gcs/...", "host"},
 	},
 	{
-		Why: "a program embedding a node links what it runs: host/node and sdk/ray never import the head's services (the dashboard, the job API, the autoscaler, state), which the command passes to the node (node.HeadService)",
+		Why:  "a program embedding a node links what it runs: host/node and sdk/ray never import the head's services (the dashboard, the job API, the autoscaler, state), which the command passes to the node (node.HeadService)",
 		From: []string{"host/node/...", "sdk/ray/..."},
 		Deny: []string{"autoscaler/...", "dashboard/...", "state/...", "host/dashsvc/...", "host/autoscalersvc/..."},
 		// What a program writes for the autoscaler (ray.RequestResources).

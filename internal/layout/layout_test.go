@@ -142,4 +142,3 @@ func TestEmbeddingLinksNoHeadService(t *testing.T) {
 		}
 	}
 }
-
