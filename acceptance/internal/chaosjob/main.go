@@ -346,7 +346,8 @@ func run(ctx context.Context, dir string) (*checker, error) {
 				c.run("phase 1 "+o.name+" read on the head", func() error { return checkSumOn(pctx, o, "h") })
 			} else {
 				c.run("phase 1 "+o.name+" made", func() error {
-					_, _, err := ray.Wait(pctx, []ray.Ref[[]byte]{o.ref}, 1, ray.NoTimeout)
+					// Made, not copied here: only half get a second copy.
+					_, _, err := ray.Wait(pctx, []ray.Ref[[]byte]{o.ref}, 1, ray.NoTimeout, ray.FetchLocal(false))
 					return err
 				})
 			}

@@ -117,7 +117,8 @@ func run(ctx context.Context, mode, dir, b, c string) error {
 		return fmt.Errorf("unknown mode %q", mode)
 	}
 	want := sum(block(map[string]int{"livecopy": 1, "slowpull": 1, "oncopy": 2, "argdies": 3}[mode], size))
-	if _, pending, err := ray.Wait(ctx, []ray.Ref[[]byte]{x}, 1, time.Minute); err != nil || len(pending) > 0 {
+	// Made on B, not copied here (FetchLocal(false)).
+	if _, pending, err := ray.Wait(ctx, []ray.Ref[[]byte]{x}, 1, time.Minute, ray.FetchLocal(false)); err != nil || len(pending) > 0 {
 		return fmt.Errorf("making the object on B: %v (pending %d)", err, len(pending))
 	}
 	var gated ray.Ref[uint64]

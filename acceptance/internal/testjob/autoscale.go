@@ -143,7 +143,8 @@ var AsMake = ray.Task2(asMake, ray.CPUs(2), ray.MaxRetries(0))
 func runASObject(ctx context.Context, dir string) error {
 	const size = 4 << 20
 	ref := AsMake.Remote(ctx, ray.V(dir), ray.V(size))
-	if _, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{ref}, 1, time.Minute); err != nil {
+	// Made on the worker node, not copied here (FetchLocal(false)).
+	if _, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{ref}, 1, time.Minute, ray.FetchLocal(false)); err != nil {
 		return err
 	}
 	if err := pollFile(ctx, filepath.Join(dir, "read")); err != nil {

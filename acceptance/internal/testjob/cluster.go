@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/goray-dev/goray/internal/digest"
@@ -167,6 +168,10 @@ func runFetchLocal(ctx context.Context, node string) error {
 	}
 	n, err = here()
 	fmt.Println("copies here after polling Wait with timeout 0:", n-before, err)
+	// a's copy counts only while a is referenced: the collector would free
+	// it (and its copy here) after its last use.
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
 	return nil
 }
 
@@ -199,7 +204,8 @@ func runNodeKill(ctx context.Context, dir, victim string) error {
 		return fmt.Errorf("restartable actor on the victim: %w", err)
 	}
 	blob := MakeBlob.Options(ray.NodeAffinity(victim, false)).Remote(ctx, ray.V(1<<20))
-	if _, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{blob}, 1, 20*time.Second); err != nil {
+	// Made on the victim, not copied here: its only copy dies with it.
+	if _, _, err := ray.Wait(ctx, []ray.Ref[[]byte]{blob}, 1, 20*time.Second, ray.FetchLocal(false)); err != nil {
 		return err
 	}
 	var tasks []ray.Ref[Where]

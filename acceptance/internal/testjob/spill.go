@@ -131,7 +131,8 @@ func runSpillNodeKill(ctx context.Context, dir, victim, other, count, mib string
 	refs := make([]ray.Ref[[]byte], n)
 	for i := range refs {
 		refs[i] = MakeSpillBlock.Options(ray.NodeAffinity(victim, false)).Remote(ctx, ray.V(i), ray.V(size))
-		if _, pending, err := ray.Wait(ctx, refs[i:i+1], 1, 30*time.Second); err != nil || len(pending) > 0 {
+		// Made on the victim, not copied here (FetchLocal(false)).
+		if _, pending, err := ray.Wait(ctx, refs[i:i+1], 1, 30*time.Second, ray.FetchLocal(false)); err != nil || len(pending) > 0 {
 			return fmt.Errorf("making object %d on the victim: %v (pending %d)", i, err, len(pending))
 		}
 	}
@@ -231,7 +232,8 @@ func runLineage(ctx context.Context, dir, victim string) error {
 		}
 		refs = append(refs, r)
 	}
-	if _, pending, err := ray.Wait(ctx, refs, len(refs), 30*time.Second); err != nil || len(pending) > 0 {
+	// Made on the victim, not copied here (FetchLocal(false)): they are lost with it.
+	if _, pending, err := ray.Wait(ctx, refs, len(refs), 30*time.Second, ray.FetchLocal(false)); err != nil || len(pending) > 0 {
 		return fmt.Errorf("making the objects: %v (pending %d)", err, len(pending))
 	}
 	first.Release()

@@ -56,7 +56,8 @@ func runState(ctx context.Context, dir string) error {
 		MakeBlob.Options(ray.NodeAffinity(head, false)).Remote(ctx, ray.V(1<<20)),
 		MakeBlob.Options(ray.NodeAffinity(other, false)).Remote(ctx, ray.V(1<<20)),
 	}
-	if _, _, err := ray.Wait(ctx, blobs, len(blobs), ray.NoTimeout); err != nil {
+	// Made where they are pinned, not copied here (FetchLocal(false)).
+	if _, _, err := ray.Wait(ctx, blobs, len(blobs), ray.NoTimeout, ray.FetchLocal(false)); err != nil {
 		return err
 	}
 	fmt.Println("state: head", head, "other", other)
