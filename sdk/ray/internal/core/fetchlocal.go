@@ -15,17 +15,30 @@ import (
 // Wait that started it (a loop polling with timeout 0 would otherwise
 // cancel it each time and never see the object ready) and lasts until it
 // ends or the core worker stops; there is one per object at a time, which
-// the Waits of that object share. A copy that cannot be pulled (its node
+// the Waits of that object share, and an object whose pull ended stays
+// ready for later Waits (the last maxFetched are remembered): a poll that
+// started a new pull each time would never see it done. A copy that cannot be pulled (its node
 // died: Get rebuilds it or reports it lost) counts as ready, as an object
 // whose task failed does: Get says why. Objects inline in their owner, or
 // in this node's store, are ready as soon as they are known.
 
-// fetcher keeps the pulls under way, one per object; its zero value is
-// ready to use.
+// fetcher keeps the pulls under way, one per object, and remembers the
+// last maxFetched objects whose pull ended, so that a later Wait (a loop
+// polling with timeout 0) sees them ready instead of pulling again; its
+// zero value is ready to use. A copy evicted since counts as ready too:
+// Get pulls it again.
 type fetcher struct {
 	mu      sync.Mutex
 	pulling map[ids.ObjectID]chan struct{} // closed when the pull ends
+	fetched map[ids.ObjectID]struct{}
+	order   []ids.ObjectID // fetched, oldest first
 }
+
+// maxFetched bounds what fetcher remembers.
+const maxFetched = 4096
+
+// closedChan is a channel that is closed.
+var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // LocalChan returns a channel closed once h's object is ready and, when it
 // is held in another node's store, a copy is in this node's (see above).
@@ -82,6 +95,9 @@ func (cw *CoreWorker) fetch(h *Handle, node ids.ID) <-chan struct{} {
 	f := &cw.fetches
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := f.fetched[h.ID]; ok {
+		return closedChan
+	}
 	if ch, ok := f.pulling[h.ID]; ok {
 		return ch
 	}
@@ -94,6 +110,17 @@ func (cw *CoreWorker) fetch(h *Handle, node ids.ID) <-chan struct{} {
 		defer func() {
 			f.mu.Lock()
 			delete(f.pulling, h.ID)
+			if cw.ctx.Err() == nil {
+				if f.fetched == nil {
+					f.fetched = map[ids.ObjectID]struct{}{}
+				}
+				f.fetched[h.ID] = struct{}{}
+				f.order = append(f.order, h.ID)
+				for len(f.order) > maxFetched {
+					delete(f.fetched, f.order[0])
+					f.order = f.order[1:]
+				}
+			}
 			f.mu.Unlock()
 			close(ch)
 		}()
