@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -88,20 +87,7 @@ func TestNodeDeathEndsItsLeases(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = rc.Close() })
 
-			cw := newTestWorker(t)
-			cw.log = hclog.NewNullLogger()
-			cw.conns, cw.connOf = map[string]*grpc.ClientConn{}, map[string]string{}
-			cw.nodeID = ids.New()
-			cw.raylet = pb.NewRayletClient(rc)
-			cw.submitter = newSubmitter(cw)
-			t.Cleanup(func() {
-				cw.submitter.close()
-				cw.connsMu.Lock()
-				for _, c := range cw.conns {
-					_ = c.Close()
-				}
-				cw.connsMu.Unlock()
-			})
+			cw := submitterTestWorker(t, pb.NewRayletClient(rc))
 
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()

@@ -178,7 +178,7 @@ func TestOOMRetriesHaveTheirOwnBudget(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = rc.Close() })
-			cw := oomTestWorker(t, pb.NewRayletClient(rc))
+			cw := submitterTestWorker(t, pb.NewRayletClient(rc))
 			cw.submitter.oomBase = time.Millisecond
 
 			ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
@@ -220,7 +220,7 @@ func TestOOMRetriesHaveTheirOwnBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = rc.Close() })
-		cw := oomTestWorker(t, pb.NewRayletClient(rc))
+		cw := submitterTestWorker(t, pb.NewRayletClient(rc))
 		cw.submitter.oomBase = time.Hour // waits until cancelled
 
 		ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
@@ -246,8 +246,9 @@ func TestOOMRetriesHaveTheirOwnBudget(t *testing.T) {
 	})
 }
 
-// oomTestWorker is a driver-like core worker whose raylet is rc.
-func oomTestWorker(t *testing.T, rc pb.RayletClient) *CoreWorker {
+// submitterTestWorker is a driver-like core worker whose raylet is rc:
+// enough to submit tasks to fake workers.
+func submitterTestWorker(t *testing.T, rc pb.RayletClient) *CoreWorker {
 	t.Helper()
 	cw := newTestWorker(t)
 	cw.log = hclog.NewNullLogger()
