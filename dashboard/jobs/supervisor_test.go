@@ -387,14 +387,18 @@ func TestSupervisorRecordsSurviveAndLink(t *testing.T) {
 	f.store.mu.Lock()
 	f.store.fail = false
 	f.store.mu.Unlock()
+	// Both records reach the store: the finished job's, and the running
+	// job's link (written after the link was made, maybe while the store
+	// failed).
 	deadline := time.Now().Add(waitfor.Generous)
 	for {
 		r, ok := f.store.record(t, done)
-		if ok && r.Status == StatusSucceeded {
+		l, lok := f.store.record(t, id)
+		if ok && r.Status == StatusSucceeded && lok && l.GorayJobID == "00112233" {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("record of %s after the store came back: %+v %v", done, r, ok)
+			t.Fatalf("records after the store came back: %s %+v %v; %s %+v %v", done, r, ok, id, l, lok)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
