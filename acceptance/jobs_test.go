@@ -123,6 +123,35 @@ func TestJobs(t *testing.T) {
 		}
 	})
 
+	t.Run("submit --working-dir", func(t *testing.T) {
+		// The driver starts in the unpacked upload on the head and ships
+		// it to its workers: both nodes read the files by relative path.
+		src := t.TempDir()
+		for name, body := range map[string]string{"config.txt": "submitted-dir", "model.bin": "left-out"} {
+			if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := runGoray(t, ctx, "job", "submit", "--address", url, "--submission-id", "wd", "--working-dir", src, "--exclude", "*.bin",
+			"--", testjobBin, "files", "config.txt", "model.bin")
+		if r.code != 0 {
+			t.Fatalf("submit --working-dir: %s", r)
+		}
+		wantLines(t, r.stderr, "Uploaded working dir "+src)
+		wantLines(t, r.stdout, "driver-file config.txt submitted-dir", "driver-file model.bin missing",
+			"file "+worker.id+" config.txt submitted-dir", "file "+worker.id+" model.bin missing")
+		j := jobStatus(t, ctx, envDash, "wd")
+		if j.WorkingDirSHA256 == "" || !strings.Contains(r.stdout, "driver-cwd "+filepath.Join(j.WorkingDir, "working_dir")+"\n") {
+			t.Errorf("job %+v; its driver's directory is not WorkingDir/working_dir:\n%s", j, r.stdout)
+		}
+		// A directory that does not exist is refused before anything is
+		// uploaded, naming it.
+		r = runGoray(t, ctx, "job", "submit", "--address", url, "--working-dir", filepath.Join(src, "nope"), "--", testjobBin, "files")
+		if r.code == 0 || !strings.Contains(r.stderr, "working dir: stat "+filepath.Join(src, "nope")+": no such file or directory") {
+			t.Errorf("submit with a missing --working-dir: %s", r)
+		}
+	})
+
 	t.Run("stop a long job; logs survive the client", func(t *testing.T) {
 		marker := fmt.Sprintf("jobs-%d-%d", os.Getpid(), time.Now().UnixNano())
 		client := exec.Command(gorayBin, append(append([]string{"job", "submit", "--submission-id", "hold"}, local...),
@@ -178,10 +207,10 @@ func TestJobs(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
 		r := runGoray(t, ctx, append([]string{"job", "list", "--json"}, local...)...)
 		var l jobs.ListResponse
-		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &l) != nil || len(l.Jobs) != 4 {
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &l) != nil || len(l.Jobs) != 5 {
 			t.Fatalf("goray job list --json: %s", r)
 		}
-		want := map[string]jobs.Status{"quickstart-1": jobs.StatusSucceeded, "fails": jobs.StatusFailed, "hold": jobs.StatusStopped}
+		want := map[string]jobs.Status{"quickstart-1": jobs.StatusSucceeded, "fails": jobs.StatusFailed, "wd": jobs.StatusSucceeded, "hold": jobs.StatusStopped}
 		for _, j := range l.Jobs {
 			if st, ok := want[j.SubmissionID]; ok && st != j.Status {
 				t.Errorf("job %s is %s, want %s", j.SubmissionID, j.Status, st)

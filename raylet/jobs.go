@@ -60,7 +60,24 @@ type jobTable struct {
 }
 
 func newJobTable(nodeID ids.ID, log hclog.Logger, bins *binaries.Cache) *jobTable {
-	return &jobTable{nodeID: nodeID, log: log, binaries: bins, jobs: map[ids.ID]*job{}}
+	t := &jobTable{nodeID: nodeID, log: log, binaries: bins, jobs: map[ids.ID]*job{}}
+	if bins != nil {
+		bins.SetInUse(t.usesWorkingDir)
+	}
+	return t
+}
+
+// usesWorkingDir tells whether a registered job ships the working dir
+// with sha256 sum (the cache never prunes it).
+func (t *jobTable) usesWorkingDir(sum string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	for _, j := range t.jobs {
+		if j.info.GetWorkingDirSha256() == sum {
+			return true
+		}
+	}
+	return false
 }
 
 // lookup returns the job id (nil when this node does not know it). A job
@@ -196,6 +213,12 @@ func (t *jobTable) close() {
 // binaryPath returns the checked local path of the job's binary.
 func (t *jobTable) binaryPath(ctx context.Context, info *gorayv1.JobInfo) (string, error) {
 	return t.binaries.Path(ctx, info)
+}
+
+// workingDir returns the directory unpacked from the job's shipped working
+// dir ("" when it ships none).
+func (t *jobTable) workingDir(ctx context.Context, info *gorayv1.JobInfo) (string, error) {
+	return t.binaries.WorkingDir(ctx, info)
 }
 
 // binarySources lists the files that may hold the binary with sha256 sum:

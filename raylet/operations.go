@@ -33,6 +33,11 @@ func (r *Raylet) registerJob(ctx context.Context, j *job) error {
 	if _, err := r.jobs.binaryPath(ctx, j.info); err != nil {
 		return &badBinaryError{err: err}
 	}
+	// And the shipped working dir: copied from the driver's archive into
+	// the cache (where other nodes fetch it) and unpacked.
+	if _, err := r.jobs.workingDir(ctx, j.info); err != nil {
+		return &badBinaryError{err: err}
+	}
 	// Reserved; not ready until the GCS knows it.
 	if err := r.jobs.reserve(j); err != nil {
 		return err

@@ -146,9 +146,12 @@ func resolvePool(p config.WorkerPool, total resources.Set) poolSettings {
 }
 
 // binarySource is what the worker pool needs from the job table: the
-// checked binary of a job.
+// checked binary of a job, and the directory its workers start in.
 type binarySource interface {
 	binaryPath(ctx context.Context, info *gorayv1.JobInfo) (string, error)
+	// workingDir is the directory unpacked from the job's shipped working
+	// dir, or "" when it ships none.
+	workingDir(ctx context.Context, info *gorayv1.JobInfo) (string, error)
 }
 
 // poolEvents receives the worker pool's events, delivered with the pool's
@@ -659,12 +662,19 @@ func (p *workerPool) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 		}
 	}()
 	bin, err := p.bins.binaryPath(ctx, info)
+	var wd string
+	if err == nil {
+		wd, err = p.bins.workingDir(ctx, info)
+	}
 	cancel()
 	if err != nil {
 		return nil, nil, err
 	}
 	cmd := exec.Command(bin)
 	cmd.Dir = info.GetWorkingDir()
+	if wd != "" {
+		cmd.Dir = wd // the shipped working dir (ray.WorkingDir)
+	}
 	cmd.Env = p.workerEnv(w, info.GetEnv())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second

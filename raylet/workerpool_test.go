@@ -21,6 +21,10 @@ func (f fakeBinaries) binaryPath(context.Context, *gorayv1.JobInfo) (string, err
 	return "", f.err
 }
 
+func (f fakeBinaries) workingDir(context.Context, *gorayv1.JobInfo) (string, error) {
+	return "", nil
+}
+
 // deaths records the pool's death events.
 type deaths chan workerDeath
 

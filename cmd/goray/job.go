@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/signal"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/goray-dev/goray/dashboard/jobclient"
 	"github.com/goray-dev/goray/dashboard/jobs"
 	"github.com/goray-dev/goray/internal/auth"
+	"github.com/goray-dev/goray/internal/workdir"
 )
 
 // envDashboardAddress is the head's dashboard (job API) address `goray job`
@@ -111,7 +113,8 @@ func (a *app) jobCmd() *cobra.Command {
 func (a *app) jobSubmitCmd() *cobra.Command {
 	var f jobFlags
 	var env, metadata []string
-	var id string
+	var id, workingDir string
+	var excludes []string
 	var noWait, wait bool
 	cmd := &cobra.Command{
 		Use:   "submit [flags] -- BINARY [ARGS...]",
@@ -123,6 +126,9 @@ func (a *app) jobSubmitCmd() *cobra.Command {
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
 			if noWait && wait {
 				return usagef("--wait and --no-wait contradict each other")
+			}
+			if len(excludes) > 0 && workingDir == "" {
+				return usagef("--exclude needs --working-dir")
 			}
 			meta := map[string]string{}
 			for _, kv := range metadata {
@@ -151,7 +157,13 @@ func (a *app) jobSubmitCmd() *cobra.Command {
 			} else {
 				fmt.Fprintf(a.stderr, "The head has %s already (sha256 %s): nothing uploaded\n", args[0], up.SHA256[:12])
 			}
-			sid, err := c.Submit(ctx, jobs.SubmitRequest{BinarySHA256: up.SHA256, Args: args[1:], Env: env, Metadata: meta, SubmissionID: id})
+			var wdSum string
+			if workingDir != "" {
+				if wdSum, err = a.uploadWorkingDir(ctx, c, workingDir, excludes); err != nil {
+					return err
+				}
+			}
+			sid, err := c.Submit(ctx, jobs.SubmitRequest{BinarySHA256: up.SHA256, Args: args[1:], Env: env, Metadata: meta, SubmissionID: id, WorkingDirSHA256: wdSum})
 			if err != nil {
 				return err
 			}
@@ -171,7 +183,29 @@ func (a *app) jobSubmitCmd() *cobra.Command {
 	cmd.Flags().StringVar(&id, "submission-id", "", "the job's submission id (default: generated); must be new")
 	cmd.Flags().BoolVar(&noWait, "no-wait", false, "print the submission id and return at once")
 	cmd.Flags().BoolVar(&wait, "wait", false, "print the job's output until it finishes and exit with its status (the default)")
+	cmd.Flags().StringVar(&workingDir, "working-dir", "", "a directory to ship: the driver starts in its copy on the head, every worker in a copy on its node (Ray's runtime_env working_dir)")
+	cmd.Flags().StringArrayVar(&excludes, "exclude", nil, "leave out of --working-dir what matches this pattern (path.Match, against the relative path or the base name; repeatable)")
 	return cmd
+}
+
+// uploadWorkingDir packs dir (less excludes) and uploads the archive
+// unless the head has it: its sha256.
+func (a *app) uploadWorkingDir(ctx context.Context, c *jobclient.Client, dir string, excludes []string) (string, error) {
+	path, p, err := workdir.PackFile(dir, excludes, workdir.Limits{}, "")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(path)
+	up, err := c.EnsureBinary(ctx, path, a.progress("uploading working dir "+dir))
+	if err != nil {
+		return "", fmt.Errorf("uploading working dir %s: %w", dir, err)
+	}
+	if up.Uploaded {
+		fmt.Fprintf(a.stderr, "Uploaded working dir %s (%d files, %s packed, sha256 %s)\n", dir, p.Files, humanize.IBytes(uint64(up.Size)), up.SHA256[:12])
+	} else {
+		fmt.Fprintf(a.stderr, "The head has working dir %s already (sha256 %s): nothing uploaded\n", dir, up.SHA256[:12])
+	}
+	return up.SHA256, nil
 }
 
 // followJob prints the job's log until it finished and returns an error

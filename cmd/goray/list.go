@@ -52,8 +52,11 @@ type jobRow struct {
 	BinaryPath   string `json:"binary_path"`
 	BinarySHA256 string `json:"binary_sha256,omitempty"`
 	WorkingDir   string `json:"working_dir,omitempty"`
-	StartTimeMs  int64  `json:"start_time_ms"`
-	EndTimeMs    int64  `json:"end_time_ms,omitempty"`
+	// WorkingDirSHA256 is the sha256 of the working dir the job ships
+	// (ray.WorkingDir), when it ships one.
+	WorkingDirSHA256 string `json:"working_dir_sha256,omitempty"`
+	StartTimeMs      int64  `json:"start_time_ms"`
+	EndTimeMs        int64  `json:"end_time_ms,omitempty"`
 }
 
 func actorRows(as []*pb.ActorInfo) []actorRow {
@@ -78,7 +81,7 @@ func jobRows(js []*pb.JobInfo) []jobRow {
 		out = append(out, jobRow{
 			JobID: hexID(j.GetJobId()), State: j.GetState(), DriverPid: j.GetDriverPid(), DriverNodeID: hexID(j.GetDriverNodeId()),
 			BinaryPath: j.GetBinaryPath(), BinarySHA256: j.GetBinarySha256(), WorkingDir: j.GetWorkingDir(),
-			StartTimeMs: j.GetStartTimeMs(), EndTimeMs: j.GetEndTimeMs(),
+			WorkingDirSHA256: j.GetWorkingDirSha256(), StartTimeMs: j.GetStartTimeMs(), EndTimeMs: j.GetEndTimeMs(),
 		})
 	}
 	slices.SortStableFunc(out, func(a, b jobRow) int {

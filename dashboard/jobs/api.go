@@ -80,6 +80,10 @@ type Job struct {
 	LogFile string `json:"log_file,omitempty"`
 	// WorkingDir is the driver's working directory on the head.
 	WorkingDir string `json:"working_dir,omitempty"`
+	// WorkingDirSHA256 is the working dir the job ships (an uploaded
+	// archive), unpacked into WorkingDir/working_dir, where the driver
+	// starts; every worker starts in a copy on its node. "" for none.
+	WorkingDirSHA256 string `json:"working_dir_sha256,omitempty"`
 }
 
 // SubmitRequest is the body of POST /api/jobs/.
@@ -95,6 +99,12 @@ type SubmitRequest struct {
 	// SubmissionID, when set, names the job (unique; letters, digits,
 	// '_', '-' and '.', at most 128, starting with a letter or digit).
 	SubmissionID string `json:"submission_id,omitempty"`
+	// WorkingDirSHA256, when set, names an uploaded working-dir archive
+	// (PUT /api/binaries/{sha256}, as internal/workdir packs it; `goray job
+	// submit --working-dir` does both), as Ray's runtime_env working_dir:
+	// the driver starts in the unpacked directory and ships it to its
+	// workers ($GORAY_WORKING_DIR, sdk/ray's WorkingDir).
+	WorkingDirSHA256 string `json:"working_dir_sha256,omitempty"`
 }
 
 // SubmitResponse is the answer to POST /api/jobs/.

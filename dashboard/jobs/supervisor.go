@@ -21,6 +21,7 @@ import (
 	"github.com/goray-dev/goray/internal/digest"
 	"github.com/goray-dev/goray/internal/logrotate"
 	"github.com/goray-dev/goray/internal/spawn"
+	"github.com/goray-dev/goray/internal/workdir"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -63,6 +64,9 @@ const (
 	EnvNodeIP = "GORAY_NODE_IP"
 	// EnvSubmissionID is the job's submission id, for the driver to read.
 	EnvSubmissionID = "GORAY_JOB_SUBMISSION_ID"
+	// EnvWorkingDir is the directory the driver ships to its workers
+	// (sdk/ray's GORAY_WORKING_DIR): the job's unpacked working dir.
+	EnvWorkingDir = "GORAY_WORKING_DIR"
 )
 
 // Errors of the supervisor; the handlers map them to status codes.
@@ -280,6 +284,16 @@ func (s *Supervisor) check(req *SubmitRequest) error {
 	} else if !ok {
 		return &InvalidError{"binary_sha256", fmt.Sprintf("%s: %v", req.BinarySHA256, ErrUnknownBinary)}
 	}
+	if sum := req.WorkingDirSHA256; sum != "" {
+		if !digest.ValidSHA256(sum) {
+			return &InvalidError{"working_dir_sha256", fmt.Sprintf("%q is %v", sum, ErrBadSHA256)}
+		}
+		if _, ok, err := s.o.Binaries.Has(sum); err != nil {
+			return err
+		} else if !ok {
+			return &InvalidError{"working_dir_sha256", fmt.Sprintf("%s: %v", sum, ErrUnknownBinary)}
+		}
+	}
 	if req.SubmissionID != "" && !submissionIDRe.MatchString(req.SubmissionID) {
 		return &InvalidError{"submission_id", fmt.Sprintf("%q: want 1 to 128 letters, digits, '_', '-' or '.', starting with a letter or digit", req.SubmissionID)}
 	}
@@ -357,8 +371,9 @@ func (s *Supervisor) Submit(req SubmitRequest) (string, error) {
 	j := Job{
 		SubmissionID: id, Status: StatusPending, BinarySHA256: req.BinarySHA256, Args: req.Args, EnvNames: names,
 		Metadata: req.Metadata, SubmitTime: time.Now(),
-		LogFile:    filepath.Join(s.o.SessionDir, "logs", "job-driver-"+id+".log"),
-		WorkingDir: filepath.Join(s.o.SessionDir, "jobs", id),
+		LogFile:          filepath.Join(s.o.SessionDir, "logs", "job-driver-"+id+".log"),
+		WorkingDir:       filepath.Join(s.o.SessionDir, "jobs", id),
+		WorkingDirSHA256: req.WorkingDirSHA256,
 	}
 	s.mu.Lock()
 	switch {
@@ -734,8 +749,13 @@ func (s *Supervisor) command(j Job, env []string) (*exec.Cmd, io.Closer, error) 
 		_ = f.Close()
 		return nil, nil, err
 	}
+	dir, err := s.unpackWorkingDir(j)
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, err
+	}
 	cmd := exec.Command(s.o.Binaries.Path(j.BinarySHA256), j.Args...)
-	cmd.Dir = j.WorkingDir
+	cmd.Dir = dir
 	// One writer for both (exec then copies one pipe); a process the
 	// driver leaves holding the pipe delays Wait by at most WaitDelay.
 	cmd.Stdout, cmd.Stderr = f, f
@@ -746,11 +766,36 @@ func (s *Supervisor) command(j Job, env []string) (*exec.Cmd, io.Closer, error) 
 	if s.o.NodeIP != "" {
 		e = append(e, EnvNodeIP+"="+s.o.NodeIP)
 	}
+	if j.WorkingDirSHA256 != "" {
+		e = append(e, EnvWorkingDir+"="+dir)
+	}
 	cmd.Env = append(e, s.o.Auth.Env()...)
 	// Its own process group (stop signals the group); killed if the head
 	// dies without stopping it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	return cmd, f, nil
+}
+
+// unpackWorkingDir returns the directory the job's driver starts in: its
+// working dir archive unpacked into WorkingDir/working_dir (once: a
+// restarted head finds it there), else WorkingDir.
+func (s *Supervisor) unpackWorkingDir(j Job) (string, error) {
+	if j.WorkingDirSHA256 == "" {
+		return j.WorkingDir, nil
+	}
+	dest := filepath.Join(j.WorkingDir, "working_dir")
+	if st, err := os.Stat(dest); err == nil && st.IsDir() {
+		return dest, nil
+	}
+	f, err := os.Open(s.o.Binaries.Path(j.WorkingDirSHA256))
+	if err != nil {
+		return "", fmt.Errorf("the job's working dir %s: %w", j.WorkingDirSHA256[:12], err)
+	}
+	defer f.Close()
+	if err := workdir.Extract(f, j.WorkingDirSHA256[:12], dest, workdir.Limits{}); err != nil {
+		return "", err
+	}
+	return dest, nil
 }
 
 // kickLocked wakes the persister.

@@ -448,6 +448,8 @@ func TestSubmitRefusesBadRequests(t *testing.T) {
 		{"no sha", SubmitRequest{}, "binary_sha256", "not a sha256"},
 		{"upper-case sha", SubmitRequest{BinarySHA256: strings.ToUpper(sha)}, "binary_sha256", "not a sha256"},
 		{"unknown binary", SubmitRequest{BinarySHA256: missing}, "binary_sha256", "upload it first"},
+		{"bad working dir sha", SubmitRequest{BinarySHA256: sha, WorkingDirSHA256: "../x"}, "working_dir_sha256", "not a sha256"},
+		{"unknown working dir", SubmitRequest{BinarySHA256: sha, WorkingDirSHA256: missing}, "working_dir_sha256", "upload it first"},
 		{"bad id", SubmitRequest{BinarySHA256: sha, SubmissionID: "a/b"}, "submission_id", "letters, digits"},
 		{"env without =", SubmitRequest{BinarySHA256: sha, Env: []string{"FOO"}}, "env[0]", "NAME=value"},
 		{"env bad name", SubmitRequest{BinarySHA256: sha, Env: []string{"A=1", "1X=2"}}, "env[1]", "NAME=value"},

@@ -56,6 +56,7 @@ type initOptions struct {
 	transfer   time.Duration
 	forward    []string
 	envVars    map[string]string // EnvVars' (envvars.go)
+	workingDir *workingDirOption // WorkingDir's (workingdir.go)
 	tokenFile  string
 	namespace  *string // Namespace's (nil: $GORAY_NAMESPACE, else anonymous)
 
@@ -183,6 +184,14 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The working dir is packed first: a missing or oversized one fails
+	// before anything starts. The raylet copies the archive when the job
+	// registers; the driver's file goes once Init returns.
+	pkgPath, pkgSum, err := packWorkingDir(o.workingDir, os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	defer removePackage(pkgPath)
 	rt := &Runtime{log: o.logger}
 	if rt.log == nil {
 		level := o.logLevel
@@ -226,6 +235,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 	job, err := jobInfo(forward, extraEnv...)
 	var ns string
 	if err == nil {
+		job.WorkingDirSha256, job.WorkingDirPackage = pkgSum, pkgPath
 		ns, err = jobNamespace(job, o.namespace, os.Getenv(EnvNamespace))
 	}
 	if err != nil {

@@ -151,6 +151,10 @@ func main() {
 		}
 		opts = append(opts, ray.EnvVars(vars))
 	}
+	if wd := os.Getenv("TESTJOB_WORKING_DIR"); wd != "" { // DIR[,EXCLUDE...]
+		f := strings.Split(wd, ",")
+		opts = append(opts, ray.WorkingDir(f[0], f[1:]...))
+	}
 	rt, err := ray.Init(ctx, opts...)
 	if err != nil {
 		fmt.Println("FAIL: init:", err)
@@ -191,6 +195,8 @@ func main() {
 		runErr = runShip(ctx)
 	case "env":
 		runErr = runEnv(ctx, args)
+	case "files":
+		runErr = runFiles(ctx, args)
 	case "where":
 		runErr = runWhere(ctx, arg(rt, args, 0))
 	case "fetch-local":

@@ -5452,9 +5452,19 @@ type JobInfo struct {
 	DriverNodeId []byte   `protobuf:"bytes,10,opt,name=driver_node_id,json=driverNodeId,proto3" json:"driver_node_id,omitempty"`
 	// Only in the GCS's storage, never in a reply: env sealed with a key
 	// derived from the cluster token (gcs/envcrypt.go); env is then empty.
-	SealedEnv     []byte `protobuf:"bytes,11,opt,name=sealed_env,json=sealedEnv,proto3" json:"sealed_env,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SealedEnv []byte `protobuf:"bytes,11,opt,name=sealed_env,json=sealedEnv,proto3" json:"sealed_env,omitempty"`
+	// The job's shipped working directory (ray.WorkingDir), as Ray's
+	// runtime_env working_dir: the sha256 of its archive (internal/workdir),
+	// which every raylet fetches (FetchBinary serves it, by sha256, from the
+	// driver's node), checks and unpacks once; the job's workers start in
+	// the unpacked copy. "" when the job ships none (workers start in
+	// working_dir when it exists on their node).
+	WorkingDirSha256 string `protobuf:"bytes,12,opt,name=working_dir_sha256,json=workingDirSha256,proto3" json:"working_dir_sha256,omitempty"`
+	// Where the driver wrote the archive on its node; its raylet copies it
+	// into its cache when the job registers.
+	WorkingDirPackage string `protobuf:"bytes,13,opt,name=working_dir_package,json=workingDirPackage,proto3" json:"working_dir_package,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *JobInfo) Reset() {
@@ -5562,6 +5572,20 @@ func (x *JobInfo) GetSealedEnv() []byte {
 		return x.SealedEnv
 	}
 	return nil
+}
+
+func (x *JobInfo) GetWorkingDirSha256() string {
+	if x != nil {
+		return x.WorkingDirSha256
+	}
+	return ""
+}
+
+func (x *JobInfo) GetWorkingDirPackage() string {
+	if x != nil {
+		return x.WorkingDirPackage
+	}
+	return ""
 }
 
 type ActorInfo struct {
@@ -9208,7 +9232,7 @@ const file_goray_proto_rawDesc = "" +
 	"\x0edashboard_addr\x18\x11 \x01(\tR\rdashboardAddr\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd7\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb5\x03\n" +
 	"\aJobInfo\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x12\x1f\n" +
 	"\vbinary_path\x18\x02 \x01(\tR\n" +
@@ -9225,7 +9249,9 @@ const file_goray_proto_rawDesc = "" +
 	"\x0edriver_node_id\x18\n" +
 	" \x01(\fR\fdriverNodeId\x12\x1d\n" +
 	"\n" +
-	"sealed_env\x18\v \x01(\fR\tsealedEnv\"\xe1\x06\n" +
+	"sealed_env\x18\v \x01(\fR\tsealedEnv\x12,\n" +
+	"\x12working_dir_sha256\x18\f \x01(\tR\x10workingDirSha256\x12.\n" +
+	"\x13working_dir_package\x18\r \x01(\tR\x11workingDirPackage\"\xe1\x06\n" +
 	"\tActorInfo\x12\x19\n" +
 	"\bactor_id\x18\x01 \x01(\fR\aactorId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\fR\x05jobId\x12\x12\n" +

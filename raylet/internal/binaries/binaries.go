@@ -41,6 +41,9 @@ type Cache struct {
 	log    hclog.Logger
 	peer   PeerFunc
 
+	// inUse tells which working dirs registered jobs use (SetInUse).
+	inUse func(sum string) bool
+
 	mu      sync.Mutex
 	fetches map[string]*binaryFetch
 }
@@ -247,27 +250,32 @@ func (c *Cache) fetch(info *gorayv1.JobInfo) (string, fileID, error) {
 // fetchRemote streams the job's binary from the driver's node into
 // the cache.
 func (c *Cache) fetchRemote(info *gorayv1.JobInfo) error {
-	sum := info.GetBinarySha256()
-	driverNode, err := ids.FromBytes(info.GetDriverNodeId())
+	return c.fetchFrom(info.GetDriverNodeId(), info.GetBinarySha256(), "binary")
+}
+
+// fetchFrom streams the file with sha256 sum (what it is, for messages)
+// from the raylet of node (the driver's) into the cache.
+func (c *Cache) fetchFrom(node []byte, sum, what string) error {
+	driverNode, err := ids.FromBytes(node)
 	if err != nil {
-		return fmt.Errorf("no driver node to fetch binary %s from", sum[:12])
+		return fmt.Errorf("no driver node to fetch %s %s from", what, sum[:12])
 	}
 	cli, err := c.peer(driverNode)
 	if err != nil {
-		return fmt.Errorf("fetching binary %s: %w", sum[:12], err)
+		return fmt.Errorf("fetching %s %s: %w", what, sum[:12], err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	start := time.Now()
 	st, err := cli.FetchBinary(ctx, &gorayv1.FetchBinaryRequest{Sha256: sum})
 	if err != nil {
-		return fmt.Errorf("fetching binary %s from node %s: %w", sum[:12], driverNode.Short(), err)
+		return fmt.Errorf("fetching %s %s from node %s: %w", what, sum[:12], driverNode.Short(), err)
 	}
 	n, err := c.Install(sum, &chunkReader{recv: st.Recv})
 	if err != nil {
-		return fmt.Errorf("fetching binary %s from node %s: %w", sum[:12], driverNode.Short(), err)
+		return fmt.Errorf("fetching %s %s from node %s: %w", what, sum[:12], driverNode.Short(), err)
 	}
-	c.log.Info("job binary fetched", "sha256", sum[:12], "from", driverNode, "bytes", n, "took", time.Since(start))
+	c.log.Info("job "+what+" fetched", "sha256", sum[:12], "from", driverNode, "bytes", n, "took", time.Since(start))
 	return nil
 }
 
