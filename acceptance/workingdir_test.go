@@ -96,3 +96,38 @@ func TestWorkingDirShipped(t *testing.T) {
 		t.Errorf("job with a missing working dir exited %d:\n%s", code, out)
 	}
 }
+
+// TestWorkerEnvPerCall: ray.WorkerEnv sets a task's or actor's variables
+// (Ray's runtime_env env_vars in .options()): they win over the job's
+// EnvVars, a call without them runs on a worker without them, and what a
+// task submits inherits them.
+func TestWorkerEnvPerCall(t *testing.T) {
+	ctx := testCtx(t)
+	j := startJob(t, jobOptions{env: []string{"TESTJOB_ENV_VARS=JOBVAR=job,SHARED=job"}}, testjobBin, "worker-env")
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("worker-env job exited %d:\n%s", code, out)
+	}
+	got := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, "worker-env "); ok {
+			call, vals, _ := strings.Cut(rest, " ")
+			got[call] = vals
+		}
+	}
+	for call, want := range map[string]string{
+		"plain":       "JOBVAR=job SHARED=job TASKVAR unset ACTORVAR unset",
+		"task":        "JOBVAR=job SHARED=task TASKVAR=task ACTORVAR unset",
+		"plain-again": "JOBVAR=job SHARED=job TASKVAR unset ACTORVAR unset",
+		"parent":      "JOBVAR=job SHARED=job TASKVAR=parent ACTORVAR unset",
+		"child":       "JOBVAR=job SHARED=job TASKVAR=parent ACTORVAR unset",
+		"actor":       "JOBVAR=job SHARED=job TASKVAR unset ACTORVAR=actor",
+	} {
+		if got[call] != want {
+			t.Errorf("%s: the worker sees %q, want %q", call, got[call], want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("job output:\n%s", out)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -14,6 +15,7 @@ import (
 	"github.com/goray-dev/goray/internal/ids"
 	gorayv1 "github.com/goray-dev/goray/internal/proto/gorayv1"
 	"github.com/goray-dev/goray/internal/resources"
+	"github.com/goray-dev/goray/internal/workerenv"
 )
 
 var _ gorayv1.RayletServer = (*Raylet)(nil)
@@ -239,12 +241,16 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 		}
 	}
 
+	if err := workerenv.CheckVars(req.GetEnvVars()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "lease request: %v", err)
+	}
+
 	holder, _ := ids.FromBytes(req.GetHolderId())
 	holderNode, _ := ids.FromBytes(req.GetHolderNodeId())
 	p := &pendingLease{
 		res: res, actorID: actorID, holder: holder, holderNode: holderNode, requestID: string(req.GetRequestId()), detached: req.GetDetached() && !actorID.IsNil(),
 		function: req.GetFunction(), strategy: req.GetStrategy(), queued: time.Now(), ready: make(chan struct{}),
-		retriable: req.GetRetriable(),
+		retriable: req.GetRetriable(), env: strings.Join(req.GetEnvVars(), "\x00"),
 	}
 	if g := req.GetPlacementGroupId(); len(g) > 0 {
 		if p.group, err = ids.FromBytes(g); err != nil {

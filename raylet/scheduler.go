@@ -86,7 +86,10 @@ type pendingLease struct {
 	detached  bool // for a detached actor (lease.detached)
 	function  string
 	retriable bool // LeaseRequest.retriable, for the memory monitor
-	strategy  *gorayv1.SchedulingStrategy
+	// env is LeaseRequest.env_vars joined by NUL: only a worker started
+	// with them serves the request (worker.env).
+	env      string
+	strategy *gorayv1.SchedulingStrategy
 	// group is the placement group the request is for (ids.Nil: none);
 	// its resources are then the group's.
 	group    ids.ID
@@ -184,24 +187,26 @@ type dispatchRound struct {
 	disconnect bool
 	cands      []*pendingLease
 	need       []jobNeed
-	skip       []*job   // jobs without an idle worker in this dispatch
-	unbound    []*lease // bound to requests answered meanwhile
+	skip       []poolKey // workers kinds without an idle worker in this dispatch
+	unbound    []*lease  // bound to requests answered meanwhile
 }
 
-// jobNeed is how many more workers of job the waiting requests could use.
+// jobNeed is how many more workers of job, started with the variables env
+// names, the waiting requests could use.
 type jobNeed struct {
 	job *job
+	env string
 	n   int
 }
 
-func (rd *dispatchRound) addNeed(j *job) {
+func (rd *dispatchRound) addNeed(j *job, env string) {
 	for i := range rd.need {
-		if rd.need[i].job == j {
+		if rd.need[i].job == j && rd.need[i].env == env {
 			rd.need[i].n++
 			return
 		}
 	}
-	rd.need = append(rd.need, jobNeed{j, 1})
+	rd.need = append(rd.need, jobNeed{j, env, 1})
 }
 
 var rounds = sync.Pool{New: func() any { return new(dispatchRound) }}
@@ -432,7 +437,7 @@ func (s *scheduler) collectLocked(rd *dispatchRound) {
 		for k := 0; k < n; k++ {
 			i := (s.rr + k) % n
 			p := firstUnpicked(s.order[i])
-			if p == nil || !s.available.Fits(p.res) || slices.Contains(rd.skip, p.job) {
+			if p == nil || !s.available.Fits(p.res) || slices.Contains(rd.skip, poolKey{p.job.id, p.env}) {
 				continue
 			}
 			s.available.Sub(p.res)
@@ -464,7 +469,7 @@ func (s *scheduler) collectLocked(rd *dispatchRound) {
 				break
 			}
 			avail.Sub(p.res)
-			rd.addNeed(p.job)
+			rd.addNeed(p.job, p.env)
 		}
 	}
 }
@@ -505,7 +510,7 @@ func (s *scheduler) finishLocked(rd *dispatchRound) (again bool) {
 		case l.worker == nil:
 			s.available.Add(p.res)
 			p.cand = nil
-			rd.skip = append(rd.skip, p.job)
+			rd.skip = append(rd.skip, poolKey{p.job.id, p.env})
 			again = true
 		case l.ended:
 			// Its worker died while it was being bound: try again.

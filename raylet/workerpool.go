@@ -82,6 +82,10 @@ type worker struct {
 	// ownsObjects is the latest owns_objects the worker reported: it owns
 	// objects and must not be reaped as idle.
 	ownsObjects bool
+	// env are the variables it was started with beyond its job's
+	// (LeaseRequest.env_vars joined by NUL; "" for none): it serves only
+	// leases asking for the same.
+	env string
 
 	out    *outbox       // to the worker's session stream
 	exited chan struct{} // closed once the process is reaped (or failed to start)
@@ -97,7 +101,25 @@ func (w *worker) registered() bool {
 	return false
 }
 
-// poolJob is the pool's state of one job's workers.
+// poolKey names the workers that can serve one another's leases: those of
+// one job started with one set of variables (worker.env).
+type poolKey struct {
+	job ids.ID
+	env string
+}
+
+func keyOf(w *worker) poolKey { return poolKey{w.job.id, w.env} }
+
+// envList is the variables a worker key's env names.
+func envList(env string) []string {
+	if env == "" {
+		return nil
+	}
+	return strings.Split(env, "\x00")
+}
+
+// poolJob is the pool's state of one job's workers with one set of
+// variables.
 type poolJob struct {
 	workers       map[ids.ID]*worker
 	idle          []*worker // oldest first
@@ -222,7 +244,7 @@ type workerPool struct {
 	mu       sync.Mutex
 	closed   bool
 	workers  map[ids.ID]*worker
-	jobs     map[ids.ID]*poolJob
+	jobs     map[poolKey]*poolJob
 	starting int
 }
 
@@ -231,7 +253,7 @@ func newWorkerPool(cfg Config, log hclog.Logger, closing <-chan struct{}, bins b
 		cfg: cfg, settings: resolvePool(cfg.Pool, cfg.Resources), log: log,
 		logDir: filepath.Join(cfg.SessionDir, "logs"), closing: closing, bins: bins, events: events,
 		spawnCh: make(chan spawnRequest), spawnStop: make(chan struct{}), spawnDone: make(chan struct{}),
-		workers: map[ids.ID]*worker{}, jobs: map[ids.ID]*poolJob{},
+		workers: map[ids.ID]*worker{}, jobs: map[poolKey]*poolJob{},
 	}
 	go p.spawnLoop()
 	return p
@@ -266,11 +288,12 @@ func (p *workerPool) spawn(cmd *exec.Cmd) error {
 	}
 }
 
-func (p *workerPool) jobLocked(j *job) *poolJob {
-	pj := p.jobs[j.id]
+func (p *workerPool) jobLocked(j *job, env string) *poolJob {
+	k := poolKey{j.id, env}
+	pj := p.jobs[k]
 	if pj == nil {
 		pj = &poolJob{workers: map[ids.ID]*worker{}}
-		p.jobs[j.id] = pj
+		p.jobs[k] = pj
 	}
 	return pj
 }
@@ -283,21 +306,22 @@ func (p *workerPool) prestart(j *job) {
 		return
 	}
 	for range p.settings.prestart {
-		p.startWorkerLocked(j)
+		p.startWorkerLocked(j, "")
 	}
 }
 
-// startWorkerLocked records a new worker of j and starts its process in the
-// background.
-func (p *workerPool) startWorkerLocked(j *job) {
+// startWorkerLocked records a new worker of j with the variables env
+// names and starts its process in the background.
+func (p *workerPool) startWorkerLocked(j *job, env string) {
 	w := &worker{
 		id:     ids.New(),
 		job:    j,
+		env:    env,
 		state:  stateStarting,
 		out:    newOutbox(),
 		exited: make(chan struct{}),
 	}
-	pj := p.jobLocked(j)
+	pj := p.jobLocked(j, env)
 	pj.workers[w.id] = w
 	pj.starting++
 	p.workers[w.id] = w
@@ -323,9 +347,9 @@ func (p *workerPool) bindIdle(rd *dispatchRound) {
 		p.leaseEndedLocked(rd.ended, rd.disconnect)
 	}
 	for _, c := range rd.cands {
-		pj := p.jobs[c.job.id]
+		pj := p.jobs[poolKey{c.job.id, c.env}]
 		if pj == nil || len(pj.idle) == 0 {
-			rd.addNeed(c.job)
+			rd.addNeed(c.job, c.env)
 			continue
 		}
 		w := pj.idle[len(pj.idle)-1] // most recently used
@@ -347,12 +371,12 @@ func (p *workerPool) bindIdle(rd *dispatchRound) {
 		if j.finished.Load() {
 			continue
 		}
-		pj := p.jobLocked(j)
+		pj := p.jobLocked(j, n.env)
 		if pj.startFailures >= maxStartFailures && pj.starting > 0 {
 			continue
 		}
 		for deficit := n.n - len(pj.idle) - pj.starting; deficit > 0 && p.starting < p.settings.maxStarting; deficit-- {
-			p.startWorkerLocked(j)
+			p.startWorkerLocked(j, n.env)
 		}
 	}
 }
@@ -373,7 +397,7 @@ func (p *workerPool) unbind(ls []*lease) {
 			continue
 		}
 		w.state = stateIdle
-		pj := p.jobLocked(w.job)
+		pj := p.jobLocked(w.job, w.env)
 		pj.idle = append(pj.idle, w)
 	}
 }
@@ -396,7 +420,7 @@ func (p *workerPool) leaseEndedLocked(l *lease, disconnect bool) {
 	default:
 		w.state = stateIdle
 		w.idleSince = time.Now()
-		pj := p.jobLocked(w.job)
+		pj := p.jobLocked(w.job, w.env)
 		pj.idle = append(pj.idle, w)
 	}
 }
@@ -455,7 +479,7 @@ func (p *workerPool) ready(w *worker) bool {
 	w.state = stateIdle
 	w.idleSince = time.Now()
 	p.starting--
-	pj := p.jobLocked(w.job)
+	pj := p.jobLocked(w.job, w.env)
 	pj.starting--
 	pj.startFailures = 0
 	pj.idle = append(pj.idle, w)
@@ -500,7 +524,10 @@ func (p *workerPool) forceKill(ws []*worker, reason string) {
 func (p *workerPool) endJob(j *job) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if pj := p.jobs[j.id]; pj != nil {
+	for k, pj := range p.jobs {
+		if k.job != j.id {
+			continue
+		}
 		for _, w := range pj.workers {
 			if w.lease != nil && w.lease.detached && w.state == stateActor {
 				continue // a detached actor outlives its job
@@ -508,7 +535,7 @@ func (p *workerPool) endJob(j *job) {
 			p.killWorkerLocked(w, "job finished", false)
 		}
 		if len(pj.workers) == 0 {
-			delete(p.jobs, j.id)
+			delete(p.jobs, k)
 		}
 	}
 }
@@ -675,7 +702,8 @@ func (p *workerPool) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 	if wd != "" {
 		cmd.Dir = wd // the shipped working dir (ray.WorkingDir)
 	}
-	cmd.Env = p.workerEnv(w, info.GetEnv())
+	// The lease's variables (a task's or actor's) after the job's: they win.
+	cmd.Env = p.workerEnv(w, append(slices.Clip(info.GetEnv()), envList(w.env)...))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second
 
@@ -723,6 +751,14 @@ func (p *workerPool) workerEnv(w *worker, forwarded []string) []string {
 	if tp := p.cfg.TensorPool.Pool; tp != nil {
 		env = append(env, EnvShmPool+"="+tp.Dir())
 	}
+	if w.env != "" {
+		names := make([]string, 0, strings.Count(w.env, "\x00")+1)
+		for _, kv := range envList(w.env) {
+			name, _, _ := strings.Cut(kv, "=")
+			names = append(names, name)
+		}
+		env = append(env, workerenv.LeaseEnv+"="+strings.Join(names, ","))
+	}
 	return append(env,
 		EnvWorker+"=1",
 		EnvRayletSocket+"="+p.cfg.SocketPath,
@@ -752,7 +788,7 @@ func (p *workerPool) killWorkerLocked(w *worker, reason string, startFailure boo
 		reason = "worker session ended"
 	}
 	w.killedStarting = !startFailure && w.state == stateStarting
-	if pj := p.jobs[w.job.id]; pj != nil {
+	if pj := p.jobs[keyOf(w)]; pj != nil {
 		pj.removeIdle(w)
 	}
 	w.out.push(&gorayv1.RayletCommand{Kind: gorayv1.RayletCommand_EXIT, Reason: reason})
@@ -809,7 +845,7 @@ func (p *workerPool) workerDied(w *worker, reason string, startErr error) {
 	d.reason = reason
 	w.startTimer.Stop()
 	j := w.job
-	pj := p.jobLocked(j)
+	pj := p.jobLocked(j, w.env)
 	wasStarting := w.state == stateStarting
 	w.state = stateDead
 	pj.removeIdle(w)
@@ -831,7 +867,7 @@ func (p *workerPool) workerDied(w *worker, reason string, startErr error) {
 		}
 	}
 	if j.finished.Load() && len(pj.workers) == 0 {
-		delete(p.jobs, j.id)
+		delete(p.jobs, keyOf(w))
 	}
 	d.lease, w.lease = w.lease, nil
 	d.registered = w.addr != nil

@@ -64,7 +64,7 @@ func (p *workerPool) addIdle(j *job, idleSince time.Time) *worker {
 	defer p.mu.Unlock()
 	w := &worker{id: ids.New(), job: j, state: stateIdle, idleSince: idleSince, addr: &gorayv1.Address{},
 		out: newOutbox(), exited: make(chan struct{}), startTimer: time.NewTimer(time.Hour)}
-	pj := p.jobLocked(j)
+	pj := p.jobLocked(j, "")
 	pj.workers[w.id] = w
 	pj.idle = append(pj.idle, w)
 	p.workers[w.id] = w
@@ -152,7 +152,7 @@ func TestWorkerPoolStartFailure(t *testing.T) {
 	p, d := testPool(t, fakeBinaries{err: errors.New("no such binary")})
 	j := testJob()
 	j.info = &gorayv1.JobInfo{}
-	p.bindIdle(&dispatchRound{need: []jobNeed{{j, 1}}})
+	p.bindIdle(&dispatchRound{need: []jobNeed{{job: j, n: 1}}})
 	select {
 	case ev := <-d:
 		var wse *WorkerStartError
@@ -172,7 +172,7 @@ func TestWorkerPoolEndJobKeepsDetached(t *testing.T) {
 	plain, owned, detached := p.addIdle(j, time.Now()), p.addIdle(j, time.Now()), p.addIdle(j, time.Now())
 	bind := func(w *worker, l *lease) {
 		p.mu.Lock()
-		pj := p.jobLocked(j)
+		pj := p.jobLocked(j, "")
 		pj.idle = slices.DeleteFunc(pj.idle, func(x *worker) bool { return x == w })
 		pj.idle = append(pj.idle, w) // bindIdle takes the last idle one
 		p.mu.Unlock()

@@ -5,7 +5,12 @@
 // kept here so that neither imports the other.
 package workerenv
 
-import "github.com/goray-dev/goray/sdk/transport/shmem"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/goray-dev/goray/sdk/transport/shmem"
+)
 
 const (
 	// Worker is "1" in a worker process (the user binary re-executed in
@@ -35,8 +40,50 @@ const (
 	// count), which bound the worker's own log file, worker-<id>.log.
 	LogMaxFileSize = "GORAY_LOG_MAX_FILE_SIZE"
 	LogMaxFiles    = "GORAY_LOG_MAX_FILES"
+	// LeaseEnv names (comma-separated) the variables the worker was
+	// started with for its task or actor (LeaseRequest.env_vars), set only
+	// then: what the worker submits inherits them, as in Ray.
+	LeaseEnv = "GORAY_LEASE_ENV"
 )
 
 // Names lists every variable above; the raylet replaces inherited values
 // of these, never duplicates them.
-var Names = []string{Worker, RayletSocket, WorkerID, NodeID, JobID, SessionDir, LogLevel, NodeIP, ShmPool, LogMaxFileSize, LogMaxFiles}
+var Names = []string{Worker, RayletSocket, WorkerID, NodeID, JobID, SessionDir, LogLevel, NodeIP, ShmPool, LogMaxFileSize, LogMaxFiles, LeaseEnv}
+
+// MaxVarsBytes bounds the variables a job, task or actor sets for its
+// workers (sdk/ray's EnvVars), names and values together.
+const MaxVarsBytes = 64 << 10
+
+// CheckVars checks variables a task or actor sets for its workers
+// (LeaseRequest.env_vars): NAME=value each, sorted by name, each name
+// once, not empty and without "=" or NUL, no GORAY_ name (those are the
+// runtime's own), no NUL in a value, at most MaxVarsBytes together.
+func CheckVars(vars []string) error {
+	total, prev := 0, ""
+	for i, kv := range vars {
+		name, val, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || name == "" || strings.ContainsRune(name, 0):
+			return fmt.Errorf("env_vars[%d]: %q is not NAME=value", i, clip(kv))
+		case strings.HasPrefix(name, "GORAY_"):
+			return fmt.Errorf("env_vars[%d]: %s: GORAY_ variables are the runtime's own", i, clip(name))
+		case strings.ContainsRune(val, 0):
+			return fmt.Errorf("env_vars[%d]: the value of %s holds a NUL byte", i, clip(name))
+		case i > 0 && name <= prev:
+			return fmt.Errorf("env_vars[%d]: %s is out of order or repeated (want names sorted, each once)", i, clip(name))
+		}
+		prev = name
+		total += len(kv)
+		if total > MaxVarsBytes {
+			return fmt.Errorf("env_vars: more than %d bytes (at %s)", MaxVarsBytes, clip(name))
+		}
+	}
+	return nil
+}
+
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -176,7 +176,7 @@ func Init(ctx context.Context, opts ...InitOption) (*Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	setEnv, err := envVarList(o.envVars)
+	setEnv, err := envVarList("EnvVars", o.envVars)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package ray
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 
 	"github.com/goray-dev/goray/internal/ids"
@@ -49,6 +50,8 @@ type callOptions struct {
 	// maxOOMRetries is a task's MaxOOMRetries (memory.go); nil: the
 	// default.
 	maxOOMRetries *int
+	// workerEnv are WorkerEnv's variables (envvars.go).
+	workerEnv map[string]string
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -67,6 +70,7 @@ func (c callOptions) with(opts []Option) callOptions {
 	for k, v := range c.res {
 		n.res[k] = v
 	}
+	n.workerEnv = maps.Clone(c.workerEnv)
 	for _, o := range opts {
 		o(&n)
 	}
@@ -195,6 +199,9 @@ func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
 	}
 	o.RetryErrors = b.opts.retryErrors
 	o.MaxOOMRetries = b.opts.maxOOMRetries
+	if o.EnvVars, err = callEnvVars(b.name, inheritedEnv(), b.opts.workerEnv); err != nil {
+		return core.TaskOptions{}, err
+	}
 	if o.Placement, err = b.opts.placement(b.name, set); err != nil {
 		return core.TaskOptions{}, err
 	}

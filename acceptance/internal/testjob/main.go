@@ -197,6 +197,8 @@ func main() {
 		runErr = runEnv(ctx, args)
 	case "files":
 		runErr = runFiles(ctx, args)
+	case "worker-env":
+		runErr = runWorkerEnv(ctx)
 	case "where":
 		runErr = runWhere(ctx, arg(rt, args, 0))
 	case "fetch-local":

@@ -3064,7 +3064,12 @@ type LeaseRequest struct {
 	Retriable bool `protobuf:"varint,20,opt,name=retriable,proto3" json:"retriable,omitempty"`
 	// The node holder_id runs on: when that node is declared dead, the
 	// lease ends, as its holder died with it.
-	HolderNodeId  []byte `protobuf:"bytes,21,opt,name=holder_node_id,json=holderNodeId,proto3" json:"holder_node_id,omitempty"`
+	HolderNodeId []byte `protobuf:"bytes,21,opt,name=holder_node_id,json=holderNodeId,proto3" json:"holder_node_id,omitempty"`
+	// Variables the worker's process gets beyond the job's (NAME=value,
+	// sorted by name; they win over the job's), as Ray's runtime_env
+	// env_vars of a task or actor: the raylet leases only a worker started
+	// with exactly these (workers are pooled per job and set).
+	EnvVars       []string `protobuf:"bytes,22,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3179,6 +3184,13 @@ func (x *LeaseRequest) GetRetriable() bool {
 func (x *LeaseRequest) GetHolderNodeId() []byte {
 	if x != nil {
 		return x.HolderNodeId
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetEnvVars() []string {
+	if x != nil {
+		return x.EnvVars
 	}
 	return nil
 }
@@ -9037,7 +9049,7 @@ const file_goray_proto_rawDesc = "" +
 	"\tStoreInfo\x12\x1b\n" +
 	"\tfd_socket\x18\x01 \x01(\tR\bfdSocket\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12!\n" +
-	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xbc\x03\n" +
+	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xd7\x03\n" +
 	"\fLeaseRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x19\n" +
@@ -9052,7 +9064,8 @@ const file_goray_proto_rawDesc = "" +
 	"\bdetached\x18\n" +
 	" \x01(\bR\bdetached\x12\x1c\n" +
 	"\tretriable\x18\x14 \x01(\bR\tretriable\x12$\n" +
-	"\x0eholder_node_id\x18\x15 \x01(\fR\fholderNodeId\"\xac\x01\n" +
+	"\x0eholder_node_id\x18\x15 \x01(\fR\fholderNodeId\x12\x19\n" +
+	"\benv_vars\x18\x16 \x03(\tR\aenvVars\"\xac\x01\n" +
 	"\x12SchedulingStrategy\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.goray.v1.SchedulingStrategy.KindR\x04kind\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12\x12\n" +

@@ -70,6 +70,9 @@ type actorClient struct {
 	leaseID  []byte
 	owner    bool
 	detached bool // created detached: its lease has no holder
+	// envVars are the variables its worker gets beyond the job's
+	// (TaskOptions.EnvVars); a restart asks for the same.
+	envVars []string
 	// namespace is the namespace it was created in (ActorNamespace; "":
 	// its job's).
 	namespace string
@@ -348,6 +351,7 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 	c.createCancel = cancel
 	c.maxRestarts = opts.MaxRestarts
 	c.detached = opts.Detached
+	c.envVars = opts.EnvVars
 	c.namespace = opts.Namespace
 	c.groups = groupLimits(spec.ConcurrencyGroups)
 	c.mu.Unlock()
@@ -456,7 +460,7 @@ func (c *actorClient) create(rec *taskRecord) {
 	if c.detached {
 		holder, holderNode = nil, nil // its worker outlives this process
 	}
-	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: holder, HolderNodeId: holderNode, RequestId: reqID.Bytes(), Strategy: rec.strategy, PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(), Detached: c.detached, Retriable: c.maxRestarts != 0}, rec.argNode)
+	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: holder, HolderNodeId: holderNode, RequestId: reqID.Bytes(), Strategy: rec.strategy, PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(), Detached: c.detached, Retriable: c.maxRestarts != 0, EnvVars: c.envVars}, rec.argNode)
 	if err != nil {
 		if rec.ctx.Err() != nil {
 			fail(fmt.Errorf("creation cancelled: %w", context.Cause(rec.ctx)))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,7 +96,12 @@ type TaskOptions struct {
 	// Backpressure bounds a generator's items not taken yet (0:
 	// DefaultBackpressure, < 0: none); see stream.go.
 	Backpressure int
-	streaming    bool
+	// EnvVars are variables the call's worker gets beyond the job's
+	// (NAME=value, sorted by name: workerenv.CheckVars), as Ray's
+	// runtime_env env_vars of a task or actor: it runs only on a worker
+	// started with exactly these.
+	EnvVars   []string
+	streaming bool
 }
 
 // taskRecord is the owner's record of a submitted task.
@@ -140,6 +146,8 @@ type taskRecord struct {
 	// (they do not draw on MaxRetries). See oom.go.
 	oomLeft  int
 	oomKills int32
+	// envVars are TaskOptions.EnvVars: part of the scheduling key.
+	envVars []string
 }
 
 // Task states shown by `goray list tasks`.
@@ -156,6 +164,7 @@ type schedKey struct {
 	res      *pb.Resources
 	strategy *pb.SchedulingStrategy
 	group    []byte // placement group id, when res are a group's
+	envVars  []string
 	queue    []*taskRecord
 	leases   map[*lease]struct{}
 	// requests are the outstanding lease requests; requesting counts those
@@ -264,7 +273,7 @@ func (cw *CoreWorker) submitTask(ctx context.Context, function string, args []Ar
 	placeSpec(spec, placementOf(ctx, opts))
 	rctx, rcancel := submitContext(ctx, cw.submitter.sweepLater)
 	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts), retryErr: opts.RetryErrors,
-		oomLeft: oomBudget(opts.MaxOOMRetries, retries)}
+		oomLeft: oomBudget(opts.MaxOOMRetries, retries), envVars: opts.EnvVars}
 	cw.streaming(rec, opts)
 	h, more = cw.ownReturns(rec)
 	s := cw.submitter
@@ -492,6 +501,9 @@ func (s *submitter) fail(rec *taskRecord, err error) {
 
 func (s *submitter) enqueue(rec *taskRecord) {
 	key := resources.Set(rec.spec.Resources.GetAmounts()).Key() + strategyKey(rec.strategy)
+	if len(rec.envVars) > 0 {
+		key += "\x00env\x00" + strings.Join(rec.envVars, "\x00")
+	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -510,7 +522,7 @@ func (s *submitter) enqueue(rec *taskRecord) {
 	}
 	k := s.keys[key]
 	if k == nil {
-		k = &schedKey{key: key, res: rec.spec.Resources, strategy: rec.strategy, group: rec.spec.GetPlacement().GetPlacementGroupId(), leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
+		k = &schedKey{key: key, res: rec.spec.Resources, strategy: rec.strategy, group: rec.spec.GetPlacement().GetPlacementGroupId(), envVars: rec.envVars, leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
 		s.keys[key] = k
 	}
 	rec.state = statePendingLease
@@ -671,7 +683,7 @@ func (s *submitter) send(items []sendItem) {
 }
 
 func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseRequest, prefer ids.ID) {
-	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), HolderNodeId: s.cw.nodeID.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy, PlacementGroupId: k.group, Retriable: req.retriable, Function: req.function}, prefer)
+	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), HolderNodeId: s.cw.nodeID.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy, PlacementGroupId: k.group, Retriable: req.retriable, Function: req.function, EnvVars: k.envVars}, prefer)
 	withdrawn := ctx.Err() != nil
 	s.mu.Lock()
 	delete(k.requests, req)
