@@ -131,3 +131,54 @@ func TestWorkerEnvPerCall(t *testing.T) {
 		t.Logf("job output:\n%s", out)
 	}
 }
+
+// TestWorkerDirPerCall: ray.WorkerDir gives a task or actor its own working
+// dir (Ray's runtime_env working_dir in .options()): on the head and on
+// another node its worker starts in its node's copy; a call without it does
+// not; a child task inherits it; an actor gets it; a missing directory
+// fails the call, naming it.
+func TestWorkerDirPerCall(t *testing.T) {
+	ctx := testCtx(t)
+	h := startClusterHead(t, ctx)
+	n1 := joinNode(t, ctx, h, "127.0.0.2", "")
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "config.txt"), []byte("per-call"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j := startJob(t, jobOptions{addr: h.addr}, testjobBin, "worker-dir", src)
+	code, out := j.wait(ctx)
+	if code != 0 {
+		t.Fatalf("worker-dir job exited %d:\n%s", code, out)
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.SplitN(l, " ", 4)
+		if len(f) < 3 || f[0] != "worker-dir" {
+			continue
+		}
+		if f[1] == "missing:" {
+			seen["missing"] = true
+			if !strings.Contains(l, "WorkerDir: working dir: stat "+filepath.Join(src, "missing")+": no such file or directory") {
+				t.Errorf("a call with a missing WorkerDir: %s", l)
+			}
+			continue
+		}
+		call, node, rest := f[1], f[2], f[3]
+		seen[call+" "+node] = true
+		want := "file config.txt per-call"
+		if call == "without" {
+			want = "file config.txt missing"
+		}
+		if !strings.Contains(rest, want) {
+			t.Errorf("%s on %s: %s, want %q", call, node, rest, want)
+		}
+		if call != "without" && !strings.Contains(rest, string(filepath.Separator)+"working_dirs"+string(filepath.Separator)) {
+			t.Errorf("%s on %s: the worker does not start in a working_dirs copy: %s", call, node, rest)
+		}
+	}
+	for _, k := range []string{"with " + n1.id, "without " + n1.id, "parent -", "child -", "actor -", "missing"} {
+		if !seen[k] {
+			t.Errorf("no report of %q:\n%s", k, out)
+		}
+	}
+}

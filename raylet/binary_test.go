@@ -291,3 +291,40 @@ func TestFetchBinaryRefusesPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseWorkingDirAndVarsChecked: a lease's variables and working dir
+// are checked before it is queued (InvalidArgument naming the field), and
+// InstallWorkingDir installs only a file whose content has the sha256 it
+// is named by.
+func TestLeaseWorkingDirAndVarsChecked(t *testing.T) {
+	h := newHarness(t, nil)
+	job := ids.New().Bytes()
+	good := strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		name string
+		req  *gorayv1.LeaseRequest
+		want string
+	}{
+		{"GORAY_ variable", &gorayv1.LeaseRequest{JobId: job, EnvVars: []string{"GORAY_WORKER=1"}}, "GORAY_ variables are the runtime's own"},
+		{"unsorted variables", &gorayv1.LeaseRequest{JobId: job, EnvVars: []string{"B=1", "A=1"}}, "out of order"},
+		{"a path for a sha256", &gorayv1.LeaseRequest{JobId: job, WorkingDirSha256: "../../etc"}, "working_dir_sha256 \"../../etc\" is not a sha256"},
+		{"no node", &gorayv1.LeaseRequest{JobId: job, WorkingDirSha256: good}, "working_dir_node: the node whose raylet has working dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h.r.RequestWorkerLease(context.Background(), tc.req)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("RequestWorkerLease = %v; want InvalidArgument with %q", err, tc.want)
+			}
+		})
+	}
+	path := filepath.Join(t.TempDir(), "archive")
+	if err := os.WriteFile(path, []byte("not what the sha256 says"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, sum := range []string{good, "../x"} {
+		_, err := h.r.InstallWorkingDir(context.Background(), &gorayv1.InstallWorkingDirRequest{Sha256: sum, Path: path})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("InstallWorkingDir(%q) of a file with other content = %v; want InvalidArgument", sum, err)
+		}
+	}
+}

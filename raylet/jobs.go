@@ -60,11 +60,7 @@ type jobTable struct {
 }
 
 func newJobTable(nodeID ids.ID, log hclog.Logger, bins *binaries.Cache) *jobTable {
-	t := &jobTable{nodeID: nodeID, log: log, binaries: bins, jobs: map[ids.ID]*job{}}
-	if bins != nil {
-		bins.SetInUse(t.usesWorkingDir)
-	}
-	return t
+	return &jobTable{nodeID: nodeID, log: log, binaries: bins, jobs: map[ids.ID]*job{}}
 }
 
 // usesWorkingDir tells whether a registered job ships the working dir
@@ -219,6 +215,17 @@ func (t *jobTable) binaryPath(ctx context.Context, info *gorayv1.JobInfo) (strin
 // dir ("" when it ships none).
 func (t *jobTable) workingDir(ctx context.Context, info *gorayv1.JobInfo) (string, error) {
 	return t.binaries.WorkingDir(ctx, info)
+}
+
+// leaseDir returns the directory unpacked from the working dir a lease
+// names (sum, on the raylet of node from).
+func (t *jobTable) leaseDir(ctx context.Context, sum string, from ids.ID) (string, error) {
+	return t.binaries.UnpackedDir(ctx, sum, from.Bytes(), "")
+}
+
+// installWorkingDir copies an archive a local process wrote into the cache.
+func (t *jobTable) installWorkingDir(sum, path string) error {
+	return t.binaries.InstallWorkingDir(sum, path)
 }
 
 // binarySources lists the files that may hold the binary with sha256 sum:

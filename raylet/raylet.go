@@ -352,6 +352,9 @@ func New(cfg Config) (*Raylet, error) {
 	})
 	r.jobs = newJobTable(cfg.NodeID, r.log, bins)
 	r.pool = newWorkerPool(cfg, r.log, r.closing, r.jobs, r)
+	// The cache never prunes a working dir a job ships or a worker was
+	// started in.
+	bins.SetInUse(func(sum string) bool { return r.jobs.usesWorkingDir(sum) || r.pool.usesDir(sum) })
 	r.sched = newScheduler(cfg.NodeID, cfg.Resources, r.log, r.pool)
 	r.objects = newObjectManager(cfg, r.log, r.closing, r)
 	r.drainer = newDrainer(r.closing)

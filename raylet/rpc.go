@@ -244,13 +244,23 @@ func (r *Raylet) RequestWorkerLease(ctx context.Context, req *gorayv1.LeaseReque
 	if err := workerenv.CheckVars(req.GetEnvVars()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "lease request: %v", err)
 	}
+	spec := workerSpec{env: strings.Join(req.GetEnvVars(), "\x00")}
+	if sum := req.GetWorkingDirSha256(); sum != "" {
+		if !digest.ValidSHA256(sum) {
+			return nil, status.Errorf(codes.InvalidArgument, "lease request: working_dir_sha256 %q is not a sha256 (64 lowercase hexadecimal digits)", clipString(sum))
+		}
+		if spec.dirNode, err = ids.FromBytes(req.GetWorkingDirNode()); err != nil || spec.dirNode.IsNil() {
+			return nil, status.Errorf(codes.InvalidArgument, "lease request: working_dir_node: the node whose raylet has working dir %s is required", sum[:12])
+		}
+		spec.dir = sum
+	}
 
 	holder, _ := ids.FromBytes(req.GetHolderId())
 	holderNode, _ := ids.FromBytes(req.GetHolderNodeId())
 	p := &pendingLease{
 		res: res, actorID: actorID, holder: holder, holderNode: holderNode, requestID: string(req.GetRequestId()), detached: req.GetDetached() && !actorID.IsNil(),
 		function: req.GetFunction(), strategy: req.GetStrategy(), queued: time.Now(), ready: make(chan struct{}),
-		retriable: req.GetRetriable(), env: strings.Join(req.GetEnvVars(), "\x00"),
+		retriable: req.GetRetriable(), spec: spec,
 	}
 	if g := req.GetPlacementGroupId(); len(g) > 0 {
 		if p.group, err = ids.FromBytes(g); err != nil {
@@ -466,6 +476,15 @@ func (r *Raylet) FetchBinary(req *gorayv1.FetchBinaryRequest, stream gorayv1.Ray
 		return status.Errorf(codes.InvalidArgument, "fetch binary: %q is not a sha256 (64 lowercase hexadecimal digits)", clipString(req.GetSha256()))
 	}
 	return r.jobs.sendBinary(req.GetSha256(), stream.Send)
+}
+
+// InstallWorkingDir copies an archive a process of this node packed into
+// the cache (by sha256, checked), for its leases to name.
+func (r *Raylet) InstallWorkingDir(ctx context.Context, req *gorayv1.InstallWorkingDirRequest) (*gorayv1.InstallWorkingDirReply, error) {
+	if err := r.jobs.installWorkingDir(req.GetSha256(), req.GetPath()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "install working dir: %v", err)
+	}
+	return &gorayv1.InstallWorkingDirReply{}, nil
 }
 
 // clipString shortens s for an error message.

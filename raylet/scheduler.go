@@ -86,9 +86,9 @@ type pendingLease struct {
 	detached  bool // for a detached actor (lease.detached)
 	function  string
 	retriable bool // LeaseRequest.retriable, for the memory monitor
-	// env is LeaseRequest.env_vars joined by NUL: only a worker started
-	// with them serves the request (worker.env).
-	env      string
+	// spec is the request's variables and working dir: only a worker
+	// started with them serves it (worker.spec).
+	spec     workerSpec
 	strategy *gorayv1.SchedulingStrategy
 	// group is the placement group the request is for (ids.Nil: none);
 	// its resources are then the group's.
@@ -194,19 +194,19 @@ type dispatchRound struct {
 // jobNeed is how many more workers of job, started with the variables env
 // names, the waiting requests could use.
 type jobNeed struct {
-	job *job
-	env string
-	n   int
+	job  *job
+	spec workerSpec
+	n    int
 }
 
-func (rd *dispatchRound) addNeed(j *job, env string) {
+func (rd *dispatchRound) addNeed(j *job, spec workerSpec) {
 	for i := range rd.need {
-		if rd.need[i].job == j && rd.need[i].env == env {
+		if rd.need[i].job == j && rd.need[i].spec == spec {
 			rd.need[i].n++
 			return
 		}
 	}
-	rd.need = append(rd.need, jobNeed{j, env, 1})
+	rd.need = append(rd.need, jobNeed{j, spec, 1})
 }
 
 var rounds = sync.Pool{New: func() any { return new(dispatchRound) }}
@@ -437,7 +437,7 @@ func (s *scheduler) collectLocked(rd *dispatchRound) {
 		for k := 0; k < n; k++ {
 			i := (s.rr + k) % n
 			p := firstUnpicked(s.order[i])
-			if p == nil || !s.available.Fits(p.res) || slices.Contains(rd.skip, poolKey{p.job.id, p.env}) {
+			if p == nil || !s.available.Fits(p.res) || slices.Contains(rd.skip, keyFor(p.job, p.spec)) {
 				continue
 			}
 			s.available.Sub(p.res)
@@ -469,7 +469,7 @@ func (s *scheduler) collectLocked(rd *dispatchRound) {
 				break
 			}
 			avail.Sub(p.res)
-			rd.addNeed(p.job, p.env)
+			rd.addNeed(p.job, p.spec)
 		}
 	}
 }
@@ -510,7 +510,7 @@ func (s *scheduler) finishLocked(rd *dispatchRound) (again bool) {
 		case l.worker == nil:
 			s.available.Add(p.res)
 			p.cand = nil
-			rd.skip = append(rd.skip, poolKey{p.job.id, p.env})
+			rd.skip = append(rd.skip, keyFor(p.job, p.spec))
 			again = true
 		case l.ended:
 			// Its worker died while it was being bound: try again.

@@ -26,7 +26,7 @@ func (b *fakeBinder) bindIdle(rd *dispatchRound) {
 	for _, p := range rd.cands {
 		ws := b.idle[p.job]
 		if len(ws) == 0 {
-			rd.addNeed(p.job, p.env)
+			rd.addNeed(p.job, p.spec)
 			continue
 		}
 		w := ws[len(ws)-1]

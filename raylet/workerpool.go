@@ -82,10 +82,10 @@ type worker struct {
 	// ownsObjects is the latest owns_objects the worker reported: it owns
 	// objects and must not be reaped as idle.
 	ownsObjects bool
-	// env are the variables it was started with beyond its job's
-	// (LeaseRequest.env_vars joined by NUL; "" for none): it serves only
-	// leases asking for the same.
-	env string
+	// spec is what it was started with beyond its job (the variables and
+	// working dir of a task's or actor's lease): it serves only leases
+	// asking for the same.
+	spec workerSpec
 
 	out    *outbox       // to the worker's session stream
 	exited chan struct{} // closed once the process is reaped (or failed to start)
@@ -101,14 +101,26 @@ func (w *worker) registered() bool {
 	return false
 }
 
-// poolKey names the workers that can serve one another's leases: those of
-// one job started with one set of variables (worker.env).
-type poolKey struct {
-	job ids.ID
-	env string
+// workerSpec is what a worker is started with beyond its job's: the
+// variables (LeaseRequest.env_vars joined by NUL; "" for none) and the
+// working dir (working_dir_sha256, "" for the job's; dirNode is the node
+// whose raylet has the archive) of the leases it serves.
+type workerSpec struct {
+	env     string
+	dir     string
+	dirNode ids.ID
 }
 
-func keyOf(w *worker) poolKey { return poolKey{w.job.id, w.env} }
+// poolKey names the workers that can serve one another's leases: those of
+// one job started with one set of variables and one working dir.
+type poolKey struct {
+	job      ids.ID
+	env, dir string
+}
+
+func keyFor(j *job, s workerSpec) poolKey { return poolKey{j.id, s.env, s.dir} }
+
+func keyOf(w *worker) poolKey { return keyFor(w.job, w.spec) }
 
 // envList is the variables a worker key's env names.
 func envList(env string) []string {
@@ -174,6 +186,9 @@ type binarySource interface {
 	// workingDir is the directory unpacked from the job's shipped working
 	// dir, or "" when it ships none.
 	workingDir(ctx context.Context, info *gorayv1.JobInfo) (string, error)
+	// leaseDir is the directory unpacked from a lease's working dir (sum,
+	// on the raylet of node from).
+	leaseDir(ctx context.Context, sum string, from ids.ID) (string, error)
 }
 
 // poolEvents receives the worker pool's events, delivered with the pool's
@@ -288,8 +303,8 @@ func (p *workerPool) spawn(cmd *exec.Cmd) error {
 	}
 }
 
-func (p *workerPool) jobLocked(j *job, env string) *poolJob {
-	k := poolKey{j.id, env}
+func (p *workerPool) jobLocked(j *job, spec workerSpec) *poolJob {
+	k := keyFor(j, spec)
 	pj := p.jobs[k]
 	if pj == nil {
 		pj = &poolJob{workers: map[ids.ID]*worker{}}
@@ -306,22 +321,22 @@ func (p *workerPool) prestart(j *job) {
 		return
 	}
 	for range p.settings.prestart {
-		p.startWorkerLocked(j, "")
+		p.startWorkerLocked(j, workerSpec{})
 	}
 }
 
-// startWorkerLocked records a new worker of j with the variables env
-// names and starts its process in the background.
-func (p *workerPool) startWorkerLocked(j *job, env string) {
+// startWorkerLocked records a new worker of j started with spec and
+// starts its process in the background.
+func (p *workerPool) startWorkerLocked(j *job, spec workerSpec) {
 	w := &worker{
 		id:     ids.New(),
 		job:    j,
-		env:    env,
+		spec:   spec,
 		state:  stateStarting,
 		out:    newOutbox(),
 		exited: make(chan struct{}),
 	}
-	pj := p.jobLocked(j, env)
+	pj := p.jobLocked(j, spec)
 	pj.workers[w.id] = w
 	pj.starting++
 	p.workers[w.id] = w
@@ -338,6 +353,19 @@ func (p *workerPool) startWorkerLocked(j *job, env string) {
 	go p.runWorker(w)
 }
 
+// usesDir tells whether a worker was started in the lease working dir
+// with sha256 sum.
+func (p *workerPool) usesDir(sum string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k := range p.jobs {
+		if k.dir == sum {
+			return true
+		}
+	}
+	return false
+}
+
 // bindIdle implements workerBinder: it binds idle workers to the picked
 // requests and starts the workers the waiting requests need.
 func (p *workerPool) bindIdle(rd *dispatchRound) {
@@ -347,9 +375,9 @@ func (p *workerPool) bindIdle(rd *dispatchRound) {
 		p.leaseEndedLocked(rd.ended, rd.disconnect)
 	}
 	for _, c := range rd.cands {
-		pj := p.jobs[poolKey{c.job.id, c.env}]
+		pj := p.jobs[keyFor(c.job, c.spec)]
 		if pj == nil || len(pj.idle) == 0 {
-			rd.addNeed(c.job, c.env)
+			rd.addNeed(c.job, c.spec)
 			continue
 		}
 		w := pj.idle[len(pj.idle)-1] // most recently used
@@ -371,12 +399,12 @@ func (p *workerPool) bindIdle(rd *dispatchRound) {
 		if j.finished.Load() {
 			continue
 		}
-		pj := p.jobLocked(j, n.env)
+		pj := p.jobLocked(j, n.spec)
 		if pj.startFailures >= maxStartFailures && pj.starting > 0 {
 			continue
 		}
 		for deficit := n.n - len(pj.idle) - pj.starting; deficit > 0 && p.starting < p.settings.maxStarting; deficit-- {
-			p.startWorkerLocked(j, n.env)
+			p.startWorkerLocked(j, n.spec)
 		}
 	}
 }
@@ -397,7 +425,7 @@ func (p *workerPool) unbind(ls []*lease) {
 			continue
 		}
 		w.state = stateIdle
-		pj := p.jobLocked(w.job, w.env)
+		pj := p.jobLocked(w.job, w.spec)
 		pj.idle = append(pj.idle, w)
 	}
 }
@@ -420,7 +448,7 @@ func (p *workerPool) leaseEndedLocked(l *lease, disconnect bool) {
 	default:
 		w.state = stateIdle
 		w.idleSince = time.Now()
-		pj := p.jobLocked(w.job, w.env)
+		pj := p.jobLocked(w.job, w.spec)
 		pj.idle = append(pj.idle, w)
 	}
 }
@@ -479,7 +507,7 @@ func (p *workerPool) ready(w *worker) bool {
 	w.state = stateIdle
 	w.idleSince = time.Now()
 	p.starting--
-	pj := p.jobLocked(w.job, w.env)
+	pj := p.jobLocked(w.job, w.spec)
 	pj.starting--
 	pj.startFailures = 0
 	pj.idle = append(pj.idle, w)
@@ -690,7 +718,11 @@ func (p *workerPool) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 	}()
 	bin, err := p.bins.binaryPath(ctx, info)
 	var wd string
-	if err == nil {
+	switch {
+	case err != nil:
+	case w.spec.dir != "":
+		wd, err = p.bins.leaseDir(ctx, w.spec.dir, w.spec.dirNode)
+	default:
 		wd, err = p.bins.workingDir(ctx, info)
 	}
 	cancel()
@@ -703,7 +735,7 @@ func (p *workerPool) buildCmd(w *worker) (*exec.Cmd, *workerOutput, error) {
 		cmd.Dir = wd // the shipped working dir (ray.WorkingDir)
 	}
 	// The lease's variables (a task's or actor's) after the job's: they win.
-	cmd.Env = p.workerEnv(w, append(slices.Clip(info.GetEnv()), envList(w.env)...))
+	cmd.Env = p.workerEnv(w, append(slices.Clip(info.GetEnv()), envList(w.spec.env)...))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = time.Second
 
@@ -751,13 +783,16 @@ func (p *workerPool) workerEnv(w *worker, forwarded []string) []string {
 	if tp := p.cfg.TensorPool.Pool; tp != nil {
 		env = append(env, EnvShmPool+"="+tp.Dir())
 	}
-	if w.env != "" {
-		names := make([]string, 0, strings.Count(w.env, "\x00")+1)
-		for _, kv := range envList(w.env) {
+	if w.spec.env != "" {
+		names := make([]string, 0, strings.Count(w.spec.env, "\x00")+1)
+		for _, kv := range envList(w.spec.env) {
 			name, _, _ := strings.Cut(kv, "=")
 			names = append(names, name)
 		}
 		env = append(env, workerenv.LeaseEnv+"="+strings.Join(names, ","))
+	}
+	if w.spec.dir != "" {
+		env = append(env, workerenv.LeaseWorkingDir+"="+w.spec.dir+"@"+w.spec.dirNode.String())
 	}
 	return append(env,
 		EnvWorker+"=1",
@@ -845,7 +880,7 @@ func (p *workerPool) workerDied(w *worker, reason string, startErr error) {
 	d.reason = reason
 	w.startTimer.Stop()
 	j := w.job
-	pj := p.jobLocked(j, w.env)
+	pj := p.jobLocked(j, w.spec)
 	wasStarting := w.state == stateStarting
 	w.state = stateDead
 	pj.removeIdle(w)

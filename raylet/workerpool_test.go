@@ -25,6 +25,10 @@ func (f fakeBinaries) workingDir(context.Context, *gorayv1.JobInfo) (string, err
 	return "", nil
 }
 
+func (f fakeBinaries) leaseDir(context.Context, string, ids.ID) (string, error) {
+	return "", f.err
+}
+
 // deaths records the pool's death events.
 type deaths chan workerDeath
 
@@ -64,7 +68,7 @@ func (p *workerPool) addIdle(j *job, idleSince time.Time) *worker {
 	defer p.mu.Unlock()
 	w := &worker{id: ids.New(), job: j, state: stateIdle, idleSince: idleSince, addr: &gorayv1.Address{},
 		out: newOutbox(), exited: make(chan struct{}), startTimer: time.NewTimer(time.Hour)}
-	pj := p.jobLocked(j, "")
+	pj := p.jobLocked(j, workerSpec{})
 	pj.workers[w.id] = w
 	pj.idle = append(pj.idle, w)
 	p.workers[w.id] = w
@@ -172,7 +176,7 @@ func TestWorkerPoolEndJobKeepsDetached(t *testing.T) {
 	plain, owned, detached := p.addIdle(j, time.Now()), p.addIdle(j, time.Now()), p.addIdle(j, time.Now())
 	bind := func(w *worker, l *lease) {
 		p.mu.Lock()
-		pj := p.jobLocked(j, "")
+		pj := p.jobLocked(j, workerSpec{})
 		pj.idle = slices.DeleteFunc(pj.idle, func(x *worker) bool { return x == w })
 		pj.idle = append(pj.idle, w) // bindIdle takes the last idle one
 		p.mu.Unlock()

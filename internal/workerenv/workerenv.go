@@ -44,11 +44,16 @@ const (
 	// started with for its task or actor (LeaseRequest.env_vars), set only
 	// then: what the worker submits inherits them, as in Ray.
 	LeaseEnv = "GORAY_LEASE_ENV"
+	// LeaseWorkingDir is SHA256@NODE, the working dir the worker was
+	// started in for its task or actor (LeaseRequest.working_dir_sha256 and
+	// working_dir_node), set only then: what the worker submits inherits
+	// it.
+	LeaseWorkingDir = "GORAY_LEASE_WORKING_DIR"
 )
 
 // Names lists every variable above; the raylet replaces inherited values
 // of these, never duplicates them.
-var Names = []string{Worker, RayletSocket, WorkerID, NodeID, JobID, SessionDir, LogLevel, NodeIP, ShmPool, LogMaxFileSize, LogMaxFiles, LeaseEnv}
+var Names = []string{Worker, RayletSocket, WorkerID, NodeID, JobID, SessionDir, LogLevel, NodeIP, ShmPool, LogMaxFileSize, LogMaxFiles, LeaseEnv, LeaseWorkingDir}
 
 // MaxVarsBytes bounds the variables a job, task or actor sets for its
 // workers (sdk/ray's EnvVars), names and values together.

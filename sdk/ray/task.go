@@ -52,6 +52,8 @@ type callOptions struct {
 	maxOOMRetries *int
 	// workerEnv are WorkerEnv's variables (envvars.go).
 	workerEnv map[string]string
+	// workerDir is WorkerDir's (workingdir.go).
+	workerDir *workingDirOption
 }
 
 func newCallOptions(opts []Option) callOptions {
@@ -200,6 +202,9 @@ func (b *taskBase) coreOptions(defaultCPU float64) (core.TaskOptions, error) {
 	o.RetryErrors = b.opts.retryErrors
 	o.MaxOOMRetries = b.opts.maxOOMRetries
 	if o.EnvVars, err = callEnvVars(b.name, inheritedEnv(), b.opts.workerEnv); err != nil {
+		return core.TaskOptions{}, err
+	}
+	if o.WorkingDir, err = callWorkingDir(b.name, b.opts.workerDir); err != nil {
 		return core.TaskOptions{}, err
 	}
 	if o.Placement, err = b.opts.placement(b.name, set); err != nil {

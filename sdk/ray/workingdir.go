@@ -1,11 +1,15 @@
 package ray
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/goray-dev/goray/internal/workdir"
+	"github.com/goray-dev/goray/internal/workerenv"
+	"github.com/goray-dev/goray/sdk/ray/internal/core"
 )
 
 // EnvWorkingDir, when set and Init has no WorkingDir option, names the
@@ -85,3 +89,51 @@ func removePackage(path string) {
 		os.Remove(path)
 	}
 }
+
+// WorkerDir gives a task or actor a working dir of its own, as Ray's
+// runtime_env={"working_dir": dir} in a task's or actor's options: its
+// worker starts in a copy of dir on its node (instead of the job's
+// WorkingDir), shipped as WorkingDir ships the job's, with the same limits
+// and excludes. The directory is packed once per process, at the first
+// call that names it: later changes to it are not shipped. A worker
+// started in it runs only calls naming the same files, and what such a
+// task or actor submits inherits it (a WorkerDir of its own overrides it),
+// as in Ray. A missing directory fails the call (its Get returns the
+// error, an actor's first call too).
+func WorkerDir(dir string, excludes ...string) Option {
+	return func(c *callOptions) {
+		c.workerDir = &workingDirOption{dir: dir, excludes: excludes}
+	}
+}
+
+// callWorkingDir returns a call's working dir (name is the function or
+// class): WorkerDir's, installed on this node, else the one this worker
+// was started in for its own lease, else nil (the job's).
+func callWorkingDir(name string, o *workingDirOption) (*core.WorkingDir, error) {
+	if o == nil {
+		return inheritedWorkingDir()
+	}
+	if o.dir == "" {
+		return nil, fmt.Errorf("goray: %s: WorkerDir: no directory given", name)
+	}
+	cw, err := current()
+	if err != nil {
+		return nil, err
+	}
+	wd, err := cw.InstallWorkingDir(context.Background(), o.dir, o.excludes)
+	if err != nil {
+		return nil, fmt.Errorf("goray: %s: WorkerDir: %w", name, err)
+	}
+	return wd, nil
+}
+
+// inheritedWorkingDir is the working dir this worker was started in for a
+// task or actor ($GORAY_LEASE_WORKING_DIR), which what it submits
+// inherits.
+var inheritedWorkingDir = sync.OnceValues(func() (*core.WorkingDir, error) {
+	s := os.Getenv(workerenv.LeaseWorkingDir)
+	if s == "" {
+		return nil, nil
+	}
+	return core.ParseWorkingDir(s)
+})

@@ -199,6 +199,8 @@ func main() {
 		runErr = runFiles(ctx, args)
 	case "worker-env":
 		runErr = runWorkerEnv(ctx)
+	case "worker-dir":
+		runErr = runWorkerDir(ctx, arg(rt, args, 0))
 	case "where":
 		runErr = runWhere(ctx, arg(rt, args, 0))
 	case "fetch-local":

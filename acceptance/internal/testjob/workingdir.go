@@ -68,3 +68,86 @@ func runFiles(ctx context.Context, names []string) error {
 	}
 	return nil
 }
+
+// testjob worker-dir DIR   runs FilesHere("config.txt") on every alive node
+//                          with ray.WorkerDir(DIR), then without, then a
+//                          task with it whose child runs without options,
+//                          then an actor with it, and finally a task naming
+//                          a missing directory; prints
+//                          "worker-dir CALL NODE cwd=DIR config.txt=CONTENT"
+
+// filesChild reports its own files and those of a task it submits without
+// options.
+func filesChild(ctx context.Context, names []string) ([]string, error) {
+	mine, err := filesHere(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	child, err := FilesHere.Remote(ctx, ray.V(names)).Get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return append(mine, child...), nil
+}
+
+// FilesChild reports a worker's files and its child task's.
+var FilesChild = ray.Task1(filesChild)
+
+// DirActor reports the files its worker sees.
+type DirActor struct{}
+
+// NewDirActor is DirActor's constructor.
+func NewDirActor(ctx context.Context) (*DirActor, error) { return &DirActor{}, nil }
+
+// Files returns the files.
+func (*DirActor) Files(ctx context.Context, names []string) ([]string, error) {
+	return filesHere(ctx, names)
+}
+
+var (
+	// DirActorClass is DirActor's class.
+	DirActorClass = ray.Actor0(NewDirActor)
+	// DirActorFiles is DirActor.Files.
+	DirActorFiles = ray.Method1((*DirActor).Files)
+)
+
+func runWorkerDir(ctx context.Context, dir string) error {
+	names := []string{"config.txt"}
+	report := func(call, node string, lines []string) {
+		fmt.Printf("worker-dir %s %s %s\n", call, node, strings.Join(lines, " | "))
+	}
+	nodes, err := ray.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if !n.Alive {
+			continue
+		}
+		lines, err := FilesHere.Options(ray.NodeAffinity(n.ID, false), ray.WorkerDir(dir)).Remote(ctx, ray.V(names)).Get(ctx)
+		if err != nil {
+			return fmt.Errorf("task with WorkerDir on node %s: %w", n.ID, err)
+		}
+		report("with", n.ID, lines)
+		lines, err = FilesHere.Options(ray.NodeAffinity(n.ID, false)).Remote(ctx, ray.V(names)).Get(ctx)
+		if err != nil {
+			return fmt.Errorf("task on node %s: %w", n.ID, err)
+		}
+		report("without", n.ID, lines)
+	}
+	lines, err := FilesChild.Options(ray.WorkerDir(dir)).Remote(ctx, ray.V(names)).Get(ctx)
+	if err != nil {
+		return fmt.Errorf("parent task: %w", err)
+	}
+	report("parent", "-", lines[:2])
+	report("child", "-", lines[2:])
+	a := DirActorClass.Options(ray.WorkerDir(dir)).Remote(ctx)
+	lines, err = DirActorFiles.On(a).Remote(ctx, ray.V(names)).Get(ctx)
+	if err != nil {
+		return fmt.Errorf("actor: %w", err)
+	}
+	report("actor", "-", lines)
+	_, err = FilesHere.Options(ray.WorkerDir(dir+"/missing")).Remote(ctx, ray.V(names)).Get(ctx)
+	fmt.Printf("worker-dir missing: %v\n", err)
+	return nil
+}

@@ -3069,9 +3069,15 @@ type LeaseRequest struct {
 	// sorted by name; they win over the job's), as Ray's runtime_env
 	// env_vars of a task or actor: the raylet leases only a worker started
 	// with exactly these (workers are pooled per job and set).
-	EnvVars       []string `protobuf:"bytes,22,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	EnvVars []string `protobuf:"bytes,22,rep,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty"`
+	// The working dir of a task or actor (ray.WorkerDir): the sha256 of its
+	// archive, installed on working_dir_node (InstallWorkingDir), whose
+	// raylet serves it; the worker starts in its unpacked copy (overriding
+	// the job's), and only workers started so serve the lease.
+	WorkingDirSha256 string `protobuf:"bytes,23,opt,name=working_dir_sha256,json=workingDirSha256,proto3" json:"working_dir_sha256,omitempty"`
+	WorkingDirNode   []byte `protobuf:"bytes,24,opt,name=working_dir_node,json=workingDirNode,proto3" json:"working_dir_node,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *LeaseRequest) Reset() {
@@ -3191,6 +3197,20 @@ func (x *LeaseRequest) GetHolderNodeId() []byte {
 func (x *LeaseRequest) GetEnvVars() []string {
 	if x != nil {
 		return x.EnvVars
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetWorkingDirSha256() string {
+	if x != nil {
+		return x.WorkingDirSha256
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetWorkingDirNode() []byte {
+	if x != nil {
+		return x.WorkingDirNode
 	}
 	return nil
 }
@@ -4495,6 +4515,95 @@ func (x *FetchBinaryRequest) GetSha256() string {
 	return ""
 }
 
+type InstallWorkingDirRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The archive's sha256 and where the caller wrote it on this node.
+	Sha256        string `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallWorkingDirRequest) Reset() {
+	*x = InstallWorkingDirRequest{}
+	mi := &file_goray_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallWorkingDirRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallWorkingDirRequest) ProtoMessage() {}
+
+func (x *InstallWorkingDirRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallWorkingDirRequest.ProtoReflect.Descriptor instead.
+func (*InstallWorkingDirRequest) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *InstallWorkingDirRequest) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *InstallWorkingDirRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type InstallWorkingDirReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallWorkingDirReply) Reset() {
+	*x = InstallWorkingDirReply{}
+	mi := &file_goray_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallWorkingDirReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallWorkingDirReply) ProtoMessage() {}
+
+func (x *InstallWorkingDirReply) ProtoReflect() protoreflect.Message {
+	mi := &file_goray_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallWorkingDirReply.ProtoReflect.Descriptor instead.
+func (*InstallWorkingDirReply) Descriptor() ([]byte, []int) {
+	return file_goray_proto_rawDescGZIP(), []int{66}
+}
+
 type BinaryChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
@@ -4505,7 +4614,7 @@ type BinaryChunk struct {
 
 func (x *BinaryChunk) Reset() {
 	*x = BinaryChunk{}
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4517,7 +4626,7 @@ func (x *BinaryChunk) String() string {
 func (*BinaryChunk) ProtoMessage() {}
 
 func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[65]
+	mi := &file_goray_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4530,7 +4639,7 @@ func (x *BinaryChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BinaryChunk.ProtoReflect.Descriptor instead.
 func (*BinaryChunk) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{65}
+	return file_goray_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BinaryChunk) GetData() []byte {
@@ -4557,7 +4666,7 @@ type WorkersDiedRequest struct {
 
 func (x *WorkersDiedRequest) Reset() {
 	*x = WorkersDiedRequest{}
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4569,7 +4678,7 @@ func (x *WorkersDiedRequest) String() string {
 func (*WorkersDiedRequest) ProtoMessage() {}
 
 func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[66]
+	mi := &file_goray_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4582,7 +4691,7 @@ func (x *WorkersDiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedRequest.ProtoReflect.Descriptor instead.
 func (*WorkersDiedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{66}
+	return file_goray_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *WorkersDiedRequest) GetWorkerIds() [][]byte {
@@ -4607,7 +4716,7 @@ type WorkersDiedReply struct {
 
 func (x *WorkersDiedReply) Reset() {
 	*x = WorkersDiedReply{}
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4619,7 +4728,7 @@ func (x *WorkersDiedReply) String() string {
 func (*WorkersDiedReply) ProtoMessage() {}
 
 func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[67]
+	mi := &file_goray_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4632,7 +4741,7 @@ func (x *WorkersDiedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkersDiedReply.ProtoReflect.Descriptor instead.
 func (*WorkersDiedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{67}
+	return file_goray_proto_rawDescGZIP(), []int{69}
 }
 
 type FreeObjectsRequest struct {
@@ -4646,7 +4755,7 @@ type FreeObjectsRequest struct {
 
 func (x *FreeObjectsRequest) Reset() {
 	*x = FreeObjectsRequest{}
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4658,7 +4767,7 @@ func (x *FreeObjectsRequest) String() string {
 func (*FreeObjectsRequest) ProtoMessage() {}
 
 func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[68]
+	mi := &file_goray_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4671,7 +4780,7 @@ func (x *FreeObjectsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsRequest.ProtoReflect.Descriptor instead.
 func (*FreeObjectsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{68}
+	return file_goray_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *FreeObjectsRequest) GetObjectIds() [][]byte {
@@ -4696,7 +4805,7 @@ type FreeObjectsReply struct {
 
 func (x *FreeObjectsReply) Reset() {
 	*x = FreeObjectsReply{}
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4708,7 +4817,7 @@ func (x *FreeObjectsReply) String() string {
 func (*FreeObjectsReply) ProtoMessage() {}
 
 func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[69]
+	mi := &file_goray_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4721,7 +4830,7 @@ func (x *FreeObjectsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FreeObjectsReply.ProtoReflect.Descriptor instead.
 func (*FreeObjectsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{69}
+	return file_goray_proto_rawDescGZIP(), []int{71}
 }
 
 type GetNodeStatsRequest struct {
@@ -4736,7 +4845,7 @@ type GetNodeStatsRequest struct {
 
 func (x *GetNodeStatsRequest) Reset() {
 	*x = GetNodeStatsRequest{}
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4748,7 +4857,7 @@ func (x *GetNodeStatsRequest) String() string {
 func (*GetNodeStatsRequest) ProtoMessage() {}
 
 func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[70]
+	mi := &file_goray_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4761,7 +4870,7 @@ func (x *GetNodeStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{70}
+	return file_goray_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *GetNodeStatsRequest) GetIncludeOwned() bool {
@@ -4785,7 +4894,7 @@ type WorkerStats struct {
 
 func (x *WorkerStats) Reset() {
 	*x = WorkerStats{}
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4797,7 +4906,7 @@ func (x *WorkerStats) String() string {
 func (*WorkerStats) ProtoMessage() {}
 
 func (x *WorkerStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[71]
+	mi := &file_goray_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4810,7 +4919,7 @@ func (x *WorkerStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WorkerStats.ProtoReflect.Descriptor instead.
 func (*WorkerStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{71}
+	return file_goray_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *WorkerStats) GetWorkerId() []byte {
@@ -4866,7 +4975,7 @@ type PendingDemand struct {
 
 func (x *PendingDemand) Reset() {
 	*x = PendingDemand{}
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4878,7 +4987,7 @@ func (x *PendingDemand) String() string {
 func (*PendingDemand) ProtoMessage() {}
 
 func (x *PendingDemand) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[72]
+	mi := &file_goray_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4891,7 +5000,7 @@ func (x *PendingDemand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingDemand.ProtoReflect.Descriptor instead.
 func (*PendingDemand) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{72}
+	return file_goray_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PendingDemand) GetResources() *Resources {
@@ -4943,7 +5052,7 @@ type GetNodeStatsReply struct {
 
 func (x *GetNodeStatsReply) Reset() {
 	*x = GetNodeStatsReply{}
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4955,7 +5064,7 @@ func (x *GetNodeStatsReply) String() string {
 func (*GetNodeStatsReply) ProtoMessage() {}
 
 func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[73]
+	mi := &file_goray_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4968,7 +5077,7 @@ func (x *GetNodeStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeStatsReply.ProtoReflect.Descriptor instead.
 func (*GetNodeStatsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{73}
+	return file_goray_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *GetNodeStatsReply) GetNode() *NodeInfo {
@@ -5089,7 +5198,7 @@ type PluginStatus struct {
 
 func (x *PluginStatus) Reset() {
 	*x = PluginStatus{}
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5101,7 +5210,7 @@ func (x *PluginStatus) String() string {
 func (*PluginStatus) ProtoMessage() {}
 
 func (x *PluginStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[74]
+	mi := &file_goray_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5114,7 +5223,7 @@ func (x *PluginStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PluginStatus.ProtoReflect.Descriptor instead.
 func (*PluginStatus) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{74}
+	return file_goray_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *PluginStatus) GetKind() string {
@@ -5196,7 +5305,7 @@ type ShutdownNodeRequest struct {
 
 func (x *ShutdownNodeRequest) Reset() {
 	*x = ShutdownNodeRequest{}
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5208,7 +5317,7 @@ func (x *ShutdownNodeRequest) String() string {
 func (*ShutdownNodeRequest) ProtoMessage() {}
 
 func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[75]
+	mi := &file_goray_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5221,7 +5330,7 @@ func (x *ShutdownNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{75}
+	return file_goray_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ShutdownNodeRequest) GetReason() string {
@@ -5239,7 +5348,7 @@ type ShutdownNodeReply struct {
 
 func (x *ShutdownNodeReply) Reset() {
 	*x = ShutdownNodeReply{}
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5251,7 +5360,7 @@ func (x *ShutdownNodeReply) String() string {
 func (*ShutdownNodeReply) ProtoMessage() {}
 
 func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[76]
+	mi := &file_goray_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5264,7 +5373,7 @@ func (x *ShutdownNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownNodeReply.ProtoReflect.Descriptor instead.
 func (*ShutdownNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{76}
+	return file_goray_proto_rawDescGZIP(), []int{78}
 }
 
 type NodeInfo struct {
@@ -5299,7 +5408,7 @@ type NodeInfo struct {
 
 func (x *NodeInfo) Reset() {
 	*x = NodeInfo{}
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5311,7 +5420,7 @@ func (x *NodeInfo) String() string {
 func (*NodeInfo) ProtoMessage() {}
 
 func (x *NodeInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[77]
+	mi := &file_goray_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5324,7 +5433,7 @@ func (x *NodeInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeInfo.ProtoReflect.Descriptor instead.
 func (*NodeInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{77}
+	return file_goray_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *NodeInfo) GetNodeId() []byte {
@@ -5481,7 +5590,7 @@ type JobInfo struct {
 
 func (x *JobInfo) Reset() {
 	*x = JobInfo{}
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5493,7 +5602,7 @@ func (x *JobInfo) String() string {
 func (*JobInfo) ProtoMessage() {}
 
 func (x *JobInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[78]
+	mi := &file_goray_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5506,7 +5615,7 @@ func (x *JobInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobInfo.ProtoReflect.Descriptor instead.
 func (*JobInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{78}
+	return file_goray_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *JobInfo) GetJobId() []byte {
@@ -5648,7 +5757,7 @@ type ActorInfo struct {
 
 func (x *ActorInfo) Reset() {
 	*x = ActorInfo{}
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5660,7 +5769,7 @@ func (x *ActorInfo) String() string {
 func (*ActorInfo) ProtoMessage() {}
 
 func (x *ActorInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[79]
+	mi := &file_goray_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5673,7 +5782,7 @@ func (x *ActorInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActorInfo.ProtoReflect.Descriptor instead.
 func (*ActorInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{79}
+	return file_goray_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ActorInfo) GetActorId() []byte {
@@ -5836,7 +5945,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5848,7 +5957,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[80]
+	mi := &file_goray_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5861,7 +5970,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{80}
+	return file_goray_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *DrainNodeRequest) GetNodeId() []byte {
@@ -5899,7 +6008,7 @@ type DrainNodeReply struct {
 
 func (x *DrainNodeReply) Reset() {
 	*x = DrainNodeReply{}
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5911,7 +6020,7 @@ func (x *DrainNodeReply) String() string {
 func (*DrainNodeReply) ProtoMessage() {}
 
 func (x *DrainNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[81]
+	mi := &file_goray_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5924,7 +6033,7 @@ func (x *DrainNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeReply.ProtoReflect.Descriptor instead.
 func (*DrainNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{81}
+	return file_goray_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DrainNodeReply) GetAccepted() bool {
@@ -5970,7 +6079,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5982,7 +6091,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[82]
+	mi := &file_goray_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5995,7 +6104,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{82}
+	return file_goray_proto_rawDescGZIP(), []int{84}
 }
 
 type GetClusterInfoReply struct {
@@ -6033,7 +6142,7 @@ type GetClusterInfoReply struct {
 
 func (x *GetClusterInfoReply) Reset() {
 	*x = GetClusterInfoReply{}
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6045,7 +6154,7 @@ func (x *GetClusterInfoReply) String() string {
 func (*GetClusterInfoReply) ProtoMessage() {}
 
 func (x *GetClusterInfoReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[83]
+	mi := &file_goray_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6058,7 +6167,7 @@ func (x *GetClusterInfoReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoReply.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{83}
+	return file_goray_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *GetClusterInfoReply) GetClusterId() string {
@@ -6146,7 +6255,7 @@ type History struct {
 
 func (x *History) Reset() {
 	*x = History{}
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6158,7 +6267,7 @@ func (x *History) String() string {
 func (*History) ProtoMessage() {}
 
 func (x *History) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[84]
+	mi := &file_goray_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6171,7 +6280,7 @@ func (x *History) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use History.ProtoReflect.Descriptor instead.
 func (*History) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{84}
+	return file_goray_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *History) GetDeadNodes() *HistoryBound {
@@ -6225,7 +6334,7 @@ type HistoryBound struct {
 
 func (x *HistoryBound) Reset() {
 	*x = HistoryBound{}
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6237,7 +6346,7 @@ func (x *HistoryBound) String() string {
 func (*HistoryBound) ProtoMessage() {}
 
 func (x *HistoryBound) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[85]
+	mi := &file_goray_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6250,7 +6359,7 @@ func (x *HistoryBound) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryBound.ProtoReflect.Descriptor instead.
 func (*HistoryBound) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{85}
+	return file_goray_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *HistoryBound) GetKept() int64 {
@@ -6292,7 +6401,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6304,7 +6413,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[86]
+	mi := &file_goray_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6317,7 +6426,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{86}
+	return file_goray_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RegisterNodeRequest) GetNode() *NodeInfo {
@@ -6353,7 +6462,7 @@ type RegisterNodeReply struct {
 
 func (x *RegisterNodeReply) Reset() {
 	*x = RegisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6365,7 +6474,7 @@ func (x *RegisterNodeReply) String() string {
 func (*RegisterNodeReply) ProtoMessage() {}
 
 func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[87]
+	mi := &file_goray_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6378,7 +6487,7 @@ func (x *RegisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeReply.ProtoReflect.Descriptor instead.
 func (*RegisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{87}
+	return file_goray_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RegisterNodeReply) GetHeartbeatPeriodMs() int64 {
@@ -6405,7 +6514,7 @@ type UnregisterNodeRequest struct {
 
 func (x *UnregisterNodeRequest) Reset() {
 	*x = UnregisterNodeRequest{}
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6417,7 +6526,7 @@ func (x *UnregisterNodeRequest) String() string {
 func (*UnregisterNodeRequest) ProtoMessage() {}
 
 func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[88]
+	mi := &file_goray_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6430,7 +6539,7 @@ func (x *UnregisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{88}
+	return file_goray_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *UnregisterNodeRequest) GetNodeId() []byte {
@@ -6455,7 +6564,7 @@ type UnregisterNodeReply struct {
 
 func (x *UnregisterNodeReply) Reset() {
 	*x = UnregisterNodeReply{}
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6467,7 +6576,7 @@ func (x *UnregisterNodeReply) String() string {
 func (*UnregisterNodeReply) ProtoMessage() {}
 
 func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[89]
+	mi := &file_goray_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6480,7 +6589,7 @@ func (x *UnregisterNodeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterNodeReply.ProtoReflect.Descriptor instead.
 func (*UnregisterNodeReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{89}
+	return file_goray_proto_rawDescGZIP(), []int{91}
 }
 
 type HeartbeatRequest struct {
@@ -6501,7 +6610,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6513,7 +6622,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[90]
+	mi := &file_goray_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6526,7 +6635,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{90}
+	return file_goray_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *HeartbeatRequest) GetNodeId() []byte {
@@ -6611,7 +6720,7 @@ type SpillStats struct {
 
 func (x *SpillStats) Reset() {
 	*x = SpillStats{}
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6623,7 +6732,7 @@ func (x *SpillStats) String() string {
 func (*SpillStats) ProtoMessage() {}
 
 func (x *SpillStats) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[91]
+	mi := &file_goray_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6636,7 +6745,7 @@ func (x *SpillStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpillStats.ProtoReflect.Descriptor instead.
 func (*SpillStats) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{91}
+	return file_goray_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *SpillStats) GetLocation() string {
@@ -6732,7 +6841,7 @@ type SpilledObject struct {
 
 func (x *SpilledObject) Reset() {
 	*x = SpilledObject{}
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6744,7 +6853,7 @@ func (x *SpilledObject) String() string {
 func (*SpilledObject) ProtoMessage() {}
 
 func (x *SpilledObject) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[92]
+	mi := &file_goray_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6757,7 +6866,7 @@ func (x *SpilledObject) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpilledObject.ProtoReflect.Descriptor instead.
 func (*SpilledObject) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{92}
+	return file_goray_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *SpilledObject) GetObjectId() []byte {
@@ -6806,7 +6915,7 @@ type HeartbeatReply struct {
 
 func (x *HeartbeatReply) Reset() {
 	*x = HeartbeatReply{}
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6818,7 +6927,7 @@ func (x *HeartbeatReply) String() string {
 func (*HeartbeatReply) ProtoMessage() {}
 
 func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[93]
+	mi := &file_goray_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6831,7 +6940,7 @@ func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
 func (*HeartbeatReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{93}
+	return file_goray_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *HeartbeatReply) GetDead() bool {
@@ -6857,7 +6966,7 @@ type GetAllNodesRequest struct {
 
 func (x *GetAllNodesRequest) Reset() {
 	*x = GetAllNodesRequest{}
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6869,7 +6978,7 @@ func (x *GetAllNodesRequest) String() string {
 func (*GetAllNodesRequest) ProtoMessage() {}
 
 func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[94]
+	mi := &file_goray_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6882,7 +6991,7 @@ func (x *GetAllNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetAllNodesRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{94}
+	return file_goray_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *GetAllNodesRequest) GetSinceEpoch() string {
@@ -6919,7 +7028,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6931,7 +7040,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[95]
+	mi := &file_goray_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6944,7 +7053,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{95}
+	return file_goray_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *NodeView) GetInfo() *NodeInfo {
@@ -7031,7 +7140,7 @@ type GetAllNodesReply struct {
 
 func (x *GetAllNodesReply) Reset() {
 	*x = GetAllNodesReply{}
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7043,7 +7152,7 @@ func (x *GetAllNodesReply) String() string {
 func (*GetAllNodesReply) ProtoMessage() {}
 
 func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[96]
+	mi := &file_goray_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7056,7 +7165,7 @@ func (x *GetAllNodesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllNodesReply.ProtoReflect.Descriptor instead.
 func (*GetAllNodesReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{96}
+	return file_goray_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *GetAllNodesReply) GetNodes() []*NodeView {
@@ -7096,7 +7205,7 @@ type AddJobRequest struct {
 
 func (x *AddJobRequest) Reset() {
 	*x = AddJobRequest{}
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7108,7 +7217,7 @@ func (x *AddJobRequest) String() string {
 func (*AddJobRequest) ProtoMessage() {}
 
 func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[97]
+	mi := &file_goray_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7121,7 +7230,7 @@ func (x *AddJobRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobRequest.ProtoReflect.Descriptor instead.
 func (*AddJobRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{97}
+	return file_goray_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *AddJobRequest) GetJob() *JobInfo {
@@ -7139,7 +7248,7 @@ type AddJobReply struct {
 
 func (x *AddJobReply) Reset() {
 	*x = AddJobReply{}
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7151,7 +7260,7 @@ func (x *AddJobReply) String() string {
 func (*AddJobReply) ProtoMessage() {}
 
 func (x *AddJobReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[98]
+	mi := &file_goray_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7164,7 +7273,7 @@ func (x *AddJobReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddJobReply.ProtoReflect.Descriptor instead.
 func (*AddJobReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{98}
+	return file_goray_proto_rawDescGZIP(), []int{100}
 }
 
 type MarkJobFinishedRequest struct {
@@ -7176,7 +7285,7 @@ type MarkJobFinishedRequest struct {
 
 func (x *MarkJobFinishedRequest) Reset() {
 	*x = MarkJobFinishedRequest{}
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7188,7 +7297,7 @@ func (x *MarkJobFinishedRequest) String() string {
 func (*MarkJobFinishedRequest) ProtoMessage() {}
 
 func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[99]
+	mi := &file_goray_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7201,7 +7310,7 @@ func (x *MarkJobFinishedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedRequest.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{99}
+	return file_goray_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *MarkJobFinishedRequest) GetJobId() []byte {
@@ -7219,7 +7328,7 @@ type MarkJobFinishedReply struct {
 
 func (x *MarkJobFinishedReply) Reset() {
 	*x = MarkJobFinishedReply{}
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7231,7 +7340,7 @@ func (x *MarkJobFinishedReply) String() string {
 func (*MarkJobFinishedReply) ProtoMessage() {}
 
 func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[100]
+	mi := &file_goray_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7244,7 +7353,7 @@ func (x *MarkJobFinishedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MarkJobFinishedReply.ProtoReflect.Descriptor instead.
 func (*MarkJobFinishedReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{100}
+	return file_goray_proto_rawDescGZIP(), []int{102}
 }
 
 type GetAllJobsRequest struct {
@@ -7259,7 +7368,7 @@ type GetAllJobsRequest struct {
 
 func (x *GetAllJobsRequest) Reset() {
 	*x = GetAllJobsRequest{}
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7271,7 +7380,7 @@ func (x *GetAllJobsRequest) String() string {
 func (*GetAllJobsRequest) ProtoMessage() {}
 
 func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[101]
+	mi := &file_goray_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7284,7 +7393,7 @@ func (x *GetAllJobsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsRequest.ProtoReflect.Descriptor instead.
 func (*GetAllJobsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{101}
+	return file_goray_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *GetAllJobsRequest) GetIncludeEnv() bool {
@@ -7303,7 +7412,7 @@ type GetAllJobsReply struct {
 
 func (x *GetAllJobsReply) Reset() {
 	*x = GetAllJobsReply{}
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7315,7 +7424,7 @@ func (x *GetAllJobsReply) String() string {
 func (*GetAllJobsReply) ProtoMessage() {}
 
 func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[102]
+	mi := &file_goray_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7328,7 +7437,7 @@ func (x *GetAllJobsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAllJobsReply.ProtoReflect.Descriptor instead.
 func (*GetAllJobsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{102}
+	return file_goray_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *GetAllJobsReply) GetJobs() []*JobInfo {
@@ -7351,7 +7460,7 @@ type RegisterActorRequest struct {
 
 func (x *RegisterActorRequest) Reset() {
 	*x = RegisterActorRequest{}
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7363,7 +7472,7 @@ func (x *RegisterActorRequest) String() string {
 func (*RegisterActorRequest) ProtoMessage() {}
 
 func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[103]
+	mi := &file_goray_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7376,7 +7485,7 @@ func (x *RegisterActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorRequest.ProtoReflect.Descriptor instead.
 func (*RegisterActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{103}
+	return file_goray_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RegisterActorRequest) GetActor() *ActorInfo {
@@ -7404,7 +7513,7 @@ type RegisterActorReply struct {
 
 func (x *RegisterActorReply) Reset() {
 	*x = RegisterActorReply{}
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7416,7 +7525,7 @@ func (x *RegisterActorReply) String() string {
 func (*RegisterActorReply) ProtoMessage() {}
 
 func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[104]
+	mi := &file_goray_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7429,7 +7538,7 @@ func (x *RegisterActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterActorReply.ProtoReflect.Descriptor instead.
 func (*RegisterActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{104}
+	return file_goray_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RegisterActorReply) GetExisting() *ActorInfo {
@@ -7448,7 +7557,7 @@ type UpdateActorRequest struct {
 
 func (x *UpdateActorRequest) Reset() {
 	*x = UpdateActorRequest{}
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7460,7 +7569,7 @@ func (x *UpdateActorRequest) String() string {
 func (*UpdateActorRequest) ProtoMessage() {}
 
 func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[105]
+	mi := &file_goray_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7473,7 +7582,7 @@ func (x *UpdateActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorRequest.ProtoReflect.Descriptor instead.
 func (*UpdateActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{105}
+	return file_goray_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *UpdateActorRequest) GetActor() *ActorInfo {
@@ -7491,7 +7600,7 @@ type UpdateActorReply struct {
 
 func (x *UpdateActorReply) Reset() {
 	*x = UpdateActorReply{}
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7503,7 +7612,7 @@ func (x *UpdateActorReply) String() string {
 func (*UpdateActorReply) ProtoMessage() {}
 
 func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[106]
+	mi := &file_goray_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7516,7 +7625,7 @@ func (x *UpdateActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateActorReply.ProtoReflect.Descriptor instead.
 func (*UpdateActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{106}
+	return file_goray_proto_rawDescGZIP(), []int{108}
 }
 
 type GetActorRequest struct {
@@ -7539,7 +7648,7 @@ type GetActorRequest struct {
 
 func (x *GetActorRequest) Reset() {
 	*x = GetActorRequest{}
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7551,7 +7660,7 @@ func (x *GetActorRequest) String() string {
 func (*GetActorRequest) ProtoMessage() {}
 
 func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[107]
+	mi := &file_goray_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7564,7 +7673,7 @@ func (x *GetActorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorRequest.ProtoReflect.Descriptor instead.
 func (*GetActorRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{107}
+	return file_goray_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *GetActorRequest) GetActorId() []byte {
@@ -7611,7 +7720,7 @@ type GetActorReply struct {
 
 func (x *GetActorReply) Reset() {
 	*x = GetActorReply{}
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7623,7 +7732,7 @@ func (x *GetActorReply) String() string {
 func (*GetActorReply) ProtoMessage() {}
 
 func (x *GetActorReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[108]
+	mi := &file_goray_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7636,7 +7745,7 @@ func (x *GetActorReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActorReply.ProtoReflect.Descriptor instead.
 func (*GetActorReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{108}
+	return file_goray_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *GetActorReply) GetActor() *ActorInfo {
@@ -7654,7 +7763,7 @@ type ListActorsRequest struct {
 
 func (x *ListActorsRequest) Reset() {
 	*x = ListActorsRequest{}
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7666,7 +7775,7 @@ func (x *ListActorsRequest) String() string {
 func (*ListActorsRequest) ProtoMessage() {}
 
 func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[109]
+	mi := &file_goray_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7679,7 +7788,7 @@ func (x *ListActorsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsRequest.ProtoReflect.Descriptor instead.
 func (*ListActorsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{109}
+	return file_goray_proto_rawDescGZIP(), []int{111}
 }
 
 type ListActorsReply struct {
@@ -7691,7 +7800,7 @@ type ListActorsReply struct {
 
 func (x *ListActorsReply) Reset() {
 	*x = ListActorsReply{}
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7703,7 +7812,7 @@ func (x *ListActorsReply) String() string {
 func (*ListActorsReply) ProtoMessage() {}
 
 func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[110]
+	mi := &file_goray_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7716,7 +7825,7 @@ func (x *ListActorsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActorsReply.ProtoReflect.Descriptor instead.
 func (*ListActorsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{110}
+	return file_goray_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ListActorsReply) GetActors() []*ActorInfo {
@@ -7744,7 +7853,7 @@ type ReportWorkerFailureRequest struct {
 
 func (x *ReportWorkerFailureRequest) Reset() {
 	*x = ReportWorkerFailureRequest{}
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7756,7 +7865,7 @@ func (x *ReportWorkerFailureRequest) String() string {
 func (*ReportWorkerFailureRequest) ProtoMessage() {}
 
 func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[111]
+	mi := &file_goray_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7769,7 +7878,7 @@ func (x *ReportWorkerFailureRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureRequest.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{111}
+	return file_goray_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ReportWorkerFailureRequest) GetWorkerId() []byte {
@@ -7815,7 +7924,7 @@ type ReportWorkerFailureReply struct {
 
 func (x *ReportWorkerFailureReply) Reset() {
 	*x = ReportWorkerFailureReply{}
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7827,7 +7936,7 @@ func (x *ReportWorkerFailureReply) String() string {
 func (*ReportWorkerFailureReply) ProtoMessage() {}
 
 func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[112]
+	mi := &file_goray_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7840,7 +7949,7 @@ func (x *ReportWorkerFailureReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportWorkerFailureReply.ProtoReflect.Descriptor instead.
 func (*ReportWorkerFailureReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{112}
+	return file_goray_proto_rawDescGZIP(), []int{114}
 }
 
 type KVPutRequest struct {
@@ -7855,7 +7964,7 @@ type KVPutRequest struct {
 
 func (x *KVPutRequest) Reset() {
 	*x = KVPutRequest{}
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7867,7 +7976,7 @@ func (x *KVPutRequest) String() string {
 func (*KVPutRequest) ProtoMessage() {}
 
 func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[113]
+	mi := &file_goray_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7880,7 +7989,7 @@ func (x *KVPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutRequest.ProtoReflect.Descriptor instead.
 func (*KVPutRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{113}
+	return file_goray_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *KVPutRequest) GetNs() string {
@@ -7920,7 +8029,7 @@ type KVPutReply struct {
 
 func (x *KVPutReply) Reset() {
 	*x = KVPutReply{}
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7932,7 +8041,7 @@ func (x *KVPutReply) String() string {
 func (*KVPutReply) ProtoMessage() {}
 
 func (x *KVPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[114]
+	mi := &file_goray_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7945,7 +8054,7 @@ func (x *KVPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVPutReply.ProtoReflect.Descriptor instead.
 func (*KVPutReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{114}
+	return file_goray_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *KVPutReply) GetAdded() bool {
@@ -7965,7 +8074,7 @@ type KVGetRequest struct {
 
 func (x *KVGetRequest) Reset() {
 	*x = KVGetRequest{}
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7977,7 +8086,7 @@ func (x *KVGetRequest) String() string {
 func (*KVGetRequest) ProtoMessage() {}
 
 func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[115]
+	mi := &file_goray_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7990,7 +8099,7 @@ func (x *KVGetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetRequest.ProtoReflect.Descriptor instead.
 func (*KVGetRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{115}
+	return file_goray_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *KVGetRequest) GetNs() string {
@@ -8017,7 +8126,7 @@ type KVGetReply struct {
 
 func (x *KVGetReply) Reset() {
 	*x = KVGetReply{}
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8029,7 +8138,7 @@ func (x *KVGetReply) String() string {
 func (*KVGetReply) ProtoMessage() {}
 
 func (x *KVGetReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[116]
+	mi := &file_goray_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8042,7 +8151,7 @@ func (x *KVGetReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVGetReply.ProtoReflect.Descriptor instead.
 func (*KVGetReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{116}
+	return file_goray_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *KVGetReply) GetFound() bool {
@@ -8070,7 +8179,7 @@ type KVDelRequest struct {
 
 func (x *KVDelRequest) Reset() {
 	*x = KVDelRequest{}
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8082,7 +8191,7 @@ func (x *KVDelRequest) String() string {
 func (*KVDelRequest) ProtoMessage() {}
 
 func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[117]
+	mi := &file_goray_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8095,7 +8204,7 @@ func (x *KVDelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelRequest.ProtoReflect.Descriptor instead.
 func (*KVDelRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{117}
+	return file_goray_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *KVDelRequest) GetNs() string {
@@ -8128,7 +8237,7 @@ type KVDelReply struct {
 
 func (x *KVDelReply) Reset() {
 	*x = KVDelReply{}
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8140,7 +8249,7 @@ func (x *KVDelReply) String() string {
 func (*KVDelReply) ProtoMessage() {}
 
 func (x *KVDelReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[118]
+	mi := &file_goray_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8153,7 +8262,7 @@ func (x *KVDelReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVDelReply.ProtoReflect.Descriptor instead.
 func (*KVDelReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{118}
+	return file_goray_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *KVDelReply) GetDeleted() int64 {
@@ -8173,7 +8282,7 @@ type KVKeysRequest struct {
 
 func (x *KVKeysRequest) Reset() {
 	*x = KVKeysRequest{}
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8185,7 +8294,7 @@ func (x *KVKeysRequest) String() string {
 func (*KVKeysRequest) ProtoMessage() {}
 
 func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[119]
+	mi := &file_goray_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8198,7 +8307,7 @@ func (x *KVKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysRequest.ProtoReflect.Descriptor instead.
 func (*KVKeysRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{119}
+	return file_goray_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *KVKeysRequest) GetNs() string {
@@ -8224,7 +8333,7 @@ type KVKeysReply struct {
 
 func (x *KVKeysReply) Reset() {
 	*x = KVKeysReply{}
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8236,7 +8345,7 @@ func (x *KVKeysReply) String() string {
 func (*KVKeysReply) ProtoMessage() {}
 
 func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[120]
+	mi := &file_goray_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8249,7 +8358,7 @@ func (x *KVKeysReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KVKeysReply.ProtoReflect.Descriptor instead.
 func (*KVKeysReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{120}
+	return file_goray_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *KVKeysReply) GetKeys() []string {
@@ -8272,7 +8381,7 @@ type Bundle struct {
 
 func (x *Bundle) Reset() {
 	*x = Bundle{}
-	mi := &file_goray_proto_msgTypes[121]
+	mi := &file_goray_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8284,7 +8393,7 @@ func (x *Bundle) String() string {
 func (*Bundle) ProtoMessage() {}
 
 func (x *Bundle) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[121]
+	mi := &file_goray_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8297,7 +8406,7 @@ func (x *Bundle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bundle.ProtoReflect.Descriptor instead.
 func (*Bundle) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{121}
+	return file_goray_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *Bundle) GetIndex() int32 {
@@ -8355,7 +8464,7 @@ type PlacementGroupInfo struct {
 
 func (x *PlacementGroupInfo) Reset() {
 	*x = PlacementGroupInfo{}
-	mi := &file_goray_proto_msgTypes[122]
+	mi := &file_goray_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8367,7 +8476,7 @@ func (x *PlacementGroupInfo) String() string {
 func (*PlacementGroupInfo) ProtoMessage() {}
 
 func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[122]
+	mi := &file_goray_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8380,7 +8489,7 @@ func (x *PlacementGroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PlacementGroupInfo.ProtoReflect.Descriptor instead.
 func (*PlacementGroupInfo) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{122}
+	return file_goray_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *PlacementGroupInfo) GetPlacementGroupId() []byte {
@@ -8499,7 +8608,7 @@ type CreatePlacementGroupRequest struct {
 
 func (x *CreatePlacementGroupRequest) Reset() {
 	*x = CreatePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[123]
+	mi := &file_goray_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8511,7 +8620,7 @@ func (x *CreatePlacementGroupRequest) String() string {
 func (*CreatePlacementGroupRequest) ProtoMessage() {}
 
 func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[123]
+	mi := &file_goray_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8524,7 +8633,7 @@ func (x *CreatePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{123}
+	return file_goray_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *CreatePlacementGroupRequest) GetGroup() *PlacementGroupInfo {
@@ -8542,7 +8651,7 @@ type CreatePlacementGroupReply struct {
 
 func (x *CreatePlacementGroupReply) Reset() {
 	*x = CreatePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[124]
+	mi := &file_goray_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8554,7 +8663,7 @@ func (x *CreatePlacementGroupReply) String() string {
 func (*CreatePlacementGroupReply) ProtoMessage() {}
 
 func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[124]
+	mi := &file_goray_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8567,7 +8676,7 @@ func (x *CreatePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*CreatePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{124}
+	return file_goray_proto_rawDescGZIP(), []int{126}
 }
 
 type RemovePlacementGroupRequest struct {
@@ -8579,7 +8688,7 @@ type RemovePlacementGroupRequest struct {
 
 func (x *RemovePlacementGroupRequest) Reset() {
 	*x = RemovePlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[125]
+	mi := &file_goray_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8591,7 +8700,7 @@ func (x *RemovePlacementGroupRequest) String() string {
 func (*RemovePlacementGroupRequest) ProtoMessage() {}
 
 func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[125]
+	mi := &file_goray_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8604,7 +8713,7 @@ func (x *RemovePlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{125}
+	return file_goray_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *RemovePlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -8622,7 +8731,7 @@ type RemovePlacementGroupReply struct {
 
 func (x *RemovePlacementGroupReply) Reset() {
 	*x = RemovePlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[126]
+	mi := &file_goray_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8634,7 +8743,7 @@ func (x *RemovePlacementGroupReply) String() string {
 func (*RemovePlacementGroupReply) ProtoMessage() {}
 
 func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[126]
+	mi := &file_goray_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8647,7 +8756,7 @@ func (x *RemovePlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemovePlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*RemovePlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{126}
+	return file_goray_proto_rawDescGZIP(), []int{128}
 }
 
 type GetPlacementGroupRequest struct {
@@ -8663,7 +8772,7 @@ type GetPlacementGroupRequest struct {
 
 func (x *GetPlacementGroupRequest) Reset() {
 	*x = GetPlacementGroupRequest{}
-	mi := &file_goray_proto_msgTypes[127]
+	mi := &file_goray_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8675,7 +8784,7 @@ func (x *GetPlacementGroupRequest) String() string {
 func (*GetPlacementGroupRequest) ProtoMessage() {}
 
 func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[127]
+	mi := &file_goray_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8688,7 +8797,7 @@ func (x *GetPlacementGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupRequest.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{127}
+	return file_goray_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *GetPlacementGroupRequest) GetPlacementGroupId() []byte {
@@ -8728,7 +8837,7 @@ type GetPlacementGroupReply struct {
 
 func (x *GetPlacementGroupReply) Reset() {
 	*x = GetPlacementGroupReply{}
-	mi := &file_goray_proto_msgTypes[128]
+	mi := &file_goray_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8740,7 +8849,7 @@ func (x *GetPlacementGroupReply) String() string {
 func (*GetPlacementGroupReply) ProtoMessage() {}
 
 func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[128]
+	mi := &file_goray_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8753,7 +8862,7 @@ func (x *GetPlacementGroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPlacementGroupReply.ProtoReflect.Descriptor instead.
 func (*GetPlacementGroupReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{128}
+	return file_goray_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *GetPlacementGroupReply) GetGroup() *PlacementGroupInfo {
@@ -8771,7 +8880,7 @@ type ListPlacementGroupsRequest struct {
 
 func (x *ListPlacementGroupsRequest) Reset() {
 	*x = ListPlacementGroupsRequest{}
-	mi := &file_goray_proto_msgTypes[129]
+	mi := &file_goray_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8783,7 +8892,7 @@ func (x *ListPlacementGroupsRequest) String() string {
 func (*ListPlacementGroupsRequest) ProtoMessage() {}
 
 func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[129]
+	mi := &file_goray_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8796,7 +8905,7 @@ func (x *ListPlacementGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsRequest.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{129}
+	return file_goray_proto_rawDescGZIP(), []int{131}
 }
 
 type ListPlacementGroupsReply struct {
@@ -8808,7 +8917,7 @@ type ListPlacementGroupsReply struct {
 
 func (x *ListPlacementGroupsReply) Reset() {
 	*x = ListPlacementGroupsReply{}
-	mi := &file_goray_proto_msgTypes[130]
+	mi := &file_goray_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8820,7 +8929,7 @@ func (x *ListPlacementGroupsReply) String() string {
 func (*ListPlacementGroupsReply) ProtoMessage() {}
 
 func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_goray_proto_msgTypes[130]
+	mi := &file_goray_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8833,7 +8942,7 @@ func (x *ListPlacementGroupsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPlacementGroupsReply.ProtoReflect.Descriptor instead.
 func (*ListPlacementGroupsReply) Descriptor() ([]byte, []int) {
-	return file_goray_proto_rawDescGZIP(), []int{130}
+	return file_goray_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *ListPlacementGroupsReply) GetGroups() []*PlacementGroupInfo {
@@ -9049,7 +9158,7 @@ const file_goray_proto_rawDesc = "" +
 	"\tStoreInfo\x12\x1b\n" +
 	"\tfd_socket\x18\x01 \x01(\tR\bfdSocket\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\x03R\bcapacity\x12!\n" +
-	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xd7\x03\n" +
+	"\finline_limit\x18\x03 \x01(\x03R\vinlineLimit\"\xaf\x04\n" +
 	"\fLeaseRequest\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\fR\x05jobId\x121\n" +
 	"\tresources\x18\x02 \x01(\v2\x13.goray.v1.ResourcesR\tresources\x12\x19\n" +
@@ -9065,7 +9174,9 @@ const file_goray_proto_rawDesc = "" +
 	" \x01(\bR\bdetached\x12\x1c\n" +
 	"\tretriable\x18\x14 \x01(\bR\tretriable\x12$\n" +
 	"\x0eholder_node_id\x18\x15 \x01(\fR\fholderNodeId\x12\x19\n" +
-	"\benv_vars\x18\x16 \x03(\tR\aenvVars\"\xac\x01\n" +
+	"\benv_vars\x18\x16 \x03(\tR\aenvVars\x12,\n" +
+	"\x12working_dir_sha256\x18\x17 \x01(\tR\x10workingDirSha256\x12(\n" +
+	"\x10working_dir_node\x18\x18 \x01(\fR\x0eworkingDirNode\"\xac\x01\n" +
 	"\x12SchedulingStrategy\x125\n" +
 	"\x04kind\x18\x01 \x01(\x0e2!.goray.v1.SchedulingStrategy.KindR\x04kind\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\fR\x06nodeId\x12\x12\n" +
@@ -9157,7 +9268,11 @@ const file_goray_proto_rawDesc = "" +
 	"\x05owner\x18\x03 \x01(\v2\x11.goray.v1.AddressR\x05owner\"\x11\n" +
 	"\x0fPullObjectReply\",\n" +
 	"\x12FetchBinaryRequest\x12\x16\n" +
-	"\x06sha256\x18\x01 \x01(\tR\x06sha256\"5\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\"F\n" +
+	"\x18InstallWorkingDirRequest\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"\x18\n" +
+	"\x16InstallWorkingDirReply\"5\n" +
 	"\vBinaryChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\x03R\x04size\"L\n" +
@@ -9530,7 +9645,7 @@ const file_goray_proto_rawDesc = "" +
 	"\n" +
 	"CancelTask\x12\x1b.goray.v1.CancelTaskRequest\x1a\x19.goray.v1.CancelTaskReply\x12J\n" +
 	"\fCancelObject\x12\x1d.goray.v1.CancelObjectRequest\x1a\x1b.goray.v1.CancelObjectReply\x12A\n" +
-	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\x8c\x0e\n" +
+	"\tListOwned\x12\x1a.goray.v1.ListOwnedRequest\x1a\x18.goray.v1.ListOwnedReply2\xe7\x0e\n" +
 	"\x06Raylet\x12E\n" +
 	"\rWorkerSession\x12\x17.goray.v1.WorkerMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12E\n" +
 	"\rDriverSession\x12\x17.goray.v1.DriverMessage\x1a\x17.goray.v1.RayletCommand(\x010\x01\x12B\n" +
@@ -9550,7 +9665,8 @@ const file_goray_proto_rawDesc = "" +
 	"\fGetNodeStats\x12\x1d.goray.v1.GetNodeStatsRequest\x1a\x1b.goray.v1.GetNodeStatsReply\x12D\n" +
 	"\n" +
 	"PullObject\x12\x1b.goray.v1.PullObjectRequest\x1a\x19.goray.v1.PullObjectReply\x12D\n" +
-	"\vFetchBinary\x12\x1c.goray.v1.FetchBinaryRequest\x1a\x15.goray.v1.BinaryChunk0\x01\x12G\n" +
+	"\vFetchBinary\x12\x1c.goray.v1.FetchBinaryRequest\x1a\x15.goray.v1.BinaryChunk0\x01\x12Y\n" +
+	"\x11InstallWorkingDir\x12\".goray.v1.InstallWorkingDirRequest\x1a .goray.v1.InstallWorkingDirReply\x12G\n" +
 	"\vWorkersDied\x12\x1c.goray.v1.WorkersDiedRequest\x1a\x1a.goray.v1.WorkersDiedReply\x12J\n" +
 	"\fShutdownNode\x12\x1d.goray.v1.ShutdownNodeRequest\x1a\x1b.goray.v1.ShutdownNodeReply\x12X\n" +
 	"\x16PrepareBundleResources\x12\x1f.goray.v1.PrepareBundlesRequest\x1a\x1d.goray.v1.PrepareBundlesReply\x12U\n" +
@@ -9597,7 +9713,7 @@ func file_goray_proto_rawDescGZIP() []byte {
 }
 
 var file_goray_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 135)
+var file_goray_proto_msgTypes = make([]protoimpl.MessageInfo, 137)
 var file_goray_proto_goTypes = []any{
 	(TaskKind)(0),                       // 0: goray.v1.TaskKind
 	(ActorState)(0),                     // 1: goray.v1.ActorState
@@ -9671,81 +9787,83 @@ var file_goray_proto_goTypes = []any{
 	(*PullObjectRequest)(nil),           // 69: goray.v1.PullObjectRequest
 	(*PullObjectReply)(nil),             // 70: goray.v1.PullObjectReply
 	(*FetchBinaryRequest)(nil),          // 71: goray.v1.FetchBinaryRequest
-	(*BinaryChunk)(nil),                 // 72: goray.v1.BinaryChunk
-	(*WorkersDiedRequest)(nil),          // 73: goray.v1.WorkersDiedRequest
-	(*WorkersDiedReply)(nil),            // 74: goray.v1.WorkersDiedReply
-	(*FreeObjectsRequest)(nil),          // 75: goray.v1.FreeObjectsRequest
-	(*FreeObjectsReply)(nil),            // 76: goray.v1.FreeObjectsReply
-	(*GetNodeStatsRequest)(nil),         // 77: goray.v1.GetNodeStatsRequest
-	(*WorkerStats)(nil),                 // 78: goray.v1.WorkerStats
-	(*PendingDemand)(nil),               // 79: goray.v1.PendingDemand
-	(*GetNodeStatsReply)(nil),           // 80: goray.v1.GetNodeStatsReply
-	(*PluginStatus)(nil),                // 81: goray.v1.PluginStatus
-	(*ShutdownNodeRequest)(nil),         // 82: goray.v1.ShutdownNodeRequest
-	(*ShutdownNodeReply)(nil),           // 83: goray.v1.ShutdownNodeReply
-	(*NodeInfo)(nil),                    // 84: goray.v1.NodeInfo
-	(*JobInfo)(nil),                     // 85: goray.v1.JobInfo
-	(*ActorInfo)(nil),                   // 86: goray.v1.ActorInfo
-	(*DrainNodeRequest)(nil),            // 87: goray.v1.DrainNodeRequest
-	(*DrainNodeReply)(nil),              // 88: goray.v1.DrainNodeReply
-	(*GetClusterInfoRequest)(nil),       // 89: goray.v1.GetClusterInfoRequest
-	(*GetClusterInfoReply)(nil),         // 90: goray.v1.GetClusterInfoReply
-	(*History)(nil),                     // 91: goray.v1.History
-	(*HistoryBound)(nil),                // 92: goray.v1.HistoryBound
-	(*RegisterNodeRequest)(nil),         // 93: goray.v1.RegisterNodeRequest
-	(*RegisterNodeReply)(nil),           // 94: goray.v1.RegisterNodeReply
-	(*UnregisterNodeRequest)(nil),       // 95: goray.v1.UnregisterNodeRequest
-	(*UnregisterNodeReply)(nil),         // 96: goray.v1.UnregisterNodeReply
-	(*HeartbeatRequest)(nil),            // 97: goray.v1.HeartbeatRequest
-	(*SpillStats)(nil),                  // 98: goray.v1.SpillStats
-	(*SpilledObject)(nil),               // 99: goray.v1.SpilledObject
-	(*HeartbeatReply)(nil),              // 100: goray.v1.HeartbeatReply
-	(*GetAllNodesRequest)(nil),          // 101: goray.v1.GetAllNodesRequest
-	(*NodeView)(nil),                    // 102: goray.v1.NodeView
-	(*GetAllNodesReply)(nil),            // 103: goray.v1.GetAllNodesReply
-	(*AddJobRequest)(nil),               // 104: goray.v1.AddJobRequest
-	(*AddJobReply)(nil),                 // 105: goray.v1.AddJobReply
-	(*MarkJobFinishedRequest)(nil),      // 106: goray.v1.MarkJobFinishedRequest
-	(*MarkJobFinishedReply)(nil),        // 107: goray.v1.MarkJobFinishedReply
-	(*GetAllJobsRequest)(nil),           // 108: goray.v1.GetAllJobsRequest
-	(*GetAllJobsReply)(nil),             // 109: goray.v1.GetAllJobsReply
-	(*RegisterActorRequest)(nil),        // 110: goray.v1.RegisterActorRequest
-	(*RegisterActorReply)(nil),          // 111: goray.v1.RegisterActorReply
-	(*UpdateActorRequest)(nil),          // 112: goray.v1.UpdateActorRequest
-	(*UpdateActorReply)(nil),            // 113: goray.v1.UpdateActorReply
-	(*GetActorRequest)(nil),             // 114: goray.v1.GetActorRequest
-	(*GetActorReply)(nil),               // 115: goray.v1.GetActorReply
-	(*ListActorsRequest)(nil),           // 116: goray.v1.ListActorsRequest
-	(*ListActorsReply)(nil),             // 117: goray.v1.ListActorsReply
-	(*ReportWorkerFailureRequest)(nil),  // 118: goray.v1.ReportWorkerFailureRequest
-	(*ReportWorkerFailureReply)(nil),    // 119: goray.v1.ReportWorkerFailureReply
-	(*KVPutRequest)(nil),                // 120: goray.v1.KVPutRequest
-	(*KVPutReply)(nil),                  // 121: goray.v1.KVPutReply
-	(*KVGetRequest)(nil),                // 122: goray.v1.KVGetRequest
-	(*KVGetReply)(nil),                  // 123: goray.v1.KVGetReply
-	(*KVDelRequest)(nil),                // 124: goray.v1.KVDelRequest
-	(*KVDelReply)(nil),                  // 125: goray.v1.KVDelReply
-	(*KVKeysRequest)(nil),               // 126: goray.v1.KVKeysRequest
-	(*KVKeysReply)(nil),                 // 127: goray.v1.KVKeysReply
-	(*Bundle)(nil),                      // 128: goray.v1.Bundle
-	(*PlacementGroupInfo)(nil),          // 129: goray.v1.PlacementGroupInfo
-	(*CreatePlacementGroupRequest)(nil), // 130: goray.v1.CreatePlacementGroupRequest
-	(*CreatePlacementGroupReply)(nil),   // 131: goray.v1.CreatePlacementGroupReply
-	(*RemovePlacementGroupRequest)(nil), // 132: goray.v1.RemovePlacementGroupRequest
-	(*RemovePlacementGroupReply)(nil),   // 133: goray.v1.RemovePlacementGroupReply
-	(*GetPlacementGroupRequest)(nil),    // 134: goray.v1.GetPlacementGroupRequest
-	(*GetPlacementGroupReply)(nil),      // 135: goray.v1.GetPlacementGroupReply
-	(*ListPlacementGroupsRequest)(nil),  // 136: goray.v1.ListPlacementGroupsRequest
-	(*ListPlacementGroupsReply)(nil),    // 137: goray.v1.ListPlacementGroupsReply
-	nil,                                 // 138: goray.v1.Resources.AmountsEntry
-	nil,                                 // 139: goray.v1.TaskSpec.ConcurrencyGroupsEntry
-	nil,                                 // 140: goray.v1.NodeInfo.LabelsEntry
-	nil,                                 // 141: goray.v1.ActorInfo.ConcurrencyGroupsEntry
-	(*MemoryKill)(nil),                  // 142: goray.v1.MemoryKill
-	(*MemoryMonitorStats)(nil),          // 143: goray.v1.MemoryMonitorStats
+	(*InstallWorkingDirRequest)(nil),    // 72: goray.v1.InstallWorkingDirRequest
+	(*InstallWorkingDirReply)(nil),      // 73: goray.v1.InstallWorkingDirReply
+	(*BinaryChunk)(nil),                 // 74: goray.v1.BinaryChunk
+	(*WorkersDiedRequest)(nil),          // 75: goray.v1.WorkersDiedRequest
+	(*WorkersDiedReply)(nil),            // 76: goray.v1.WorkersDiedReply
+	(*FreeObjectsRequest)(nil),          // 77: goray.v1.FreeObjectsRequest
+	(*FreeObjectsReply)(nil),            // 78: goray.v1.FreeObjectsReply
+	(*GetNodeStatsRequest)(nil),         // 79: goray.v1.GetNodeStatsRequest
+	(*WorkerStats)(nil),                 // 80: goray.v1.WorkerStats
+	(*PendingDemand)(nil),               // 81: goray.v1.PendingDemand
+	(*GetNodeStatsReply)(nil),           // 82: goray.v1.GetNodeStatsReply
+	(*PluginStatus)(nil),                // 83: goray.v1.PluginStatus
+	(*ShutdownNodeRequest)(nil),         // 84: goray.v1.ShutdownNodeRequest
+	(*ShutdownNodeReply)(nil),           // 85: goray.v1.ShutdownNodeReply
+	(*NodeInfo)(nil),                    // 86: goray.v1.NodeInfo
+	(*JobInfo)(nil),                     // 87: goray.v1.JobInfo
+	(*ActorInfo)(nil),                   // 88: goray.v1.ActorInfo
+	(*DrainNodeRequest)(nil),            // 89: goray.v1.DrainNodeRequest
+	(*DrainNodeReply)(nil),              // 90: goray.v1.DrainNodeReply
+	(*GetClusterInfoRequest)(nil),       // 91: goray.v1.GetClusterInfoRequest
+	(*GetClusterInfoReply)(nil),         // 92: goray.v1.GetClusterInfoReply
+	(*History)(nil),                     // 93: goray.v1.History
+	(*HistoryBound)(nil),                // 94: goray.v1.HistoryBound
+	(*RegisterNodeRequest)(nil),         // 95: goray.v1.RegisterNodeRequest
+	(*RegisterNodeReply)(nil),           // 96: goray.v1.RegisterNodeReply
+	(*UnregisterNodeRequest)(nil),       // 97: goray.v1.UnregisterNodeRequest
+	(*UnregisterNodeReply)(nil),         // 98: goray.v1.UnregisterNodeReply
+	(*HeartbeatRequest)(nil),            // 99: goray.v1.HeartbeatRequest
+	(*SpillStats)(nil),                  // 100: goray.v1.SpillStats
+	(*SpilledObject)(nil),               // 101: goray.v1.SpilledObject
+	(*HeartbeatReply)(nil),              // 102: goray.v1.HeartbeatReply
+	(*GetAllNodesRequest)(nil),          // 103: goray.v1.GetAllNodesRequest
+	(*NodeView)(nil),                    // 104: goray.v1.NodeView
+	(*GetAllNodesReply)(nil),            // 105: goray.v1.GetAllNodesReply
+	(*AddJobRequest)(nil),               // 106: goray.v1.AddJobRequest
+	(*AddJobReply)(nil),                 // 107: goray.v1.AddJobReply
+	(*MarkJobFinishedRequest)(nil),      // 108: goray.v1.MarkJobFinishedRequest
+	(*MarkJobFinishedReply)(nil),        // 109: goray.v1.MarkJobFinishedReply
+	(*GetAllJobsRequest)(nil),           // 110: goray.v1.GetAllJobsRequest
+	(*GetAllJobsReply)(nil),             // 111: goray.v1.GetAllJobsReply
+	(*RegisterActorRequest)(nil),        // 112: goray.v1.RegisterActorRequest
+	(*RegisterActorReply)(nil),          // 113: goray.v1.RegisterActorReply
+	(*UpdateActorRequest)(nil),          // 114: goray.v1.UpdateActorRequest
+	(*UpdateActorReply)(nil),            // 115: goray.v1.UpdateActorReply
+	(*GetActorRequest)(nil),             // 116: goray.v1.GetActorRequest
+	(*GetActorReply)(nil),               // 117: goray.v1.GetActorReply
+	(*ListActorsRequest)(nil),           // 118: goray.v1.ListActorsRequest
+	(*ListActorsReply)(nil),             // 119: goray.v1.ListActorsReply
+	(*ReportWorkerFailureRequest)(nil),  // 120: goray.v1.ReportWorkerFailureRequest
+	(*ReportWorkerFailureReply)(nil),    // 121: goray.v1.ReportWorkerFailureReply
+	(*KVPutRequest)(nil),                // 122: goray.v1.KVPutRequest
+	(*KVPutReply)(nil),                  // 123: goray.v1.KVPutReply
+	(*KVGetRequest)(nil),                // 124: goray.v1.KVGetRequest
+	(*KVGetReply)(nil),                  // 125: goray.v1.KVGetReply
+	(*KVDelRequest)(nil),                // 126: goray.v1.KVDelRequest
+	(*KVDelReply)(nil),                  // 127: goray.v1.KVDelReply
+	(*KVKeysRequest)(nil),               // 128: goray.v1.KVKeysRequest
+	(*KVKeysReply)(nil),                 // 129: goray.v1.KVKeysReply
+	(*Bundle)(nil),                      // 130: goray.v1.Bundle
+	(*PlacementGroupInfo)(nil),          // 131: goray.v1.PlacementGroupInfo
+	(*CreatePlacementGroupRequest)(nil), // 132: goray.v1.CreatePlacementGroupRequest
+	(*CreatePlacementGroupReply)(nil),   // 133: goray.v1.CreatePlacementGroupReply
+	(*RemovePlacementGroupRequest)(nil), // 134: goray.v1.RemovePlacementGroupRequest
+	(*RemovePlacementGroupReply)(nil),   // 135: goray.v1.RemovePlacementGroupReply
+	(*GetPlacementGroupRequest)(nil),    // 136: goray.v1.GetPlacementGroupRequest
+	(*GetPlacementGroupReply)(nil),      // 137: goray.v1.GetPlacementGroupReply
+	(*ListPlacementGroupsRequest)(nil),  // 138: goray.v1.ListPlacementGroupsRequest
+	(*ListPlacementGroupsReply)(nil),    // 139: goray.v1.ListPlacementGroupsReply
+	nil,                                 // 140: goray.v1.Resources.AmountsEntry
+	nil,                                 // 141: goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	nil,                                 // 142: goray.v1.NodeInfo.LabelsEntry
+	nil,                                 // 143: goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	(*MemoryKill)(nil),                  // 144: goray.v1.MemoryKill
+	(*MemoryMonitorStats)(nil),          // 145: goray.v1.MemoryMonitorStats
 }
 var file_goray_proto_depIdxs = []int32{
-	138, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
+	140, // 0: goray.v1.Resources.amounts:type_name -> goray.v1.Resources.AmountsEntry
 	7,   // 1: goray.v1.ObjectRef.owner:type_name -> goray.v1.Address
 	9,   // 2: goray.v1.TaskArg.ref:type_name -> goray.v1.ObjectRef
 	9,   // 3: goray.v1.TaskArg.nested:type_name -> goray.v1.ObjectRef
@@ -9754,7 +9872,7 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 6: goray.v1.TaskSpec.owner:type_name -> goray.v1.Address
 	8,   // 7: goray.v1.TaskSpec.resources:type_name -> goray.v1.Resources
 	12,  // 8: goray.v1.TaskSpec.placement:type_name -> goray.v1.PlacementOptions
-	139, // 9: goray.v1.TaskSpec.concurrency_groups:type_name -> goray.v1.TaskSpec.ConcurrencyGroupsEntry
+	141, // 9: goray.v1.TaskSpec.concurrency_groups:type_name -> goray.v1.TaskSpec.ConcurrencyGroupsEntry
 	9,   // 10: goray.v1.ReturnObject.nested:type_name -> goray.v1.ObjectRef
 	11,  // 11: goray.v1.TaskRequest.spec:type_name -> goray.v1.TaskSpec
 	13,  // 12: goray.v1.TaskReply.ret:type_name -> goray.v1.ReturnObject
@@ -9765,7 +9883,7 @@ var file_goray_proto_depIdxs = []int32{
 	7,   // 17: goray.v1.ListOwnedReply.owner:type_name -> goray.v1.Address
 	29,  // 18: goray.v1.ListOwnedReply.tasks:type_name -> goray.v1.TaskState
 	30,  // 19: goray.v1.ListOwnedReply.objects:type_name -> goray.v1.ObjectState
-	128, // 20: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
+	130, // 20: goray.v1.PrepareBundlesRequest.bundles:type_name -> goray.v1.Bundle
 	8,   // 21: goray.v1.PrepareBundlesReply.available:type_name -> goray.v1.Resources
 	8,   // 22: goray.v1.CommitBundlesReply.available:type_name -> goray.v1.Resources
 	39,  // 23: goray.v1.ReleaseUnusedBundlesRequest.in_use:type_name -> goray.v1.BundleRef
@@ -9773,69 +9891,69 @@ var file_goray_proto_depIdxs = []int32{
 	8,   // 25: goray.v1.ReleaseUnusedBundlesReply.available:type_name -> goray.v1.Resources
 	8,   // 26: goray.v1.CancelReserveReply.available:type_name -> goray.v1.Resources
 	7,   // 27: goray.v1.WorkerMessage.address:type_name -> goray.v1.Address
-	85,  // 28: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
+	87,  // 28: goray.v1.DriverMessage.job:type_name -> goray.v1.JobInfo
 	7,   // 29: goray.v1.DriverMessage.address:type_name -> goray.v1.Address
 	5,   // 30: goray.v1.RayletCommand.kind:type_name -> goray.v1.RayletCommand.Kind
-	84,  // 31: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
+	86,  // 31: goray.v1.RayletCommand.node:type_name -> goray.v1.NodeInfo
 	46,  // 32: goray.v1.RayletCommand.store:type_name -> goray.v1.StoreInfo
 	8,   // 33: goray.v1.LeaseRequest.resources:type_name -> goray.v1.Resources
 	48,  // 34: goray.v1.LeaseRequest.strategy:type_name -> goray.v1.SchedulingStrategy
 	6,   // 35: goray.v1.SchedulingStrategy.kind:type_name -> goray.v1.SchedulingStrategy.Kind
 	7,   // 36: goray.v1.LeaseReply.worker:type_name -> goray.v1.Address
-	142, // 37: goray.v1.ReturnLeaseReply.memory_kill:type_name -> goray.v1.MemoryKill
+	144, // 37: goray.v1.ReturnLeaseReply.memory_kill:type_name -> goray.v1.MemoryKill
 	7,   // 38: goray.v1.CreateObjectRequest.owner:type_name -> goray.v1.Address
 	65,  // 39: goray.v1.GetObjectsReply.objects:type_name -> goray.v1.StoreObject
 	7,   // 40: goray.v1.PullObjectRequest.owner:type_name -> goray.v1.Address
 	7,   // 41: goray.v1.WorkerStats.address:type_name -> goray.v1.Address
 	8,   // 42: goray.v1.PendingDemand.resources:type_name -> goray.v1.Resources
-	84,  // 43: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
+	86,  // 43: goray.v1.GetNodeStatsReply.node:type_name -> goray.v1.NodeInfo
 	8,   // 44: goray.v1.GetNodeStatsReply.available:type_name -> goray.v1.Resources
-	78,  // 45: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
-	79,  // 46: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
+	80,  // 45: goray.v1.GetNodeStatsReply.workers:type_name -> goray.v1.WorkerStats
+	81,  // 46: goray.v1.GetNodeStatsReply.pending:type_name -> goray.v1.PendingDemand
 	65,  // 47: goray.v1.GetNodeStatsReply.store_objects_list:type_name -> goray.v1.StoreObject
 	7,   // 48: goray.v1.GetNodeStatsReply.clients:type_name -> goray.v1.Address
-	81,  // 49: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
-	98,  // 50: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
-	99,  // 51: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
+	83,  // 49: goray.v1.GetNodeStatsReply.plugins:type_name -> goray.v1.PluginStatus
+	100, // 50: goray.v1.GetNodeStatsReply.spill:type_name -> goray.v1.SpillStats
+	101, // 51: goray.v1.GetNodeStatsReply.spilled:type_name -> goray.v1.SpilledObject
 	31,  // 52: goray.v1.GetNodeStatsReply.owned:type_name -> goray.v1.ListOwnedReply
 	8,   // 53: goray.v1.NodeInfo.total:type_name -> goray.v1.Resources
-	140, // 54: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
+	142, // 54: goray.v1.NodeInfo.labels:type_name -> goray.v1.NodeInfo.LabelsEntry
 	1,   // 55: goray.v1.ActorInfo.state:type_name -> goray.v1.ActorState
 	7,   // 56: goray.v1.ActorInfo.address:type_name -> goray.v1.Address
 	7,   // 57: goray.v1.ActorInfo.owner:type_name -> goray.v1.Address
 	8,   // 58: goray.v1.ActorInfo.resources:type_name -> goray.v1.Resources
-	141, // 59: goray.v1.ActorInfo.concurrency_groups:type_name -> goray.v1.ActorInfo.ConcurrencyGroupsEntry
-	91,  // 60: goray.v1.GetClusterInfoReply.history:type_name -> goray.v1.History
-	92,  // 61: goray.v1.History.dead_nodes:type_name -> goray.v1.HistoryBound
-	92,  // 62: goray.v1.History.dead_actors:type_name -> goray.v1.HistoryBound
-	92,  // 63: goray.v1.History.finished_jobs:type_name -> goray.v1.HistoryBound
-	92,  // 64: goray.v1.History.removed_placement_groups:type_name -> goray.v1.HistoryBound
-	92,  // 65: goray.v1.History.task_events:type_name -> goray.v1.HistoryBound
-	84,  // 66: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
+	143, // 59: goray.v1.ActorInfo.concurrency_groups:type_name -> goray.v1.ActorInfo.ConcurrencyGroupsEntry
+	93,  // 60: goray.v1.GetClusterInfoReply.history:type_name -> goray.v1.History
+	94,  // 61: goray.v1.History.dead_nodes:type_name -> goray.v1.HistoryBound
+	94,  // 62: goray.v1.History.dead_actors:type_name -> goray.v1.HistoryBound
+	94,  // 63: goray.v1.History.finished_jobs:type_name -> goray.v1.HistoryBound
+	94,  // 64: goray.v1.History.removed_placement_groups:type_name -> goray.v1.HistoryBound
+	94,  // 65: goray.v1.History.task_events:type_name -> goray.v1.HistoryBound
+	86,  // 66: goray.v1.RegisterNodeRequest.node:type_name -> goray.v1.NodeInfo
 	8,   // 67: goray.v1.HeartbeatRequest.available:type_name -> goray.v1.Resources
-	79,  // 68: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
-	98,  // 69: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
-	143, // 70: goray.v1.HeartbeatRequest.memory:type_name -> goray.v1.MemoryMonitorStats
-	84,  // 71: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
+	81,  // 68: goray.v1.HeartbeatRequest.pending:type_name -> goray.v1.PendingDemand
+	100, // 69: goray.v1.HeartbeatRequest.spill:type_name -> goray.v1.SpillStats
+	145, // 70: goray.v1.HeartbeatRequest.memory:type_name -> goray.v1.MemoryMonitorStats
+	86,  // 71: goray.v1.NodeView.info:type_name -> goray.v1.NodeInfo
 	8,   // 72: goray.v1.NodeView.available:type_name -> goray.v1.Resources
-	79,  // 73: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
-	98,  // 74: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
-	143, // 75: goray.v1.NodeView.memory:type_name -> goray.v1.MemoryMonitorStats
-	102, // 76: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
-	85,  // 77: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
-	85,  // 78: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
-	86,  // 79: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
-	86,  // 80: goray.v1.RegisterActorReply.existing:type_name -> goray.v1.ActorInfo
-	86,  // 81: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
-	86,  // 82: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
-	86,  // 83: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
+	81,  // 73: goray.v1.NodeView.pending:type_name -> goray.v1.PendingDemand
+	100, // 74: goray.v1.NodeView.spill:type_name -> goray.v1.SpillStats
+	145, // 75: goray.v1.NodeView.memory:type_name -> goray.v1.MemoryMonitorStats
+	104, // 76: goray.v1.GetAllNodesReply.nodes:type_name -> goray.v1.NodeView
+	87,  // 77: goray.v1.AddJobRequest.job:type_name -> goray.v1.JobInfo
+	87,  // 78: goray.v1.GetAllJobsReply.jobs:type_name -> goray.v1.JobInfo
+	88,  // 79: goray.v1.RegisterActorRequest.actor:type_name -> goray.v1.ActorInfo
+	88,  // 80: goray.v1.RegisterActorReply.existing:type_name -> goray.v1.ActorInfo
+	88,  // 81: goray.v1.UpdateActorRequest.actor:type_name -> goray.v1.ActorInfo
+	88,  // 82: goray.v1.GetActorReply.actor:type_name -> goray.v1.ActorInfo
+	88,  // 83: goray.v1.ListActorsReply.actors:type_name -> goray.v1.ActorInfo
 	8,   // 84: goray.v1.Bundle.resources:type_name -> goray.v1.Resources
 	2,   // 85: goray.v1.PlacementGroupInfo.strategy:type_name -> goray.v1.PlacementStrategy
-	128, // 86: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
+	130, // 86: goray.v1.PlacementGroupInfo.bundles:type_name -> goray.v1.Bundle
 	3,   // 87: goray.v1.PlacementGroupInfo.state:type_name -> goray.v1.PlacementGroupState
-	129, // 88: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
-	129, // 89: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
-	129, // 90: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
+	131, // 88: goray.v1.CreatePlacementGroupRequest.group:type_name -> goray.v1.PlacementGroupInfo
+	131, // 89: goray.v1.GetPlacementGroupReply.group:type_name -> goray.v1.PlacementGroupInfo
+	131, // 90: goray.v1.ListPlacementGroupsReply.groups:type_name -> goray.v1.PlacementGroupInfo
 	14,  // 91: goray.v1.CoreWorker.PushTasks:input_type -> goray.v1.TaskRequest
 	15,  // 92: goray.v1.CoreWorker.AckStream:input_type -> goray.v1.AckStreamRequest
 	18,  // 93: goray.v1.CoreWorker.GetObjectStatus:input_type -> goray.v1.GetObjectStatusRequest
@@ -9856,94 +9974,96 @@ var file_goray_proto_depIdxs = []int32{
 	62,  // 108: goray.v1.Raylet.SealObject:input_type -> goray.v1.SealObjectRequest
 	64,  // 109: goray.v1.Raylet.GetObjects:input_type -> goray.v1.GetObjectsRequest
 	67,  // 110: goray.v1.Raylet.ReleaseObjects:input_type -> goray.v1.ReleaseObjectsRequest
-	75,  // 111: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
-	77,  // 112: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
+	77,  // 111: goray.v1.Raylet.FreeObjects:input_type -> goray.v1.FreeObjectsRequest
+	79,  // 112: goray.v1.Raylet.GetNodeStats:input_type -> goray.v1.GetNodeStatsRequest
 	69,  // 113: goray.v1.Raylet.PullObject:input_type -> goray.v1.PullObjectRequest
 	71,  // 114: goray.v1.Raylet.FetchBinary:input_type -> goray.v1.FetchBinaryRequest
-	73,  // 115: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
-	82,  // 116: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
-	34,  // 117: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
-	36,  // 118: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
-	41,  // 119: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
-	38,  // 120: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
-	32,  // 121: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
-	93,  // 122: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
-	95,  // 123: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
-	97,  // 124: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
-	101, // 125: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
-	104, // 126: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
-	106, // 127: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
-	108, // 128: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
-	110, // 129: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
-	112, // 130: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
-	114, // 131: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
-	116, // 132: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
-	118, // 133: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
-	120, // 134: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
-	122, // 135: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
-	124, // 136: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
-	126, // 137: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
-	130, // 138: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
-	132, // 139: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
-	134, // 140: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
-	136, // 141: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
-	89,  // 142: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
-	87,  // 143: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
-	17,  // 144: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
-	16,  // 145: goray.v1.CoreWorker.AckStream:output_type -> goray.v1.AckStreamReply
-	19,  // 146: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
-	21,  // 147: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
-	23,  // 148: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
-	25,  // 149: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
-	27,  // 150: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
-	31,  // 151: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
-	45,  // 152: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
-	45,  // 153: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
-	57,  // 154: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
-	59,  // 155: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
-	50,  // 156: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
-	52,  // 157: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
-	54,  // 158: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
-	56,  // 159: goray.v1.Raylet.TransportEndpoint:output_type -> goray.v1.TransportEndpointReply
-	61,  // 160: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
-	63,  // 161: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
-	66,  // 162: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
-	68,  // 163: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
-	76,  // 164: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
-	80,  // 165: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
-	70,  // 166: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
-	72,  // 167: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
-	74,  // 168: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
-	83,  // 169: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
-	35,  // 170: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
-	37,  // 171: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
-	42,  // 172: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
-	40,  // 173: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
-	33,  // 174: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
-	94,  // 175: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
-	96,  // 176: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
-	100, // 177: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
-	103, // 178: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
-	105, // 179: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
-	107, // 180: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
-	109, // 181: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
-	111, // 182: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
-	113, // 183: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
-	115, // 184: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
-	117, // 185: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
-	119, // 186: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
-	121, // 187: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
-	123, // 188: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
-	125, // 189: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
-	127, // 190: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
-	131, // 191: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
-	133, // 192: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
-	135, // 193: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
-	137, // 194: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
-	90,  // 195: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
-	88,  // 196: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
-	144, // [144:197] is the sub-list for method output_type
-	91,  // [91:144] is the sub-list for method input_type
+	72,  // 115: goray.v1.Raylet.InstallWorkingDir:input_type -> goray.v1.InstallWorkingDirRequest
+	75,  // 116: goray.v1.Raylet.WorkersDied:input_type -> goray.v1.WorkersDiedRequest
+	84,  // 117: goray.v1.Raylet.ShutdownNode:input_type -> goray.v1.ShutdownNodeRequest
+	34,  // 118: goray.v1.Raylet.PrepareBundleResources:input_type -> goray.v1.PrepareBundlesRequest
+	36,  // 119: goray.v1.Raylet.CommitBundleResources:input_type -> goray.v1.CommitBundlesRequest
+	41,  // 120: goray.v1.Raylet.CancelResourceReserve:input_type -> goray.v1.CancelReserveRequest
+	38,  // 121: goray.v1.Raylet.ReleaseUnusedBundles:input_type -> goray.v1.ReleaseUnusedBundlesRequest
+	32,  // 122: goray.v1.Raylet.DrainRaylet:input_type -> goray.v1.DrainRayletRequest
+	95,  // 123: goray.v1.Gcs.RegisterNode:input_type -> goray.v1.RegisterNodeRequest
+	97,  // 124: goray.v1.Gcs.UnregisterNode:input_type -> goray.v1.UnregisterNodeRequest
+	99,  // 125: goray.v1.Gcs.ReportHeartbeat:input_type -> goray.v1.HeartbeatRequest
+	103, // 126: goray.v1.Gcs.GetAllNodes:input_type -> goray.v1.GetAllNodesRequest
+	106, // 127: goray.v1.Gcs.AddJob:input_type -> goray.v1.AddJobRequest
+	108, // 128: goray.v1.Gcs.MarkJobFinished:input_type -> goray.v1.MarkJobFinishedRequest
+	110, // 129: goray.v1.Gcs.GetAllJobs:input_type -> goray.v1.GetAllJobsRequest
+	112, // 130: goray.v1.Gcs.RegisterActor:input_type -> goray.v1.RegisterActorRequest
+	114, // 131: goray.v1.Gcs.UpdateActor:input_type -> goray.v1.UpdateActorRequest
+	116, // 132: goray.v1.Gcs.GetActor:input_type -> goray.v1.GetActorRequest
+	118, // 133: goray.v1.Gcs.ListActors:input_type -> goray.v1.ListActorsRequest
+	120, // 134: goray.v1.Gcs.ReportWorkerFailure:input_type -> goray.v1.ReportWorkerFailureRequest
+	122, // 135: goray.v1.Gcs.KVPut:input_type -> goray.v1.KVPutRequest
+	124, // 136: goray.v1.Gcs.KVGet:input_type -> goray.v1.KVGetRequest
+	126, // 137: goray.v1.Gcs.KVDel:input_type -> goray.v1.KVDelRequest
+	128, // 138: goray.v1.Gcs.KVKeys:input_type -> goray.v1.KVKeysRequest
+	132, // 139: goray.v1.Gcs.CreatePlacementGroup:input_type -> goray.v1.CreatePlacementGroupRequest
+	134, // 140: goray.v1.Gcs.RemovePlacementGroup:input_type -> goray.v1.RemovePlacementGroupRequest
+	136, // 141: goray.v1.Gcs.GetPlacementGroup:input_type -> goray.v1.GetPlacementGroupRequest
+	138, // 142: goray.v1.Gcs.ListPlacementGroups:input_type -> goray.v1.ListPlacementGroupsRequest
+	91,  // 143: goray.v1.Gcs.GetClusterInfo:input_type -> goray.v1.GetClusterInfoRequest
+	89,  // 144: goray.v1.Gcs.DrainNode:input_type -> goray.v1.DrainNodeRequest
+	17,  // 145: goray.v1.CoreWorker.PushTasks:output_type -> goray.v1.TaskReply
+	16,  // 146: goray.v1.CoreWorker.AckStream:output_type -> goray.v1.AckStreamReply
+	19,  // 147: goray.v1.CoreWorker.GetObjectStatus:output_type -> goray.v1.GetObjectStatusReply
+	21,  // 148: goray.v1.CoreWorker.UpdateBorrowers:output_type -> goray.v1.UpdateBorrowersReply
+	23,  // 149: goray.v1.CoreWorker.Exit:output_type -> goray.v1.ExitReply
+	25,  // 150: goray.v1.CoreWorker.CancelTask:output_type -> goray.v1.CancelTaskReply
+	27,  // 151: goray.v1.CoreWorker.CancelObject:output_type -> goray.v1.CancelObjectReply
+	31,  // 152: goray.v1.CoreWorker.ListOwned:output_type -> goray.v1.ListOwnedReply
+	45,  // 153: goray.v1.Raylet.WorkerSession:output_type -> goray.v1.RayletCommand
+	45,  // 154: goray.v1.Raylet.DriverSession:output_type -> goray.v1.RayletCommand
+	57,  // 155: goray.v1.Raylet.RequestWorkerLease:output_type -> goray.v1.LeaseReply
+	59,  // 156: goray.v1.Raylet.ReturnWorkerLease:output_type -> goray.v1.ReturnLeaseReply
+	50,  // 157: goray.v1.Raylet.CancelWorkerLease:output_type -> goray.v1.CancelLeaseReply
+	52,  // 158: goray.v1.Raylet.NotifyTaskBlocked:output_type -> goray.v1.TaskBlockedReply
+	54,  // 159: goray.v1.Raylet.TransportInvoke:output_type -> goray.v1.TransportInvokeReply
+	56,  // 160: goray.v1.Raylet.TransportEndpoint:output_type -> goray.v1.TransportEndpointReply
+	61,  // 161: goray.v1.Raylet.CreateObject:output_type -> goray.v1.CreateObjectReply
+	63,  // 162: goray.v1.Raylet.SealObject:output_type -> goray.v1.SealObjectReply
+	66,  // 163: goray.v1.Raylet.GetObjects:output_type -> goray.v1.GetObjectsReply
+	68,  // 164: goray.v1.Raylet.ReleaseObjects:output_type -> goray.v1.ReleaseObjectsReply
+	78,  // 165: goray.v1.Raylet.FreeObjects:output_type -> goray.v1.FreeObjectsReply
+	82,  // 166: goray.v1.Raylet.GetNodeStats:output_type -> goray.v1.GetNodeStatsReply
+	70,  // 167: goray.v1.Raylet.PullObject:output_type -> goray.v1.PullObjectReply
+	74,  // 168: goray.v1.Raylet.FetchBinary:output_type -> goray.v1.BinaryChunk
+	73,  // 169: goray.v1.Raylet.InstallWorkingDir:output_type -> goray.v1.InstallWorkingDirReply
+	76,  // 170: goray.v1.Raylet.WorkersDied:output_type -> goray.v1.WorkersDiedReply
+	85,  // 171: goray.v1.Raylet.ShutdownNode:output_type -> goray.v1.ShutdownNodeReply
+	35,  // 172: goray.v1.Raylet.PrepareBundleResources:output_type -> goray.v1.PrepareBundlesReply
+	37,  // 173: goray.v1.Raylet.CommitBundleResources:output_type -> goray.v1.CommitBundlesReply
+	42,  // 174: goray.v1.Raylet.CancelResourceReserve:output_type -> goray.v1.CancelReserveReply
+	40,  // 175: goray.v1.Raylet.ReleaseUnusedBundles:output_type -> goray.v1.ReleaseUnusedBundlesReply
+	33,  // 176: goray.v1.Raylet.DrainRaylet:output_type -> goray.v1.DrainRayletReply
+	96,  // 177: goray.v1.Gcs.RegisterNode:output_type -> goray.v1.RegisterNodeReply
+	98,  // 178: goray.v1.Gcs.UnregisterNode:output_type -> goray.v1.UnregisterNodeReply
+	102, // 179: goray.v1.Gcs.ReportHeartbeat:output_type -> goray.v1.HeartbeatReply
+	105, // 180: goray.v1.Gcs.GetAllNodes:output_type -> goray.v1.GetAllNodesReply
+	107, // 181: goray.v1.Gcs.AddJob:output_type -> goray.v1.AddJobReply
+	109, // 182: goray.v1.Gcs.MarkJobFinished:output_type -> goray.v1.MarkJobFinishedReply
+	111, // 183: goray.v1.Gcs.GetAllJobs:output_type -> goray.v1.GetAllJobsReply
+	113, // 184: goray.v1.Gcs.RegisterActor:output_type -> goray.v1.RegisterActorReply
+	115, // 185: goray.v1.Gcs.UpdateActor:output_type -> goray.v1.UpdateActorReply
+	117, // 186: goray.v1.Gcs.GetActor:output_type -> goray.v1.GetActorReply
+	119, // 187: goray.v1.Gcs.ListActors:output_type -> goray.v1.ListActorsReply
+	121, // 188: goray.v1.Gcs.ReportWorkerFailure:output_type -> goray.v1.ReportWorkerFailureReply
+	123, // 189: goray.v1.Gcs.KVPut:output_type -> goray.v1.KVPutReply
+	125, // 190: goray.v1.Gcs.KVGet:output_type -> goray.v1.KVGetReply
+	127, // 191: goray.v1.Gcs.KVDel:output_type -> goray.v1.KVDelReply
+	129, // 192: goray.v1.Gcs.KVKeys:output_type -> goray.v1.KVKeysReply
+	133, // 193: goray.v1.Gcs.CreatePlacementGroup:output_type -> goray.v1.CreatePlacementGroupReply
+	135, // 194: goray.v1.Gcs.RemovePlacementGroup:output_type -> goray.v1.RemovePlacementGroupReply
+	137, // 195: goray.v1.Gcs.GetPlacementGroup:output_type -> goray.v1.GetPlacementGroupReply
+	139, // 196: goray.v1.Gcs.ListPlacementGroups:output_type -> goray.v1.ListPlacementGroupsReply
+	92,  // 197: goray.v1.Gcs.GetClusterInfo:output_type -> goray.v1.GetClusterInfoReply
+	90,  // 198: goray.v1.Gcs.DrainNode:output_type -> goray.v1.DrainNodeReply
+	145, // [145:199] is the sub-list for method output_type
+	91,  // [91:145] is the sub-list for method input_type
 	91,  // [91:91] is the sub-list for extension type_name
 	91,  // [91:91] is the sub-list for extension extendee
 	0,   // [0:91] is the sub-list for field type_name
@@ -9961,7 +10081,7 @@ func file_goray_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_goray_proto_rawDesc), len(file_goray_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   135,
+			NumMessages:   137,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -445,6 +445,7 @@ const (
 	Raylet_GetNodeStats_FullMethodName           = "/goray.v1.Raylet/GetNodeStats"
 	Raylet_PullObject_FullMethodName             = "/goray.v1.Raylet/PullObject"
 	Raylet_FetchBinary_FullMethodName            = "/goray.v1.Raylet/FetchBinary"
+	Raylet_InstallWorkingDir_FullMethodName      = "/goray.v1.Raylet/InstallWorkingDir"
 	Raylet_WorkersDied_FullMethodName            = "/goray.v1.Raylet/WorkersDied"
 	Raylet_ShutdownNode_FullMethodName           = "/goray.v1.Raylet/ShutdownNode"
 	Raylet_PrepareBundleResources_FullMethodName = "/goray.v1.Raylet/PrepareBundleResources"
@@ -504,6 +505,11 @@ type RayletClient interface {
 	PullObject(ctx context.Context, in *PullObjectRequest, opts ...grpc.CallOption) (*PullObjectReply, error)
 	// FetchBinary streams a job binary this node has, by sha256.
 	FetchBinary(ctx context.Context, in *FetchBinaryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BinaryChunk], error)
+	// InstallWorkingDir copies a working dir archive a local driver or
+	// worker packed (ray.WorkerDir) into this node's cache, checking its
+	// sha256, so that leases may name it and other nodes fetch it
+	// (FetchBinary).
+	InstallWorkingDir(ctx context.Context, in *InstallWorkingDirRequest, opts ...grpc.CallOption) (*InstallWorkingDirReply, error)
 	// WorkersDied tells this node that drivers or workers of another node
 	// died: their objects are freed here and local owners drop them.
 	WorkersDied(ctx context.Context, in *WorkersDiedRequest, opts ...grpc.CallOption) (*WorkersDiedReply, error)
@@ -721,6 +727,16 @@ func (c *rayletClient) FetchBinary(ctx context.Context, in *FetchBinaryRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raylet_FetchBinaryClient = grpc.ServerStreamingClient[BinaryChunk]
 
+func (c *rayletClient) InstallWorkingDir(ctx context.Context, in *InstallWorkingDirRequest, opts ...grpc.CallOption) (*InstallWorkingDirReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InstallWorkingDirReply)
+	err := c.cc.Invoke(ctx, Raylet_InstallWorkingDir_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *rayletClient) WorkersDied(ctx context.Context, in *WorkersDiedRequest, opts ...grpc.CallOption) (*WorkersDiedReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(WorkersDiedReply)
@@ -841,6 +857,11 @@ type RayletServer interface {
 	PullObject(context.Context, *PullObjectRequest) (*PullObjectReply, error)
 	// FetchBinary streams a job binary this node has, by sha256.
 	FetchBinary(*FetchBinaryRequest, grpc.ServerStreamingServer[BinaryChunk]) error
+	// InstallWorkingDir copies a working dir archive a local driver or
+	// worker packed (ray.WorkerDir) into this node's cache, checking its
+	// sha256, so that leases may name it and other nodes fetch it
+	// (FetchBinary).
+	InstallWorkingDir(context.Context, *InstallWorkingDirRequest) (*InstallWorkingDirReply, error)
 	// WorkersDied tells this node that drivers or workers of another node
 	// died: their objects are freed here and local owners drop them.
 	WorkersDied(context.Context, *WorkersDiedRequest) (*WorkersDiedReply, error)
@@ -930,6 +951,9 @@ func (UnimplementedRayletServer) PullObject(context.Context, *PullObjectRequest)
 }
 func (UnimplementedRayletServer) FetchBinary(*FetchBinaryRequest, grpc.ServerStreamingServer[BinaryChunk]) error {
 	return status.Error(codes.Unimplemented, "method FetchBinary not implemented")
+}
+func (UnimplementedRayletServer) InstallWorkingDir(context.Context, *InstallWorkingDirRequest) (*InstallWorkingDirReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method InstallWorkingDir not implemented")
 }
 func (UnimplementedRayletServer) WorkersDied(context.Context, *WorkersDiedRequest) (*WorkersDiedReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method WorkersDied not implemented")
@@ -1232,6 +1256,24 @@ func _Raylet_FetchBinary_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Raylet_FetchBinaryServer = grpc.ServerStreamingServer[BinaryChunk]
 
+func _Raylet_InstallWorkingDir_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InstallWorkingDirRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RayletServer).InstallWorkingDir(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Raylet_InstallWorkingDir_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RayletServer).InstallWorkingDir(ctx, req.(*InstallWorkingDirRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Raylet_WorkersDied_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(WorkersDiedRequest)
 	if err := dec(in); err != nil {
@@ -1416,6 +1458,10 @@ var Raylet_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "PullObject",
 			Handler:    _Raylet_PullObject_Handler,
+		},
+		{
+			MethodName: "InstallWorkingDir",
+			Handler:    _Raylet_InstallWorkingDir_Handler,
 		},
 		{
 			MethodName: "WorkersDied",

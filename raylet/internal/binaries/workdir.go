@@ -42,6 +42,18 @@ func (c *Cache) WorkingDir(ctx context.Context, info *gorayv1.JobInfo) (string, 
 	if sum == "" {
 		return "", nil
 	}
+	local := ""
+	if string(info.GetDriverNodeId()) == string(c.nodeID[:]) {
+		local = info.GetWorkingDirPackage()
+	}
+	return c.UnpackedDir(ctx, sum, info.GetDriverNodeId(), local)
+}
+
+// UnpackedDir returns the directory unpacked from the working-dir archive
+// with sha256 sum, making it once: the archive comes from the cache, else
+// from the file local (on this node; "" for none), else from the raylet
+// of node from.
+func (c *Cache) UnpackedDir(ctx context.Context, sum string, from []byte, local string) (string, error) {
 	if !digest.ValidSHA256(sum) {
 		return "", &WorkingDirError{SHA256: sum, Err: fmt.Errorf("%q is not a sha256 (64 lowercase hexadecimal digits)", sum)}
 	}
@@ -53,7 +65,7 @@ func (c *Cache) WorkingDir(ctx context.Context, info *gorayv1.JobInfo) (string, 
 			f = &binaryFetch{done: make(chan struct{})}
 			c.fetches[key] = f
 			go func() {
-				f.path, f.err = c.unpack(info)
+				f.path, f.err = c.unpack(sum, from, local)
 				if f.err != nil {
 					f.err = &WorkingDirError{SHA256: sum, Err: f.err}
 					c.mu.Lock()
@@ -86,9 +98,29 @@ func (c *Cache) WorkingDir(ctx context.Context, info *gorayv1.JobInfo) (string, 
 	}
 }
 
-// unpack gets the job's archive into the cache and unpacks it.
-func (c *Cache) unpack(info *gorayv1.JobInfo) (string, error) {
-	sum := info.GetWorkingDirSha256()
+// InstallWorkingDir copies the archive at path, written by a process of
+// this node, into the cache as sum, unless the cache has it; its content
+// must have that sha256.
+func (c *Cache) InstallWorkingDir(sum, path string) error {
+	if !digest.ValidSHA256(sum) {
+		return &WorkingDirError{SHA256: sum, Err: fmt.Errorf("%q is not a sha256 (64 lowercase hexadecimal digits)", sum)}
+	}
+	if got, err := digest.FileSHA256(filepath.Join(c.dir, sum)); err == nil && got == sum {
+		return nil
+	}
+	src, err := os.Open(path)
+	if err != nil {
+		return &WorkingDirError{SHA256: sum, Err: err}
+	}
+	defer src.Close()
+	if _, err := c.Install(sum, src); err != nil {
+		return &WorkingDirError{SHA256: sum, Err: fmt.Errorf("%s: %w", path, err)}
+	}
+	return nil
+}
+
+// unpack gets the archive sum into the cache and unpacks it.
+func (c *Cache) unpack(sum string, from []byte, local string) (string, error) {
 	dest := filepath.Join(c.dir, "working_dirs", sum)
 	if st, err := os.Stat(dest); err == nil && st.IsDir() {
 		return dest, nil
@@ -99,19 +131,24 @@ func (c *Cache) unpack(info *gorayv1.JobInfo) (string, error) {
 			c.log.Warn("cached working dir archive is corrupt; fetching it again", "path", cached, "sha256", got)
 			_ = os.Remove(cached)
 		}
-		if string(info.GetDriverNodeId()) == string(c.nodeID[:]) {
-			// The driver runs here: the archive it wrote.
-			src, err := os.Open(info.GetWorkingDirPackage())
+		switch {
+		case local != "":
+			// The archive a process of this node wrote.
+			src, err := os.Open(local)
 			if err != nil {
 				return "", fmt.Errorf("the driver's archive: %w", err)
 			}
 			_, err = c.Install(sum, src)
 			src.Close()
 			if err != nil {
-				return "", fmt.Errorf("the driver's archive %s: %w", info.GetWorkingDirPackage(), err)
+				return "", fmt.Errorf("the driver's archive %s: %w", local, err)
 			}
-		} else if err := c.fetchFrom(info.GetDriverNodeId(), sum, "working dir"); err != nil {
-			return "", err
+		case string(from) == string(c.nodeID[:]):
+			return "", fmt.Errorf("this node has no such archive (never installed, or removed)")
+		default:
+			if err := c.fetchFrom(from, sum, "working dir"); err != nil {
+				return "", err
+			}
 		}
 	}
 	f, err := os.Open(cached)

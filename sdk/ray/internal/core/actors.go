@@ -70,9 +70,10 @@ type actorClient struct {
 	leaseID  []byte
 	owner    bool
 	detached bool // created detached: its lease has no holder
-	// envVars are the variables its worker gets beyond the job's
-	// (TaskOptions.EnvVars); a restart asks for the same.
+	// envVars and workDir are what its worker gets beyond the job's
+	// (TaskOptions.EnvVars, WorkingDir); a restart asks for the same.
 	envVars []string
+	workDir *WorkingDir
 	// namespace is the namespace it was created in (ActorNamespace; "":
 	// its job's).
 	namespace string
@@ -352,6 +353,7 @@ func (cw *CoreWorker) CreateActor(ctx context.Context, class, ctor string, args 
 	c.maxRestarts = opts.MaxRestarts
 	c.detached = opts.Detached
 	c.envVars = opts.EnvVars
+	c.workDir = opts.WorkingDir
 	c.namespace = opts.Namespace
 	c.groups = groupLimits(spec.ConcurrencyGroups)
 	c.mu.Unlock()
@@ -460,7 +462,11 @@ func (c *actorClient) create(rec *taskRecord) {
 	if c.detached {
 		holder, holderNode = nil, nil // its worker outlives this process
 	}
-	g, err := cw.leaseWorker(rec.ctx, &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: holder, HolderNodeId: holderNode, RequestId: reqID.Bytes(), Strategy: rec.strategy, PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(), Detached: c.detached, Retriable: c.maxRestarts != 0, EnvVars: c.envVars}, rec.argNode)
+	lr := &pb.LeaseRequest{JobId: cw.jobID.Bytes(), Resources: rec.spec.Resources, ActorId: c.ref.ID.Bytes(), Function: rec.spec.Function, HolderId: holder, HolderNodeId: holderNode, RequestId: reqID.Bytes(), Strategy: rec.strategy, PlacementGroupId: rec.spec.GetPlacement().GetPlacementGroupId(), Detached: c.detached, Retriable: c.maxRestarts != 0, EnvVars: c.envVars}
+	if c.workDir != nil {
+		lr.WorkingDirSha256, lr.WorkingDirNode = c.workDir.SHA256, c.workDir.Node.Bytes()
+	}
+	g, err := cw.leaseWorker(rec.ctx, lr, rec.argNode)
 	if err != nil {
 		if rec.ctx.Err() != nil {
 			fail(fmt.Errorf("creation cancelled: %w", context.Cause(rec.ctx)))

@@ -79,6 +79,8 @@ type CoreWorker struct {
 
 	// fetches are Wait's pulls of objects to this node (fetchlocal.go).
 	fetches fetcher
+	// workDirs are the working dirs this process installed (workingdir.go).
+	workDirs workDirs
 
 	node        *pb.NodeInfo
 	inlineLimit int64

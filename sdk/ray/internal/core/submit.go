@@ -100,8 +100,11 @@ type TaskOptions struct {
 	// (NAME=value, sorted by name: workerenv.CheckVars), as Ray's
 	// runtime_env env_vars of a task or actor: it runs only on a worker
 	// started with exactly these.
-	EnvVars   []string
-	streaming bool
+	EnvVars []string
+	// WorkingDir is the call's working dir (InstallWorkingDir; nil: the
+	// job's): it runs only on a worker started in it.
+	WorkingDir *WorkingDir
+	streaming  bool
 }
 
 // taskRecord is the owner's record of a submitted task.
@@ -146,8 +149,10 @@ type taskRecord struct {
 	// (they do not draw on MaxRetries). See oom.go.
 	oomLeft  int
 	oomKills int32
-	// envVars are TaskOptions.EnvVars: part of the scheduling key.
+	// envVars and workDir are TaskOptions.EnvVars and WorkingDir: part of
+	// the scheduling key.
 	envVars []string
+	workDir *WorkingDir
 }
 
 // Task states shown by `goray list tasks`.
@@ -165,6 +170,7 @@ type schedKey struct {
 	strategy *pb.SchedulingStrategy
 	group    []byte // placement group id, when res are a group's
 	envVars  []string
+	workDir  *WorkingDir
 	queue    []*taskRecord
 	leases   map[*lease]struct{}
 	// requests are the outstanding lease requests; requesting counts those
@@ -273,7 +279,7 @@ func (cw *CoreWorker) submitTask(ctx context.Context, function string, args []Ar
 	placeSpec(spec, placementOf(ctx, opts))
 	rctx, rcancel := submitContext(ctx, cw.submitter.sweepLater)
 	rec := &taskRecord{spec: spec, retID: retID, ctx: rctx, cancel: rcancel, state: statePendingArgs, strategy: strategyProto(opts), retryErr: opts.RetryErrors,
-		oomLeft: oomBudget(opts.MaxOOMRetries, retries), envVars: opts.EnvVars}
+		oomLeft: oomBudget(opts.MaxOOMRetries, retries), envVars: opts.EnvVars, workDir: opts.WorkingDir}
 	cw.streaming(rec, opts)
 	h, more = cw.ownReturns(rec)
 	s := cw.submitter
@@ -504,6 +510,7 @@ func (s *submitter) enqueue(rec *taskRecord) {
 	if len(rec.envVars) > 0 {
 		key += "\x00env\x00" + strings.Join(rec.envVars, "\x00")
 	}
+	key += rec.workDir.key()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -522,7 +529,7 @@ func (s *submitter) enqueue(rec *taskRecord) {
 	}
 	k := s.keys[key]
 	if k == nil {
-		k = &schedKey{key: key, res: rec.spec.Resources, strategy: rec.strategy, group: rec.spec.GetPlacement().GetPlacementGroupId(), envVars: rec.envVars, leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
+		k = &schedKey{key: key, res: rec.spec.Resources, strategy: rec.strategy, group: rec.spec.GetPlacement().GetPlacementGroupId(), envVars: rec.envVars, workDir: rec.workDir, leases: map[*lease]struct{}{}, requests: map[*leaseRequest]struct{}{}}
 		s.keys[key] = k
 	}
 	rec.state = statePendingLease
@@ -683,7 +690,11 @@ func (s *submitter) send(items []sendItem) {
 }
 
 func (s *submitter) requestLease(ctx context.Context, k *schedKey, req *leaseRequest, prefer ids.ID) {
-	g, err := s.cw.leaseWorker(ctx, &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), HolderNodeId: s.cw.nodeID.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy, PlacementGroupId: k.group, Retriable: req.retriable, Function: req.function, EnvVars: k.envVars}, prefer)
+	lr := &pb.LeaseRequest{JobId: s.cw.jobID.Bytes(), Resources: k.res, HolderId: s.cw.id.Bytes(), HolderNodeId: s.cw.nodeID.Bytes(), RequestId: req.id.Bytes(), Strategy: k.strategy, PlacementGroupId: k.group, Retriable: req.retriable, Function: req.function, EnvVars: k.envVars}
+	if k.workDir != nil {
+		lr.WorkingDirSha256, lr.WorkingDirNode = k.workDir.SHA256, k.workDir.Node.Bytes()
+	}
+	g, err := s.cw.leaseWorker(ctx, lr, prefer)
 	withdrawn := ctx.Err() != nil
 	s.mu.Lock()
 	delete(k.requests, req)
