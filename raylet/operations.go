@@ -283,7 +283,7 @@ func (r *Raylet) remoteProcessesDied(dead []ids.ID) {
 func (r *Raylet) workerDied(d workerDeath) {
 	w := d.w
 	if d.jobFailed != nil {
-		r.sched.failJob(w.job, d.jobFailed)
+		r.sched.failJob(w.job, &w.spec, d.jobFailed)
 	}
 	if d.lease != nil {
 		r.sched.endLease(d.lease)
@@ -333,7 +333,7 @@ func (r *Raylet) endJob(j *job) {
 	if !r.jobs.finish(j) {
 		return
 	}
-	r.sched.failJob(j, &JobFinishedError{Job: j.id})
+	r.sched.failJob(j, nil, &JobFinishedError{Job: j.id})
 	r.pool.endJob(j)
 	r.logs.endJob(j.id)
 	if !j.driverID.IsNil() {

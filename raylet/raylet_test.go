@@ -946,3 +946,22 @@ func TestDeadNodesLeaseHoldersLoseTheirLeases(t *testing.T) {
 		t.Fatal("the worker leased to a process of a live node was stopped")
 	}
 }
+
+// TestLeaseWorkingDirMissingFailsOnlyItsLeases: a lease naming a working
+// dir no node has fails (FailedPrecondition naming the archive) instead of
+// waiting for a worker that cannot start, and a plain lease of the same
+// job is still granted.
+func TestLeaseWorkingDirMissingFailsOnlyItsLeases(t *testing.T) {
+	h := newHarness(t, nil)
+	d := h.driver()
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
+	defer cancel()
+	sum := strings.Repeat("cd", 32)
+	req := &gorayv1.LeaseRequest{JobId: d.job.Bytes(), Resources: resourcesProto(cpus(1)), WorkingDirSha256: sum, WorkingDirNode: h.r.cfg.NodeID.Bytes()}
+	_, err := h.cl.RequestWorkerLease(ctx, req)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "working dir (archive sha256 "+sum) || !strings.Contains(err.Error(), "this node has no such archive") {
+		t.Fatalf("lease with a missing working dir: %v; want FailedPrecondition naming the archive", err)
+	}
+	l := h.mustLease(d.job, cpus(1))
+	h.returnLease(l, false)
+}

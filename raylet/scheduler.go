@@ -678,12 +678,13 @@ func (s *scheduler) setBlocked(l *lease, blocked bool) (lent bool) {
 	return blocked
 }
 
-// failJob fails every waiting request of j with err.
-func (s *scheduler) failJob(j *job, err error) {
+// failJob fails every waiting request of j with err, or with spec only
+// those asking for workers started so (their workers cannot start).
+func (s *scheduler) failJob(j *job, spec *workerSpec, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.takeQueuedLocked(func(p *pendingLease) bool {
-		if p.job != j {
+		if p.job != j || (spec != nil && keyFor(p.job, p.spec) != keyFor(j, *spec)) {
 			return false
 		}
 		p.err = err
