@@ -22,6 +22,8 @@ import (
 
 	"github.com/goray-dev/goray/cmd/goray/internal/bench"
 	"github.com/goray-dev/goray/config"
+	// The GCS's Redis backend: only the command a head runs links it.
+	_ "github.com/goray-dev/goray/gcs/redisstore"
 	"github.com/goray-dev/goray/sdk/ray"
 	"github.com/hashicorp/go-hclog"
 	"github.com/spf13/cobra"

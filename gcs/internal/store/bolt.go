@@ -68,7 +68,7 @@ func (b *Bolt) run(ctx context.Context, fn func() error) error {
 
 // Put implements Store.
 func (b *Bolt) Put(ctx context.Context, table string, values map[string][]byte) error {
-	if err := checkTable(table); err != nil {
+	if err := CheckTable(table); err != nil {
 		return err
 	}
 	return b.run(ctx, func() error {
@@ -107,7 +107,7 @@ func (b *Bolt) Delete(ctx context.Context, table string, keys ...string) error {
 
 // Apply implements Store: one transaction.
 func (b *Bolt) Apply(ctx context.Context, batch []Write) error {
-	if err := checkBatch(batch); err != nil {
+	if err := CheckBatch(batch); err != nil {
 		return err
 	}
 	return b.run(ctx, func() error {
@@ -138,11 +138,11 @@ func (b *Bolt) Get(ctx context.Context, table, key string) ([]byte, error) {
 		return b.db.View(func(tx *bolt.Tx) error {
 			bk := tx.Bucket([]byte(table))
 			if bk == nil {
-				return notFound(table, key)
+				return NotFound(table, key)
 			}
 			v := bk.Get([]byte(key))
 			if v == nil {
-				return notFound(table, key)
+				return NotFound(table, key)
 			}
 			out = append([]byte(nil), v...)
 			return nil

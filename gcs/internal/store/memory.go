@@ -20,7 +20,7 @@ var _ Store = (*Memory)(nil)
 
 // Put implements Store.
 func (m *Memory) Put(ctx context.Context, table string, values map[string][]byte) error {
-	if err := checkTable(table); err != nil {
+	if err := CheckTable(table); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -60,7 +60,7 @@ func (m *Memory) Delete(ctx context.Context, table string, keys ...string) error
 
 // Apply implements Store.
 func (m *Memory) Apply(ctx context.Context, batch []Write) error {
-	if err := checkBatch(batch); err != nil {
+	if err := CheckBatch(batch); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -98,7 +98,7 @@ func (m *Memory) Get(ctx context.Context, table, key string) ([]byte, error) {
 	}
 	v, ok := m.tables[table][key]
 	if !ok {
-		return nil, notFound(table, key)
+		return nil, NotFound(table, key)
 	}
 	return append([]byte(nil), v...), nil
 }

@@ -55,15 +55,15 @@ type Write struct {
 	Delete     bool
 }
 
-// notFound is ErrNotFound naming the table and key.
-func notFound(table, key string) error {
+// NotFound is ErrNotFound naming the table and key.
+func NotFound(table, key string) error {
 	return fmt.Errorf("%w: table %s, key %q", ErrNotFound, table, key)
 }
 
-// checkBatch refuses changes without a table.
-func checkBatch(batch []Write) error {
+// CheckBatch refuses changes without a table.
+func CheckBatch(batch []Write) error {
 	for _, w := range batch {
-		if err := checkTable(w.Table); err != nil {
+		if err := CheckTable(w.Table); err != nil {
 			return err
 		}
 	}
@@ -93,9 +93,9 @@ func (e *OpenError) Error() string {
 // Unwrap returns the cause.
 func (e *OpenError) Unwrap() error { return e.Err }
 
-// checkTable refuses an empty table name, which every backend would
+// CheckTable refuses an empty table name, which every backend would
 // store differently.
-func checkTable(table string) error {
+func CheckTable(table string) error {
 	if table == "" {
 		return errors.New("store: empty table name")
 	}

@@ -1,4 +1,4 @@
-package store
+package redisstore
 
 import (
 	"context"
@@ -10,14 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goray-dev/goray/gcs/internal/store"
 	"github.com/goray-dev/goray/internal/auth"
 	"github.com/goray-dev/goray/internal/testservers/redistest"
 )
 
 // clientTLS is the TLS settings of a client of srv (started WithTLS), with
 // the client certificate.
-func clientTLS(srv *redistest.Server) *RedisTLS {
-	return &RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: srv.TLS.ClientKey}
+func clientTLS(srv *redistest.Server) *store.RedisTLS {
+	return &store.RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: srv.TLS.ClientKey}
 }
 
 // otherCA makes a CA that signed nothing of the server's, and a client
@@ -44,7 +45,7 @@ func TestRedisTLS(t *testing.T) {
 
 	t.Run("write and read", func(t *testing.T) {
 		ctx := ctxT(t)
-		r, err := OpenRedis(ctx, RedisOptions{Address: required.Address, Password: required.Password, Prefix: "tls", TLS: clientTLS(required)})
+		r, err := OpenRedis(ctx, store.RedisOptions{Address: required.Address, Password: required.Password, Prefix: "tls", TLS: clientTLS(required)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +60,7 @@ func TestRedisTLS(t *testing.T) {
 		}
 	})
 	t.Run("no client certificate where it is optional", func(t *testing.T) {
-		r, err := OpenRedis(ctxT(t), RedisOptions{Address: optional.Address, Password: optional.Password, TLS: &RedisTLS{CAFile: optional.TLS.CA}})
+		r, err := OpenRedis(ctxT(t), store.RedisOptions{Address: optional.Address, Password: optional.Password, TLS: &store.RedisTLS{CAFile: optional.TLS.CA}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func TestRedisTLS(t *testing.T) {
 	t.Run("server name given", func(t *testing.T) {
 		tc := clientTLS(required)
 		tc.ServerName = "localhost"
-		r, err := OpenRedis(ctxT(t), RedisOptions{Address: required.Address, Password: required.Password, TLS: tc})
+		r, err := OpenRedis(ctxT(t), store.RedisOptions{Address: required.Address, Password: required.Password, TLS: tc})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,7 +88,7 @@ func TestRedisTLS(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		srv  *redistest.Server
-		tls  *RedisTLS
+		tls  *store.RedisTLS
 		is   error
 		want []string
 	}{
@@ -99,10 +100,10 @@ func TestRedisTLS(t *testing.T) {
 		{"TLS to a plaintext port", plain, clientTLS(required), nil, []string{"no TLS answer", "tls-port"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := OpenRedis(ctxT(t), RedisOptions{Address: tc.srv.Address, Password: tc.srv.Password, TLS: tc.tls})
-			var oe *OpenError
+			_, err := OpenRedis(ctxT(t), store.RedisOptions{Address: tc.srv.Address, Password: tc.srv.Password, TLS: tc.tls})
+			var oe *store.OpenError
 			if !errors.As(err, &oe) || !strings.Contains(err.Error(), tc.srv.Address) {
-				t.Fatalf("OpenRedis = %v; want an OpenError naming %s", err, tc.srv.Address)
+				t.Fatalf("OpenRedis = %v; want an store.OpenError naming %s", err, tc.srv.Address)
 			}
 			t.Logf("%v", err)
 			if tc.is != nil && !errors.Is(err, tc.is) {
@@ -136,23 +137,23 @@ func TestRedisTLSFileErrors(t *testing.T) {
 	missing := filepath.Join(dir, "missing.pem")
 	for _, tc := range []struct {
 		name    string
-		tls     RedisTLS
+		tls     store.RedisTLS
 		setting string
 		path    string
 		want    string
 	}{
-		{"missing CA", RedisTLS{CAFile: missing}, "ca_file", missing, "no such file"},
-		{"CA not PEM", RedisTLS{CAFile: notPEM}, "ca_file", notPEM, "holds no PEM certificate"},
-		{"key without a certificate", RedisTLS{CAFile: srv.TLS.CA, KeyFile: srv.TLS.ClientKey}, "key_file", srv.TLS.ClientKey, "set cert_file"},
-		{"certificate without its key", RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert}, "cert_file", srv.TLS.ClientCert, "set key_file"},
-		{"missing key", RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: missing}, "key_file", missing, "no such file"},
-		{"key readable by others", RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: openKey}, "key_file", openKey, "chmod 600"},
-		{"certificate not PEM", RedisTLS{CAFile: srv.TLS.CA, CertFile: notPEM, KeyFile: srv.TLS.ClientKey}, "cert_file", notPEM, "loading it with key_file"},
-		{"key of another certificate", RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ServerCert, KeyFile: srv.TLS.ClientKey}, "cert_file", srv.TLS.ServerCert, "private key does not match"},
+		{"missing CA", store.RedisTLS{CAFile: missing}, "ca_file", missing, "no such file"},
+		{"CA not PEM", store.RedisTLS{CAFile: notPEM}, "ca_file", notPEM, "holds no PEM certificate"},
+		{"key without a certificate", store.RedisTLS{CAFile: srv.TLS.CA, KeyFile: srv.TLS.ClientKey}, "key_file", srv.TLS.ClientKey, "set cert_file"},
+		{"certificate without its key", store.RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert}, "cert_file", srv.TLS.ClientCert, "set key_file"},
+		{"missing key", store.RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: missing}, "key_file", missing, "no such file"},
+		{"key readable by others", store.RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ClientCert, KeyFile: openKey}, "key_file", openKey, "chmod 600"},
+		{"certificate not PEM", store.RedisTLS{CAFile: srv.TLS.CA, CertFile: notPEM, KeyFile: srv.TLS.ClientKey}, "cert_file", notPEM, "loading it with key_file"},
+		{"key of another certificate", store.RedisTLS{CAFile: srv.TLS.CA, CertFile: srv.TLS.ServerCert, KeyFile: srv.TLS.ClientKey}, "cert_file", srv.TLS.ServerCert, "private key does not match"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tls := tc.tls
-			_, err := OpenRedis(ctxT(t), RedisOptions{Address: srv.Address, Password: srv.Password, TLS: &tls})
+			_, err := OpenRedis(ctxT(t), store.RedisOptions{Address: srv.Address, Password: srv.Password, TLS: &tls})
 			var fe *TLSFileError
 			if !errors.As(err, &fe) || fe.Setting != tc.setting || fe.Path != tc.path {
 				t.Fatalf("OpenRedis = %v; want a TLSFileError for %s %s", err, tc.setting, tc.path)
@@ -163,7 +164,7 @@ func TestRedisTLSFileErrors(t *testing.T) {
 		})
 	}
 	var ie *auth.InsecureFileError
-	_, err = OpenRedis(ctxT(t), RedisOptions{Address: srv.Address, TLS: &RedisTLS{CertFile: srv.TLS.ClientCert, KeyFile: openKey}})
+	_, err = OpenRedis(ctxT(t), store.RedisOptions{Address: srv.Address, TLS: &store.RedisTLS{CertFile: srv.TLS.ClientCert, KeyFile: openKey}})
 	if !errors.As(err, &ie) {
 		t.Errorf("a key readable by others: %v, want an *auth.InsecureFileError", err)
 	}
@@ -189,7 +190,7 @@ func TestRedisTLSHandshakeHonoursContext(t *testing.T) {
 		close(accepted)
 	}()
 	srv := redistest.Start(t, redistest.WithTLS(redistest.ClientCertRequired))
-	_, err = OpenRedis(ctx, RedisOptions{Address: l.Addr().String(), TLS: clientTLS(srv)})
+	_, err = OpenRedis(ctx, store.RedisOptions{Address: l.Addr().String(), TLS: clientTLS(srv)})
 	if err == nil {
 		t.Fatal("OpenRedis of a silent server succeeded")
 	}

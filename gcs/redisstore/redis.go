@@ -1,4 +1,10 @@
-package store
+// Package redisstore is the GCS's Redis storage backend: a store.Store in
+// a Redis server (a hash per table), over TLS when configured. It is apart
+// from package store so that only the programs that run a head with Redis
+// storage link a Redis client: importing it registers the backend
+// (store.RegisterRedis); `goray` imports it, a program embedding a node
+// does not.
+package redisstore
 
 import (
 	"context"
@@ -15,6 +21,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/goray-dev/goray/gcs/internal/store"
 	"github.com/goray-dev/goray/internal/auth"
 )
 
@@ -22,42 +29,18 @@ func init() {
 	// go-redis prints connection errors on its own; the store returns
 	// them instead, and the GCS logs them once.
 	redis.SetLogger(quietLogger{})
+	store.RegisterRedis(func(ctx context.Context, opts store.RedisOptions) (store.Store, error) {
+		r, err := OpenRedis(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
+	})
 }
 
 type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
-
-// RedisOptions says where a Redis store is.
-type RedisOptions struct {
-	// Address is host:port.
-	Address string
-	// Username and Password authenticate (Redis ACL; Password alone for
-	// requirepass). Never logged nor shown.
-	Username, Password string
-	// DB is the Redis database number.
-	DB int
-	// Prefix namespaces the keys, so that several clusters can share a
-	// server: table t is the hash "<Prefix>:<t>" (default "goray").
-	Prefix string
-	// TLS, when not nil, reaches the server over TLS.
-	TLS *RedisTLS
-}
-
-// RedisTLS says how to reach a Redis server over TLS (1.2 or later). The
-// files are PEM.
-type RedisTLS struct {
-	// CAFile is the CA certificate the server's certificate must be
-	// signed by; "" trusts the system's roots.
-	CAFile string
-	// CertFile and KeyFile are this client's certificate and key, for a
-	// server that requires client certificates (tls-auth-clients yes):
-	// both or neither. The key must be readable by its owner only.
-	CertFile, KeyFile string
-	// ServerName is the name the server's certificate must be for; ""
-	// means the host of the address.
-	ServerName string
-}
 
 // ErrTLSVerify says the Redis server's certificate could not be verified
 // against the CA and the server name (OpenRedis wraps it).
@@ -87,7 +70,7 @@ func (e *TLSFileError) Unwrap() error { return e.Err }
 // address: TLS 1.2 or later, the server verified against the CA (or the
 // system's roots) and the server name, the client certificate presented
 // when there is one.
-func (t *RedisTLS) tlsConfig(address string) (*tls.Config, error) {
+func tlsConfig(t *store.RedisTLS, address string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName}
 	if cfg.ServerName == "" {
 		host, _, err := net.SplitHostPort(address)
@@ -193,7 +176,7 @@ func firstHandshake(ctx context.Context, dial func(context.Context, string, stri
 // (ErrTLSVerify), a server that refused the handshake (ErrTLSRefused), a
 // server that does not speak TLS, or, without TLS, a server that closed
 // the connection as one serving TLS only does.
-func explain(err error, opts RedisOptions) error {
+func explain(err error, opts store.RedisOptions) error {
 	var verr *tls.CertificateVerificationError
 	var rec tls.RecordHeaderError
 	var op *net.OpError
@@ -220,24 +203,24 @@ func explain(err error, opts RedisOptions) error {
 // run Redis with appendonly yes for a head that must survive Redis
 // restarts).
 type Redis struct {
-	opts   RedisOptions
+	opts   store.RedisOptions
 	c      *redis.Client
 	closed atomic.Bool
 }
 
-var _ Store = (*Redis)(nil)
+var _ store.Store = (*Redis)(nil)
 
 // OpenRedis connects (over TLS when opts.TLS is set) and checks the
-// server answers (PING) within ctx. It fails with an *OpenError naming the
+// server answers (PING) within ctx. It fails with an *store.OpenError naming the
 // address, wrapping a *TLSFileError for a TLS file that cannot be used,
 // ErrTLSVerify for a server certificate that does not verify and
 // ErrTLSRefused for a server that refused the handshake.
-func OpenRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
+func OpenRedis(ctx context.Context, opts store.RedisOptions) (*Redis, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "goray"
 	}
 	if opts.Address == "" {
-		return nil, &OpenError{Backend: "redis", Where: "(no address)", Err: errors.New("an address (host:port) is required")}
+		return nil, &store.OpenError{Backend: "redis", Where: "(no address)", Err: errors.New("an address (host:port) is required")}
 	}
 	ro := &redis.Options{
 		Addr: opts.Address, Username: opts.Username, Password: opts.Password, DB: opts.DB,
@@ -246,19 +229,19 @@ func OpenRedis(ctx context.Context, opts RedisOptions) (*Redis, error) {
 		MaxRetries: 1,
 	}
 	if opts.TLS != nil {
-		cfg, err := opts.TLS.tlsConfig(opts.Address)
+		cfg, err := tlsConfig(opts.TLS, opts.Address)
 		if err != nil {
-			return nil, &OpenError{Backend: "redis", Where: opts.Address, Err: err}
+			return nil, &store.OpenError{Backend: "redis", Where: opts.Address, Err: err}
 		}
 		ro.TLSConfig, ro.Dialer = cfg, tlsDialer(cfg)
 		if err := firstHandshake(ctx, ro.Dialer, opts.Address); err != nil {
-			return nil, &OpenError{Backend: "redis", Where: opts.Address, Err: explain(err, opts)}
+			return nil, &store.OpenError{Backend: "redis", Where: opts.Address, Err: explain(err, opts)}
 		}
 	}
 	c := redis.NewClient(ro)
 	if err := c.Ping(ctx).Err(); err != nil {
 		c.Close()
-		return nil, &OpenError{Backend: "redis", Where: opts.Address, Err: explain(err, opts)}
+		return nil, &store.OpenError{Backend: "redis", Where: opts.Address, Err: explain(err, opts)}
 	}
 	return &Redis{opts: opts, c: c}, nil
 }
@@ -267,14 +250,14 @@ func (r *Redis) key(table string) string { return r.opts.Prefix + ":" + table }
 
 func (r *Redis) check() error {
 	if r.closed.Load() {
-		return ErrClosed
+		return store.ErrClosed
 	}
 	return nil
 }
 
 // Put implements Store.
 func (r *Redis) Put(ctx context.Context, table string, values map[string][]byte) error {
-	if err := checkTable(table); err != nil {
+	if err := store.CheckTable(table); err != nil {
 		return err
 	}
 	if err := r.check(); err != nil {
@@ -296,7 +279,7 @@ func (r *Redis) Put(ctx context.Context, table string, values map[string][]byte)
 
 // Delete implements Store.
 func (r *Redis) Delete(ctx context.Context, table string, keys ...string) error {
-	if err := checkTable(table); err != nil {
+	if err := store.CheckTable(table); err != nil {
 		return err
 	}
 	if err := r.check(); err != nil {
@@ -309,8 +292,8 @@ func (r *Redis) Delete(ctx context.Context, table string, keys ...string) error 
 }
 
 // Apply implements Store: one MULTI/EXEC.
-func (r *Redis) Apply(ctx context.Context, batch []Write) error {
-	if err := checkBatch(batch); err != nil {
+func (r *Redis) Apply(ctx context.Context, batch []store.Write) error {
+	if err := store.CheckBatch(batch); err != nil {
 		return err
 	}
 	if err := r.check(); err != nil {
@@ -339,7 +322,7 @@ func (r *Redis) Get(ctx context.Context, table, key string) ([]byte, error) {
 	}
 	v, err := r.c.HGet(ctx, r.key(table), key).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, notFound(table, key)
+		return nil, store.NotFound(table, key)
 	}
 	return v, err
 }
