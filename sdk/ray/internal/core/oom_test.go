@@ -125,6 +125,9 @@ type killingRaylet struct {
 	worker   *pb.Address
 	killNext bool
 	kills    int
+	// onKill, when set, runs as the raylet reports a kill (before the
+	// owner hears of it).
+	onKill func()
 }
 
 func (r *killingRaylet) RequestWorkerLease(context.Context, *pb.LeaseRequest) (*pb.LeaseReply, error) {
@@ -139,6 +142,9 @@ func (r *killingRaylet) ReturnWorkerLease(_ context.Context, req *pb.ReturnLease
 	}
 	r.killNext = false
 	r.kills++
+	if r.onKill != nil {
+		r.onKill()
+	}
 	return &pb.ReturnLeaseReply{MemoryKill: &pb.MemoryKill{LeaseId: req.GetLeaseId(), WorkerId: r.worker.GetWorkerId(), Pid: 4242,
 		UsedBytes: 95, TotalBytes: 100, Threshold: 0.9, Source: "/proc/meminfo", Why: "it was the most recently started retriable task"}}, nil
 }
@@ -244,6 +250,33 @@ func TestOOMRetriesHaveTheirOwnBudget(t *testing.T) {
 			t.Fatalf("the worker got %d attempts; want the retry never sent", got)
 		}
 	})
+}
+
+// TestOOMKillOfACancelledTask: a task its caller cancels just as the
+// memory monitor's kill of its worker is reported (it had retries left)
+// fails as cancelled, not as out of memory. A hog run once cancelled in
+// that moment and got an OutOfMemoryError ("its last of 1 attempts").
+func TestOOMKillOfACancelledTask(t *testing.T) {
+	dir := t.TempDir()
+	w, addr := startTCPFakeWorker(t, "w", ids.New())
+	r := &killingRaylet{worker: addr, killNext: true}
+	rc, err := rpc.Dial(serveRaylet(t, filepath.Join(dir, "raylet.sock"), r), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rc.Close() })
+	cw := submitterTestWorker(t, pb.NewRayletClient(rc))
+	ctx, cancel := context.WithTimeout(context.Background(), waitfor.Generous)
+	defer cancel()
+	defer w.holdReplies()()
+	tctx, tcancel := context.WithCancel(ctx)
+	r.onKill = tcancel
+	h := cw.SubmitTask(tctx, "main.hog", nil, TaskOptions{MaxRetries: 1})
+	waitUntil(t, "the first attempt to run", func() bool { return w.callCount() == 1 })
+	w.cutStreams()
+	if _, err := cw.Get(ctx, h); !errors.Is(err, ErrTaskCancelled) || errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("got %v; want the task cancelled", err)
+	}
 }
 
 // submitterTestWorker is a driver-like core worker whose raylet is rc:

@@ -1058,6 +1058,12 @@ func (s *submitter) finishLeaseEnd(e leaseEnd) {
 	}
 	for _, rec := range e.fails {
 		if e.oom != nil && !rec.cancelled {
+			if rec.oomLeft != 0 && rec.ctx.Err() != nil {
+				// It had a retry left but its caller cancelled it (the
+				// context given to Remote) while its lease was ending.
+				s.fail(rec, cancelledError(rec.spec.Function, context.Cause(rec.ctx)))
+				continue
+			}
 			s.fail(rec, outOfMemory(rec, e.oom))
 			continue
 		}
