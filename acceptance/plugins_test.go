@@ -202,23 +202,37 @@ func TestTransferTimeoutIsTypedAndAborted(t *testing.T) {
 	dir := shortTempDir(t)
 	j := startJob(t, jobOptions{addr: h.addr, env: []string{"TESTJOB_TRANSFER_TIMEOUT=500ms"}}, testjobBin, "tensors-timeout", dir)
 	waitFile(t, j, 20*time.Second, filepath.Join(dir, "ready"))
-	ps := h.plugins(t)
-	if len(ps) != 1 {
-		t.Fatalf("plugins: %+v", ps)
-	}
-	pid := ps[0].Pid
-	// A frozen plugin: calls reach it but nothing answers.
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	// A frozen plugin: calls reach it but nothing answers. The plugin
+	// serving now is the one to freeze: a pid the listing still shows of
+	// an incarnation that just died (restarted by its supervisor on a
+	// loaded machine) takes the SIGSTOP without error while the live
+	// plugin answers, so the listing is read again until the process is
+	// seen stopped.
+	pid := 0
 	thawed := false
 	thaw := func() {
-		if !thawed {
+		if !thawed && pid > 0 {
 			thawed = true
 			_ = syscall.Kill(pid, syscall.SIGCONT)
 		}
 	}
 	t.Cleanup(thaw)
+	waitFor(t, 30*time.Second, "the running shm plugin to be stopped by SIGSTOP", func() bool {
+		ps := h.plugins(t)
+		if len(ps) != 1 || ps[0].State != "running" || ps[0].Pid <= 0 {
+			return false
+		}
+		if ps[0].Pid != pid {
+			if pid > 0 {
+				_ = syscall.Kill(pid, syscall.SIGCONT)
+			}
+			pid = ps[0].Pid
+			if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+				return false
+			}
+		}
+		return procState(pid) == "T"
+	})
 	if err := os.WriteFile(filepath.Join(dir, "frozen"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
