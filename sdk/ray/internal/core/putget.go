@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime"
 	"time"
 
@@ -329,87 +328,41 @@ func (cw *CoreWorker) WaitChans(ctx context.Context, chans []<-chan struct{}, n 
 	}
 	if count < n && ctx.Err() == nil {
 		defer cw.blocked()()
-		// Slow path: one select over the pending channels, ctx and
-		// shutdown (reflect.Select; a case is dropped once it fired). One
-		// goroutine per pending channel cost a thousand goroutine starts
-		// per Wait of a thousand refs.
-		if len(chans)-count+2 > maxSelectCases {
-			return cw.waitChansSpawning(ctx, chans, n, ready, count)
-		}
-		cases := make([]reflect.SelectCase, 0, len(chans)-count+2)
-		cases = append(cases,
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())},
-			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(cw.closed)})
-		idx := make([]int, 0, len(chans)-count)
+		// Slow path: one goroutine per pending object reports readiness.
+		done := make(chan struct{})
+		defer close(done)
+		notify := make(chan int, len(chans))
 		for i, ch := range chans {
 			if !ready[i] {
-				cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
-				idx = append(idx, i)
+				go func(i int, ch <-chan struct{}) {
+					select {
+					case <-ch:
+						notify <- i
+					case <-done:
+					}
+				}(i, ch)
 			}
 		}
+	loop:
 		for count < n {
-			chosen, _, _ := reflect.Select(cases)
-			if chosen == 0 {
-				break // ctx ended: what is ready so far
-			}
-			if chosen == 1 {
+			select {
+			case i := <-notify:
+				ready[i] = true
+				count++
+			case <-ctx.Done():
+				break loop
+			case <-cw.closed:
 				return nil, ErrShutdown
 			}
-			ready[idx[chosen-2]] = true
-			count++
-			last := len(cases) - 1
-			cases[chosen], idx[chosen-2] = cases[last], idx[last-2]
-			cases, idx = cases[:last], idx[:last-2]
 		}
 	}
-	return readyIndexes(ready, count, n), nil
-}
-
-// maxSelectCases is the most cases reflect.Select takes.
-const maxSelectCases = 65536
-
-// waitChansSpawning is WaitChans' slow path for more pending channels than
-// one select takes: a goroutine per pending channel reports it. ready and
-// count are what the fast path found.
-func (cw *CoreWorker) waitChansSpawning(ctx context.Context, chans []<-chan struct{}, n int, ready []bool, count int) ([]int, error) {
-	done := make(chan struct{})
-	defer close(done)
-	notify := make(chan int, len(chans))
-	for i, ch := range chans {
-		if !ready[i] {
-			go func(i int, ch <-chan struct{}) {
-				select {
-				case <-ch:
-					notify <- i
-				case <-done:
-				}
-			}(i, ch)
-		}
-	}
-loop:
-	for count < n {
-		select {
-		case i := <-notify:
-			ready[i] = true
-			count++
-		case <-ctx.Done():
-			break loop
-		case <-cw.closed:
-			return nil, ErrShutdown
-		}
-	}
-	return readyIndexes(ready, count, n), nil
-}
-
-// readyIndexes returns the indexes of the first n ready entries.
-func readyIndexes(ready []bool, count, n int) []int {
 	out := make([]int, 0, min(count, n))
 	for i, r := range ready {
 		if r && len(out) < n {
 			out = append(out, i)
 		}
 	}
-	return out
+	return out, nil
 }
 
 func encodeRemoteError(e *RemoteError) []byte {

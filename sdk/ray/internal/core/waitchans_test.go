@@ -10,30 +10,11 @@ import (
 
 // TestWaitChans: Wait returns the first n ready in order, waits for those
 // that become ready, returns what is ready when ctx ends, and ErrShutdown
-// when the worker closes; the select path and the goroutine path (more
-// channels than one select takes) agree.
+// when the worker closes.
 func TestWaitChans(t *testing.T) {
-	type waitFunc func(cw *CoreWorker, ctx context.Context, chans []<-chan struct{}, n int) ([]int, error)
-	paths := map[string]waitFunc{
-		"select": func(cw *CoreWorker, ctx context.Context, chans []<-chan struct{}, n int) ([]int, error) {
+	paths := map[string]func(cw *CoreWorker, ctx context.Context, chans []<-chan struct{}, n int) ([]int, error){
+		"WaitChans": func(cw *CoreWorker, ctx context.Context, chans []<-chan struct{}, n int) ([]int, error) {
 			return cw.WaitChans(ctx, chans, n)
-		},
-		"goroutines": func(cw *CoreWorker, ctx context.Context, chans []<-chan struct{}, n int) ([]int, error) {
-			// As WaitChans' fast path leaves them.
-			ready := make([]bool, len(chans))
-			count := 0
-			for i, ch := range chans {
-				select {
-				case <-ch:
-					ready[i] = true
-					count++
-				default:
-				}
-			}
-			if count >= n {
-				return readyIndexes(ready, count, n), nil
-			}
-			return cw.waitChansSpawning(ctx, chans, n, ready, count)
 		},
 	}
 	for name, wait := range paths {
