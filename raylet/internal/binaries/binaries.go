@@ -155,45 +155,59 @@ func (c *Cache) Path(ctx context.Context, info *gorayv1.JobInfo) (string, error)
 		return "", fmt.Errorf("invalid binary_sha256 %q: a job must name its binary's sha256 (64 lowercase hexadecimal digits); this raylet runs no binary it has not checked", sum)
 	}
 	for attempt := 0; ; attempt++ {
-		c.mu.Lock()
-		f := c.fetches[sum]
-		if f == nil {
-			f = &binaryFetch{done: make(chan struct{})}
-			c.fetches[sum] = f
-			go func() {
-				f.path, f.id, f.err = c.fetch(info)
-				if f.err != nil {
-					c.mu.Lock()
-					if c.fetches[sum] == f {
-						delete(c.fetches, sum) // let a later job try again
-					}
-					c.mu.Unlock()
-				}
-				close(f.done)
-			}()
-		}
-		c.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-		if f.err != nil {
-			return "", f.err
+		f := c.once(sum, func() (string, fileID, error) { return c.fetch(info) })
+		if err := f.wait(ctx); err != nil {
+			return "", err
 		}
 		if id, err := statID(f.path); err == nil && id == f.id {
 			return f.path, nil
 		}
 		// Replaced, rewritten or removed since it was checked: check again.
-		c.mu.Lock()
-		if c.fetches[sum] == f {
-			delete(c.fetches, sum)
-		}
-		c.mu.Unlock()
+		c.forget(sum, f)
 		if attempt > 0 {
 			return "", fmt.Errorf("job binary %s (sha256 %s) keeps changing while it is checked", f.path, sum[:12])
 		}
 		c.log.Info("job binary changed since it was checked; checking again", "path", f.path, "sha256", sum[:12])
+	}
+}
+
+// once returns the check (or fetch) of key, starting do for it unless
+// one is under way or done. A failed one is forgotten when it ends, so
+// that a later call tries again.
+func (c *Cache) once(key string, do func() (string, fileID, error)) *binaryFetch {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.fetches[key]; f != nil {
+		return f
+	}
+	f := &binaryFetch{done: make(chan struct{})}
+	c.fetches[key] = f
+	go func() {
+		f.path, f.id, f.err = do()
+		if f.err != nil {
+			c.forget(key, f) // let a later job try again
+		}
+		close(f.done)
+	}()
+	return f
+}
+
+// forget drops f, so that the next call for key checks again.
+func (c *Cache) forget(key string, f *binaryFetch) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fetches[key] == f {
+		delete(c.fetches, key)
+	}
+}
+
+// wait returns once f is done (its error) or ctx ends (ctx's).
+func (f *binaryFetch) wait(ctx context.Context) error {
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

@@ -59,42 +59,21 @@ func (c *Cache) UnpackedDir(ctx context.Context, sum string, from []byte, local 
 	}
 	key := "working_dir:" + sum
 	for attempt := 0; ; attempt++ {
-		c.mu.Lock()
-		f := c.fetches[key]
-		if f == nil {
-			f = &binaryFetch{done: make(chan struct{})}
-			c.fetches[key] = f
-			go func() {
-				f.path, f.err = c.unpack(sum, from, local)
-				if f.err != nil {
-					f.err = &WorkingDirError{SHA256: sum, Err: f.err}
-					c.mu.Lock()
-					if c.fetches[key] == f {
-						delete(c.fetches, key) // let a later job try again
-					}
-					c.mu.Unlock()
-				}
-				close(f.done)
-			}()
-		}
-		c.mu.Unlock()
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-		if f.err != nil {
-			return "", f.err
+		f := c.once(key, func() (string, fileID, error) {
+			dir, err := c.unpack(sum, from, local)
+			if err != nil {
+				err = &WorkingDirError{SHA256: sum, Err: err}
+			}
+			return dir, fileID{}, err
+		})
+		if err := f.wait(ctx); err != nil {
+			return "", err
 		}
 		if st, err := os.Stat(f.path); (err == nil && st.IsDir()) || attempt > 0 {
 			return f.path, nil
 		}
 		// Removed since it was unpacked: unpack it again.
-		c.mu.Lock()
-		if c.fetches[key] == f {
-			delete(c.fetches, key)
-		}
-		c.mu.Unlock()
+		c.forget(key, f)
 	}
 }
 
@@ -108,13 +87,21 @@ func (c *Cache) InstallWorkingDir(sum, path string) error {
 	if got, err := digest.FileSHA256(filepath.Join(c.dir, sum)); err == nil && got == sum {
 		return nil
 	}
+	if err := c.installFile(sum, path); err != nil {
+		return &WorkingDirError{SHA256: sum, Err: err}
+	}
+	return nil
+}
+
+// installFile copies the file at path into the cache as sum (Install).
+func (c *Cache) installFile(sum, path string) error {
 	src, err := os.Open(path)
 	if err != nil {
-		return &WorkingDirError{SHA256: sum, Err: err}
+		return err
 	}
 	defer src.Close()
 	if _, err := c.Install(sum, src); err != nil {
-		return &WorkingDirError{SHA256: sum, Err: fmt.Errorf("%s: %w", path, err)}
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
 }
@@ -134,14 +121,8 @@ func (c *Cache) unpack(sum string, from []byte, local string) (string, error) {
 		switch {
 		case local != "":
 			// The archive a process of this node wrote.
-			src, err := os.Open(local)
-			if err != nil {
+			if err := c.installFile(sum, local); err != nil {
 				return "", fmt.Errorf("the driver's archive: %w", err)
-			}
-			_, err = c.Install(sum, src)
-			src.Close()
-			if err != nil {
-				return "", fmt.Errorf("the driver's archive %s: %w", local, err)
 			}
 		case string(from) == string(c.nodeID[:]):
 			return "", fmt.Errorf("this node has no such archive (never installed, or removed)")
