@@ -32,6 +32,20 @@ func envOf(ctx context.Context, names []string) ([]string, error) {
 var EnvOf = ray.Task1(envOf)
 
 func runEnv(ctx context.Context, names []string) error {
+	return onEveryNode(ctx, func(node string) error {
+		vals, err := EnvOf.Options(ray.NodeAffinity(node, false)).Remote(ctx, ray.V(names)).Get(ctx)
+		if err != nil {
+			return fmt.Errorf("task on node %s: %w", node, err)
+		}
+		for _, v := range vals {
+			fmt.Printf("env %s %s\n", node, v)
+		}
+		return nil
+	})
+}
+
+// onEveryNode calls fn with the id of each alive node, in turn.
+func onEveryNode(ctx context.Context, fn func(node string) error) error {
 	nodes, err := ray.Nodes(ctx)
 	if err != nil {
 		return err
@@ -40,12 +54,8 @@ func runEnv(ctx context.Context, names []string) error {
 		if !n.Alive {
 			continue
 		}
-		vals, err := EnvOf.Options(ray.NodeAffinity(n.ID, false)).Remote(ctx, ray.V(names)).Get(ctx)
-		if err != nil {
-			return fmt.Errorf("task on node %s: %w", n.ID, err)
-		}
-		for _, v := range vals {
-			fmt.Printf("env %s %s\n", n.ID, v)
+		if err := fn(n.ID); err != nil {
+			return err
 		}
 	}
 	return nil

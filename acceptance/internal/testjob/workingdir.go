@@ -49,24 +49,17 @@ func runFiles(ctx context.Context, names []string) error {
 	for _, l := range mine {
 		fmt.Println("driver-" + l)
 	}
-	nodes, err := ray.Nodes(ctx)
-	if err != nil {
-		return err
-	}
-	for _, n := range nodes {
-		if !n.Alive {
-			continue
-		}
-		lines, err := FilesHere.Options(ray.NodeAffinity(n.ID, false)).Remote(ctx, ray.V(names)).Get(ctx)
+	return onEveryNode(ctx, func(node string) error {
+		lines, err := FilesHere.Options(ray.NodeAffinity(node, false)).Remote(ctx, ray.V(names)).Get(ctx)
 		if err != nil {
-			return fmt.Errorf("task on node %s: %w", n.ID, err)
+			return fmt.Errorf("task on node %s: %w", node, err)
 		}
 		for _, l := range lines {
 			kind, rest, _ := strings.Cut(l, " ")
-			fmt.Printf("%s %s %s\n", kind, n.ID, rest)
+			fmt.Printf("%s %s %s\n", kind, node, rest)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // testjob worker-dir DIR   runs FilesHere("config.txt") on every alive node
@@ -116,24 +109,21 @@ func runWorkerDir(ctx context.Context, dir string) error {
 	report := func(call, node string, lines []string) {
 		fmt.Printf("worker-dir %s %s %s\n", call, node, strings.Join(lines, " | "))
 	}
-	nodes, err := ray.Nodes(ctx)
+	err := onEveryNode(ctx, func(node string) error {
+		lines, err := FilesHere.Options(ray.NodeAffinity(node, false), ray.WorkerDir(dir)).Remote(ctx, ray.V(names)).Get(ctx)
+		if err != nil {
+			return fmt.Errorf("task with WorkerDir on node %s: %w", node, err)
+		}
+		report("with", node, lines)
+		lines, err = FilesHere.Options(ray.NodeAffinity(node, false)).Remote(ctx, ray.V(names)).Get(ctx)
+		if err != nil {
+			return fmt.Errorf("task on node %s: %w", node, err)
+		}
+		report("without", node, lines)
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	for _, n := range nodes {
-		if !n.Alive {
-			continue
-		}
-		lines, err := FilesHere.Options(ray.NodeAffinity(n.ID, false), ray.WorkerDir(dir)).Remote(ctx, ray.V(names)).Get(ctx)
-		if err != nil {
-			return fmt.Errorf("task with WorkerDir on node %s: %w", n.ID, err)
-		}
-		report("with", n.ID, lines)
-		lines, err = FilesHere.Options(ray.NodeAffinity(n.ID, false)).Remote(ctx, ray.V(names)).Get(ctx)
-		if err != nil {
-			return fmt.Errorf("task on node %s: %w", n.ID, err)
-		}
-		report("without", n.ID, lines)
 	}
 	lines, err := FilesChild.Options(ray.WorkerDir(dir)).Remote(ctx, ray.V(names)).Get(ctx)
 	if err != nil {

@@ -7,17 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/goray-dev/goray/gcs/internal/store"
 	"github.com/goray-dev/goray/gcs/internal/store/storetest"
 )
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+func ctxT(t *testing.T) context.Context { return storetest.Ctx(t) }
 
 // backends opens each backend for a test.
 var backends = []struct {
@@ -44,9 +39,7 @@ func TestConformance(t *testing.T) {
 
 func must(t *testing.T, err error) {
 	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
+	storetest.Must(t, err)
 }
 
 // TestBoltSurvivesReopen: what was acknowledged is there after the file is
